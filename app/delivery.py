@@ -1,0 +1,198 @@
+"""Who is delivering what: request headers and query → a `Delivery` with its `run_id`.
+
+The identity comes from Cloud Scheduler's or Cloud Tasks' headers (looked up case-insensitively;
+never trusted for authentication) and the namespace (`project`, `location`) from the query string
+or the route. `run_id` is the lowercase hex sha256 of
+
+    runonce/v1|{source}|{project}|{location}|{route}|{job_or_queue}|{schedule_time_or_task}
+
+Every part is validated against a charset without `|`, so two different deliveries can never
+produce the same canonical string.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Literal
+
+PROJECT_PATTERN = r"^(?:[a-z][a-z0-9.-]{0,62}:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$"
+"""A project ID (`my-project`), optionally domain-scoped (`example.com:my-project`)."""
+LOCATION_PATTERN = r"^[a-z][a-z0-9-]{0,62}$"
+JOB_PATTERN = r"^[A-Za-z0-9_-]+$"  # Scheduler job IDs: letters, digits, hyphens, underscores
+QUEUE_PATTERN = r"^[A-Za-z0-9-]+$"
+TASK_PATTERN = r"^[A-Za-z0-9_-]+$"
+MAX_HEADER_LENGTH = 500
+
+# Header names as documented; every look-up is case-insensitive (HTTP/2 lower-cases them).
+SCHEDULER_JOB = "X-CloudScheduler-JobName"
+SCHEDULER_TIME = "X-CloudScheduler-ScheduleTime"
+TASKS_QUEUE = "X-CloudTasks-QueueName"
+TASKS_TASK = "X-CloudTasks-TaskName"
+TASKS_RETRY_COUNT = "X-CloudTasks-TaskRetryCount"
+TASKS_EXECUTION_COUNT = "X-CloudTasks-TaskExecutionCount"
+
+Source = Literal["scheduler", "scheduler-forced", "tasks"]
+
+_RFC3339 = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})$"
+)
+
+
+class InvalidDelivery(Exception):
+    """The request does not identify a run: answered 400 `invalid`, nothing is claimed."""
+
+    def __init__(self, field: str, reason: str):
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Delivery:
+    source: Source
+    project: str
+    location: str
+    route: str
+    job: str  # Scheduler job ID, or Cloud Tasks queue name
+    schedule_time: datetime | None = None  # Scheduler only
+    task: str | None = None  # Cloud Tasks only
+    retry_count: int | None = None  # Cloud Tasks' counters: informative, never part of the key
+    execution_count: int | None = None
+
+    @property
+    def schedule_time_text(self) -> str | None:
+        return format_schedule_time(self.schedule_time) if self.schedule_time else None
+
+    @property
+    def canonical(self) -> str:
+        last = self.task if self.source == "tasks" else self.schedule_time_text
+        parts = ["runonce/v1", self.source, self.project, self.location, self.route, self.job, last]
+        return "|".join(str(part) for part in parts)
+
+    @property
+    def run_id(self) -> str:
+        return hashlib.sha256(self.canonical.encode("utf-8")).hexdigest()
+
+
+def format_schedule_time(value: datetime) -> str:
+    """UTC `YYYY-MM-DDTHH:MM:SS[.ffffff]Z`, the fraction only when non-zero."""
+    utc = value.astimezone(timezone.utc)
+    fraction = f".{utc.microsecond:06d}" if utc.microsecond else ""
+    return utc.strftime("%Y-%m-%dT%H:%M:%S") + fraction + "Z"
+
+
+def parse_rfc3339(text: str, field: str) -> datetime:
+    """A timestamp with an offset (`2026-10-16T05:00:00-07:00`), to the microsecond."""
+    match = _RFC3339.match(text)
+    if not match:
+        raise InvalidDelivery(field, f"{text!r} is not an RFC 3339 timestamp (e.g. 2026-10-16T12:00:00Z)")
+    year, month, day, hour, minute, second, fraction, offset = match.groups()
+    fraction = fraction or ""
+    if fraction[6:].strip("0"):
+        raise InvalidDelivery(field, f"{text!r}: sub-microsecond precision is not supported")
+    if offset in ("Z", "z"):
+        tz = timezone.utc
+    else:
+        sign = -1 if offset[0] == "-" else 1
+        hours, minutes = int(offset[1:3]), int(offset[4:6])
+        if hours > 23 or minutes > 59:
+            raise InvalidDelivery(field, f"{text!r}: offset {offset} is out of range")
+        tz = timezone(sign * timedelta(hours=hours, minutes=minutes))
+    try:
+        return datetime(
+            int(year), int(month), int(day), int(hour), int(minute), int(second),
+            int(fraction[:6].ljust(6, "0")), tzinfo=tz,
+        )
+    except ValueError as exc:  # month 13, Feb 30, second 60 (leap seconds are not schedulable)
+        raise InvalidDelivery(field, f"{text!r}: {exc}") from exc
+
+
+def _header(headers: Mapping[str, str], name: str, pattern: str | None = None) -> str | None:
+    value = headers.get(name)
+    if value is None:
+        return None
+    value = value.strip()
+    if not value:
+        raise InvalidDelivery(name, "is empty")
+    if len(value) > MAX_HEADER_LENGTH:
+        raise InvalidDelivery(name, f"is {len(value)} characters long; at most {MAX_HEADER_LENGTH}")
+    if pattern and not re.match(pattern, value):
+        raise InvalidDelivery(name, f"{value!r} does not match {pattern}")
+    return value
+
+
+def _counter(headers: Mapping[str, str], name: str) -> int | None:
+    value = headers.get(name)
+    return int(value) if value is not None and value.strip().isdigit() else None
+
+
+def parse_namespace(query: Mapping[str, list[str]], default: object | None) -> tuple[str, str]:
+    """(project, location) from the query string, else from the route's `namespace` (`default`,
+    anything with `.project` and `.location`), else ''."""
+    unknown = sorted(set(query) - {"project", "location"})
+    if unknown:
+        raise InvalidDelivery(f"query.{unknown[0]}", "unknown query parameter; only project and location are accepted")
+    values = {}
+    for name, pattern in (("project", PROJECT_PATTERN), ("location", LOCATION_PATTERN)):
+        given = query.get(name, [])
+        if len(given) > 1:
+            raise InvalidDelivery(f"query.{name}", "given more than once")
+        if given:
+            if not re.match(pattern, given[0]):
+                raise InvalidDelivery(f"query.{name}", f"{given[0]!r} does not match {pattern}")
+            values[name] = given[0]
+        else:
+            values[name] = getattr(default, name) if default else ""
+    return values["project"], values["location"]
+
+
+def parse_delivery(
+    route: str,
+    headers: Mapping[str, str],
+    namespace: tuple[str, str],
+    received_at: datetime,
+    forced_run_tolerance: timedelta,
+) -> Delivery:
+    """The delivery's identity. `headers` must look up names case-insensitively (Starlette's do).
+
+    Raises `InvalidDelivery` naming the header at fault.
+    """
+    project, location = namespace
+    job = _header(headers, SCHEDULER_JOB, JOB_PATTERN)
+    queue = _header(headers, TASKS_QUEUE, QUEUE_PATTERN)
+    if job and queue:
+        raise InvalidDelivery("X-CloudScheduler-JobName", "a delivery is from Cloud Scheduler or Cloud Tasks, not both")
+    if queue:
+        task = _header(headers, TASKS_TASK, TASK_PATTERN)
+        if task is None:
+            raise InvalidDelivery("X-CloudTasks-TaskName", "missing (Cloud Tasks sends it with every task)")
+        return Delivery(
+            source="tasks", project=project, location=location, route=route,
+            job=queue, task=task, retry_count=_counter(headers, TASKS_RETRY_COUNT),
+            execution_count=_counter(headers, TASKS_EXECUTION_COUNT),
+        )
+    if job is None:
+        raise InvalidDelivery(
+            "X-CloudScheduler-JobName",
+            "missing: a delivery needs X-CloudScheduler-JobName + X-CloudScheduler-ScheduleTime "
+            "or X-CloudTasks-QueueName + X-CloudTasks-TaskName",
+        )
+    schedule_text = _header(headers, SCHEDULER_TIME)
+    if schedule_text is None:
+        raise InvalidDelivery(
+            "X-CloudScheduler-ScheduleTime",
+            "missing (Scheduler omits it for groc schedules and some forced runs; without it the run "
+            "cannot be told apart from others)",
+        )
+    schedule_time = parse_rfc3339(schedule_text, "X-CloudScheduler-ScheduleTime")
+    # A force run carries the *next* schedule time and arrives early: keep it apart from that run.
+    forced = received_at < schedule_time - forced_run_tolerance
+    return Delivery(
+        source="scheduler-forced" if forced else "scheduler",
+        project=project, location=location, route=route, job=job,
+        schedule_time=schedule_time,
+    )

@@ -1,0 +1,225 @@
+"""The web layer: parse the request, call the protocol, render the answer. Nothing else.
+
+`create_app(settings)` validates all configuration before returning, so a bad routes file or
+setting stops start-up with one message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from . import errors
+from .auth import Authenticator, build_authenticator
+from .delivery import InvalidDelivery, parse_delivery, parse_namespace
+from .protocol import Runner, utcnow
+from .routes import Route, load_routes
+from .settings import Settings
+from .stores import RunStore, StoreUnavailable, open_store
+from .targets import TargetContext, build_target
+
+logger = logging.getLogger("runonce")
+
+MAX_BODY_BYTES = 32 * 1024
+
+_RESPONSES: dict[int | str, dict[str, Any]] = {
+    cls.http_status: {"description": f"`{cls.status}`: {cls.description}"} for cls in reversed(errors.ALL_ERRORS)
+}
+
+
+def create_app(
+    settings: Settings,
+    *,
+    store: RunStore | None = None,
+    clock: Callable[[], datetime] = utcnow,
+) -> FastAPI:
+    """The runonce ASGI app. `store` and `clock` are for tests; by default both come from settings."""
+    routes = load_routes(settings)
+    authenticator = build_authenticator(settings, {name: r.allowed_callers for name, r in routes.items()})
+    if store is None:
+        store = open_store(
+            settings.store,
+            timeout_seconds=settings.store_timeout_seconds,
+            firestore_project=settings.firestore_project,
+            firestore_database=settings.firestore_database,
+            firestore_collection=settings.firestore_collection,
+        )
+    if settings.auth == "none":
+        logger.warning(
+            "RUNONCE_AUTH=none: ANY caller can trigger every route. For local use only; "
+            "never expose this process to a network."
+        )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        http = httpx.AsyncClient(
+            timeout=httpx.Timeout(settings.dispatch_timeout_seconds),
+            headers={"User-Agent": "runonce/0.1"},
+        )
+        context = TargetContext(http=http)
+        targets = {name: build_target(route.target, context) for name, route in routes.items()}
+        app.state.runner = Runner(
+            store,
+            targets,
+            lease=timedelta(seconds=settings.lease_seconds),
+            retention=timedelta(seconds=settings.retention_seconds),
+            dispatch_timeout=timedelta(seconds=settings.dispatch_timeout_seconds),
+            clock=clock,
+        )
+        logger.info("runonce ready: %d route(s), store %s", len(routes), settings.store.split("?")[0])
+        try:
+            yield
+        finally:
+            for target in targets.values():
+                await target.aclose()
+            await http.aclose()
+            await authenticator.aclose()
+            await store.close()
+
+    app = FastAPI(
+        title="runonce",
+        summary="Idempotent proxy: one downstream execution per scheduled run.",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.routes = routes
+    app.state.store = store
+    app.state.auth = authenticator
+
+    @app.exception_handler(errors.RunonceError)
+    async def _runonce_error(request: Request, exc: errors.RunonceError) -> JSONResponse:
+        if exc.route is None:
+            exc.route = request.path_params.get("route")
+        return JSONResponse(exc.body(), status_code=exc.http_status, headers=exc.headers())
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        status = {404: "not_found", 405: "invalid"}.get(exc.status_code, "invalid")
+        body = {"status": status, "route": None, "error": {"message": str(exc.detail)}}
+        return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        error = errors.Invalid(first["msg"], field=".".join(str(p) for p in first["loc"]))
+        return await _runonce_error(request, error)
+
+    @app.post(
+        "/v1/routes/{route}:run",
+        responses={**_RESPONSES, 200: {"description": "`processed` or `duplicate` (replayed)"}},
+        summary="Deliver one scheduled run",
+    )
+    async def deliver(route: str, request: Request) -> JSONResponse:
+        auth: Authenticator = request.app.state.auth
+        caller = await auth.authenticate(request.headers)
+        config: Route | None = routes.get(route)
+        if config is None:
+            raise errors.NotFound(f"no route {route!r} is configured", route=route)
+        auth.authorize(caller, config.allowed_callers or settings.allowed_callers, f"route {route!r}")
+        try:
+            namespace = parse_namespace(_query(request), config.namespace)
+            delivery = parse_delivery(
+                route,
+                request.headers,
+                namespace,
+                received_at=clock(),
+                forced_run_tolerance=timedelta(seconds=settings.forced_run_tolerance_seconds),
+            )
+        except InvalidDelivery as exc:
+            raise errors.Invalid(exc.reason, field=exc.field, route=route) from exc
+        payload, body_sha256 = await _read_payload(request, route, delivery.run_id)
+        result = await request.app.state.runner.run(delivery, payload, body_sha256)
+        headers = {"Runonce-Replayed": "true"} if result.replayed else {}
+        return JSONResponse(result.body(), headers=headers)
+
+    @app.get("/v1/runs/{run_id}", summary="The run record", responses=_RESPONSES)
+    async def get_run(run_id: str, request: Request) -> JSONResponse:
+        auth: Authenticator = request.app.state.auth
+        caller = await auth.authenticate(request.headers)
+        auth.authorize(caller, settings.admin_callers, "the runs API")
+        try:
+            record = await store.get(run_id, clock())
+        except StoreUnavailable as exc:
+            raise errors.Unavailable(str(exc), run_id=run_id) from exc
+        if record is None:
+            raise errors.NotFound(f"no run {run_id!r} (never seen, or past its retention)", run_id=run_id)
+        return JSONResponse(record.to_json())
+
+    @app.get("/healthz", summary="The process is up")
+    async def healthz() -> dict[str, Any]:
+        body: dict[str, Any] = {"status": "ok"}
+        if not authenticator.enabled:
+            body["warning"] = "authentication is off (RUNONCE_AUTH=none): any caller can trigger every route"
+        return body
+
+    @app.get("/readyz", summary="The claim store answers")
+    async def readyz() -> JSONResponse:
+        try:
+            await store.ping()
+        except StoreUnavailable as exc:
+            return JSONResponse({"status": "unavailable", "error": {"message": str(exc)}}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    return app
+
+
+def app_from_environment() -> FastAPI:
+    """Factory for `uvicorn --factory` (each worker process builds its own app)."""
+    from .logs import configure_logging
+    from .settings import load_settings
+
+    settings = load_settings()
+    configure_logging(settings.log_format)
+    return create_app(settings)
+
+
+def _query(request: Request) -> dict[str, list[str]]:
+    values: dict[str, list[str]] = {}
+    for key, value in request.query_params.multi_items():
+        values.setdefault(key, []).append(value)
+    return values
+
+
+async def _read_payload(request: Request, route: str, run_id: str) -> tuple[dict[str, Any], str]:
+    """The JSON object body (empty body = `{}`) and the sha256 of its canonical form, so that
+    retries with re-ordered keys or other whitespace count as the same body."""
+    context = {"route": route, "run_id": run_id}
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise errors.PayloadTooLarge(f"body is {declared} bytes; at most {MAX_BODY_BYTES}", field="body", **context)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise errors.PayloadTooLarge(f"body is over {MAX_BODY_BYTES} bytes", field="body", **context)
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw.strip():
+        payload: Any = {}
+    else:
+        try:
+            payload = json.loads(raw, parse_constant=_reject_constant)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise errors.Invalid(f"body is not valid JSON: {exc}", field="body", **context) from exc
+        if not isinstance(payload, dict):
+            raise errors.Invalid(
+                f"body must be a JSON object, got {type(payload).__name__}", field="body", **context
+            )
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return payload, hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")

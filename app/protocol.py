@@ -1,0 +1,198 @@
+"""One delivery, start to finish: claim → (reconcile) → dispatch → finish.
+
+    claim      CREATE/TAKEOVER: we hold the run       REPLAY: 200 duplicate
+               BUSY: 409 in_progress                   MISMATCH: 422      store down: 503
+    reconcile  only when the record we took over was in_progress (its attempt may have created
+               an execution): found -> complete with it, can't tell -> 504 and keep the claim
+    dispatch   within one deadline (RUNONCE_DISPATCH_TIMEOUT_SECONDS < lease), so an attempt is
+               always done before its lease runs out
+    finish     fenced on attempt_id: success -> completed; throttled/failed -> failed (released);
+               unknown -> stays in_progress, a later attempt reconciles after the lease
+
+The web layer turns the `RunResult` or the raised `RunonceError` into the HTTP answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from . import errors
+from .delivery import Delivery
+from .stores import Claim, Decision, Fenced, Finish, NewRun, RunRecord, RunStore, StoreUnavailable
+from .stores.base import COMPLETED, FAILED, IN_PROGRESS
+from .targets import (
+    DispatchRequest,
+    Target,
+    TargetFailed,
+    TargetOutcomeUnknown,
+    TargetThrottled,
+)
+
+logger = logging.getLogger("runonce.protocol")
+
+THROTTLE_BACKOFF_SECONDS = 10.0
+"""Retry-After for a throttled target that named no delay."""
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """A successful answer: `processed` (this attempt dispatched or reconciled) or `duplicate`."""
+
+    status: str
+    record: RunRecord
+    replayed: bool = False
+
+    def body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"run_id": self.record.run_id, "status": self.status, "route": self.record.route}
+        if self.record.target is not None:
+            body["target"] = self.record.target
+        return body
+
+
+class Runner:
+    """Applies the protocol for every route. Shared by all requests of the process."""
+
+    def __init__(
+        self,
+        store: RunStore,
+        targets: Mapping[str, Target],
+        *,
+        lease: timedelta,
+        retention: timedelta,
+        dispatch_timeout: timedelta,
+        clock: Callable[[], datetime] = utcnow,
+    ):
+        if dispatch_timeout >= lease:
+            raise ValueError("the dispatch timeout must be below the lease")
+        self.store = store
+        self.targets = targets
+        self.lease = lease
+        self.retention = retention
+        self.dispatch_timeout = dispatch_timeout
+        self.clock = clock
+
+    async def run(self, delivery: Delivery, payload: dict[str, Any], body_sha256: str) -> RunResult:
+        run_id, route = delivery.run_id, delivery.route
+        context = {"run_id": run_id, "route": route}
+        new = NewRun(
+            run_id=run_id, route=route, source=delivery.source, project=delivery.project,
+            location=delivery.location, job=delivery.job, schedule_time=delivery.schedule_time_text,
+            task=delivery.task, body_sha256=body_sha256,
+        )
+        now = self.clock()
+        try:
+            claim = await self.store.claim(new, now, self.lease, self.retention)
+        except StoreUnavailable as exc:
+            raise errors.Unavailable(f"claim store unavailable, target not called: {exc}", **context) from exc
+
+        found = claim.record
+        if claim.decision is Decision.REPLAY:
+            return RunResult("duplicate", found, replayed=True)
+        if claim.decision is Decision.BUSY:
+            raise errors.InProgress(
+                f"attempt {found.attempts} of this run holds the lease until {found.lease_expires:%Y-%m-%dT%H:%M:%SZ}",
+                retry_after=(found.lease_expires - now).total_seconds(), **context,
+            )
+        if claim.decision is Decision.MISMATCH:
+            raise errors.PayloadMismatch(
+                f"run {run_id} was delivered with a body of sha256 {found.body_sha256}, this one is "
+                f"{body_sha256}; a run's body cannot change between retries",
+                field="body", **context,
+            )
+        return await self._dispatch(claim, payload)
+
+    async def _dispatch(self, claim: Claim, payload: dict[str, Any]) -> RunResult:
+        held = claim.record
+        target = self.targets[held.route]
+        request = DispatchRequest(
+            run_id=held.run_id, route=held.route, job=held.job, schedule_time=held.schedule_time,
+            source=held.source, payload=payload, task=held.task, attempt=held.attempts,
+        )
+        previous = claim.previous
+        must_reconcile = previous is not None and previous.status == IN_PROGRESS
+        try:
+            async with asyncio.timeout(self.dispatch_timeout.total_seconds()):
+                resource = None
+                if must_reconcile:
+                    assert previous is not None
+                    earlier = (previous.target or {}).get("resource")
+                    resource = await target.reconcile(request, earlier)
+                    if resource is not None:
+                        logger.info("run %s: reconciled with %s, nothing dispatched", held.run_id, resource)
+                if resource is None:
+                    resource = await target.dispatch(request)
+        except TimeoutError as exc:
+            step = "reconciliation" if must_reconcile else "dispatch"
+            outcome = TargetOutcomeUnknown(
+                f"{step} took longer than {self.dispatch_timeout.total_seconds():g}s; the target may have acted"
+            )
+            return await self._finish_error(claim, target, outcome, cause=exc)
+        except (TargetThrottled, TargetFailed, TargetOutcomeUnknown) as exc:
+            return await self._finish_error(claim, target, exc)
+        except Exception as exc:  # an adapter bug: we cannot know what happened downstream
+            logger.exception("run %s: %s target raised unexpectedly", held.run_id, target.type)
+            outcome = TargetOutcomeUnknown(f"{target.type} target raised {type(exc).__name__}: {exc}")
+            return await self._finish_error(claim, target, outcome, cause=exc)
+
+        done = Finish(status=COMPLETED, target={"type": target.type, "resource": resource})
+        try:
+            record = await self.store.finish(claim, done, self.clock())
+        except Fenced as exc:
+            raise self._fenced(claim, exc) from exc
+        except StoreUnavailable:
+            # The execution exists; only our record of it is missing. Telling Scheduler to retry
+            # would change nothing: the record stays in_progress and the next attempt after the
+            # lease reconciles (or re-sends with the same token, which the downstream dedupes).
+            logger.exception("run %s: dispatched as %s but the store did not record it", held.run_id, resource)
+            record = replace(held, status=COMPLETED, target=done.target)
+        return RunResult("processed", record)
+
+    async def _finish_error(
+        self, claim: Claim, target: Target, outcome: Exception, cause: BaseException | None = None
+    ) -> RunResult:
+        held = claim.record
+        context: dict[str, Any] = {"run_id": held.run_id, "route": held.route}
+        message = getattr(outcome, "message", str(outcome))
+        if isinstance(outcome, TargetOutcomeUnknown):
+            finish = Finish(status=IN_PROGRESS, last_error=message)
+            lease_left = (held.lease_expires - self.clock()).total_seconds()
+            error: errors.RunonceError = errors.OutcomeUnknown(
+                f"{message}; the claim is kept and the run is reconciled with the target after the "
+                f"lease, at {held.lease_expires:%Y-%m-%dT%H:%M:%SZ}",
+                retry_after=lease_left, **context,
+            )
+        elif isinstance(outcome, TargetThrottled):
+            finish = Finish(status=FAILED, last_error=message)
+            retry_after = outcome.retry_after if outcome.retry_after is not None else THROTTLE_BACKOFF_SECONDS
+            error = errors.Throttled(f"{message}; the claim was released", retry_after=retry_after, **context)
+        else:
+            finish = Finish(status=FAILED, last_error=message)
+            error = errors.Failed(f"{message}; nothing was created and the claim was released", **context)
+        error.target = {"type": target.type, "resource": None}
+        try:
+            await self.store.finish(claim, finish, self.clock())
+        except Fenced as exc:
+            raise self._fenced(claim, exc) from exc
+        except StoreUnavailable as exc:
+            # The claim stays in_progress until its lease ends: retries wait for it, then reconcile.
+            error.message += f" (the claim store could not record this: {exc}; retries wait for the lease)"
+        raise error from (cause or outcome)
+
+    def _fenced(self, claim: Claim, exc: Fenced) -> errors.RunonceError:
+        held = claim.record
+        logger.warning("run %s: attempt %s was fenced off: %s", held.run_id, held.attempt_id, exc)
+        found = exc.found
+        retry_after = (found.lease_expires - self.clock()).total_seconds() if found else 1
+        return errors.InProgress(
+            f"this attempt lost the run to another attempt ({exc}); retry to get its outcome",
+            retry_after=retry_after, run_id=held.run_id, route=held.route,
+        )

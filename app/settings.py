@@ -1,0 +1,97 @@
+"""Process-wide settings, read once at start-up from `RUNONCE_*` environment variables.
+
+Build one `Settings` in the entry point and pass it to `create_app()`; nothing else reads the
+environment. Tests construct `Settings(...)` directly.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class ConfigError(Exception):
+    """Bad configuration: start-up stops with this one message."""
+
+
+CsvList = Annotated[list[str], NoDecode]
+"""A list given in the environment as `a,b,c`."""
+
+
+def _split_csv(value: object) -> object:
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RUNONCE_", extra="ignore", frozen=True)
+
+    routes_file: str | None = Field(None, description="Path of the routes file (YAML or JSON).")
+    routes: str | None = Field(None, description="Routes inline (YAML or JSON), instead of a file.")
+
+    store: str = Field("sqlite:///runonce.db", description="`sqlite:///PATH` or `firestore`.")
+    store_timeout_seconds: float = Field(
+        5.0, gt=0, description="Longest wait for one claim-store operation before answering 503."
+    )
+    firestore_project: str | None = None
+    firestore_database: str = "(default)"
+    firestore_collection: str = "runonce_runs"
+
+    lease_seconds: float = Field(300, gt=0)
+    retention_seconds: float = Field(86400, gt=0)
+    dispatch_timeout_seconds: float = Field(30, gt=0)
+    forced_run_tolerance_seconds: float = Field(5, ge=0)
+
+    auth: Literal["oidc", "none"] = "oidc"
+    allow_unauthenticated: bool = False
+    audience: CsvList = Field(default_factory=list)
+    allowed_callers: CsvList = Field(default_factory=list)
+    admin_callers: CsvList = Field(default_factory=list)
+    oidc_certs_url: str = "https://www.googleapis.com/oauth2/v1/certs"
+    oidc_clock_skew_seconds: int = Field(10, ge=0, le=300)
+
+    log_format: Literal["json", "text"] = Field(
+        default_factory=lambda: "json" if os.environ.get("K_SERVICE") else "text"
+    )
+
+    workflows_endpoint: str | None = None
+    run_endpoint: str | None = None
+    cloudbuild_endpoint: str | None = None
+
+    @field_validator("audience", "allowed_callers", "admin_callers", mode="before")
+    @classmethod
+    def _csv(cls, value: object) -> object:
+        return _split_csv(value)
+
+    @field_validator("store")
+    @classmethod
+    def _store_url(cls, value: str) -> str:
+        if value == "firestore" or (value.startswith("sqlite:///") and len(value) > len("sqlite:///")):
+            return value
+        raise ValueError("must be 'firestore' or 'sqlite:///PATH' (e.g. sqlite:///runonce.db)")
+
+    @model_validator(mode="after")
+    def _timeout_below_lease(self) -> Settings:
+        if self.dispatch_timeout_seconds >= self.lease_seconds:
+            raise ValueError(
+                f"RUNONCE_DISPATCH_TIMEOUT_SECONDS ({self.dispatch_timeout_seconds:g}) must be below "
+                f"RUNONCE_LEASE_SECONDS ({self.lease_seconds:g}): a dispatch that outlives its lease "
+                "could run twice"
+            )
+        return self
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Settings from the environment, with `ConfigError` naming each bad variable."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            name = "RUNONCE_" + str(error["loc"][0]).upper() if error["loc"] else "settings"
+            problems.append(f"{name}: {error['msg'].removeprefix('Value error, ')}")
+        raise ConfigError("bad settings: " + "; ".join(problems)) from exc

@@ -1,0 +1,262 @@
+"""The run record, the claim rules, and the interface every claim store implements.
+
+The rules live here once (`decide`, `fresh_record`, `takeover_record`); a store's job is to apply
+them atomically: read what is there, `decide`, and write conditionally on what it read.
+
+Time windows of one run (a store never compares anything else):
+
+    created_at            lease_expires                         expire_at = created_at + retention
+        |--- lease live: other attempts get 409 ---|--- claimable: takeover (+ reconcile) ---|--- absent
+        ^ claim (in_progress)                                                                 ^ TTL may delete
+
+A `failed` record is claimable at once; a `completed` one is replayed until `expire_at`.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timedelta, timezone
+from typing import Any, Literal
+
+RunStatus = Literal["in_progress", "completed", "failed"]
+IN_PROGRESS: RunStatus = "in_progress"
+COMPLETED: RunStatus = "completed"
+FAILED: RunStatus = "failed"
+
+
+class StoreError(Exception):
+    """Base of claim-store errors."""
+
+
+class StoreUnavailable(StoreError):
+    """The store could not be reached or did not answer in time; nothing is known to have changed."""
+
+
+class Fenced(StoreError):
+    """A finish was refused: the run is no longer held by this attempt (another attempt took over)."""
+
+    def __init__(self, found: RunRecord | None):
+        self.found = found
+        holder = f"attempt {found.attempt_id} ({found.status})" if found else "no record"
+        super().__init__(f"run is now held by {holder}")
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """What one delivery asks to claim: the identity of the run and what it carries."""
+
+    run_id: str
+    route: str
+    source: str
+    project: str
+    location: str
+    job: str
+    schedule_time: str | None
+    task: str | None
+    body_sha256: str
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One record per run_id, the same in every store (field names are part of the contract)."""
+
+    run_id: str
+    status: RunStatus
+    attempt_id: str
+    attempts: int
+    lease_expires: datetime
+    expire_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    route: str
+    source: str
+    project: str
+    location: str
+    job: str
+    schedule_time: str | None
+    task: str | None
+    body_sha256: str
+    target: dict[str, str] | None = None
+    last_error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as the API and CLI show it: timestamps in RFC 3339 UTC."""
+        return {k: (rfc3339(v) if isinstance(v, datetime) else v) for k, v in self.as_dict().items()}
+
+
+def rfc3339(value: datetime) -> str:
+    """`2026-10-16T12:00:00.123456Z`: UTC, microseconds, fixed width (so text sorts as time)."""
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class Decision(enum.Enum):
+    """What a claim found, decided by `decide` from the stored record alone."""
+
+    CREATE = "create"  # nothing there (or an expired record): create a fresh record
+    TAKEOVER = "takeover"  # failed, or its lease expired: replace it with a new attempt
+    REPLAY = "replay"  # completed: answer with the stored result
+    BUSY = "busy"  # another attempt holds a live lease
+    MISMATCH = "mismatch"  # same run_id, different body
+
+
+def decide(found: RunRecord | None, new: NewRun, now: datetime) -> Decision:
+    """The claim rules, in order. Expired records count as absent (TTL deletion lags)."""
+    if found is None or found.expire_at <= now:
+        return Decision.CREATE
+    if found.body_sha256 != new.body_sha256:
+        return Decision.MISMATCH
+    if found.status == COMPLETED:
+        return Decision.REPLAY
+    if found.status == IN_PROGRESS and found.lease_expires > now:
+        return Decision.BUSY
+    return Decision.TAKEOVER
+
+
+def new_attempt_id() -> str:
+    return uuid.uuid4().hex
+
+
+def fresh_record(new: NewRun, now: datetime, lease: timedelta, retention: timedelta) -> RunRecord:
+    return RunRecord(
+        run_id=new.run_id,
+        status=IN_PROGRESS,
+        attempt_id=new_attempt_id(),
+        attempts=1,
+        lease_expires=now + lease,
+        expire_at=now + retention,
+        created_at=now,
+        updated_at=now,
+        route=new.route,
+        source=new.source,
+        project=new.project,
+        location=new.location,
+        job=new.job,
+        schedule_time=new.schedule_time,
+        task=new.task,
+        body_sha256=new.body_sha256,
+    )
+
+
+def takeover_record(found: RunRecord, now: datetime, lease: timedelta) -> RunRecord:
+    """A new attempt on an existing run: keeps identity, history and `target`, fences the old one."""
+    return replace(
+        found,
+        status=IN_PROGRESS,
+        attempt_id=new_attempt_id(),
+        attempts=found.attempts + 1,
+        lease_expires=now + lease,
+        updated_at=now,
+    )
+
+
+def claimed_record(
+    found: RunRecord | None, decision: Decision, new: NewRun, now: datetime, lease: timedelta,
+    retention: timedelta,
+) -> RunRecord:
+    """The record a store writes for a CREATE or TAKEOVER decision."""
+    if decision is Decision.CREATE:
+        return fresh_record(new, now, lease, retention)
+    assert found is not None and decision is Decision.TAKEOVER
+    return takeover_record(found, now, lease)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The answer to a claim.
+
+    `decision` CREATE or TAKEOVER: this attempt holds the run; `record` is what was written and
+    `previous` what it replaced (an in_progress `previous` means an earlier attempt may have created
+    an execution: reconcile first). Otherwise `record` is the record found, unchanged.
+    `version` is store-private (Firestore's update time) and lets `finish` skip a read.
+    """
+
+    decision: Decision
+    record: RunRecord
+    previous: RunRecord | None = None
+    version: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def won(self) -> bool:
+        return self.decision in (Decision.CREATE, Decision.TAKEOVER)
+
+
+@dataclass(frozen=True)
+class Finish:
+    """How an attempt ends. `status` in_progress keeps the claim (outcome unknown)."""
+
+    status: RunStatus
+    target: dict[str, str] | None = None
+    last_error: str | None = None
+
+
+def holds(found: RunRecord | None, claim: Claim) -> bool:
+    """Fencing: may `claim` still write its outcome over `found`?"""
+    return found is not None and found.attempt_id == claim.record.attempt_id and found.status == IN_PROGRESS
+
+
+def releasable(found: RunRecord | None, now: datetime) -> bool:
+    """An admin release applies only to a live lease on an unexpired in_progress run."""
+    return (
+        found is not None
+        and found.expire_at > now
+        and found.status == IN_PROGRESS
+        and found.lease_expires > now
+    )
+
+
+def finished_record(held: RunRecord, finish: Finish, now: datetime) -> RunRecord:
+    return replace(
+        held,
+        status=finish.status,
+        target=finish.target if finish.target is not None else held.target,
+        last_error=finish.last_error,
+        updated_at=now,
+    )
+
+
+class RunStore(ABC):
+    """A claim store. Every method takes `now` so tests drive the clock.
+
+    Methods raise `StoreUnavailable` when the backend cannot be reached or times out.
+    """
+
+    @abstractmethod
+    async def claim(self, new: NewRun, now: datetime, lease: timedelta, retention: timedelta) -> Claim:
+        """Atomically apply `decide` to the stored record and, on CREATE/TAKEOVER, write the claim.
+
+        Must be one atomic step against concurrent claims, in this process and others: of any
+        number of simultaneous claims of one run_id at most one may win.
+        """
+
+    @abstractmethod
+    async def finish(self, claim: Claim, finish: Finish, now: datetime) -> RunRecord:
+        """Write the outcome, only if the record is still held by `claim.record.attempt_id` and
+        still in_progress; return the written record. Raise `Fenced` otherwise."""
+
+    @abstractmethod
+    async def get(self, run_id: str, now: datetime) -> RunRecord | None:
+        """The record, or None if absent or expired."""
+
+    @abstractmethod
+    async def list(
+        self, now: datetime, route: str | None = None, status: RunStatus | None = None, limit: int = 50
+    ) -> list[RunRecord]:
+        """Unexpired records, newest first."""
+
+    @abstractmethod
+    async def release(self, run_id: str, now: datetime) -> RunRecord | None:
+        """Admin: end the live lease of an in_progress run so the next delivery takes over (and
+        reconciles). Returns the updated record, or None when there is nothing to release."""
+
+    @abstractmethod
+    async def ping(self) -> None:
+        """Raise `StoreUnavailable` unless the store answers."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""

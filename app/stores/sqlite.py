@@ -1,0 +1,222 @@
+"""SQLite claim store: the embedded default (`sqlite:///PATH`).
+
+Atomicity comes from SQLite's own write lock: every claim or finish is one `BEGIN IMMEDIATE`
+transaction that reads the row, applies the shared rules and writes, so two writers — threads or
+uvicorn worker processes on the same file — cannot interleave. WAL lets readers run beside the
+writer; `busy_timeout` makes a writer wait for the lock up to the store timeout, after which the
+store counts as unavailable (503).
+
+All sqlite3 calls run on one dedicated thread per store, so the event loop never blocks on disk or
+on the lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import fields
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from .base import (
+    Claim,
+    Decision,
+    Fenced,
+    Finish,
+    NewRun,
+    RunRecord,
+    RunStatus,
+    RunStore,
+    StoreUnavailable,
+    claimed_record,
+    decide,
+    finished_record,
+    holds,
+    releasable,
+    rfc3339,
+)
+
+T = TypeVar("T")
+
+_COLUMNS = [f.name for f in fields(RunRecord)]
+_TIME_COLUMNS = {"lease_expires", "expire_at", "created_at", "updated_at"}
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id        TEXT PRIMARY KEY,
+    status        TEXT NOT NULL CHECK (status IN ('in_progress', 'completed', 'failed')),
+    attempt_id    TEXT NOT NULL,
+    attempts      INTEGER NOT NULL,
+    lease_expires TEXT NOT NULL,  -- RFC 3339 UTC, fixed width: compares as text
+    expire_at     TEXT NOT NULL,
+    created_at    TEXT NOT NULL,
+    updated_at    TEXT NOT NULL,
+    route         TEXT NOT NULL,
+    source        TEXT NOT NULL,
+    project       TEXT NOT NULL,
+    location      TEXT NOT NULL,
+    job           TEXT NOT NULL,
+    schedule_time TEXT,
+    task          TEXT,
+    body_sha256   TEXT NOT NULL,
+    target        TEXT,           -- JSON {"type", "resource"}
+    last_error    TEXT
+);
+CREATE INDEX IF NOT EXISTS runs_by_created ON runs (created_at);
+"""
+
+
+def _to_row(record: RunRecord) -> tuple[Any, ...]:
+    values = record.as_dict()
+    values["target"] = json.dumps(record.target) if record.target is not None else None
+    for name in _TIME_COLUMNS:
+        values[name] = rfc3339(values[name])
+    return tuple(values[name] for name in _COLUMNS)
+
+
+def _from_row(row: sqlite3.Row) -> RunRecord:
+    values = dict(zip(_COLUMNS, row, strict=True))
+    values["target"] = json.loads(values["target"]) if values["target"] is not None else None
+    for name in _TIME_COLUMNS:
+        values[name] = datetime.fromisoformat(values[name])
+    return RunRecord(**values)
+
+
+_SELECT = f"SELECT {', '.join(_COLUMNS)} FROM runs"
+_UPSERT = f"INSERT OR REPLACE INTO runs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
+
+
+class SQLiteStore(RunStore):
+    def __init__(self, path: str, timeout_seconds: float = 5.0):
+        self.path = path
+        self._timeout = timeout_seconds
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runonce-sqlite")
+        self._conn: sqlite3.Connection | None = None
+
+    @classmethod
+    def from_url(cls, url: str, timeout_seconds: float = 5.0) -> SQLiteStore:
+        return cls(url.removeprefix("sqlite:///"), timeout_seconds)
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._conn is None:
+            conn = sqlite3.connect(
+                self.path, timeout=self._timeout, isolation_level=None, check_same_thread=False
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            # FULL: a claim that was answered must survive a power cut, or the run could repeat.
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.executescript(_SCHEMA)
+            self._conn = conn
+        return self._conn
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        def call() -> T:
+            try:
+                return fn(self._connect())
+            except sqlite3.Error as exc:  # locked past busy_timeout, disk or file trouble
+                raise StoreUnavailable(f"sqlite {self.path}: {exc}") from exc
+
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+    @staticmethod
+    def _transaction(conn: sqlite3.Connection, body: Callable[[], T]) -> T:
+        conn.execute("BEGIN IMMEDIATE")  # takes the write lock before the read: no lost updates
+        try:
+            result = body()
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return result
+
+    @staticmethod
+    def _read(conn: sqlite3.Connection, run_id: str) -> RunRecord | None:
+        row = conn.execute(f"{_SELECT} WHERE run_id = ?", (run_id,)).fetchone()
+        return _from_row(row) if row is not None else None
+
+    # -- RunStore -----------------------------------------------------------------------------
+
+    async def claim(self, new: NewRun, now: datetime, lease: timedelta, retention: timedelta) -> Claim:
+        def work(conn: sqlite3.Connection) -> Claim:
+            def body() -> Claim:
+                found = self._read(conn, new.run_id)
+                decision = decide(found, new, now)
+                if decision not in (Decision.CREATE, Decision.TAKEOVER):
+                    assert found is not None
+                    return Claim(decision, found)
+                record = claimed_record(found, decision, new, now, lease, retention)
+                conn.execute(_UPSERT, _to_row(record))
+                return Claim(decision, record, previous=found)
+
+            return self._transaction(conn, body)
+
+        return await self._run(work)
+
+    async def finish(self, claim: Claim, finish: Finish, now: datetime) -> RunRecord:
+        def work(conn: sqlite3.Connection) -> RunRecord:
+            def body() -> RunRecord:
+                found = self._read(conn, claim.record.run_id)
+                if not holds(found, claim):
+                    raise Fenced(found)
+                record = finished_record(found, finish, now)
+                conn.execute(_UPSERT, _to_row(record))
+                return record
+
+            return self._transaction(conn, body)
+
+        return await self._run(work)
+
+    async def get(self, run_id: str, now: datetime) -> RunRecord | None:
+        def work(conn: sqlite3.Connection) -> RunRecord | None:
+            found = self._read(conn, run_id)
+            return found if found is not None and found.expire_at > now else None
+
+        return await self._run(work)
+
+    async def list(
+        self, now: datetime, route: str | None = None, status: RunStatus | None = None, limit: int = 50
+    ) -> list[RunRecord]:
+        def work(conn: sqlite3.Connection) -> list[RunRecord]:
+            rows = conn.execute(
+                f"{_SELECT} WHERE expire_at > ? AND (? IS NULL OR route = ?) AND (? IS NULL OR status = ?)"
+                " ORDER BY created_at DESC LIMIT ?",
+                (rfc3339(now), route, route, status, status, limit),
+            ).fetchall()
+            return [_from_row(row) for row in rows]
+
+        return await self._run(work)
+
+    async def release(self, run_id: str, now: datetime) -> RunRecord | None:
+        def work(conn: sqlite3.Connection) -> RunRecord | None:
+            def body() -> RunRecord | None:
+                found = self._read(conn, run_id)
+                if not releasable(found, now):
+                    return None
+                conn.execute(
+                    "UPDATE runs SET lease_expires = ?, updated_at = ? WHERE run_id = ?",
+                    (rfc3339(now), rfc3339(now), run_id),
+                )
+                return self._read(conn, run_id)
+
+            return self._transaction(conn, body)
+
+        return await self._run(work)
+
+    async def ping(self) -> None:
+        await self._run(lambda conn: conn.execute("SELECT 1").fetchone())
+
+    async def close(self) -> None:
+        def work() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        await asyncio.get_running_loop().run_in_executor(self._executor, work)
+        self._executor.shutdown(wait=True)
+

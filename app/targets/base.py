@@ -1,0 +1,91 @@
+"""The target interface: one adapter per downstream type, one method to implement.
+
+An adapter either returns the resource it created or raises one of these, which decide what
+happens to the claim and what Scheduler is told:
+
+    TargetError
+     ├── TargetThrottled       the target said slow down; nothing created     -> 429, claim released
+     ├── TargetFailed          the target refused; nothing created            -> 502, claim released
+     └── TargetOutcomeUnknown  the request may have created something        -> 504, claim kept
+
+Adapters translate their client's errors into these in one place (like httpx's
+`map_httpcore_exceptions`) and chain the original with `from exc`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class TargetError(Exception):
+    """Base of dispatch and reconciliation outcomes other than success."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class TargetThrottled(TargetError):
+    """The target asked us to slow down (HTTP 429 / RESOURCE_EXHAUSTED). Nothing was created."""
+
+    def __init__(self, message: str, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class TargetFailed(TargetError):
+    """The target answered and created nothing. The run may be dispatched again at once."""
+
+
+class TargetOutcomeUnknown(TargetError):
+    """The request may have reached the target (timeout, reset after sending, 504), or a
+    reconciliation could not tell. The claim is kept; a later attempt reconciles."""
+
+
+@dataclass(frozen=True)
+class DispatchRequest:
+    """What every target receives for one run."""
+
+    run_id: str
+    route: str
+    job: str
+    schedule_time: str | None
+    source: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    task: str | None = None
+    attempt: int = 1
+
+    def runonce_fields(self) -> dict[str, Any]:
+        """The run's identity as handed downstream (`job`, `schedule_time`, `source`)."""
+        fields: dict[str, Any] = {"job": self.job, "schedule_time": self.schedule_time, "source": self.source}
+        if self.task is not None:
+            fields["task"] = self.task
+        return fields
+
+
+class Target(ABC):
+    """One configured downstream. Instances live for the process and are shared by requests."""
+
+    type: str
+
+    @abstractmethod
+    async def dispatch(self, request: DispatchRequest) -> str:
+        """Start the run downstream, passing `request.run_id` as the idempotency token.
+
+        Return the resource created (execution name, build name, URL). Raise `TargetThrottled`,
+        `TargetFailed` or `TargetOutcomeUnknown` as documented at the top of this module.
+        """
+
+    async def reconcile(self, request: DispatchRequest, previous_resource: str | None) -> str | None:
+        """Called before dispatching a run whose earlier attempt may have created something.
+
+        Return the resource that earlier attempt created, or None when there is none — or when the
+        downstream dedupes on the token itself, so dispatching again is safe (the default).
+        Raise `TargetOutcomeUnknown` when it cannot tell: the run is then never dispatched blind.
+        """
+        return None
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""

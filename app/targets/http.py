@@ -1,0 +1,82 @@
+"""`http` target: POST the run to a URL that dedupes on the `Idempotency-Key` header itself.
+
+No reconciliation: when an earlier attempt's outcome is unknown, the run is sent again with the
+same key and the downstream answers it as a duplicate.
+"""
+
+from __future__ import annotations
+
+import email.utils
+from datetime import datetime, timezone
+from typing import Literal
+
+import httpx
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict
+
+from .base import DispatchRequest, Target, TargetFailed, TargetOutcomeUnknown, TargetThrottled
+
+
+class HttpTargetConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["http"]
+    url: AnyHttpUrl
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds from a `Retry-After` header (delta-seconds or HTTP-date), None if absent or bad."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, (when - (now or datetime.now(timezone.utc))).total_seconds())
+
+
+class HttpTarget(Target):
+    type = "http"
+
+    def __init__(self, config: HttpTargetConfig, client: httpx.AsyncClient):
+        self.config = config
+        self.url = str(config.url)
+        self._client = client
+
+    async def dispatch(self, request: DispatchRequest) -> str:
+        body = {
+            "run_id": request.run_id,
+            "job": request.job,
+            "schedule_time": request.schedule_time,
+            "source": request.source,
+            "payload": request.payload,
+        }
+        if request.task is not None:
+            body["task"] = request.task
+        try:
+            response = await self._client.post(
+                self.url, json=body, headers={"Idempotency-Key": request.run_id}
+            )
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol) as exc:
+            # Raised before a byte of the request left: nothing can have been created.
+            raise TargetFailed(f"POST {self.url}: could not connect: {exc!r}") from exc
+        except httpx.TransportError as exc:
+            # Timeouts and resets after sending: the downstream may have acted on it.
+            raise TargetOutcomeUnknown(f"POST {self.url}: no answer: {exc!r}") from exc
+        return self._classify(response)
+
+    def _classify(self, response: httpx.Response) -> str:
+        status = response.status_code
+        if 200 <= status < 300:
+            return self.url
+        detail = f"POST {self.url}: HTTP {status}: {response.text[:300]}"
+        retry_after = parse_retry_after(response.headers.get("retry-after"))
+        if status == 429 or (status == 503 and retry_after is not None):
+            raise TargetThrottled(detail, retry_after)
+        if status == 504:  # a gateway gave up waiting: the downstream may still be working on it
+            raise TargetOutcomeUnknown(detail)
+        raise TargetFailed(detail)
