@@ -1,0 +1,1 @@
+"""Test harness shared by the suites: real processes on free loopback ports."""
