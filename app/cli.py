@@ -70,6 +70,7 @@ def serve(host: str, port: int | None, workers: int) -> None:
     from .logs import configure_logging, uvicorn_log_config
     from .main import create_app
     from .routes import load_routes
+    from .server import DrainingServer
 
     settings = _settings()
     configure_logging(settings.log_format)
@@ -84,15 +85,18 @@ def serve(host: str, port: int | None, workers: int) -> None:
             app = "app.main:app_from_environment"
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
-    uvicorn.run(
-        app,
-        host=host,
-        port=port,
-        workers=workers,
-        factory=workers > 1,
-        log_config=uvicorn_log_config(settings.log_format),
-        timeout_graceful_shutdown=8,  # Cloud Run sends SIGKILL 10 s after SIGTERM
-    )
+    options: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "log_config": uvicorn_log_config(settings.log_format),
+        "access_log": False,  # runonce writes its own access line (app/access.py)
+        # after the grace, uvicorn cancels what is left; Cloud Run sends SIGKILL 10 s after SIGTERM
+        "timeout_graceful_shutdown": settings.shutdown_grace_seconds + 1,
+    }
+    if workers > 1:  # each worker drains its connections; dispatches get uvicorn's timeout only
+        uvicorn.run(app, workers=workers, factory=True, **options)
+        return
+    DrainingServer(uvicorn.Config(app, **options), on_exit=app.state.drain).run()
 
 
 @main.group()

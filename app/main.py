@@ -17,13 +17,16 @@ from typing import Any
 import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from . import errors
+from . import errors, logs
+from .access import AccessLog
 from .auth import Authenticator, build_authenticator
 from .delivery import InvalidDelivery, parse_delivery, parse_namespace
-from .protocol import Runner, utcnow
+from .metrics import Metrics
+from .protocol import Runner, RunResult, utcnow
 from .routes import Route, load_routes
 from .settings import Settings
 from .stores import RunStore, StoreUnavailable, open_store
@@ -57,6 +60,10 @@ def create_app(
             firestore_database=settings.firestore_database,
             firestore_collection=settings.firestore_collection,
         )
+    metrics = Metrics()
+    certs = getattr(authenticator, "certs", None)
+    if certs is not None:
+        metrics.count_certs_fetches(lambda: certs.fetches)
     if settings.auth == "none":
         logger.warning(
             "RUNONCE_AUTH=none: ANY caller can trigger every route. For local use only; "
@@ -80,6 +87,7 @@ def create_app(
             retention=timedelta(seconds=settings.retention_seconds),
             dispatch_timeout=timedelta(seconds=settings.dispatch_timeout_seconds),
             clock=clock,
+            metrics=metrics,
         )
         logger.info("runonce ready: %d route(s), store %s", len(routes), settings.store.split("?")[0])
         try:
@@ -101,6 +109,16 @@ def create_app(
     app.state.routes = routes
     app.state.store = store
     app.state.auth = authenticator
+    app.state.metrics = metrics
+    app.add_middleware(AccessLog, metrics=metrics, project=logs.discover_project())
+
+    def drain() -> None:
+        """On SIGTERM (called on the event loop by `runonce serve`): see `Runner.drain`."""
+        runner = getattr(app.state, "runner", None)
+        if runner is not None:
+            runner.drain(settings.shutdown_grace_seconds)
+
+    app.state.drain = drain
 
     @app.exception_handler(errors.RunonceError)
     async def _runonce_error(request: Request, exc: errors.RunonceError) -> JSONResponse:
@@ -126,8 +144,29 @@ def create_app(
         summary="Deliver one scheduled run",
     )
     async def deliver(route: str, request: Request) -> JSONResponse:
+        # The delivery's one outcome line (access.py) is filled in as we learn things.
+        outcome: dict[str, Any] = {"outcome": None, "run_id": None, "route": route}
+        request.state.outcome = outcome
+        try:
+            result = await _deliver(route, request, outcome)
+        except errors.RunonceError as exc:
+            outcome.update(outcome=exc.status, error=exc.message)
+            if exc.run_id:
+                outcome["run_id"] = exc.run_id
+            if exc.target is not None:
+                outcome["target"] = exc.target
+            raise
+        except Exception:
+            outcome["outcome"] = "internal_error"
+            raise
+        outcome.update(outcome=result.status, attempt=result.record.attempts, target=result.record.target)
+        headers = {"Runonce-Replayed": "true"} if result.replayed else {}
+        return JSONResponse(result.body(), headers=headers)
+
+    async def _deliver(route: str, request: Request, outcome: dict[str, Any]) -> RunResult:
         auth: Authenticator = request.app.state.auth
         caller = await auth.authenticate(request.headers)
+        outcome["caller"] = caller
         config: Route | None = routes.get(route)
         if config is None:
             raise errors.NotFound(f"no route {route!r} is configured", route=route)
@@ -143,10 +182,14 @@ def create_app(
             )
         except InvalidDelivery as exc:
             raise errors.Invalid(exc.reason, field=exc.field, route=route) from exc
+        outcome.update(
+            run_id=delivery.run_id, source=delivery.source, job=delivery.job,
+            schedule_time=delivery.schedule_time_text, task=delivery.task,
+            namespace=f"{delivery.project}/{delivery.location}",
+        )
+        logs.bind(labels={"run_id": delivery.run_id, "route": route})
         payload, body_sha256 = await _read_payload(request, route, delivery.run_id)
-        result = await request.app.state.runner.run(delivery, payload, body_sha256)
-        headers = {"Runonce-Replayed": "true"} if result.replayed else {}
-        return JSONResponse(result.body(), headers=headers)
+        return await request.app.state.runner.run(delivery, payload, body_sha256)
 
     @app.get("/v1/runs/{run_id}", summary="The run record", responses=_RESPONSES)
     async def get_run(run_id: str, request: Request) -> JSONResponse:
@@ -167,6 +210,10 @@ def create_app(
         if not authenticator.enabled:
             body["warning"] = "authentication is off (RUNONCE_AUTH=none): any caller can trigger every route"
         return body
+
+    @app.get("/metrics", summary="Prometheus metrics (text format)", response_class=PlainTextResponse)
+    async def prometheus_metrics() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/readyz", summary="The claim store answers")
     async def readyz() -> JSONResponse:

@@ -23,6 +23,7 @@ from typing import Any
 
 from . import errors
 from .delivery import Delivery
+from .metrics import Metrics
 from .stores import Claim, Decision, Fenced, Finish, NewRun, RunRecord, RunStore, StoreUnavailable
 from .stores.base import COMPLETED, FAILED, IN_PROGRESS
 from .targets import (
@@ -70,6 +71,7 @@ class Runner:
         retention: timedelta,
         dispatch_timeout: timedelta,
         clock: Callable[[], datetime] = utcnow,
+        metrics: Metrics | None = None,
     ):
         if dispatch_timeout >= lease:
             raise ValueError("the dispatch timeout must be below the lease")
@@ -79,6 +81,22 @@ class Runner:
         self.retention = retention
         self.dispatch_timeout = dispatch_timeout
         self.clock = clock
+        self.metrics = metrics or Metrics()
+        self.draining = False
+        self._dispatch_deadlines: set[asyncio.Timeout] = set()
+
+    def drain(self, grace_seconds: float) -> None:
+        """Shutting down (SIGTERM): take no new runs, and give dispatches in flight at most
+        `grace_seconds` more. Must run on the event loop's thread."""
+        self.draining = True
+        cutoff = asyncio.get_running_loop().time() + grace_seconds
+        for deadline in self._dispatch_deadlines:
+            if deadline.when() is None or deadline.when() > cutoff:
+                deadline.reschedule(cutoff)
+        logger.warning(
+            "shutting down: refusing new deliveries (503), %d dispatch(es) in flight get %gs to finish",
+            len(self._dispatch_deadlines), grace_seconds,
+        )
 
     async def run(self, delivery: Delivery, payload: dict[str, Any], body_sha256: str) -> RunResult:
         run_id, route = delivery.run_id, delivery.route
@@ -88,9 +106,12 @@ class Runner:
             location=delivery.location, job=delivery.job, schedule_time=delivery.schedule_time_text,
             task=delivery.task, body_sha256=body_sha256,
         )
+        if self.draining:
+            raise errors.Unavailable("runonce is shutting down; retry (another instance will take it)", **context)
         now = self.clock()
         try:
-            claim = await self.store.claim(new, now, self.lease, self.retention)
+            with self.metrics.store_timer("claim"):
+                claim = await self.store.claim(new, now, self.lease, self.retention)
         except StoreUnavailable as exc:
             raise errors.Unavailable(f"claim store unavailable, target not called: {exc}", **context) from exc
 
@@ -108,7 +129,18 @@ class Runner:
                 f"{body_sha256}; a run's body cannot change between retries",
                 field="body", **context,
             )
+        if self.draining:
+            # Claimed while shutdown began, not dispatched: give the run back so that the retry
+            # does not wait out the lease.
+            await self._finish(claim, Finish(status=FAILED, last_error="runonce shut down before dispatching"))
+            raise errors.Unavailable(
+                "runonce is shutting down; the claim was released before dispatching, retry", **context
+            )
         return await self._dispatch(claim, payload)
+
+    async def _finish(self, claim: Claim, finish: Finish) -> RunRecord:
+        with self.metrics.store_timer("finish"):
+            return await self.store.finish(claim, finish, self.clock())
 
     async def _dispatch(self, claim: Claim, payload: dict[str, Any]) -> RunResult:
         held = claim.record
@@ -120,21 +152,11 @@ class Runner:
         previous = claim.previous
         must_reconcile = previous is not None and previous.status == IN_PROGRESS
         try:
-            async with asyncio.timeout(self.dispatch_timeout.total_seconds()):
-                resource = None
-                if must_reconcile:
-                    assert previous is not None
-                    earlier = (previous.target or {}).get("resource")
-                    resource = await target.reconcile(request, earlier)
-                    if resource is not None:
-                        logger.info("run %s: reconciled with %s, nothing dispatched", held.run_id, resource)
-                if resource is None:
-                    resource = await target.dispatch(request)
+            resource = await self._call_target(target, request, previous if must_reconcile else None)
         except TimeoutError as exc:
             step = "reconciliation" if must_reconcile else "dispatch"
-            outcome = TargetOutcomeUnknown(
-                f"{step} took longer than {self.dispatch_timeout.total_seconds():g}s; the target may have acted"
-            )
+            limit = "the shutdown grace" if self.draining else f"{self.dispatch_timeout.total_seconds():g}s"
+            outcome = TargetOutcomeUnknown(f"{step} took longer than {limit}; the target may have acted")
             return await self._finish_error(claim, target, outcome, cause=exc)
         except (TargetThrottled, TargetFailed, TargetOutcomeUnknown) as exc:
             return await self._finish_error(claim, target, exc)
@@ -145,7 +167,7 @@ class Runner:
 
         done = Finish(status=COMPLETED, target={"type": target.type, "resource": resource})
         try:
-            record = await self.store.finish(claim, done, self.clock())
+            record = await self._finish(claim, done)
         except Fenced as exc:
             raise self._fenced(claim, exc) from exc
         except StoreUnavailable:
@@ -156,6 +178,23 @@ class Runner:
             record = replace(held, status=COMPLETED, target=done.target)
         return RunResult("processed", record)
 
+    async def _call_target(self, target: Target, request: DispatchRequest, previous: RunRecord | None) -> str:
+        """Reconcile (when `previous` may have created something), else dispatch; all within one
+        deadline, which a shutdown may shorten (`drain`)."""
+        async with asyncio.timeout(self.dispatch_timeout.total_seconds()) as deadline:
+            self._dispatch_deadlines.add(deadline)
+            try:
+                with self.metrics.dispatching(target.type):
+                    if previous is not None:
+                        earlier = (previous.target or {}).get("resource")
+                        resource = await target.reconcile(request, earlier)
+                        if resource is not None:
+                            logger.info("run %s: reconciled with %s, nothing dispatched", request.run_id, resource)
+                            return resource
+                    return await target.dispatch(request)
+            finally:
+                self._dispatch_deadlines.discard(deadline)
+
     async def _finish_error(
         self, claim: Claim, target: Target, outcome: Exception, cause: BaseException | None = None
     ) -> RunResult:
@@ -165,7 +204,7 @@ class Runner:
         keep = isinstance(outcome, TargetOutcomeUnknown)
         finish = Finish(status=IN_PROGRESS if keep else FAILED, last_error=message)
         try:
-            await self.store.finish(claim, finish, self.clock())
+            await self._finish(claim, finish)
             recorded = ""
         except Fenced as exc:
             raise self._fenced(claim, exc) from exc

@@ -45,6 +45,9 @@ class Settings(BaseSettings):
     retention_seconds: float = Field(86400, gt=0)
     dispatch_timeout_seconds: float = Field(30, gt=0)
     forced_run_tolerance_seconds: float = Field(5, ge=0)
+    shutdown_grace_seconds: float = Field(
+        7, ge=0, description="On SIGTERM, how long dispatches in flight may still run (Cloud Run kills at 10 s)."
+    )
 
     auth: Literal["oidc", "none"] = "oidc"
     allow_unauthenticated: bool = False
