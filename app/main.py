@@ -67,7 +67,12 @@ def create_app(
             timeout=httpx.Timeout(settings.dispatch_timeout_seconds),
             headers={"User-Agent": "runonce/0.1"},
         )
-        context = TargetContext(http=http)
+        context = TargetContext(
+            http=http,
+            workflows_endpoint=settings.workflows_endpoint,
+            run_endpoint=settings.run_endpoint,
+            cloudbuild_endpoint=settings.cloudbuild_endpoint,
+        )
         targets = {name: build_target(route.target, context) for name, route in routes.items()}
         app.state.runner = Runner(
             store,
