@@ -93,3 +93,17 @@ def test_endpoint_overrides_must_be_urls(value: str) -> None:
 def test_endpoint_overrides_accept_plaintext_and_tls() -> None:
     settings = load_settings(workflows_endpoint="http://127.0.0.1:8085", cloudbuild_endpoint="https://cloudbuild.googleapis.com")
     assert settings.workflows_endpoint == "http://127.0.0.1:8085"
+
+
+def test_readme_documents_every_target_type() -> None:
+    from typing import get_args
+
+    from app.targets import TargetConfig
+    from tests.support.procs import REPO
+
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Targets"):]
+    union = get_args(get_args(TargetConfig)[0])
+    for config in union:
+        target_type = get_args(config.model_fields["type"].annotation)[0]
+        assert f"### `{target_type}`" in section, f"README's Targets section lacks {target_type}"
