@@ -130,7 +130,7 @@ class CloudBuildTriggerTarget(Target):
         for key, value in request.payload.items():
             if not re.match(SUBSTITUTION_PATTERN, key) or not isinstance(value, str):
                 raise TargetFailed(
-                    f"payload field {key}: a cloud_build_trigger payload holds substitutions, "
+                    f"payload field {key!r}: a cloud_build_trigger payload holds substitutions, "
                     "keys matching ^_[A-Z0-9_]+$ with string values"
                 )
             values[key] = value
