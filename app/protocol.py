@@ -148,6 +148,7 @@ class Runner:
         request = DispatchRequest(
             run_id=held.run_id, route=held.route, job=held.job, schedule_time=held.schedule_time,
             source=held.source, payload=payload, task=held.task, attempt=held.attempts,
+            created_at=held.created_at,
         )
         previous = claim.previous
         must_reconcile = previous is not None and previous.status == IN_PROGRESS

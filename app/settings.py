@@ -7,6 +7,7 @@ environment. Tests construct `Settings(...)` directly.
 from __future__ import annotations
 
 import os
+import re
 from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -69,6 +70,16 @@ class Settings(BaseSettings):
     @classmethod
     def _csv(cls, value: object) -> object:
         return _split_csv(value)
+
+    @field_validator("workflows_endpoint", "run_endpoint", "cloudbuild_endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?", value):
+            raise ValueError(
+                "must be a URL without a path, e.g. https://run.googleapis.com or http://127.0.0.1:8085 "
+                "(http:// means plaintext, for local fakes)"
+            )
+        return value
 
     @field_validator("store")
     @classmethod

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 import httpx
@@ -16,18 +16,34 @@ from .base import (
     TargetOutcomeUnknown,
     TargetThrottled,
 )
+from .cloud_build_trigger import CloudBuildTriggerTarget, CloudBuildTriggerTargetConfig
+from .cloud_run_job import CloudRunJobTarget, CloudRunJobTargetConfig
+from .google import GoogleAuth
 from .http import HttpTarget, HttpTargetConfig
 from .log import LogTarget, LogTargetConfig
+from .workflows import WorkflowsTarget, WorkflowsTargetConfig
 
-TargetConfig = Annotated[LogTargetConfig | HttpTargetConfig, Field(discriminator="type")]
+TargetConfig = Annotated[
+    LogTargetConfig
+    | HttpTargetConfig
+    | WorkflowsTargetConfig
+    | CloudRunJobTargetConfig
+    | CloudBuildTriggerTargetConfig,
+    Field(discriminator="type"),
+]
 """A route's `target:` block; `type` picks the adapter."""
 
 
 @dataclass
 class TargetContext:
-    """What adapters share for the life of the process."""
+    """What adapters share for the life of the process: one HTTP client, one set of Google
+    credentials, and the API endpoints (`None` = Google's; tests point them at local fakes)."""
 
     http: httpx.AsyncClient
+    google_auth: GoogleAuth = field(default_factory=GoogleAuth)
+    workflows_endpoint: str | None = None
+    run_endpoint: str | None = None
+    cloudbuild_endpoint: str | None = None
 
 
 def build_target(config: TargetConfig, context: TargetContext) -> Target:
@@ -35,7 +51,13 @@ def build_target(config: TargetConfig, context: TargetContext) -> Target:
         case LogTargetConfig():
             return LogTarget(config)
         case HttpTargetConfig():
-            return HttpTarget(config, context.http)
+            return HttpTarget(config, context.http, context.google_auth)
+        case WorkflowsTargetConfig():
+            return WorkflowsTarget(config, context.google_auth, context.workflows_endpoint)
+        case CloudRunJobTargetConfig():
+            return CloudRunJobTarget(config, context.http, context.google_auth, context.run_endpoint)
+        case CloudBuildTriggerTargetConfig():
+            return CloudBuildTriggerTarget(config, context.http, context.google_auth, context.cloudbuild_endpoint)
     raise ValueError(f"no adapter for target type {config.type!r}")
 
 

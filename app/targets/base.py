@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 
@@ -56,6 +57,8 @@ class DispatchRequest:
     payload: dict[str, Any] = field(default_factory=dict)
     task: str | None = None
     attempt: int = 1
+    created_at: datetime | None = None
+    """When the run was first claimed: no execution of it can be older (bounds reconciliation)."""
 
     def runonce_fields(self) -> dict[str, Any]:
         """The run's identity as handed downstream (`job`, `schedule_time`, `source`)."""

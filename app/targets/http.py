@@ -2,18 +2,25 @@
 
 No reconciliation: when an earlier attempt's outcome is unknown, the run is sent again with the
 same key and the downstream answers it as a duplicate.
+
+With `audience`, the request carries a Google-signed ID token for that audience (from the metadata
+server / ADC, cached and refreshed by `google.GoogleAuth`), as Cloud Run services and Cloud
+Functions that require authentication expect.
 """
 
 from __future__ import annotations
 
 import email.utils
 from datetime import datetime, timezone
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import httpx
-from pydantic import AnyHttpUrl, BaseModel, ConfigDict
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
 
 from .base import DispatchRequest, Target, TargetFailed, TargetOutcomeUnknown, TargetThrottled
+
+if TYPE_CHECKING:
+    from .google import GoogleAuth
 
 
 class HttpTargetConfig(BaseModel):
@@ -21,6 +28,9 @@ class HttpTargetConfig(BaseModel):
 
     type: Literal["http"]
     url: AnyHttpUrl
+    audience: str | None = Field(
+        None, min_length=1, description="Send a Google-signed ID token for this audience (e.g. the service URL)."
+    )
 
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
@@ -42,10 +52,13 @@ def parse_retry_after(value: str | None, now: datetime | None = None) -> float |
 class HttpTarget(Target):
     type = "http"
 
-    def __init__(self, config: HttpTargetConfig, client: httpx.AsyncClient):
+    def __init__(self, config: HttpTargetConfig, client: httpx.AsyncClient, auth: GoogleAuth | None = None):
         self.config = config
         self.url = str(config.url)
         self._client = client
+        self._auth = auth
+        if config.audience and auth is None:
+            raise ValueError("an http target with an audience needs Google credentials (auth)")
 
     async def dispatch(self, request: DispatchRequest) -> str:
         body = {
@@ -57,10 +70,11 @@ class HttpTarget(Target):
         }
         if request.task is not None:
             body["task"] = request.task
+        headers = {"Idempotency-Key": request.run_id}
+        if self.config.audience:
+            headers["Authorization"] = f"Bearer {await self._id_token(self.config.audience)}"
         try:
-            response = await self._client.post(
-                self.url, json=body, headers={"Idempotency-Key": request.run_id}
-            )
+            response = await self._client.post(self.url, json=body, headers=headers)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol) as exc:
             # Raised before a byte of the request left: nothing can have been created.
             raise TargetFailed(f"POST {self.url}: could not connect: {exc!r}") from exc
@@ -68,6 +82,13 @@ class HttpTarget(Target):
             # Timeouts and resets after sending: the downstream may have acted on it.
             raise TargetOutcomeUnknown(f"POST {self.url}: no answer: {exc!r}") from exc
         return self._classify(response)
+
+    async def _id_token(self, audience: str) -> str:
+        from .google import translated
+
+        assert self._auth is not None
+        with translated(f"get an ID token for audience {audience}"):
+            return await self._auth.id_token(audience)
 
     def _classify(self, response: httpx.Response) -> str:
         status = response.status_code

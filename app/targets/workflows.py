@@ -1,0 +1,185 @@
+"""`workflows` target: one Workflows execution per run (Workflows Executions API, gRPC).
+
+The token travels twice: in full as `argument[key_field]`, and as the execution label
+`runonce-run-id`, which reconciliation lists by. Label values hold at most 63 characters, so the
+label carries the first 63 of the run_id's 64 hex characters (`run_id_label`); a match on the label
+is confirmed against the full run_id in the argument.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
+
+from .base import DispatchRequest, Target, TargetFailed
+from .google import (
+    LABEL_KEY_PATTERN,
+    LABEL_VALUE_PATTERN,
+    GoogleAuth,
+    grpc_target,
+    reconciling,
+    resource_pattern,
+    translated,
+)
+
+logger = logging.getLogger("runonce.target.workflows")
+
+DEFAULT_HOST = "workflowexecutions.googleapis.com"
+RUN_ID_LABEL = "runonce-run-id"
+MAX_ARGUMENT_BYTES = 32 * 1024  # the API's limit on `argument`
+MAX_LABELS = 64
+WORKFLOW_PATTERN = resource_pattern("workflows", r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+ARGUMENT_KEY_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+def run_id_label(run_id: str) -> str:
+    """The label value for a run: its first 63 hex characters (labels hold at most 63)."""
+    return run_id[:63]
+
+
+class WorkflowsTargetConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["workflows"]
+    workflow: str = Field(description="projects/PROJECT/locations/LOCATION/workflows/WORKFLOW")
+    argument: dict[str, Any] = Field(default_factory=dict, description="Merged under the delivery's payload.")
+    key_field: str = Field("idempotency_key", description="Argument field that receives the run_id.")
+    labels: dict[str, str] = Field(default_factory=dict, description="Extra execution labels.")
+    call_log_level: Literal["LOG_ALL_CALLS", "LOG_ERRORS_ONLY", "LOG_NONE"] | None = None
+
+    @field_validator("workflow")
+    @classmethod
+    def _workflow(cls, value: str) -> str:
+        if not re.match(WORKFLOW_PATTERN, value):
+            raise PydanticCustomError(
+                "resource_name",
+                "must be a workflow's full name, projects/PROJECT/locations/LOCATION/workflows/WORKFLOW (got {value})",
+                {"value": repr(value)},
+            )
+        return value
+
+    @field_validator("key_field")
+    @classmethod
+    def _key_field(cls, value: str) -> str:
+        if not re.match(ARGUMENT_KEY_PATTERN, value) or value == "runonce":
+            raise PydanticCustomError(
+                "key_field",
+                "must be an identifier ([A-Za-z_][A-Za-z0-9_]*) other than 'runonce' (got {value})",
+                {"value": repr(value)},
+            )
+        return value
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, labels: dict[str, str]) -> dict[str, str]:
+        for key, value in labels.items():
+            if key == RUN_ID_LABEL:
+                raise PydanticCustomError("label", "label {key} is set by runonce itself", {"key": repr(key)})
+            if not re.match(LABEL_KEY_PATTERN, key):
+                raise PydanticCustomError(
+                    "label",
+                    "label key {key}: 1-63 characters of a-z 0-9 _ -, starting with a letter",
+                    {"key": repr(key)},
+                )
+            if not isinstance(value, str) or not re.match(LABEL_VALUE_PATTERN, value):
+                raise PydanticCustomError(
+                    "label",
+                    "label {key}: value {value} must be at most 63 characters of a-z 0-9 _ -",
+                    {"key": repr(key), "value": repr(value)},
+                )
+        if len(labels) > MAX_LABELS - 1:
+            raise PydanticCustomError(
+                "label", "at most {n} labels (runonce adds {label})", {"n": MAX_LABELS - 1, "label": repr(RUN_ID_LABEL)}
+            )
+        return labels
+
+
+class WorkflowsTarget(Target):
+    type = "workflows"
+
+    def __init__(self, config: WorkflowsTargetConfig, auth: GoogleAuth, endpoint: str | None = None):
+        import grpc
+        from google.cloud.workflows.executions_v1 import ExecutionsAsyncClient
+        from google.cloud.workflows.executions_v1.services.executions.transports import (
+            ExecutionsGrpcAsyncIOTransport,
+        )
+
+        self.config = config
+        self._auth = auth
+        target, secure = grpc_target(endpoint, DEFAULT_HOST)
+        # The channel carries no call credentials: each call sends the shared ADC token itself
+        # (`_metadata`), which also works over the plaintext channel of a local endpoint.
+        if secure:
+            self._channel = grpc.aio.secure_channel(target, grpc.ssl_channel_credentials())
+        else:
+            self._channel = grpc.aio.insecure_channel(target)
+        self._client = ExecutionsAsyncClient(transport=ExecutionsGrpcAsyncIOTransport(channel=self._channel))
+
+    async def _metadata(self) -> list[tuple[str, str]]:
+        return [("authorization", f"Bearer {await self._auth.access_token()}")]
+
+    def argument(self, request: DispatchRequest) -> dict[str, Any]:
+        """Route argument, then the delivery payload over it, then the token and run identity."""
+        return {
+            **self.config.argument,
+            **request.payload,
+            self.config.key_field: request.run_id,
+            "runonce": request.runonce_fields(),
+        }
+
+    async def dispatch(self, request: DispatchRequest) -> str:
+        from google.cloud.workflows.executions_v1.types import Execution
+
+        action = f"create an execution of {self.config.workflow}"
+        argument = json.dumps(self.argument(request), separators=(",", ":"), ensure_ascii=False)
+        if len(argument.encode("utf-8")) > MAX_ARGUMENT_BYTES:
+            raise TargetFailed(f"{action}: the argument is over the API's {MAX_ARGUMENT_BYTES} bytes")
+        execution = Execution(
+            argument=argument,
+            labels={**self.config.labels, RUN_ID_LABEL: run_id_label(request.run_id)},
+        )
+        if self.config.call_log_level:
+            execution.call_log_level = Execution.CallLogLevel[self.config.call_log_level]
+        with translated(action):
+            created = await self._client.create_execution(
+                parent=self.config.workflow, execution=execution, metadata=await self._metadata(), retry=None
+            )
+        return created.name
+
+    async def reconcile(self, request: DispatchRequest, previous_resource: str | None) -> str | None:
+        from google.cloud.workflows.executions_v1.types import ExecutionView, ListExecutionsRequest
+
+        label = run_id_label(request.run_id)
+        found: list[str] = []
+        with reconciling(f"list executions of {self.config.workflow} labelled {RUN_ID_LABEL}={label}"):
+            pager = await self._client.list_executions(
+                request=ListExecutionsRequest(
+                    parent=self.config.workflow,
+                    view=ExecutionView.FULL,  # labels and argument come only with FULL
+                    filter=f'labels.{RUN_ID_LABEL}="{label}"',
+                    page_size=100,
+                ),
+                metadata=await self._metadata(),
+            )
+            async for execution in pager:
+                if execution.labels.get(RUN_ID_LABEL) == label and self._carries(execution.argument, request.run_id):
+                    found.append(execution.name)
+        if len(found) > 1:
+            logger.warning("run %s has %d executions: %s", request.run_id, len(found), ", ".join(found))
+        return found[-1] if found else None  # newest first: the last is the earliest
+
+    def _carries(self, argument: str, run_id: str) -> bool:
+        """Does this execution's argument carry `run_id` (or no token at all, only the label)?"""
+        try:
+            data = json.loads(argument or "{}")
+        except ValueError:
+            return True
+        return not isinstance(data, dict) or data.get(self.config.key_field, run_id) == run_id
+
+    async def aclose(self) -> None:
+        await self._channel.close()

@@ -1,0 +1,195 @@
+"""Hold a fake's requests to Google's published contract: the discovery documents that ship in
+google-api-python-client (`googleapiclient/discovery_cache/documents/*.json`).
+
+`Discovery("run.v2").match(method, path, query, body)` finds the API method (HTTP method + path
+template), checks every path parameter against its pattern, every query parameter against its
+declaration, and the body against the request schema (unknown fields, wrong types, output-only
+fields). Any mismatch raises `Violation`, which the fakes answer with 400 and record so the test fails.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+
+class Violation(Exception):
+    """A request that Google's API description does not allow."""
+
+
+def _documents_dir() -> Path:
+    try:
+        import googleapiclient
+    except ImportError as exc:  # pragma: no cover - a setup problem, not a test outcome
+        raise RuntimeError(
+            "The fakes check requests against Google's discovery documents shipped in "
+            "google-api-python-client: pip install -e '.[test]'"
+        ) from exc
+    return Path(googleapiclient.__file__).parent / "discovery_cache" / "documents"
+
+
+@cache
+def load_document(name: str) -> dict[str, Any]:
+    return json.loads((_documents_dir() / f"{name}.json").read_text())
+
+
+@dataclass(frozen=True)
+class Method:
+    id: str
+    http_method: str
+    flat: re.Pattern[str]
+    path: re.Pattern[str]
+    spec: dict[str, Any]
+
+
+_DURATION = re.compile(r"^-?[0-9]+(\.[0-9]{1,9})?s$")
+_DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$")
+_SYSTEM_QUERY = {"alt", "$.xgafv", "prettyPrint"}
+
+
+def _walk_methods(resource: dict[str, Any]) -> list[dict[str, Any]]:
+    methods = list(resource.get("methods", {}).values())
+    for child in resource.get("resources", {}).values():
+        methods += _walk_methods(child)
+    return methods
+
+
+def _template_regex(template: str, plus: bool) -> re.Pattern[str]:
+    """`v2/{+name}:run` -> a regex with one named group per parameter."""
+    out, pos = "", 0
+    for match in re.finditer(r"\{(\+?)([A-Za-z0-9_]+)\}", template):
+        out += re.escape(template[pos : match.start()])
+        reserved = match.group(1) == "+"
+        out += f"(?P<{match.group(2)}>{'.+?' if reserved and plus else '[^/:]+'})"
+        pos = match.end()
+    out += re.escape(template[pos:])
+    return re.compile(f"^{out}$")
+
+
+class Discovery:
+    def __init__(self, name: str):
+        self.name = name
+        self.doc = load_document(name)
+        self.schemas: dict[str, Any] = self.doc["schemas"]
+        self.methods: list[Method] = []
+        for spec in _walk_methods(self.doc):
+            self.methods.append(
+                Method(
+                    id=spec["id"],
+                    http_method=spec["httpMethod"],
+                    flat=_template_regex(self.doc.get("servicePath", "") + spec.get("flatPath", spec["path"]), plus=False),
+                    path=_template_regex(self.doc.get("servicePath", "") + spec["path"], plus=True),
+                    spec=spec,
+                )
+            )
+
+    def method(self, method_id: str) -> Method:
+        return next(m for m in self.methods if m.id == method_id)
+
+    def match(
+        self, http_method: str, path: str, query: dict[str, list[str]], body: Any
+    ) -> tuple[str, dict[str, str]]:
+        """The method id and path parameters of a request, or `Violation`."""
+        path = path.lstrip("/")
+        candidates = [m for m in self.methods if m.flat.match(path)]
+        if not candidates:
+            raise Violation(f"{http_method} /{path}: no method of {self.name} has this path")
+        chosen = [m for m in candidates if m.http_method == http_method]
+        if not chosen:
+            allowed = sorted({m.http_method for m in candidates})
+            raise Violation(f"{http_method} /{path}: wrong HTTP method (the API allows {allowed})")
+        method = chosen[0]
+        params = method.path.match(path).groupdict()  # type: ignore[union-attr]
+        declared = method.spec.get("parameters", {})
+        for name, value in params.items():
+            pattern = declared.get(name, {}).get("pattern")
+            if pattern and not re.match(pattern, value):
+                raise Violation(f"{method.id}: path parameter {name}={value!r} does not match {pattern}")
+        for name, values in query.items():
+            spec = declared.get(name)
+            if name in _SYSTEM_QUERY:
+                continue
+            if spec is None or spec.get("location") != "query":
+                raise Violation(f"{method.id}: unknown query parameter {name!r}")
+            for value in values:
+                self._check_query_value(method.id, name, value, spec)
+        request_ref = method.spec.get("request", {}).get("$ref")
+        if request_ref is None:
+            if body not in (None, b"", {}):
+                raise Violation(f"{method.id}: takes no request body")
+        else:
+            if not isinstance(body, dict):
+                raise Violation(f"{method.id}: the body must be a JSON object ({request_ref})")
+            self.check(body, {"$ref": request_ref}, request_ref, request=True)
+        return method.id, params
+
+    @staticmethod
+    def _check_query_value(method_id: str, name: str, value: str, spec: dict[str, Any]) -> None:
+        kind = spec.get("type")
+        if kind == "integer" and not re.fullmatch(r"-?[0-9]+", value):
+            raise Violation(f"{method_id}: query {name}={value!r} is not an integer")
+        if kind == "boolean" and value not in ("true", "false"):
+            raise Violation(f"{method_id}: query {name}={value!r} is not a boolean")
+        if "enum" in spec and value not in spec["enum"]:
+            raise Violation(f"{method_id}: query {name}={value!r} is not one of {spec['enum']}")
+
+    def check(self, value: Any, schema: dict[str, Any], where: str, request: bool = False) -> None:
+        """Check `value` against a schema; `request` also rejects output-only fields."""
+        if "$ref" in schema:
+            schema = self.schemas[schema["$ref"]]
+        kind = schema.get("type")
+        if kind == "object":
+            if not isinstance(value, dict):
+                raise Violation(f"{where}: expected an object, got {type(value).__name__}")
+            properties = schema.get("properties")
+            extra = schema.get("additionalProperties")
+            for key, item in value.items():
+                if properties is not None and key in properties:
+                    field = properties[key]
+                    if request and field.get("readOnly"):
+                        raise Violation(f"{where}.{key}: output-only field in a request")
+                    self.check(item, field, f"{where}.{key}", request)
+                elif extra is not None:
+                    if key == "@type" and extra.get("type") == "any":
+                        continue
+                    self.check(item, extra, f"{where}.{key}", request)
+                else:
+                    raise Violation(f"{where}: unknown field {key!r}")
+        elif kind == "array":
+            if not isinstance(value, list):
+                raise Violation(f"{where}: expected an array, got {type(value).__name__}")
+            for index, item in enumerate(value):
+                self.check(item, schema.get("items", {}), f"{where}[{index}]", request)
+        elif kind == "string":
+            fmt = schema.get("format")
+            if fmt in ("int64", "uint64"):
+                if not (isinstance(value, int) and not isinstance(value, bool)) and not (
+                    isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value)
+                ):
+                    raise Violation(f"{where}: expected an {fmt} (string of digits), got {value!r}")
+                return
+            if not isinstance(value, str):
+                raise Violation(f"{where}: expected a string, got {type(value).__name__} {value!r}")
+            if fmt == "google-duration" and not _DURATION.match(value):
+                raise Violation(f"{where}: {value!r} is not a duration like '3.5s'")
+            if fmt == "google-datetime" and not _DATETIME.match(value):
+                raise Violation(f"{where}: {value!r} is not an RFC 3339 timestamp")
+            if "enum" in schema and value not in schema["enum"]:
+                raise Violation(f"{where}: {value!r} is not one of {schema['enum']}")
+        elif kind == "integer":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise Violation(f"{where}: expected an integer, got {value!r}")
+        elif kind == "number":
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise Violation(f"{where}: expected a number, got {value!r}")
+        elif kind == "boolean":
+            if not isinstance(value, bool):
+                raise Violation(f"{where}: expected a boolean, got {value!r}")
+        elif kind in ("any", None):
+            return
+        else:  # pragma: no cover - a discovery type this checker does not know
+            raise Violation(f"{where}: schema type {kind!r} not understood by the fake")

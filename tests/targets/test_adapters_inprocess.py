@@ -1,0 +1,112 @@
+"""Adapter paths that the proxy reaches rarely, driven in-process against the same fakes."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from app.targets import DispatchRequest, TargetFailed
+from app.targets.cloud_build_trigger import CloudBuildTriggerTarget, CloudBuildTriggerTargetConfig
+from app.targets.cloud_run_job import CloudRunJobTarget, CloudRunJobTargetConfig
+from app.targets.google import GoogleAuth
+from app.targets.workflows import WorkflowsTarget, WorkflowsTargetConfig
+from tests.fakes.cloud_build import GET_TRIGGER
+from tests.fakes.cloud_build import LIST as BUILDS_LIST
+from tests.fakes.cloud_run import GET as EXECUTIONS_GET
+from tests.fakes.cloud_run import LIST as EXECUTIONS_LIST
+
+from .harness import JOB, TRIGGER, WORKFLOW
+
+
+class MetadataTokenAuth(GoogleAuth):
+    """Access tokens straight from the fake metadata server (google-auth reads GCE_METADATA_HOST
+    at import, long before this test process could point it at the fake)."""
+
+    def __init__(self, metadata_host: str):
+        super().__init__()
+        self._host = metadata_host
+
+    async def access_token(self) -> str:
+        async with httpx.AsyncClient() as client:
+            response = await client.get(
+                f"http://{self._host}/computeMetadata/v1/instance/service-accounts/default/token",
+                headers={"Metadata-Flavor": "Google"},
+            )
+        return response.json()["access_token"]
+
+
+def request_for(name: str, payload: dict | None = None) -> DispatchRequest:
+    return DispatchRequest(
+        run_id=hashlib.sha256(name.encode()).hexdigest(), route="r", job="nightly-job",
+        schedule_time="2026-10-16T12:00:00Z", source="scheduler", payload=payload or {},
+    )
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(timeout=10) as client:
+        yield client
+
+
+async def test_cloud_run_reconciles_with_a_recorded_execution_without_listing(http, metadata, fakes) -> None:
+    fake = fakes["cloud_run_job"]
+    target = CloudRunJobTarget(CloudRunJobTargetConfig(type="cloud_run_job", job=JOB), http,
+                               MetadataTokenAuth(metadata.host), fake.url)
+    request = request_for("recorded")
+    created = await target.dispatch(request)
+    lists = fake.calls[EXECUTIONS_LIST]
+    assert await target.reconcile(request, created) == created
+    assert fake.calls[EXECUTIONS_LIST] == lists and fake.calls[EXECUTIONS_GET] >= 1
+
+    # A recorded execution that no longer exists: fall back to listing, which finds nothing else.
+    gone = f"{JOB}/executions/nightly-gone1"
+    assert await target.reconcile(request_for("other"), gone) is None
+    assert fake.calls[EXECUTIONS_LIST] == lists + 1
+    assert fake.violations == []
+
+
+async def test_cloud_build_payload_must_be_substitutions(http, metadata, fakes) -> None:
+    fake = fakes["cloud_build_trigger"]
+    target = CloudBuildTriggerTarget(
+        CloudBuildTriggerTargetConfig(type="cloud_build_trigger", trigger=TRIGGER), http,
+        MetadataTokenAuth(metadata.host), fake.url,
+    )
+    request = request_for("bad-payload", {"mode": "full"})
+    with pytest.raises(TargetFailed, match="payload field 'mode'"):
+        await target.dispatch(request)
+    assert fake.created_for(request.run_id) == []
+
+    good = request_for("good-payload", {"_MODE": "full"})
+    build = await target.dispatch(good)
+    [created] = [c for c in fake.created if c.resource == build]
+    assert created.data["body"]["source"]["substitutions"]["_MODE"] == "full"
+
+
+async def test_cloud_build_trigger_by_name_is_resolved_once(http, metadata, fakes) -> None:
+    fake = fakes["cloud_build_trigger"]
+    target = CloudBuildTriggerTarget(
+        CloudBuildTriggerTargetConfig(type="cloud_build_trigger", trigger=TRIGGER), http,
+        MetadataTokenAuth(metadata.host), fake.url,
+    )
+    gets = fake.calls[GET_TRIGGER]
+    for name in ("first", "second"):
+        assert await target.reconcile(request_for(name), None) is None
+    assert fake.calls[GET_TRIGGER] == gets + 1
+    assert fake.calls[BUILDS_LIST] >= 2
+    assert fake.violations == []
+
+
+async def test_workflows_argument_over_the_api_limit_creates_nothing(metadata, fakes) -> None:
+    fake = fakes["workflows"]
+    target = WorkflowsTarget(WorkflowsTargetConfig(type="workflows", workflow=WORKFLOW),
+                             MetadataTokenAuth(metadata.host), fake.url)
+    request = request_for("huge", {"blob": "x" * 33000})
+    try:
+        with pytest.raises(TargetFailed, match="over the API's 32768 bytes"):
+            await target.dispatch(request)
+    finally:
+        await target.aclose()
+    assert fake.created_for(request.run_id) == []
