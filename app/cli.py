@@ -66,23 +66,21 @@ def serve(host: str, port: int | None, workers: int) -> None:
     """Run the proxy (uvicorn)."""
     import uvicorn
 
+    from .auth import check_auth_config
     from .logs import configure_logging, uvicorn_log_config
     from .main import create_app
     from .routes import load_routes
 
     settings = _settings()
     configure_logging(settings.log_format)
-    if settings.auth == "none" and os.environ.get("K_SERVICE") and not settings.allow_unauthenticated:
-        raise click.ClickException(
-            "RUNONCE_AUTH=none on Cloud Run (K_SERVICE is set) would let anyone trigger every route; "
-            "set RUNONCE_ALLOW_UNAUTHENTICATED=true if you really mean it"
-        )
     port = port if port is not None else int(os.environ.get("PORT", "8080"))
     try:
         if workers == 1:
             app: Any = create_app(settings)
         else:
-            load_routes(settings)  # fail here, once, rather than in every worker
+            # fail here, once, rather than in every worker process
+            routes = load_routes(settings)
+            check_auth_config(settings, {name: route.allowed_callers for name, route in routes.items()})
             app = "app.main:app_from_environment"
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -27,7 +27,7 @@ from .protocol import Runner, utcnow
 from .routes import Route, load_routes
 from .settings import Settings
 from .stores import RunStore, StoreUnavailable, open_store
-from .targets import TargetContext, build_target
+from .targets import Target, TargetContext, build_target
 
 logger = logging.getLogger("runonce")
 
@@ -42,9 +42,11 @@ def create_app(
     settings: Settings,
     *,
     store: RunStore | None = None,
+    targets: Mapping[str, Target] | None = None,
     clock: Callable[[], datetime] = utcnow,
 ) -> FastAPI:
-    """The runonce ASGI app. `store` and `clock` are for tests; by default both come from settings."""
+    """The runonce ASGI app. `store`, `targets` (by route name) and `clock` are for tests; by
+    default they come from the settings and the routes."""
     routes = load_routes(settings)
     authenticator = build_authenticator(settings, {name: r.allowed_callers for name, r in routes.items()})
     if store is None:
@@ -68,10 +70,12 @@ def create_app(
             headers={"User-Agent": "runonce/0.1"},
         )
         context = TargetContext(http=http)
-        targets = {name: build_target(route.target, context) for name, route in routes.items()}
+        built = dict(targets) if targets is not None else {
+            name: build_target(route.target, context) for name, route in routes.items()
+        }
         app.state.runner = Runner(
             store,
-            targets,
+            built,
             lease=timedelta(seconds=settings.lease_seconds),
             retention=timedelta(seconds=settings.retention_seconds),
             dispatch_timeout=timedelta(seconds=settings.dispatch_timeout_seconds),
@@ -81,7 +85,7 @@ def create_app(
         try:
             yield
         finally:
-            for target in targets.values():
+            for target in built.values():
                 await target.aclose()
             await http.aclose()
             await authenticator.aclose()

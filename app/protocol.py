@@ -159,32 +159,37 @@ class Runner:
     async def _finish_error(
         self, claim: Claim, target: Target, outcome: Exception, cause: BaseException | None = None
     ) -> RunResult:
+        """Record a non-success outcome, then raise the matching `RunonceError`."""
         held = claim.record
-        context: dict[str, Any] = {"run_id": held.run_id, "route": held.route}
         message = getattr(outcome, "message", str(outcome))
-        if isinstance(outcome, TargetOutcomeUnknown):
-            finish = Finish(status=IN_PROGRESS, last_error=message)
-            lease_left = (held.lease_expires - self.clock()).total_seconds()
-            error: errors.RunonceError = errors.OutcomeUnknown(
-                f"{message}; the claim is kept and the run is reconciled with the target after the "
-                f"lease, at {held.lease_expires:%Y-%m-%dT%H:%M:%SZ}",
-                retry_after=lease_left, **context,
-            )
-        elif isinstance(outcome, TargetThrottled):
-            finish = Finish(status=FAILED, last_error=message)
-            retry_after = outcome.retry_after if outcome.retry_after is not None else THROTTLE_BACKOFF_SECONDS
-            error = errors.Throttled(f"{message}; the claim was released", retry_after=retry_after, **context)
-        else:
-            finish = Finish(status=FAILED, last_error=message)
-            error = errors.Failed(f"{message}; nothing was created and the claim was released", **context)
-        error.target = {"type": target.type, "resource": None}
+        keep = isinstance(outcome, TargetOutcomeUnknown)
+        finish = Finish(status=IN_PROGRESS if keep else FAILED, last_error=message)
         try:
             await self.store.finish(claim, finish, self.clock())
+            recorded = ""
         except Fenced as exc:
             raise self._fenced(claim, exc) from exc
         except StoreUnavailable as exc:
             # The claim stays in_progress until its lease ends: retries wait for it, then reconcile.
-            error.message += f" (the claim store could not record this: {exc}; retries wait for the lease)"
+            recorded = f" (the claim store could not record this outcome: {exc}; retries wait for the lease)"
+            keep = True
+
+        context: dict[str, Any] = {
+            "run_id": held.run_id, "route": held.route, "target": {"type": target.type, "resource": None},
+        }
+        claim_note = "the claim was released" if not keep else "the claim is kept"
+        error: errors.RunonceError
+        if isinstance(outcome, TargetOutcomeUnknown):
+            error = errors.OutcomeUnknown(
+                f"{message}; the claim is kept and the run is reconciled with the target after the "
+                f"lease, at {held.lease_expires:%Y-%m-%dT%H:%M:%SZ}{recorded}",
+                retry_after=(held.lease_expires - self.clock()).total_seconds(), **context,
+            )
+        elif isinstance(outcome, TargetThrottled):
+            retry_after = outcome.retry_after if outcome.retry_after is not None else THROTTLE_BACKOFF_SECONDS
+            error = errors.Throttled(f"{message}; {claim_note}{recorded}", retry_after=retry_after, **context)
+        else:
+            error = errors.Failed(f"{message}; nothing was created and {claim_note}{recorded}", **context)
         raise error from (cause or outcome)
 
     def _fenced(self, claim: Claim, exc: Fenced) -> errors.RunonceError:

@@ -49,6 +49,9 @@ T = TypeVar("T")
 # livelock (every retry needs another writer to have succeeded in between).
 _MAX_RACES = 20
 
+# What a finish changes (see base.finished_record): a smaller write than the whole record.
+_FINISH_FIELDS = ("status", "target", "last_error", "updated_at")
+
 # Errors that are part of the protocol, not store failures.
 _PROTOCOL_ERRORS = (gexc.AlreadyExists, gexc.FailedPrecondition, gexc.NotFound)
 
@@ -71,7 +74,8 @@ class FirestoreStore(RunStore):
     async def _rpc(self, op: str, call: Awaitable[T]) -> T:
         self.round_trips[op] += 1
         try:
-            return await asyncio.wait_for(call, self._timeout)
+            async with asyncio.timeout(self._timeout):
+                return await call
         except _PROTOCOL_ERRORS:
             raise
         except (TimeoutError, gexc.GoogleAPIError) as exc:
@@ -83,10 +87,15 @@ class FirestoreStore(RunStore):
             return None, None
         return _from_doc(snap.to_dict()), snap.update_time
 
-    async def _write_if_unchanged(self, record: RunRecord, version: Any) -> Any:
+    async def _write_if_unchanged(self, record: RunRecord, version: Any, fields: tuple[str, ...] | None = None) -> Any:
+        """Write `record` (only `fields` of it, if given) if the document's update time is still
+        `version`. Returns the new update time; raises FailedPrecondition / NotFound otherwise."""
         ref = self._collection.document(record.run_id)
         option = self._client.write_option(last_update_time=version)
-        result = await self._rpc("update", ref.update(_to_doc(record), option=option))
+        doc = _to_doc(record)
+        if fields is not None:
+            doc = {name: doc[name] for name in fields}
+        result = await self._rpc("update", ref.update(doc, option=option))
         return result.update_time
 
     # -- RunStore -----------------------------------------------------------------------------
@@ -128,7 +137,7 @@ class FirestoreStore(RunStore):
             record = finished_record(held, finish, now)
             if version is not None:
                 try:
-                    await self._write_if_unchanged(record, version)
+                    await self._write_if_unchanged(record, version, _FINISH_FIELDS)
                     return record
                 except (gexc.FailedPrecondition, gexc.NotFound):
                     pass
@@ -167,7 +176,7 @@ class FirestoreStore(RunStore):
             assert found is not None
             released = replace(found, lease_expires=now, updated_at=now)
             try:
-                await self._write_if_unchanged(released, version)
+                await self._write_if_unchanged(released, version, ("lease_expires", "updated_at"))
                 return released
             except (gexc.FailedPrecondition, gexc.NotFound):
                 continue

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
@@ -107,13 +108,31 @@ class SQLiteStore(RunStore):
             conn = sqlite3.connect(
                 self.path, timeout=self._timeout, isolation_level=None, check_same_thread=False
             )
-            conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
-            conn.execute("PRAGMA journal_mode = WAL")
-            # FULL: a claim that was answered must survive a power cut, or the run could repeat.
-            conn.execute("PRAGMA synchronous = FULL")
-            conn.executescript(_SCHEMA)
+            try:
+                conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
+                # FULL: a claim that was answered must survive a power cut, or the run could repeat.
+                conn.execute("PRAGMA synchronous = FULL")
+                self._initialize(conn)
+            except BaseException:
+                conn.close()
+                raise
             self._conn = conn
         return self._conn
+
+    def _initialize(self, conn: sqlite3.Connection) -> None:
+        """Switch to WAL and create the schema. Switching the journal mode does not wait on the
+        busy handler, so processes opening a new file together retry it here."""
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    conn.execute("PRAGMA journal_mode = WAL")
+                conn.executescript(_SCHEMA)
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         def call() -> T:
@@ -209,7 +228,9 @@ class SQLiteStore(RunStore):
         return await self._run(work)
 
     async def ping(self) -> None:
-        await self._run(lambda conn: conn.execute("SELECT 1").fetchone())
+        # Take the write lock a claim needs (and give it back): a SELECT would pass while another
+        # process holds the database locked and every claim times out.
+        await self._run(lambda conn: self._transaction(conn, lambda: None))
 
     async def close(self) -> None:
         def work() -> None:

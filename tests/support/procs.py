@@ -95,13 +95,23 @@ class FirestoreEmulator:
         return f"127.0.0.1:{self.port}"
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+        """Stop gcloud and its Java child, and return only once the port refuses connections."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None and not _listening(self.port):
+                    return
+                time.sleep(0.05)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 def start_firestore_emulator(log_dir: Path) -> FirestoreEmulator:

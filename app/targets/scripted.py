@@ -1,0 +1,37 @@
+"""A test double that ships with the package (like httpx's MockTransport): a target whose
+behaviour is a function you pass in, and which records every call."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from .base import DispatchRequest, Target
+
+Handler = Callable[[DispatchRequest], Awaitable[str]]
+Reconciler = Callable[[DispatchRequest, str | None], Awaitable[str | None]]
+
+
+async def _created(request: DispatchRequest) -> str:
+    return f"scripted/{request.run_id}"
+
+
+async def _nothing_found(request: DispatchRequest, previous_resource: str | None) -> str | None:
+    return None
+
+
+class ScriptedTarget(Target):
+    type = "scripted"
+
+    def __init__(self, dispatch: Handler = _created, reconcile: Reconciler = _nothing_found):
+        self.on_dispatch = dispatch
+        self.on_reconcile = reconcile
+        self.dispatched: list[DispatchRequest] = []
+        self.reconciled: list[DispatchRequest] = []
+
+    async def dispatch(self, request: DispatchRequest) -> str:
+        self.dispatched.append(request)
+        return await self.on_dispatch(request)
+
+    async def reconcile(self, request: DispatchRequest, previous_resource: str | None) -> str | None:
+        self.reconciled.append(request)
+        return await self.on_reconcile(request, previous_resource)

@@ -1,0 +1,104 @@
+"""Session-wide fixtures: the real Firestore emulator, stores, a controllable clock."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from app.stores import RunStore
+from app.stores.memory import MemoryStore
+from app.stores.sqlite import SQLiteStore
+from tests.support.procs import FirestoreEmulator, start_firestore_emulator
+
+FIRESTORE_PROJECT = "runonce-test"
+
+
+@pytest.fixture(scope="session")
+def firestore_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FirestoreEmulator]:
+    """One real emulator per test session. google-cloud-firestore finds it via FIRESTORE_EMULATOR_HOST."""
+    emulator = start_firestore_emulator(tmp_path_factory.mktemp("firestore"))
+    previous = os.environ.get("FIRESTORE_EMULATOR_HOST")
+    os.environ["FIRESTORE_EMULATOR_HOST"] = emulator.host
+    yield emulator
+    emulator.stop()
+    if previous is None:
+        os.environ.pop("FIRESTORE_EMULATOR_HOST", None)
+    else:
+        os.environ["FIRESTORE_EMULATOR_HOST"] = previous
+
+
+def firestore_store(collection: str | None = None, timeout_seconds: float = 5.0):
+    from app.stores.firestore import FirestoreStore
+
+    # A collection per test isolates tests without resetting the emulator.
+    return FirestoreStore(
+        project=FIRESTORE_PROJECT,
+        collection=collection or f"runs_{uuid.uuid4().hex[:12]}",
+        timeout_seconds=timeout_seconds,
+    )
+
+
+STORE_KINDS = ["memory", "sqlite", "firestore"]
+
+
+@pytest.fixture(params=STORE_KINDS, ids=STORE_KINDS)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    if request.param == "firestore":
+        request.getfixturevalue("firestore_emulator")
+    return request.param
+
+
+@pytest.fixture
+def make_store(store_kind: str, tmp_path: Path):
+    """A factory: every call opens another handle on the SAME underlying store (a new SQLite
+    connection on the same file, a new Firestore client on the same collection), as separate
+    processes would."""
+    opened: list[RunStore] = []
+    shared = MemoryStore()
+    collection = f"runs_{uuid.uuid4().hex[:12]}"
+
+    def make() -> RunStore:
+        if store_kind == "memory":
+            store: RunStore = shared
+        elif store_kind == "sqlite":
+            store = SQLiteStore(str(tmp_path / "runs.db"))
+        else:
+            store = firestore_store(collection)
+        opened.append(store)
+        return store
+
+    make.kind = store_kind  # type: ignore[attr-defined]
+    make.opened = opened  # type: ignore[attr-defined]
+    return make
+
+
+@pytest.fixture
+async def store(make_store) -> AsyncIterator[RunStore]:
+    handle = make_store()
+    yield handle
+    for opened in {id(s): s for s in make_store.opened}.values():
+        await opened.close()
+
+
+class Clock:
+    """A clock the test moves by hand: no test sleeps for a lease."""
+
+    def __init__(self, start: datetime | None = None):
+        self.now = start or datetime(2026, 10, 16, 12, 0, 0, tzinfo=timezone.utc)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> datetime:
+        self.now += timedelta(seconds=seconds)
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()

@@ -1,0 +1,313 @@
+"""Authentication end to end: a real `runonce serve` with RUNONCE_AUTH=oidc, its certificates on a
+loopback endpoint, tokens signed with google-auth (and forged ones), answers checked as Cloud
+Scheduler would see them, and the claim store checked for what got through."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.delivery import parse_delivery
+from app.stores import open_store
+from tests.support import oidc
+from tests.support.procs import ServerProcess, start_server
+
+pytestmark = pytest.mark.e2e
+
+AUDIENCE = "https://runonce-abc123-uc.a.run.app"
+CUSTOM_AUDIENCE = "https://runonce.example.com"
+SCHEDULER = "scheduler-invoker@proj.iam.gserviceaccount.com"
+BILLING = "billing-invoker@proj.iam.gserviceaccount.com"
+ADMIN = "runonce-admin@proj.iam.gserviceaccount.com"
+STRANGER = "someone-else@proj.iam.gserviceaccount.com"
+SCHEDULE_TIME = "2026-10-16T12:00:00Z"
+
+ROUTES = """
+routes:
+  nightly:                      # no allowed_callers: RUNONCE_ALLOWED_CALLERS applies
+    target: {type: log}
+    namespace: {project: demo-project, location: us-central1}
+  billing:                      # its own list replaces RUNONCE_ALLOWED_CALLERS
+    target: {type: log}
+    allowed_callers: [billing-invoker@proj.iam.gserviceaccount.com]
+    namespace: {project: demo-project, location: us-central1}
+"""
+
+
+@pytest.fixture(scope="module")
+def google_key() -> oidc.SigningKey:
+    return oidc.make_key()
+
+
+@pytest.fixture(scope="module")
+def rogue_key(google_key: oidc.SigningKey) -> oidc.SigningKey:
+    """Someone else's key that claims Google's kid."""
+    return oidc.make_key(google_key.kid)
+
+
+def start_oidc_server(tmp: Path, certs_url: str) -> ServerProcess:
+    (tmp / "routes.yaml").write_text(ROUTES)
+    env = {
+        "RUNONCE_AUTH": "oidc",
+        "RUNONCE_AUDIENCE": f"{AUDIENCE},{CUSTOM_AUDIENCE}",
+        "RUNONCE_ALLOWED_CALLERS": SCHEDULER,
+        "RUNONCE_ADMIN_CALLERS": ADMIN,
+        "RUNONCE_OIDC_CERTS_URL": certs_url,
+        "RUNONCE_ROUTES_FILE": str(tmp / "routes.yaml"),
+        "RUNONCE_STORE": f"sqlite:///{tmp / 'runs.db'}",
+        "RUNONCE_LOG_FORMAT": "text",
+    }
+    return start_server(env, tmp)
+
+
+@pytest.fixture(scope="module")
+def certs(google_key: oidc.SigningKey) -> Iterator[oidc.CertsServer]:
+    with oidc.CertsServer([google_key]) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, certs: oidc.CertsServer) -> Iterator[ServerProcess]:
+    server = start_oidc_server(tmp_path_factory.mktemp("auth-e2e"), certs.url)
+    yield server
+    server.stop()
+
+
+def token(key: oidc.SigningKey, *, email: str = SCHEDULER, audience: str = AUDIENCE, **changes) -> str:
+    return oidc.sign(key, oidc.claims(audience=audience, email=email, **changes))
+
+
+def delivery_headers(job: str) -> dict[str, str]:
+    return {"X-CloudScheduler-JobName": job, "X-CloudScheduler-ScheduleTime": SCHEDULE_TIME}
+
+
+def run_id(route: str, job: str) -> str:
+    delivery = parse_delivery(
+        route, httpx.Headers(delivery_headers(job)), ("demo-project", "us-central1"), datetime.now(timezone.utc), timedelta(seconds=5)
+    )
+    return delivery.run_id
+
+
+def stored(server: ServerProcess, route: str, job: str, key: oidc.SigningKey) -> httpx.Response:
+    """The run record, as an admin sees it through the runs API."""
+    return httpx.get(
+        f"{server.url}/v1/runs/{run_id(route, job)}",
+        headers={"Authorization": f"Bearer {token(key, email=ADMIN)}"},
+    )
+
+
+@dataclass(frozen=True)
+class Case:
+    """One request: its auth headers and query string, made from the keys."""
+
+    auth: Callable[[oidc.SigningKey, oidc.SigningKey], dict[str, str]]
+    params: Callable[[oidc.SigningKey], dict[str, str]] = lambda key: {}
+    route: str = "nightly"
+
+
+def bearer(value: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {value}"}
+
+
+ACCEPTED = {
+    "authorization": Case(lambda g, r: bearer(token(g))),
+    "x-serverless-authorization": Case(lambda g, r: {"X-Serverless-Authorization": f"Bearer {token(g)}"}),
+    "authorization-wins-over-x-serverless": Case(
+        lambda g, r: {**bearer(token(g)), "X-Serverless-Authorization": "Bearer garbage"}
+    ),
+    "second-configured-audience": Case(lambda g, r: bearer(token(g, audience=CUSTOM_AUDIENCE))),
+    "expired-within-clock-skew": Case(lambda g, r: bearer(token(g, issued_at=time.time() - 3605))),
+    "issuer-without-scheme": Case(lambda g, r: bearer(token(g, issuer="accounts.google.com"))),
+    "route-allow-list": Case(lambda g, r: bearer(token(g, email=BILLING)), route="billing"),
+    "lower-case-scheme": Case(lambda g, r: {"Authorization": f"bearer {token(g)}"}),
+}
+
+
+@pytest.mark.parametrize("name", list(ACCEPTED))
+def test_a_valid_token_is_processed_and_recorded(
+    server: ServerProcess, google_key: oidc.SigningKey, rogue_key: oidc.SigningKey, name: str
+) -> None:
+    case = ACCEPTED[name]
+    job = f"ok-{name}"
+    headers = {**delivery_headers(job), **case.auth(google_key, rogue_key)}
+    response = httpx.post(f"{server.url}/v1/routes/{case.route}:run", headers=headers)
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == "processed"
+    record = stored(server, case.route, job, google_key)
+    assert record.status_code == 200 and record.json()["status"] == "completed"
+
+
+# name -> (request, HTTP status, what the error message says)
+REJECTED: dict[str, tuple[Case, int, str]] = {
+    "expired": (Case(lambda g, r: bearer(token(g, issued_at=time.time() - 7200))), 401, "Token expired"),
+    "not-yet-valid": (Case(lambda g, r: bearer(token(g, issued_at=time.time() + 600))), 401, "Token used too early"),
+    "wrong-audience": (Case(lambda g, r: bearer(token(g, audience="https://other.example"))), 401, "wrong audience"),
+    "wrong-issuer": (Case(lambda g, r: bearer(token(g, issuer="https://evil.example"))), 401, "not Google"),
+    "unknown-signing-key": (Case(lambda g, r: bearer(token(r))), 401, "Could not verify token signature"),
+    "unknown-kid": (
+        Case(lambda g, r: bearer(oidc.sign(g, oidc.claims(audience=AUDIENCE, email=SCHEDULER), kid="no-such-kid"))),
+        401, "not one of Google's current signing keys",
+    ),
+    "tampered-payload": (
+        Case(lambda g, r: bearer(oidc.tampered(token(g, email=STRANGER), email=SCHEDULER))),
+        401, "Could not verify token signature",
+    ),
+    "alg-none": (
+        Case(lambda g, r: bearer(oidc.unsigned(oidc.claims(audience=AUDIENCE, email=SCHEDULER), g.kid))),
+        401, "alg 'none'",
+    ),
+    "hs256-with-public-key": (
+        Case(lambda g, r: bearer(oidc.hs256(oidc.claims(audience=AUDIENCE, email=SCHEDULER), g.public_pem, g.kid))),
+        401, "alg 'HS256'",
+    ),
+    "hs256-with-certificate": (
+        Case(lambda g, r: bearer(oidc.hs256(oidc.claims(audience=AUDIENCE, email=SCHEDULER), g.cert_pem, g.kid))),
+        401, "alg 'HS256'",
+    ),
+    "email-not-verified": (Case(lambda g, r: bearer(token(g, email_verified=False))), 401, "not verified"),
+    "email-verified-missing": (Case(lambda g, r: bearer(token(g, email_verified=None))), 401, "not verified"),
+    "email-verified-string": (Case(lambda g, r: bearer(token(g, email_verified="true"))), 401, "not verified"),
+    "no-email": (Case(lambda g, r: bearer(token(g, email=None))), 401, "no email claim"),
+    "no-header": (Case(lambda g, r: {}), 401, "no bearer token"),
+    "bearer-garbage": (Case(lambda g, r: bearer("garbage")), 401, "not a JWT"),
+    "bearer-empty": (Case(lambda g, r: {"Authorization": "Bearer"}), 401, "must be 'Bearer <ID token>'"),
+    "basic-scheme": (Case(lambda g, r: {"Authorization": "Basic dXNlcjpwYXNz"}), 401, "must be 'Bearer <ID token>'"),
+    "token-in-query-string": (
+        Case(lambda g, r: {}, params=lambda g: {"access_token": token(g)}), 401, "no bearer token",
+    ),
+    "x-serverless-loses-to-bad-authorization": (
+        Case(lambda g, r: {**bearer("garbage"), "X-Serverless-Authorization": f"Bearer {token(g)}"}),
+        401, "not a JWT",
+    ),
+    "signature-removed-by-cloud-run": (
+        Case(lambda g, r: {"X-Serverless-Authorization": f"Bearer {oidc.signature_removed(token(g))}"}),
+        401, "removed the signature",
+    ),
+    "scheduler-headers-only": (
+        Case(lambda g, r: {"X-CloudScheduler": "true", "User-Agent": "Google-Cloud-Scheduler"}), 401, "no bearer token",
+    ),
+    "caller-not-allowed": (Case(lambda g, r: bearer(token(g, email=STRANGER))), 403, f"caller {STRANGER} is not allowed"),
+    "allowed-email-on-the-wrong-route": (
+        Case(lambda g, r: bearer(token(g, email=BILLING))), 403, "allows 1 other caller(s)",
+    ),
+    "global-caller-on-a-route-with-its-own-list": (
+        Case(lambda g, r: bearer(token(g)), route="billing"), 403, f"caller {SCHEDULER} is not allowed on route 'billing'",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(REJECTED))
+def test_a_rejected_request_never_reaches_the_store(
+    server: ServerProcess, google_key: oidc.SigningKey, rogue_key: oidc.SigningKey, name: str
+) -> None:
+    case, status, message = REJECTED[name]
+    job = f"rejected-{name}"
+    response = httpx.post(
+        f"{server.url}/v1/routes/{case.route}:run",
+        headers={**delivery_headers(job), **case.auth(google_key, rogue_key)},
+        params=case.params(google_key),
+    )
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert body["status"] == {401: "unauthenticated", 403: "forbidden"}[status]
+    assert message in body["error"]["message"]
+    if status == 401:
+        assert response.headers["WWW-Authenticate"].startswith("Bearer")
+    assert stored(server, case.route, job, google_key).status_code == 404  # no record: the store never saw it
+
+
+def test_the_runs_api_is_for_admin_callers_only(server: ServerProcess, google_key: oidc.SigningKey) -> None:
+    delivered = httpx.post(
+        f"{server.url}/v1/routes/nightly:run", headers={**delivery_headers("runs-api"), **bearer(token(google_key))}
+    )
+    assert delivered.status_code == 200
+    url = f"{server.url}/v1/runs/{delivered.json()['run_id']}"
+    assert httpx.get(url).status_code == 401
+    refused = httpx.get(url, headers=bearer(token(google_key)))
+    assert refused.status_code == 403
+    assert refused.json()["status"] == "forbidden"
+    assert f"caller {SCHEDULER} is not allowed on the runs API" in refused.json()["error"]["message"]
+    record = httpx.get(url, headers=bearer(token(google_key, email=ADMIN)))
+    assert record.status_code == 200 and record.json()["job"] == "runs-api"
+
+
+def test_an_unknown_route_answers_401_before_404(server: ServerProcess, google_key: oidc.SigningKey) -> None:
+    """Without a token nobody can tell which route names exist."""
+    url = f"{server.url}/v1/routes/no-such-route:run"
+    assert httpx.post(url, headers=delivery_headers("probe")).status_code == 401
+    assert httpx.post(url, headers={**delivery_headers("probe"), **bearer(token(google_key))}).status_code == 404
+
+
+def test_health_endpoints_need_no_token(server: ServerProcess) -> None:
+    assert httpx.get(f"{server.url}/healthz").json() == {"status": "ok"}
+    assert httpx.get(f"{server.url}/readyz").status_code == 200
+
+
+def test_logs_name_caller_and_route_never_the_token(server: ServerProcess, google_key: oidc.SigningKey) -> None:
+    unique = {"nonce": secrets.token_hex(8)}  # so that no other test's token can look like these
+    good, forged = token(google_key, **unique), token(google_key, email=STRANGER, **unique)
+    tampered = oidc.tampered(good, email=ADMIN)
+    url = f"{server.url}/v1/routes/nightly:run"
+    assert httpx.post(url, headers={**delivery_headers("logged"), **bearer(good)}).status_code == 200
+    assert httpx.post(url, headers={**delivery_headers("logged-2"), **bearer(forged)}).status_code == 403
+    assert httpx.post(url, headers={**delivery_headers("logged-3"), **bearer(tampered)}).status_code == 401
+    output = server.output()
+    assert f"caller {SCHEDULER} allowed on route 'nightly'" in output
+    assert f"caller {STRANGER} refused on route 'nightly'" in output
+    for sent in (good, forged, tampered):
+        _header, payload, signature = sent.split(".")  # the header is the same for every token of a key
+        assert payload not in output and signature not in output
+
+
+def test_a_flood_of_forged_kids_costs_one_certs_fetch(tmp_path: Path, google_key: oidc.SigningKey) -> None:
+    """1,000 tokens with random kids (as an attacker would send) against a fresh server."""
+    with oidc.CertsServer([google_key]) as certs:
+        server = start_oidc_server(tmp_path, certs.url)
+        try:
+            forged = [
+                oidc.sign(google_key, oidc.claims(audience=AUDIENCE, email=SCHEDULER), kid=secrets.token_hex(20))
+                for _ in range(1000)
+            ]
+            statuses = asyncio.run(_post_all(f"{server.url}/v1/routes/nightly:run", forged, concurrency=50))
+            valid = httpx.post(
+                f"{server.url}/v1/routes/nightly:run", headers={**delivery_headers("after-flood"), **bearer(token(google_key))}
+            )
+        finally:
+            server.stop()
+        print(f"\nforged-token flood: {len(forged)} requests -> {certs.fetches} certs fetch(es)")
+        assert statuses == {401: 1000}
+        assert valid.status_code == 200
+        assert 1 <= certs.fetches <= 2, certs.fetches  # one, or two if the flood straddled a minute
+
+    records = asyncio.run(_all_records(f"sqlite:///{tmp_path / 'runs.db'}"))
+    assert [r.job for r in records] == ["after-flood"]
+
+
+async def _post_all(url: str, tokens: list[str], concurrency: int) -> dict[int, int]:
+    statuses: dict[int, int] = {}
+    gate = asyncio.Semaphore(concurrency)
+    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=concurrency), timeout=30) as client:
+
+        async def post(i: int, value: str) -> None:
+            async with gate:
+                response = await client.post(url, headers={**delivery_headers(f"flood-{i}"), **bearer(value)})
+            statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
+
+        await asyncio.gather(*(post(i, value) for i, value in enumerate(tokens)))
+    return statuses
+
+
+async def _all_records(store_url: str) -> list:
+    store = open_store(store_url)
+    try:
+        return await store.list(datetime.now(timezone.utc), limit=1000)
+    finally:
+        await store.close()

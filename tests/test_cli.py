@@ -1,0 +1,138 @@
+"""The `runonce` command line, driven through click's CliRunner against a real SQLite store."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from app.cli import main
+from app.stores import Finish
+from app.stores.base import COMPLETED
+from app.stores.sqlite import SQLiteStore
+from tests.test_stores import LEASE, RETENTION, new_run
+
+
+@pytest.fixture
+def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    db = tmp_path / "runs.db"
+    monkeypatch.setenv("RUNONCE_STORE", f"sqlite:///{db}")
+    runner = CliRunner()
+
+    def invoke(*args: str):
+        return runner.invoke(main, list(args), catch_exceptions=False)
+
+    invoke.db = db  # type: ignore[attr-defined]
+    return invoke
+
+
+def seed(db: Path, *, finished: bool) -> str:
+    """One run, claimed now (live lease) and optionally completed."""
+
+    async def go() -> str:
+        store = SQLiteStore(str(db))
+        now = datetime.now(timezone.utc)
+        claim = await store.claim(new_run(), now, LEASE, RETENTION)
+        if finished:
+            await store.finish(claim, Finish(COMPLETED, target={"type": "log", "resource": "log/x"}), now)
+        await store.close()
+        return claim.record.run_id
+
+    return asyncio.run(go())
+
+
+def test_key_prints_the_run_id_of_a_scheduler_delivery(cli) -> None:
+    result = cli("key", "--route", "etl", "--job", "nightly", "--schedule-time", "2026-10-16T05:00:00-07:00",
+                 "--project", "proj-1", "--location", "us-central1", "--canonical")
+    canonical = "runonce/v1|scheduler|proj-1|us-central1|etl|nightly|2026-10-16T12:00:00Z"
+    assert result.exit_code == 0
+    assert result.output.splitlines() == [hashlib.sha256(canonical.encode()).hexdigest(), canonical]
+
+
+def test_key_of_a_forced_run_and_of_a_task(cli) -> None:
+    forced = cli("key", "--route", "etl", "--job", "nightly", "--schedule-time", "2026-10-16T12:00:00Z", "--forced", "--canonical")
+    task = cli("key", "--route", "etl", "--queue", "exports", "--task", "t-1", "--canonical")
+    assert forced.output.splitlines()[1] == "runonce/v1|scheduler-forced|||etl|nightly|2026-10-16T12:00:00Z"
+    assert task.output.splitlines()[1] == "runonce/v1|tasks|||etl|exports|t-1"
+
+
+def test_key_with_a_bad_time_exits_2_naming_the_field(cli) -> None:
+    result = cli("key", "--route", "etl", "--job", "nightly", "--schedule-time", "noon")
+    assert result.exit_code == 2
+    assert "X-CloudScheduler-ScheduleTime" in result.output and "RFC 3339" in result.output
+
+
+def test_runs_show_and_list(cli) -> None:
+    run_id = seed(cli.db, finished=True)
+    shown = cli("runs", "show", run_id)
+    assert shown.exit_code == 0 and json.loads(shown.output)["status"] == "completed"
+    listed = cli("runs", "list", "--status", "completed")
+    assert listed.exit_code == 0 and run_id in listed.output and "log/x" in listed.output
+    assert cli("runs", "list", "--status", "failed").output == ""
+    as_json = cli("runs", "list", "--json")
+    assert json.loads(as_json.output.splitlines()[0])["run_id"] == run_id
+
+
+def test_runs_show_unknown_run_fails(cli) -> None:
+    result = cli("runs", "show", "0" * 64)
+    assert result.exit_code == 1 and "no run" in result.output
+
+
+def test_runs_release_ends_a_live_lease(cli) -> None:
+    run_id = seed(cli.db, finished=False)
+    released = cli("runs", "release", run_id)
+    assert released.exit_code == 0 and "attempt 2" in released.output
+
+    async def lease_left() -> timedelta:
+        store = SQLiteStore(str(cli.db))
+        record = await store.get(run_id, datetime.now(timezone.utc))
+        await store.close()
+        return record.lease_expires - datetime.now(timezone.utc)
+
+    assert asyncio.run(lease_left()) <= timedelta(0)
+    again = cli("runs", "release", run_id)
+    assert again.exit_code == 1 and "no live lease" in again.output
+
+
+def test_bad_settings_stop_with_one_message_naming_the_variable(cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUNONCE_LEASE_SECONDS", "4")
+    monkeypatch.setenv("RUNONCE_DISPATCH_TIMEOUT_SECONDS", "5")
+    result = cli("runs", "list")
+    assert result.exit_code == 1
+    assert "RUNONCE_DISPATCH_TIMEOUT_SECONDS (5) must be below RUNONCE_LEASE_SECONDS (4)" in result.output
+
+
+def test_bad_store_url_is_refused(cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUNONCE_STORE", "postgres://x")
+    result = cli("runs", "list")
+    assert result.exit_code == 1 and "RUNONCE_STORE" in result.output and "sqlite:///PATH" in result.output
+
+
+def test_serve_refuses_a_bad_routes_file(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    routes = tmp_path / "routes.yaml"
+    routes.write_text("routes:\n  Bad Name:\n    target: {type: log}\n  etl:\n    target: {type: log}\n    colour: red\n")
+    monkeypatch.setenv("RUNONCE_ROUTES_FILE", str(routes))
+    monkeypatch.setenv("RUNONCE_AUTH", "none")
+    result = cli("serve", "--port", "0")
+    assert result.exit_code == 1
+    assert f"routes file {routes}: route name 'Bad Name'" in result.output
+    assert f"routes file {routes}: route 'etl': field 'colour': Extra inputs are not permitted" in result.output
+
+
+def test_serve_without_routes_says_how_to_configure_them(cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUNONCE_AUTH", "none")
+    result = cli("serve")
+    assert result.exit_code == 1 and "RUNONCE_ROUTES_FILE" in result.output
+
+
+def test_serve_refuses_auth_none_on_cloud_run(cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUNONCE_AUTH", "none")
+    monkeypatch.setenv("RUNONCE_ROUTES", '{"routes": {"demo": {"target": {"type": "log"}}}}')
+    monkeypatch.setenv("K_SERVICE", "runonce")
+    result = cli("serve")
+    assert result.exit_code == 1 and "RUNONCE_ALLOW_UNAUTHENTICATED" in result.output

@@ -1,0 +1,294 @@
+"""The run protocol (claim → reconcile → dispatch → finish) against the in-memory store and the
+scripted target: every outcome, and what each leaves in the store for the next retry."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from app import errors
+from app.delivery import Delivery
+from app.protocol import THROTTLE_BACKOFF_SECONDS, Runner
+from app.stores import StoreUnavailable
+from app.stores.base import COMPLETED, FAILED, IN_PROGRESS
+from app.stores.memory import MemoryStore
+from app.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown, TargetThrottled
+from app.targets.scripted import ScriptedTarget
+from tests.conftest import Clock
+
+LEASE = timedelta(seconds=300)
+DELIVERY = Delivery(
+    source="scheduler", project="proj-1", location="us-central1", route="etl", job="nightly",
+    schedule_time=datetime(2026, 10, 16, 12, 0, tzinfo=timezone.utc),
+)
+BODY = "0" * 64
+
+
+def runner(target: ScriptedTarget, clock: Clock, store=None, dispatch_timeout: float = 30) -> Runner:
+    return Runner(
+        store or MemoryStore(), {"etl": target}, lease=LEASE, retention=timedelta(days=1),
+        dispatch_timeout=timedelta(seconds=dispatch_timeout), clock=clock,
+    )
+
+
+def raising(exc: Exception):
+    async def handler(request: DispatchRequest) -> str:
+        raise exc
+
+    return handler
+
+
+async def record(r: Runner):
+    return await r.store.get(DELIVERY.run_id, r.clock())
+
+
+async def test_processed_dispatches_once_with_the_run_identity(clock: Clock) -> None:
+    target = ScriptedTarget()
+    r = runner(target, clock)
+
+    result = await r.run(DELIVERY, {"mode": "full"}, BODY)
+
+    assert result.status == "processed" and not result.replayed
+    assert result.body() == {
+        "run_id": DELIVERY.run_id, "status": "processed", "route": "etl",
+        "target": {"type": "scripted", "resource": f"scripted/{DELIVERY.run_id}"},
+    }
+    [sent] = target.dispatched
+    assert (sent.run_id, sent.job, sent.schedule_time, sent.source, sent.payload, sent.attempt) == (
+        DELIVERY.run_id, "nightly", "2026-10-16T12:00:00Z", "scheduler", {"mode": "full"}, 1,
+    )
+    assert (await record(r)).status == COMPLETED
+
+
+async def test_completed_run_is_replayed_without_calling_the_target(clock: Clock) -> None:
+    target = ScriptedTarget()
+    r = runner(target, clock)
+    first = await r.run(DELIVERY, {}, BODY)
+    clock.advance(3600)
+
+    again = await r.run(DELIVERY, {}, BODY)
+
+    assert again.status == "duplicate" and again.replayed
+    assert again.body()["target"] == first.body()["target"]
+    assert len(target.dispatched) == 1
+
+
+async def test_live_lease_answers_in_progress_with_the_time_left(clock: Clock) -> None:
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    async def slow(request: DispatchRequest) -> str:
+        started.set()
+        await release.wait()
+        return "done"
+
+    target = ScriptedTarget(slow)
+    r = runner(target, clock)
+    first = asyncio.create_task(r.run(DELIVERY, {}, BODY))
+    await started.wait()
+    clock.advance(100)
+
+    with pytest.raises(errors.InProgress) as busy:
+        await r.run(DELIVERY, {}, BODY)
+    assert busy.value.headers() == {"Retry-After": "200"}
+    release.set()
+    assert (await first).status == "processed"
+    assert len(target.dispatched) == 1
+
+
+async def test_failed_target_releases_the_claim_and_the_retry_dispatches(clock: Clock) -> None:
+    target = ScriptedTarget(raising(TargetFailed("HTTP 500 from downstream")))
+    r = runner(target, clock)
+
+    with pytest.raises(errors.Failed) as failed:
+        await r.run(DELIVERY, {}, BODY)
+    assert "HTTP 500 from downstream" in failed.value.message
+    stored = await record(r)
+    assert stored.status == FAILED and stored.last_error == "HTTP 500 from downstream"
+
+    target.on_dispatch = ScriptedTarget().on_dispatch  # the downstream recovers
+    result = await r.run(DELIVERY, {}, BODY)  # at once: no lease to wait for
+    assert result.status == "processed"
+    assert [d.attempt for d in target.dispatched] == [1, 2]
+    assert target.reconciled == []  # a failed attempt created nothing: no reconciliation
+
+
+async def test_throttled_target_passes_on_retry_after_and_releases(clock: Clock) -> None:
+    target = ScriptedTarget(raising(TargetThrottled("HTTP 429", retry_after=42)))
+    r = runner(target, clock)
+
+    with pytest.raises(errors.Throttled) as throttled:
+        await r.run(DELIVERY, {}, BODY)
+    assert throttled.value.headers() == {"Retry-After": "42"}
+    assert (await record(r)).status == FAILED
+
+
+async def test_throttled_without_a_delay_gets_the_default_backoff(clock: Clock) -> None:
+    r = runner(ScriptedTarget(raising(TargetThrottled("HTTP 429"))), clock)
+    with pytest.raises(errors.Throttled) as throttled:
+        await r.run(DELIVERY, {}, BODY)
+    assert throttled.value.retry_after == THROTTLE_BACKOFF_SECONDS
+
+
+async def test_unknown_outcome_keeps_the_claim_then_reconciles_after_the_lease(clock: Clock) -> None:
+    target = ScriptedTarget(raising(TargetOutcomeUnknown("connection reset after sending")))
+    r = runner(target, clock)
+
+    with pytest.raises(errors.OutcomeUnknown) as unknown:
+        await r.run(DELIVERY, {}, BODY)
+    assert unknown.value.headers() == {"Retry-After": "300"}
+    assert "reconciled" in unknown.value.message
+    stored = await record(r)
+    assert stored.status == IN_PROGRESS and stored.last_error == "connection reset after sending"
+
+    clock.advance(299)
+    with pytest.raises(errors.InProgress):  # retries during the lease are told to wait
+        await r.run(DELIVERY, {}, BODY)
+
+    async def found(request: DispatchRequest, previous: str | None) -> str:
+        return "executions/created-by-attempt-1"
+
+    target.on_reconcile = found
+    clock.advance(2)
+    result = await r.run(DELIVERY, {}, BODY)
+    assert result.status == "processed"
+    assert result.record.target == {"type": "scripted", "resource": "executions/created-by-attempt-1"}
+    assert len(target.dispatched) == 1 and len(target.reconciled) == 1  # nothing dispatched again
+
+
+async def test_takeover_dispatches_when_reconciliation_finds_nothing(clock: Clock) -> None:
+    target = ScriptedTarget(raising(TargetOutcomeUnknown("timeout")))
+    r = runner(target, clock)
+    with pytest.raises(errors.OutcomeUnknown):
+        await r.run(DELIVERY, {}, BODY)
+    target.on_dispatch = ScriptedTarget().on_dispatch
+    clock.advance(301)
+
+    result = await r.run(DELIVERY, {}, BODY)
+
+    assert result.status == "processed"
+    assert len(target.reconciled) == 1 and [d.attempt for d in target.dispatched] == [1, 2]
+
+
+async def test_inconclusive_reconciliation_never_dispatches_blind(clock: Clock) -> None:
+    async def cannot_tell(request: DispatchRequest, previous: str | None) -> str | None:
+        raise TargetOutcomeUnknown("list executions: HTTP 503")
+
+    target = ScriptedTarget(raising(TargetOutcomeUnknown("timeout")), reconcile=cannot_tell)
+    r = runner(target, clock)
+    with pytest.raises(errors.OutcomeUnknown):
+        await r.run(DELIVERY, {}, BODY)
+    clock.advance(301)
+
+    with pytest.raises(errors.OutcomeUnknown, match="list executions"):
+        await r.run(DELIVERY, {}, BODY)
+    assert len(target.dispatched) == 1
+    stored = await record(r)
+    assert stored.status == IN_PROGRESS and stored.attempts == 2
+
+
+async def test_dispatch_past_the_timeout_is_unknown_and_keeps_the_claim(clock: Clock) -> None:
+    async def hangs(request: DispatchRequest) -> str:
+        await asyncio.sleep(10)
+        return "late"
+
+    r = runner(ScriptedTarget(hangs), clock, dispatch_timeout=0.05)
+    with pytest.raises(errors.OutcomeUnknown, match="longer than 0.05s"):
+        await r.run(DELIVERY, {}, BODY)
+    assert (await record(r)).status == IN_PROGRESS
+
+
+async def test_adapter_bug_counts_as_unknown(clock: Clock) -> None:
+    r = runner(ScriptedTarget(raising(KeyError("oops"))), clock)
+    with pytest.raises(errors.OutcomeUnknown, match="KeyError"):
+        await r.run(DELIVERY, {}, BODY)
+    assert (await record(r)).status == IN_PROGRESS
+
+
+async def test_different_body_for_the_same_run_is_refused(clock: Clock) -> None:
+    target = ScriptedTarget()
+    r = runner(target, clock)
+    await r.run(DELIVERY, {"a": 1}, BODY)
+    with pytest.raises(errors.PayloadMismatch) as mismatch:
+        await r.run(DELIVERY, {"a": 2}, "1" * 64)
+    assert mismatch.value.field == "body"
+    assert len(target.dispatched) == 1
+
+
+class BrokenStore(MemoryStore):
+    """A store that fails on command, to test what each failure leaves behind."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail_claim = False
+        self.fail_finish = False
+
+    async def claim(self, *args, **kwargs):
+        if self.fail_claim:
+            raise StoreUnavailable("connection refused")
+        return await super().claim(*args, **kwargs)
+
+    async def finish(self, *args, **kwargs):
+        if self.fail_finish:
+            raise StoreUnavailable("deadline exceeded")
+        return await super().finish(*args, **kwargs)
+
+
+async def test_store_down_at_claim_is_unavailable_and_never_calls_the_target(clock: Clock) -> None:
+    store = BrokenStore()
+    store.fail_claim = True
+    target = ScriptedTarget()
+    with pytest.raises(errors.Unavailable):
+        await runner(target, clock, store).run(DELIVERY, {}, BODY)
+    assert target.dispatched == []
+
+
+async def test_store_down_at_finish_after_success_still_answers_processed(clock: Clock) -> None:
+    store = BrokenStore()
+    store.fail_finish = True
+    target = ScriptedTarget()
+    r = runner(target, clock, store)
+
+    result = await r.run(DELIVERY, {}, BODY)
+
+    assert result.status == "processed"  # the execution exists: Scheduler must stop
+    assert (await record(r)).status == IN_PROGRESS  # and the next attempt after the lease reconciles
+
+
+async def test_store_down_at_finish_after_failure_keeps_the_claim(clock: Clock) -> None:
+    store = BrokenStore()
+    store.fail_finish = True
+    r = runner(ScriptedTarget(raising(TargetFailed("HTTP 400"))), clock, store)
+    with pytest.raises(errors.Failed, match="retries wait for the lease"):
+        await r.run(DELIVERY, {}, BODY)
+    assert (await record(r)).status == IN_PROGRESS
+
+
+async def test_an_attempt_fenced_off_during_dispatch_answers_in_progress(clock: Clock) -> None:
+    r: Runner
+
+    async def slow_then_overtaken(request: DispatchRequest) -> str:
+        # While this attempt dispatches, its lease ends and another attempt takes over.
+        clock.advance(301)
+        await r.store.claim(
+            __import__("app.stores", fromlist=["NewRun"]).NewRun(
+                run_id=DELIVERY.run_id, route="etl", source="scheduler", project="proj-1",
+                location="us-central1", job="nightly", schedule_time="2026-10-16T12:00:00Z",
+                task=None, body_sha256=BODY,
+            ),
+            clock(), LEASE, timedelta(days=1),
+        )
+        return "created"
+
+    r = runner(ScriptedTarget(slow_then_overtaken), clock)
+    with pytest.raises(errors.InProgress, match="lost the run"):
+        await r.run(DELIVERY, {}, BODY)
+    stored = await record(r)
+    assert stored.status == IN_PROGRESS and stored.attempts == 2
+
+
+def test_dispatch_timeout_must_be_below_the_lease() -> None:
+    with pytest.raises(ValueError, match="below the lease"):
+        Runner(MemoryStore(), {}, lease=LEASE, retention=timedelta(days=1), dispatch_timeout=LEASE)

@@ -1,0 +1,156 @@
+"""What only one backend can show: Firestore's round trips and Timestamps, SQLite's cross-process
+locking, and each store's failure when its backend is gone."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from app.stores import Decision, Finish, StoreUnavailable
+from app.stores.base import COMPLETED
+from app.stores.sqlite import SQLiteStore
+from tests.conftest import firestore_store
+from tests.support.procs import free_port
+from tests.test_stores import LEASE, RETENTION, T0, claim, new_run
+
+# -- Firestore -------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("firestore_emulator")
+async def test_firestore_fresh_run_costs_one_create_and_one_update() -> None:
+    store = firestore_store()
+    try:
+        first = await claim(store)
+        await store.finish(first, Finish(COMPLETED, target={"type": "log", "resource": "x"}), T0)
+        assert dict(store.round_trips) == {"create": 1, "update": 1}
+    finally:
+        await store.close()
+
+
+@pytest.mark.usefixtures("firestore_emulator")
+async def test_firestore_stores_timestamps_for_the_ttl_policy() -> None:
+    store = firestore_store()
+    try:
+        first = await claim(store)
+        raw = (await store._collection.document(first.record.run_id).get()).to_dict()
+        for name in ("expire_at", "lease_expires", "created_at", "updated_at"):
+            assert isinstance(raw[name], datetime), name  # a Timestamp, not a string
+        assert raw["expire_at"] == T0 + RETENTION
+    finally:
+        await store.close()
+
+
+@pytest.mark.usefixtures("firestore_emulator")
+async def test_firestore_finish_falls_back_to_a_read_when_the_record_moved() -> None:
+    store = firestore_store()
+    try:
+        first = await claim(store)
+        await store.release(first.record.run_id, T0 + timedelta(seconds=1))  # changes update_time
+        store.round_trips.clear()
+        done = await store.finish(first, Finish(COMPLETED, target={"type": "log", "resource": "x"}), T0)
+        assert done.status == COMPLETED
+        # the precondition failed once, then: read, still ours, write again
+        assert dict(store.round_trips) == {"update": 2, "get": 1}
+    finally:
+        await store.close()
+
+
+@pytest.mark.usefixtures("firestore_emulator")
+async def test_firestore_claim_finds_its_own_lost_create() -> None:
+    """If a create's answer is lost and the client retried, the record found is our own claim."""
+    store = firestore_store()
+    try:
+        first = await claim(store)
+        # Simulate: the same attempt's create landed earlier; claim again with its record's attempt.
+        from app.stores import base
+
+        original = base.new_attempt_id
+        base.new_attempt_id = lambda: first.record.attempt_id
+        try:
+            again = await claim(store, T0 + timedelta(seconds=1))
+        finally:
+            base.new_attempt_id = original
+        assert again.won and again.record.attempt_id == first.record.attempt_id
+    finally:
+        await store.close()
+
+
+@pytest.mark.usefixtures("firestore_emulator")
+async def test_firestore_unreachable_is_unavailable_within_the_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", f"127.0.0.1:{free_port()}")  # nothing listens
+    store = firestore_store(timeout_seconds=0.5)
+    try:
+        with pytest.raises(StoreUnavailable):
+            await claim(store)
+        with pytest.raises(StoreUnavailable):
+            await store.ping()
+    finally:
+        await store.close()
+
+
+# -- SQLite ----------------------------------------------------------------------------------
+
+
+def _claim_in_process(path: str, barrier, results) -> None:
+    import asyncio
+
+    async def go() -> str:
+        store = SQLiteStore(path)
+        try:
+            barrier.wait()
+            return (await claim(store)).decision.value
+        finally:
+            await store.close()
+
+    results.put(asyncio.run(go()))
+
+
+def test_sqlite_claims_from_many_processes_have_one_winner(tmp_path: Path) -> None:
+    path = str(tmp_path / "runs.db")
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(8), ctx.Queue()
+    procs = [ctx.Process(target=_claim_in_process, args=(path, barrier, results)) for _ in range(8)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(60)
+    decisions = sorted(results.get(timeout=5) for _ in procs)
+    assert decisions.count(Decision.CREATE.value) == 1
+    assert decisions.count(Decision.BUSY.value) == 7
+
+
+async def test_sqlite_uses_wal_and_full_sync(tmp_path: Path) -> None:
+    store = SQLiteStore(str(tmp_path / "runs.db"))
+    try:
+        await store.ping()
+        assert store._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    finally:
+        await store.close()
+
+
+async def test_sqlite_locked_past_the_timeout_is_unavailable(tmp_path: Path) -> None:
+    path = str(tmp_path / "runs.db")
+    store = SQLiteStore(path, timeout_seconds=0.2)
+    await store.ping()  # creates the schema
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StoreUnavailable, match="locked"):
+            await claim(store)
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert (await claim(store)).decision is Decision.CREATE  # and it recovers
+    await store.close()
+
+
+async def test_sqlite_unusable_path_is_unavailable(tmp_path: Path) -> None:
+    store = SQLiteStore(str(tmp_path / "missing-dir" / "runs.db"))
+    with pytest.raises(StoreUnavailable, match="unable to open"):
+        await store.claim(new_run(), T0, LEASE, RETENTION)
+    await store.close()

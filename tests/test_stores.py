@@ -1,0 +1,198 @@
+"""One conformance suite for every claim store (memory, SQLite, Firestore on the real emulator).
+
+Each test is a rule of DESIGN.md's run protocol. Time is injected: no test sleeps for a lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from app.stores import Claim, Decision, Fenced, Finish, NewRun, RunStore
+from app.stores.base import COMPLETED, FAILED, IN_PROGRESS
+
+LEASE = timedelta(seconds=300)
+RETENTION = timedelta(days=1)
+T0 = datetime(2026, 10, 16, 12, 0, 0, tzinfo=timezone.utc)
+
+
+def new_run(run_id: str = "a" * 64, body: str = "b" * 64, route: str = "etl") -> NewRun:
+    return NewRun(
+        run_id=run_id, route=route, source="scheduler", project="proj-1", location="us-central1",
+        job="nightly", schedule_time="2026-10-16T12:00:00Z", task=None, body_sha256=body,
+    )
+
+
+async def claim(store: RunStore, now: datetime = T0, run: NewRun | None = None) -> Claim:
+    return await store.claim(run or new_run(), now, LEASE, RETENTION)
+
+
+async def test_fresh_claim_creates_an_in_progress_record(store: RunStore) -> None:
+    result = await claim(store)
+
+    assert result.decision is Decision.CREATE and result.won and result.previous is None
+    record = result.record
+    assert record.status == IN_PROGRESS
+    assert record.attempts == 1
+    assert record.lease_expires == T0 + LEASE
+    assert record.expire_at == T0 + RETENTION
+    assert record.created_at == record.updated_at == T0
+    assert (record.route, record.job, record.schedule_time) == ("etl", "nightly", "2026-10-16T12:00:00Z")
+    assert await store.get(record.run_id, T0) == record
+
+
+async def test_live_lease_is_busy_and_changes_nothing(store: RunStore) -> None:
+    first = await claim(store)
+    second = await claim(store, T0 + LEASE - timedelta(seconds=1))
+
+    assert second.decision is Decision.BUSY and not second.won
+    assert second.record.attempt_id == first.record.attempt_id
+    assert await store.get(first.record.run_id, T0) == first.record
+
+
+async def test_completed_run_is_replayed_with_its_target(store: RunStore) -> None:
+    first = await claim(store)
+    target = {"type": "http", "resource": "https://example.test/run"}
+    done = await store.finish(first, Finish(COMPLETED, target=target), T0 + timedelta(seconds=2))
+    assert done.status == COMPLETED and done.target == target
+
+    later = await claim(store, T0 + LEASE * 3)  # long after the lease: still a replay
+    assert later.decision is Decision.REPLAY
+    assert later.record.target == target
+    assert later.record.attempts == 1
+
+
+async def test_failed_run_is_claimable_at_once_and_keeps_last_error(store: RunStore) -> None:
+    first = await claim(store)
+    await store.finish(first, Finish(FAILED, last_error="HTTP 500"), T0 + timedelta(seconds=1))
+
+    retry = await claim(store, T0 + timedelta(seconds=2))  # lease still "live" by the clock
+
+    assert retry.decision is Decision.TAKEOVER and retry.won
+    assert retry.previous is not None and retry.previous.status == FAILED
+    assert retry.record.attempts == 2
+    assert retry.record.attempt_id != first.record.attempt_id
+    assert retry.record.last_error == "HTTP 500"
+    assert retry.record.created_at == T0  # the run's age, and so its expire_at, do not move
+
+
+async def test_expired_lease_is_taken_over_and_fences_the_old_attempt(store: RunStore) -> None:
+    stale = await claim(store)
+    takeover = await claim(store, T0 + LEASE + timedelta(seconds=1))
+
+    assert takeover.decision is Decision.TAKEOVER
+    assert takeover.previous is not None and takeover.previous.status == IN_PROGRESS  # -> reconcile
+    assert takeover.record.attempts == 2
+
+    with pytest.raises(Fenced) as refused:
+        await store.finish(stale, Finish(COMPLETED, target={"type": "log", "resource": "x"}), T0 + LEASE * 2)
+    assert refused.value.found is not None
+    assert refused.value.found.attempt_id == takeover.record.attempt_id
+    current = await store.get(takeover.record.run_id, T0 + LEASE * 2)
+    assert current is not None and current.status == IN_PROGRESS and current.target is None
+
+
+async def test_a_finished_attempt_cannot_finish_twice(store: RunStore) -> None:
+    first = await claim(store)
+    await store.finish(first, Finish(FAILED, last_error="boom"), T0)
+    with pytest.raises(Fenced):
+        await store.finish(first, Finish(COMPLETED, target={"type": "log", "resource": "x"}), T0)
+
+
+async def test_unknown_outcome_keeps_the_claim_and_its_lease(store: RunStore) -> None:
+    first = await claim(store)
+    kept = await store.finish(first, Finish(IN_PROGRESS, last_error="timeout"), T0 + timedelta(seconds=30))
+
+    assert kept.status == IN_PROGRESS and kept.last_error == "timeout"
+    assert kept.lease_expires == T0 + LEASE
+    assert (await claim(store, T0 + timedelta(seconds=60))).decision is Decision.BUSY
+    assert (await claim(store, T0 + LEASE)).decision is Decision.TAKEOVER  # lease ends at lease_expires
+
+
+async def test_same_run_with_another_body_is_a_mismatch_in_every_state(store: RunStore) -> None:
+    first = await claim(store)
+    other = new_run(body="c" * 64)
+    assert (await claim(store, T0, other)).decision is Decision.MISMATCH
+    await store.finish(first, Finish(COMPLETED, target={"type": "log", "resource": "x"}), T0)
+    found = await claim(store, T0, other)
+    assert found.decision is Decision.MISMATCH and found.record.status == COMPLETED
+
+
+async def test_expired_record_counts_as_absent(store: RunStore) -> None:
+    first = await claim(store)
+    await store.finish(first, Finish(COMPLETED, target={"type": "log", "resource": "x"}), T0)
+    after = T0 + RETENTION
+
+    assert await store.get(first.record.run_id, after) is None
+    assert await store.list(after) == []
+    again = await claim(store, after, new_run(body="d" * 64))  # even a different body: it is a new run
+    assert again.decision is Decision.CREATE
+    assert again.record.attempts == 1 and again.record.created_at == after
+
+
+async def test_release_ends_a_live_lease_so_the_next_claim_reconciles(store: RunStore) -> None:
+    first = await claim(store)
+    released = await store.release(first.record.run_id, T0 + timedelta(seconds=5))
+    assert released is not None and released.lease_expires == T0 + timedelta(seconds=5)
+
+    takeover = await claim(store, T0 + timedelta(seconds=6))
+    assert takeover.decision is Decision.TAKEOVER
+    assert takeover.previous is not None and takeover.previous.status == IN_PROGRESS
+
+
+async def test_release_refuses_runs_without_a_live_lease(store: RunStore) -> None:
+    assert await store.release("f" * 64, T0) is None
+    first = await claim(store)
+    await store.finish(first, Finish(COMPLETED, target={"type": "log", "resource": "x"}), T0)
+    assert await store.release(first.record.run_id, T0) is None
+    assert (await store.get(first.record.run_id, T0)).status == COMPLETED
+
+
+async def test_holder_may_finish_after_an_admin_touched_its_record(store: RunStore) -> None:
+    first = await claim(store)
+    await store.release(first.record.run_id, T0 + timedelta(seconds=1))
+    done = await store.finish(first, Finish(COMPLETED, target={"type": "log", "resource": "x"}), T0 + timedelta(seconds=2))
+    assert done.status == COMPLETED
+
+
+async def test_list_filters_and_orders_newest_first(store: RunStore) -> None:
+    runs = [new_run(run_id=f"{i:064x}", route="etl" if i % 2 else "report") for i in range(4)]
+    claims = [await claim(store, T0 + timedelta(seconds=i), run) for i, run in enumerate(runs)]
+    await store.finish(claims[1], Finish(COMPLETED, target={"type": "log", "resource": "x"}), T0)
+
+    assert [r.run_id for r in await store.list(T0)] == [r.run_id for r in reversed(runs)]
+    assert [r.run_id for r in await store.list(T0, route="etl")] == [runs[3].run_id, runs[1].run_id]
+    assert [r.run_id for r in await store.list(T0, route="etl", status=COMPLETED)] == [runs[1].run_id]
+    assert len(await store.list(T0, limit=2)) == 2
+
+
+async def test_100_concurrent_claims_have_exactly_one_winner(make_store, store: RunStore) -> None:
+    # Several handles on one store (connections / clients), as several processes would have.
+    handles = [store] + [make_store() for _ in range(3)]
+    results = await asyncio.gather(*(claim(handles[i % 4]) for i in range(100)))
+
+    winners = [r for r in results if r.won]
+    assert len(winners) == 1
+    assert all(r.decision is Decision.BUSY for r in results if not r.won)
+    assert {r.record.attempt_id for r in results} == {winners[0].record.attempt_id}
+
+
+async def test_concurrent_takeovers_of_an_expired_lease_have_one_winner(make_store, store: RunStore) -> None:
+    await claim(store)
+    handles = [store] + [make_store() for _ in range(3)]
+    later = T0 + LEASE + timedelta(seconds=1)
+    results = await asyncio.gather(*(claim(handles[i % 4], later) for i in range(40)))
+
+    winners = [r for r in results if r.won]
+    assert len(winners) == 1 and winners[0].decision is Decision.TAKEOVER
+    assert winners[0].record.attempts == 2
+
+
+async def test_records_survive_a_new_handle(make_store, store: RunStore) -> None:
+    first = await claim(store)
+    await store.finish(first, Finish(COMPLETED, target={"type": "log", "resource": "x"}), T0)
+    other = make_store()
+    assert (await other.get(first.record.run_id, T0)).status == COMPLETED
+    assert (await claim(other)).decision is Decision.REPLAY
