@@ -19,7 +19,7 @@ from .errors import ScheduleError
 from .groc import IntervalSchedule, SpecificTimeSchedule, parse_groc
 from .zones import get_zone
 
-_GROC_HINT = re.compile(r"(?i)^\s*every\b|:|\b(?:of|synchronized|1st|2nd|3rd|4th|5th|first|second|third|fourth|fifth)\b")
+_GROC_HINT = re.compile(r"(?i)^\s*every|:|\b(?:of|synchronized|1st|2nd|3rd|4th|5th|first|second|third|fourth|fifth)\b")
 
 
 def parse_schedule(text: str) -> Schedule:

@@ -164,6 +164,8 @@ class WallSchedule(Schedule):
         while lo < limit:
             boundary, end = tl.segment(lo)
             offset = boundary.after
+            if lo == boundary.at and boundary.gap > 0 and self.rule.shift_skipped and self._skips_match(boundary):
+                return lo  # the skipped readings run at the jump
             if not self.rule.repeat_folded and boundary.gap < 0:
                 lo = max(lo, boundary.at - boundary.gap)  # those readings were shown before the change
             w = self.next_wall(ceil_minute(lo + offset))
