@@ -11,6 +11,7 @@ docstring and in `dst_rule_text`. This package imports nothing from the rest of 
 
 from __future__ import annotations
 
+import functools
 import re
 
 from .base import DstFinding, DstRule, Schedule
@@ -22,11 +23,12 @@ from .zones import get_zone
 _GROC_HINT = re.compile(r"(?i)^\s*every|:|\b(?:of|synchronized|1st|2nd|3rd|4th|5th|first|second|third|fourth|fifth)\b")
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_schedule(text: str) -> Schedule:
     """A unix-cron or groc schedule, validated as Cloud Scheduler would. Raises `ScheduleError`.
 
     groc when the text starts with `every`, contains a time of day (`:`) or a groc word (`of`,
-    ordinals); unix-cron otherwise.
+    ordinals); unix-cron otherwise. Cached: schedules are immutable.
     """
     if not isinstance(text, str) or not text.strip():
         raise ScheduleError("schedule", "is empty")
