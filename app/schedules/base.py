@@ -56,9 +56,15 @@ class DstFinding:
         return self.at.date()
 
     def message(self) -> str:
-        times = ", ".join(self.local_times[:3]) + (f" … ({self.count} fire times)" if self.count > 3 else "")
-        verb = "is skipped" if self.kind == "skipped" else "happens twice"
-        return f"{self.date.isoformat()} in {self.zone}: local time {times} {verb}; {self.effect}"
+        if self.count == 1:
+            times = self.local_times[0]
+        elif self.count == 2:
+            times = " and ".join(self.local_times)
+        else:
+            times = f"{self.local_times[0]}-{self.local_times[-1]} ({self.count} fire times)"
+        if self.kind == "skipped":
+            return f"{self.date.isoformat()} in {self.zone}: the clock skips {times}; {self.effect}"
+        return f"{self.date.isoformat()} in {self.zone}: the clock shows {times} twice; {self.effect}"
 
     def to_json(self) -> dict[str, object]:
         return {

@@ -110,6 +110,7 @@ def lint_files(paths: list[str], config: LintConfig, default_routes: Mapping[str
     findings: list[Finding] = []
     jobs: list[tuple[str, Mapping[str, Any]]] = []
     routes: dict[str, Any] = {}
+    route_files: list[tuple[str, str, Any]] = []
     routes_seen = False
     for path in paths:
         try:
@@ -126,8 +127,7 @@ def lint_files(paths: list[str], config: LintConfig, default_routes: Mapping[str
                     findings.append(Finding(path, "-", "error", "invalid_routes", line))
                 continue
             routes.update(parsed)
-            for name, route in parsed.items():
-                findings.extend(_lint_route(path, name, route, config))
+            route_files.extend((path, name, route) for name, route in parsed.items())
         elif isinstance(data, list) and all(isinstance(item, Mapping) for item in data):
             jobs.extend((path, job) for job in data)
         elif isinstance(data, Mapping) and ("schedule" in data or "httpTarget" in data or "name" in data):
@@ -144,7 +144,18 @@ def lint_files(paths: list[str], config: LintConfig, default_routes: Mapping[str
                                 "the jobs' routes and policies were not checked"))
     for path, job in jobs:
         findings.extend(_lint_job(path, job, routes if routes_seen else None, config))
+    # A route's schedule is checked with its job when a job calls it; else on its own.
+    called = {_route_of(job) for _, job in jobs}
+    for path, name, route in route_files:
+        if name not in called:
+            findings.extend(_lint_route(path, name, route, config))
     return findings
+
+
+def _route_of(job: Mapping[str, Any]) -> str | None:
+    target = job.get("httpTarget")
+    match = ROUTE_PATH.match(urlsplit(str(target.get("uri", ""))).path) if isinstance(target, Mapping) else None
+    return match.group(1) if match else None
 
 
 def _now(config: LintConfig) -> datetime:
