@@ -185,3 +185,25 @@ def test_retry_window_follows_schedulers_backoff() -> None:
     assert window == (10 + 20 + 40 + 80 + 160 + 240 + 300 + 300) + 9 * 15
     assert retry_window({})[0] == 180  # no retries: one attempt of the default deadline
     assert retry_window({"retryConfig": {"maxRetryDuration": "7200s"}})[0] == 7200 + 180
+
+
+def _readme_sessions() -> list[tuple[str, list[str]]]:
+    """(command, output lines) of every `$ runonce …` in the README's console blocks under ## Schedules."""
+    section = (REPO / "README.md").read_text().split("\n## Schedules\n", 1)[1].split("\n## ", 1)[0]
+    sessions: list[tuple[str, list[str]]] = []
+    for block in section.split("```console\n")[1:]:
+        for line in block.split("\n```", 1)[0].splitlines():
+            if line.startswith("$ runonce "):
+                sessions.append((line[len("$ runonce "):], []))
+            else:
+                sessions[-1][1].append(line)
+    return sessions
+
+
+@pytest.mark.parametrize("command, expected", _readme_sessions(), ids=lambda v: v if isinstance(v, str) else "")
+def test_readme_shows_the_real_output(runner: CliRunner, command: str, expected: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import shlex
+
+    monkeypatch.chdir(REPO)
+    result = runner.invoke(main, shlex.split(command), prog_name="runonce", catch_exceptions=False)
+    assert result.output.splitlines() == expected

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -73,17 +73,23 @@ def schedule() -> None:
 def schedule_next(expr: Schedule, zone: ZoneInfo, after: datetime | None, count: int) -> None:
     """Print the next COUNT fire times of EXPR, one RFC 3339 line each in the zone's offset.
 
-    A fire time at a skipped or ambiguous local time (DST) is flagged after `#`.
+    A fire time at a skipped or ambiguous local time (DST) is flagged after `#`; fire times the
+    clock skips and that do not run are listed on `#` lines of their own.
     """
     start = after or datetime.now(timezone.utc)
     if not expr.header_guaranteed:
         click.echo(f"note: groc schedule; Cloud Scheduler does not guarantee X-CloudScheduler-ScheduleTime "
                    f"for it ({expr.dst_rule_text})", err=True)
-    shown = 0
+    shown, previous = 0, start
     for fire in expr.iter_after(start, zone):
         note = expr.note(fire, zone)
+        if not (note and note.startswith("skipped")):
+            # Fire times the clock skipped since the previous line, and that do not run.
+            for finding in expr.dst_findings(zone, previous + timedelta(seconds=1), fire + timedelta(seconds=1)):
+                if finding.kind == "skipped":
+                    click.echo(f"# {finding.message()}")
         click.echo(fire.isoformat() + (f"  # {note}" if note else ""))
-        shown += 1
+        shown, previous = shown + 1, fire
         if shown == count:
             break
     if shown < count:
