@@ -6,7 +6,9 @@
 
 Every schedule answers `next_after`, `iter_after`, `latest_at_or_before` and `dst_findings`
 (base.py); each format states its rule for the skipped and the repeated local hour in its module
-docstring and in `dst_rule_text`. This package imports nothing from the rest of runonce.
+docstring and in `dst_rule_text`. The engine (zones, base, cron, groc) imports nothing from the rest
+of runonce; `lint` and `cli` read routes files through `app.routes`, and nothing here imports the
+web layer.
 """
 
 from __future__ import annotations

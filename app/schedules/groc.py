@@ -33,10 +33,22 @@ import bisect
 import calendar
 import re
 from dataclasses import dataclass
+from datetime import datetime
+from zoneinfo import ZoneInfo
 
 from .base import DstFinding, DstRule, Schedule, WallSchedule, floor_minute
 from .errors import ScheduleError
-from .zones import Timeline, Transition, from_instant, wall_datetime, wall_fields, wall_seconds
+from .zones import (
+    Timeline,
+    Transition,
+    describe_wall,
+    from_instant,
+    timeline,
+    to_instant,
+    wall_datetime,
+    wall_fields,
+    wall_seconds,
+)
 
 ALL_ORDINALS = frozenset({1, 2, 3, 4, 5})
 ALL_WEEKDAYS = frozenset(range(7))  # groc: Sunday = 0
@@ -453,24 +465,35 @@ class IntervalSchedule(Schedule):
     # -- Schedule --------------------------------------------------------------------------------
 
     def _next(self, t: int, tl: Timeline) -> int | None:
-        for _ in range(10 * 86400 // self.seconds + 10):  # at most a week and a bit of steps
+        """Google's `GetMatch`: step the start by the interval until the candidate's weekday
+        matches. A candidate on an excluded day skips at once every start whose candidate is
+        on that day too (the same starts, in the same phase, as stepping one by one)."""
+        for _ in range(64):
             found = self._candidate(tl, t)
             if self._weekday_ok(tl, found):
                 return found
-            t += self.seconds
+            next_day = self._combine(tl, tl.wall(found) // 86400 * 86400 + 86400, (0, 0))
+            if self.start is None:
+                last_on_day = next_day - self.seconds  # candidates are start + interval
+            else:
+                last_on_day = self._grid_prev(tl, next_day - 1)
+            t += max(1, -(-(last_on_day - t) // self.seconds)) * self.seconds
         return None
+
+    def _grid_prev(self, tl: Timeline, t: int) -> int:
+        """The last fire time at or before t, weekdays aside (plain intervals: the snap grid)."""
+        if self.start is None:
+            return t // self.seconds * self.seconds
+        window_start = self._previous(tl, t, self.start)
+        window_end = self._following(tl, window_start - 1, self.end)  # type: ignore[arg-type]
+        steps = (t - window_start) // self.seconds
+        if steps >= 1:
+            steps = min(steps, (window_end - window_start) // self.seconds)
+        return window_start + max(steps, 0) * self.seconds
 
     def _prev(self, t: int, tl: Timeline) -> int | None:
         for _ in range(20):  # each round leaves a whole local day behind
-            if self.start is None:
-                found = t // self.seconds * self.seconds
-            else:
-                window_start = self._previous(tl, t, self.start)
-                window_end = self._following(tl, window_start - 1, self.end)  # type: ignore[arg-type]
-                steps = (t - window_start) // self.seconds
-                if steps >= 1:
-                    steps = min(steps, (window_end - window_start) // self.seconds)
-                found = window_start + max(steps, 0) * self.seconds
+            found = self._grid_prev(tl, t)
             if self._weekday_ok(tl, found):
                 return found
             midnight = self._combine(tl, tl.wall(found) // 86400 * 86400, (0, 0))
@@ -490,12 +513,12 @@ class IntervalSchedule(Schedule):
             start_wall = tl.wall(window_start)
             first = -(-(lo - start_wall) // self.seconds)
             walls = [start_wall + k * self.seconds for k in range(max(first, 0), (hi - start_wall - 1) // self.seconds + 1)]
-            after = self._next(tr.at - 1, tl)
-            later = f"{from_instant(after, tl.zone):%H:%M}" if after is not None else "-"
+            # The first grid point after the jump (weekdays aside: this describes the shift).
+            after = window_start + -(-(tr.at - window_start) // self.seconds) * self.seconds
             if tr.gap > 0:
                 kind = "skipped"
                 effect = (f"runs count elapsed time from the window start, so the first run after the jump "
-                          f"is at {later}")
+                          f"is at {from_instant(after, tl.zone):%H:%M}")
             else:
                 kind = "repeated"
                 effect = "runs continue by elapsed time through both passes of the repeated hour"
@@ -506,7 +529,5 @@ class IntervalSchedule(Schedule):
             ))
         return findings
 
-    def note(self, fire, zone):  # type: ignore[no-untyped-def]
-        from .zones import describe_wall, timeline, to_instant
-
+    def note(self, fire: datetime, zone: ZoneInfo) -> str | None:
         return describe_wall(timeline(zone), to_instant(fire))
