@@ -183,5 +183,10 @@ def key(
         click.echo(delivery.canonical)
 
 
+from .schedules.cli import lint, schedule  # noqa: E402 - the schedule engine's own commands
+
+main.add_command(schedule)
+main.add_command(lint)
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

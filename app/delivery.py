@@ -18,6 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Literal
+from zoneinfo import ZoneInfo
+
+from .schedules import Schedule
 
 PROJECT_PATTERN = r"^(?:[a-z][a-z0-9.-]{0,62}:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$"
 """A project ID (`my-project`), optionally domain-scoped (`example.com:my-project`)."""
@@ -51,6 +54,28 @@ class InvalidDelivery(Exception):
         self.reason = reason
 
 
+class ForcedRunRefused(InvalidDelivery):
+    """A force run on a route with `forced_runs: reject`: answered 409, nothing is claimed."""
+
+
+@dataclass(frozen=True)
+class SchedulePolicy:
+    """A route's answer to Scheduler's gaps (route fields of the same names).
+
+    missing_schedule_time: `reject` (400) or `snap`: key the delivery by the latest fire time of
+        `schedule` in `zone` at or before its receipt (groc jobs need not send the header).
+    forced_runs: a delivery received more than the tolerance before its schedule time is a force
+        run. `separate`: keyed apart (source scheduler-forced), deduped only among force runs for
+        that time; `dedupe`: it *is* the run at that time (the scheduled delivery then replays);
+        `reject`: refused with 409.
+    """
+
+    missing_schedule_time: Literal["reject", "snap"] = "reject"
+    forced_runs: Literal["separate", "dedupe", "reject"] = "separate"
+    schedule: Schedule | None = None
+    zone: ZoneInfo | None = None
+
+
 @dataclass(frozen=True)
 class Delivery:
     source: Source
@@ -60,6 +85,7 @@ class Delivery:
     job: str  # Scheduler job ID, or Cloud Tasks queue name
     schedule_time: datetime | None = None  # Scheduler only
     task: str | None = None  # Cloud Tasks only
+    snapped: bool = False  # schedule_time came from the route's schedule, not the header
     retry_count: int | None = None  # Cloud Tasks' counters: informative, never part of the key
     execution_count: int | None = None
 
@@ -156,11 +182,14 @@ def parse_delivery(
     namespace: tuple[str, str],
     received_at: datetime,
     forced_run_tolerance: timedelta,
+    policy: SchedulePolicy | None = None,
 ) -> Delivery:
     """The delivery's identity. `headers` must look up names case-insensitively (Starlette's do).
+    `policy` is the route's (default: reject a missing schedule time, keep force runs separate).
 
-    Raises `InvalidDelivery` naming the header at fault.
+    Raises `InvalidDelivery` naming the header at fault (`ForcedRunRefused` for a refused force run).
     """
+    policy = policy or SchedulePolicy()
     project, location = namespace
     job = _header(headers, SCHEDULER_JOB, JOB_PATTERN)
     queue = _header(headers, TASKS_QUEUE, QUEUE_PATTERN)
@@ -183,16 +212,43 @@ def parse_delivery(
         )
     schedule_text = _header(headers, SCHEDULER_TIME)
     if schedule_text is None:
+        if policy.missing_schedule_time == "snap" and policy.schedule is not None:
+            return _snapped(policy, received_at, project, location, route, job)
         raise InvalidDelivery(
             "X-CloudScheduler-ScheduleTime",
             "missing (Scheduler omits it for groc schedules and some forced runs; without it the run "
-            "cannot be told apart from others)",
+            "cannot be told apart from others; a route can set missing_schedule_time: snap)",
         )
     schedule_time = parse_rfc3339(schedule_text, "X-CloudScheduler-ScheduleTime")
     # A force run carries the *next* schedule time and arrives early: keep it apart from that run.
     forced = received_at < schedule_time - forced_run_tolerance
+    if forced and policy.forced_runs == "reject":
+        raise ForcedRunRefused(
+            "X-CloudScheduler-ScheduleTime",
+            f"{schedule_text} is {(schedule_time - received_at).total_seconds():.0f}s ahead of receipt: this is "
+            "a force run (gcloud scheduler jobs run / 'Force run'), and this route refuses them "
+            "(forced_runs: reject); the run at that time will be delivered when it is due",
+        )
     return Delivery(
-        source="scheduler-forced" if forced else "scheduler",
+        source="scheduler-forced" if forced and policy.forced_runs == "separate" else "scheduler",
         project=project, location=location, route=route, job=job,
         schedule_time=schedule_time,
+    )
+
+
+def _snapped(
+    policy: SchedulePolicy, received_at: datetime, project: str, location: str, route: str, job: str
+) -> Delivery:
+    """The run a header-less delivery belongs to: the latest fire time at or before its receipt."""
+    assert policy.schedule is not None
+    zone = policy.zone or ZoneInfo("UTC")
+    fire = policy.schedule.latest_at_or_before(received_at, zone)
+    if fire is None:
+        raise InvalidDelivery(
+            "X-CloudScheduler-ScheduleTime",
+            f"missing, and the route's schedule {policy.schedule.text!r} has no fire time before {received_at:%Y-%m-%dT%H:%M:%SZ}",
+        )
+    return Delivery(
+        source="scheduler", project=project, location=location, route=route, job=job,
+        schedule_time=fire.astimezone(timezone.utc), snapped=True,
     )

@@ -7,6 +7,7 @@
      ├── Forbidden          403 forbidden         caller not allowed on this route
      ├── NotFound           404 not_found         unknown route or run
      ├── InProgress         409 in_progress       another attempt holds a live lease  (Retry-After)
+     ├── ForcedRunRefused   409 forced_run_refused a force run on a route with forced_runs: reject
      ├── PayloadMismatch    422 payload_mismatch  same run_id, different body
      ├── Throttled          429 throttled         target or route limit; claim released (Retry-After)
      ├── Failed             502 failed            target failed, nothing created; claim released
@@ -95,6 +96,13 @@ class NotFound(RunonceError):
 class InProgress(RunonceError):
     http_status, status = 409, "in_progress"
     description = "Another attempt holds a live lease on this run; retry after Retry-After seconds."
+
+
+class ForcedRunRefused(RunonceError):
+    """Not in ALL_ERRORS: it shares 409 with InProgress in the OpenAPI table."""
+
+    http_status, status = 409, "forced_run_refused"
+    description = "A Scheduler force run on a route with forced_runs: reject; nothing was claimed."
 
 
 class PayloadMismatch(RunonceError):

@@ -24,7 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from . import errors, logs
 from .access import AccessLog
 from .auth import Authenticator, build_authenticator
-from .delivery import InvalidDelivery, parse_delivery, parse_namespace
+from .delivery import ForcedRunRefused, InvalidDelivery, parse_delivery, parse_namespace
 from .metrics import Metrics
 from .protocol import Runner, RunResult, utcnow
 from .routes import Route, load_routes
@@ -93,6 +93,7 @@ def create_app(
             dispatch_timeout=timedelta(seconds=settings.dispatch_timeout_seconds),
             clock=clock,
             metrics=metrics,
+            concurrency_limits={n: r.max_concurrent_dispatches for n, r in routes.items() if r.max_concurrent_dispatches},
         )
         logger.info("runonce ready: %d route(s), store %s", len(routes), settings.store.split("?")[0])
         try:
@@ -184,7 +185,10 @@ def create_app(
                 namespace,
                 received_at=clock(),
                 forced_run_tolerance=timedelta(seconds=settings.forced_run_tolerance_seconds),
+                policy=config.policy,
             )
+        except ForcedRunRefused as exc:
+            raise errors.ForcedRunRefused(exc.reason, field=exc.field, route=route) from exc
         except InvalidDelivery as exc:
             raise errors.Invalid(exc.reason, field=exc.field, route=route) from exc
         outcome.update(

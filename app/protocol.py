@@ -38,6 +38,8 @@ logger = logging.getLogger("runonce.protocol")
 
 THROTTLE_BACKOFF_SECONDS = 10.0
 """Retry-After for a throttled target that named no delay."""
+ROUTE_BUSY_RETRY_AFTER_SECONDS = 5.0
+"""Retry-After when a route is at its `max_concurrent_dispatches`."""
 
 
 def utcnow() -> datetime:
@@ -72,9 +74,13 @@ class Runner:
         dispatch_timeout: timedelta,
         clock: Callable[[], datetime] = utcnow,
         metrics: Metrics | None = None,
+        concurrency_limits: Mapping[str, int] | None = None,
     ):
         if dispatch_timeout >= lease:
             raise ValueError("the dispatch timeout must be below the lease")
+        # Route -> max dispatches in flight in this process (no await between check and count).
+        self.concurrency_limits = dict(concurrency_limits or {})
+        self.in_flight: dict[str, int] = {}
         self.store = store
         self.targets = targets
         self.lease = lease
@@ -105,6 +111,7 @@ class Runner:
             run_id=run_id, route=route, source=delivery.source, project=delivery.project,
             location=delivery.location, job=delivery.job, schedule_time=delivery.schedule_time_text,
             task=delivery.task, body_sha256=body_sha256,
+            task_retry_count=delivery.retry_count, task_execution_count=delivery.execution_count,
         )
         if self.draining:
             raise errors.Unavailable("runonce is shutting down; retry (another instance will take it)", **context)
@@ -136,7 +143,37 @@ class Runner:
             raise errors.Unavailable(
                 "runonce is shutting down; the claim was released before dispatching, retry", **context
             )
-        return await self._dispatch(claim, payload)
+        limit = self.concurrency_limits.get(route)
+        if limit is None:
+            return await self._dispatch(claim, payload)
+        if self.in_flight.get(route, 0) >= limit:
+            return await self._route_busy(claim, limit)
+        self.in_flight[route] = self.in_flight.get(route, 0) + 1
+        try:
+            return await self._dispatch(claim, payload)
+        finally:
+            self.in_flight[route] -= 1
+
+    async def _route_busy(self, claim: Claim, limit: int) -> RunResult:
+        """Over the route's limit: give the claim back untouched downstream and answer 429."""
+        held = claim.record
+        message = f"route {held.route!r} already has {limit} dispatch(es) in flight (max_concurrent_dispatches)"
+        previous = claim.previous
+        if previous is not None and previous.status == IN_PROGRESS:
+            # An earlier attempt may have created an execution: keep the run in_progress (so the
+            # next attempt reconciles) and end our lease at once.
+            try:
+                await self._finish(claim, Finish(status=IN_PROGRESS, last_error=message))
+                await self.store.release(held.run_id, self.clock())
+            except Fenced as exc:
+                raise self._fenced(claim, exc) from exc
+            except StoreUnavailable:
+                message += " (the claim store could not record this; retries wait for the lease)"
+            raise errors.Throttled(f"{message}; the claim was released", retry_after=ROUTE_BUSY_RETRY_AFTER_SECONDS,
+                                   run_id=held.run_id, route=held.route)
+        return await self._finish_error(
+            claim, self.targets[held.route], TargetThrottled(message, ROUTE_BUSY_RETRY_AFTER_SECONDS)
+        )
 
     async def _finish(self, claim: Claim, finish: Finish) -> RunRecord:
         with self.metrics.store_timer("finish"):

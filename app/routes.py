@@ -6,19 +6,23 @@ Any mistake stops start-up with one `ConfigError` naming the file, the route and
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 
-from .delivery import LOCATION_PATTERN, PROJECT_PATTERN
+from .delivery import LOCATION_PATTERN, PROJECT_PATTERN, SchedulePolicy
+from .schedules import ScheduleError, get_zone, parse_schedule
 from .settings import ConfigError, Settings
 from .targets import TargetConfig
 
 ROUTE_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 """Lower-case letters, digits, `-` and `_`, at most 63 characters (as in URLs and the run_id)."""
+
+logger = logging.getLogger("runonce.routes")
 
 _TARGET_TYPES = {"log", "http", "workflows", "cloud_run_job", "cloud_build_trigger"}
 
@@ -41,6 +45,48 @@ class Route(BaseModel):
     target: TargetConfig
     allowed_callers: list[Email] = Field(default_factory=list)
     namespace: Namespace | None = None
+    # The Scheduler job's schedule (unix-cron or groc) and zone, as in the Job: needed to snap.
+    schedule: str | None = None
+    time_zone: str | None = None
+    missing_schedule_time: Literal["reject", "snap"] = "reject"
+    forced_runs: Literal["separate", "dedupe", "reject"] = "separate"
+    max_concurrent_dispatches: int | None = Field(None, ge=1, description="Per process; over it: 429.")
+
+    @field_validator("schedule")
+    @classmethod
+    def _schedule(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                parse_schedule(value)
+            except ScheduleError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("time_zone")
+    @classmethod
+    def _time_zone(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                get_zone(value)
+            except ScheduleError as exc:
+                raise ValueError(exc.reason) from None
+        return value
+
+    @model_validator(mode="after")
+    def _snap_needs_schedule(self) -> Route:
+        if self.missing_schedule_time == "snap" and self.schedule is None:
+            raise ValueError("missing_schedule_time 'snap' needs the job's 'schedule' (and its 'time_zone')")
+        return self
+
+    @property
+    def policy(self) -> SchedulePolicy:
+        """What the delivery parser does with a missing or early schedule time on this route."""
+        return SchedulePolicy(
+            missing_schedule_time=self.missing_schedule_time,
+            forced_runs=self.forced_runs,
+            schedule=parse_schedule(self.schedule) if self.schedule else None,
+            zone=get_zone(self.time_zone),
+        )
 
 
 class RoutesConfig(BaseModel):
@@ -65,7 +111,23 @@ def load_routes(settings: Settings) -> dict[str, Route]:
         raise ConfigError(
             "no routes configured: set RUNONCE_ROUTES_FILE (a YAML or JSON file) or RUNONCE_ROUTES"
         )
-    return parse_routes(text, origin)
+    routes = parse_routes(text, origin)
+    for message in route_warnings(routes):
+        logger.warning("%s: %s", origin, message)
+    return routes
+
+
+def route_warnings(routes: Mapping[str, Route]) -> list[str]:
+    """Start-up warnings: configurations that work but will reject deliveries Scheduler sends."""
+    warnings = []
+    for name, route in routes.items():
+        if route.schedule and not parse_schedule(route.schedule).header_guaranteed and route.missing_schedule_time == "reject":
+            warnings.append(
+                f"route {name!r}: groc schedule {route.schedule!r} with missing_schedule_time 'reject': Cloud "
+                "Scheduler does not guarantee X-CloudScheduler-ScheduleTime for groc jobs, so such deliveries "
+                "get 400; set missing_schedule_time: snap"
+            )
+    return warnings
 
 
 def parse_routes(text: str, origin: str) -> dict[str, Route]:
@@ -96,7 +158,7 @@ def format_validation_error(origin: str, exc: ValidationError) -> str:
         if len(loc) >= 2 and loc[0] == "target" and loc[1] in _TARGET_TYPES:
             del loc[1]  # the union's tag: "target.http.url" -> "target.url"
         field = ".".join(str(part) for part in loc)
-        message = error["msg"]
+        message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "string_pattern_mismatch":
             message = f"{error.get('input')!r} does not match {error['ctx']['pattern']}"
         lines.append(f"{origin}: {where}{f'field {field!r}: ' if field else ''}{message}")

@@ -57,6 +57,8 @@ class NewRun:
     schedule_time: str | None
     task: str | None
     body_sha256: str
+    task_retry_count: int | None = None  # Cloud Tasks' X-CloudTasks-Task*Count of this delivery
+    task_execution_count: int | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,8 @@ class RunRecord:
     body_sha256: str
     target: dict[str, str] | None = None
     last_error: str | None = None
+    task_retry_count: int | None = None  # Cloud Tasks' counters of the delivery that claimed last
+    task_execution_count: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -140,11 +144,14 @@ def fresh_record(new: NewRun, now: datetime, lease: timedelta, retention: timede
         schedule_time=new.schedule_time,
         task=new.task,
         body_sha256=new.body_sha256,
+        task_retry_count=new.task_retry_count,
+        task_execution_count=new.task_execution_count,
     )
 
 
-def takeover_record(found: RunRecord, now: datetime, lease: timedelta) -> RunRecord:
-    """A new attempt on an existing run: keeps identity, history and `target`, fences the old one."""
+def takeover_record(found: RunRecord, now: datetime, lease: timedelta, new: NewRun | None = None) -> RunRecord:
+    """A new attempt on an existing run: keeps identity, history and `target`, fences the old one
+    (and records the Cloud Tasks counters of the delivery that took over)."""
     return replace(
         found,
         status=IN_PROGRESS,
@@ -152,6 +159,8 @@ def takeover_record(found: RunRecord, now: datetime, lease: timedelta) -> RunRec
         attempts=found.attempts + 1,
         lease_expires=now + lease,
         updated_at=now,
+        task_retry_count=new.task_retry_count if new is not None else found.task_retry_count,
+        task_execution_count=new.task_execution_count if new is not None else found.task_execution_count,
     )
 
 
@@ -163,7 +172,7 @@ def claimed_record(
     if decision is Decision.CREATE:
         return fresh_record(new, now, lease, retention)
     assert found is not None and decision is Decision.TAKEOVER
-    return takeover_record(found, now, lease)
+    return takeover_record(found, now, lease, new)
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,9 @@ CREATE TABLE IF NOT EXISTS runs (
     task          TEXT,
     body_sha256   TEXT NOT NULL,
     target        TEXT,           -- JSON {"type", "resource"}
-    last_error    TEXT
+    last_error    TEXT,
+    task_retry_count     INTEGER,  -- Cloud Tasks' counters of the delivery that claimed last
+    task_execution_count INTEGER
 );
 CREATE INDEX IF NOT EXISTS runs_by_created ON runs (created_at);
 """
@@ -84,6 +86,14 @@ def _from_row(row: sqlite3.Row) -> RunRecord:
     for name in _TIME_COLUMNS:
         values[name] = datetime.fromisoformat(values[name])
     return RunRecord(**values)
+
+
+def _add_missing_columns(conn: sqlite3.Connection) -> None:
+    """Files made before a column existed get it (NULL); CREATE TABLE IF NOT EXISTS would not."""
+    have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+    for name in ("task_retry_count", "task_execution_count"):
+        if name not in have:
+            conn.execute(f"ALTER TABLE runs ADD COLUMN {name} INTEGER")
 
 
 _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM runs"
@@ -128,6 +138,7 @@ class SQLiteStore(RunStore):
                 if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                     conn.execute("PRAGMA journal_mode = WAL")
                 conn.executescript(_SCHEMA)
+                _add_missing_columns(conn)
                 return
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) or time.monotonic() > deadline:

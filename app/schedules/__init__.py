@@ -1,0 +1,54 @@
+"""Cloud Scheduler's schedule formats, evaluated in any tz-database zone.
+
+    parse_schedule("30 2 * * *")                  -> CronSchedule      (unix-cron, cron.py)
+    parse_schedule("first sunday of month 12:00") -> SpecificTimeSchedule (groc, groc.py)
+    parse_schedule("every 5 minutes")             -> IntervalSchedule     (groc, groc.py)
+
+Every schedule answers `next_after`, `iter_after`, `latest_at_or_before` and `dst_findings`
+(base.py); each format states its rule for the skipped and the repeated local hour in its module
+docstring and in `dst_rule_text`. The engine (zones, base, cron, groc) imports nothing from the rest
+of runonce; `lint` and `cli` read routes files through `app.routes`, and nothing here imports the
+web layer.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from .base import DstFinding, DstRule, Schedule
+from .cron import CronSchedule
+from .errors import ScheduleError
+from .groc import IntervalSchedule, SpecificTimeSchedule, parse_groc
+from .zones import get_zone
+
+_GROC_HINT = re.compile(r"(?i)^\s*every|:|\b(?:of|synchronized|1st|2nd|3rd|4th|5th|first|second|third|fourth|fifth)\b")
+
+
+@functools.lru_cache(maxsize=1024)
+def parse_schedule(text: str) -> Schedule:
+    """A unix-cron or groc schedule, validated as Cloud Scheduler would. Raises `ScheduleError`.
+
+    groc when the text starts with `every`, contains a time of day (`:`) or a groc word (`of`,
+    ordinals); unix-cron otherwise. Cached: schedules are immutable.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ScheduleError("schedule", "is empty")
+    if len(text) > 500:
+        raise ScheduleError("schedule", f"is {len(text)} characters long; at most 500")
+    if _GROC_HINT.search(text):
+        return parse_groc(text)
+    return CronSchedule(text)
+
+
+__all__ = [
+    "CronSchedule",
+    "DstFinding",
+    "DstRule",
+    "IntervalSchedule",
+    "Schedule",
+    "ScheduleError",
+    "SpecificTimeSchedule",
+    "get_zone",
+    "parse_schedule",
+]

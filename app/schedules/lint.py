@@ -1,0 +1,296 @@
+"""`runonce lint`: check Cloud Scheduler jobs (and runonce's routes file) before they misbehave.
+
+Inputs, told apart by content: a Job resource as `gcloud scheduler jobs describe --format=json`
+prints it (or a list of them, as `gcloud scheduler jobs list --format=json` does), and runonce's
+routes file (YAML or JSON with a top-level `routes:`). Jobs are checked against the routes found
+among the files (else the configured RUNONCE_ROUTES_FILE / RUNONCE_ROUTES).
+
+Errors (exit 1) are what makes deliveries fail or run twice: an invalid schedule or time zone, a
+URI that is not `/v1/routes/{route}:run` or names no configured route, no OIDC token, a method or
+body runonce refuses, a retry window longer than the retention, a job whose schedule differs from
+the one its route declares. Warnings (exit 0): groc without the `snap` policy, DST transitions that
+skip or repeat a fire time in the next two years, an attempt deadline longer than the lease, and
+the like.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import yaml
+
+from . import IntervalSchedule, Schedule, ScheduleError, get_zone, parse_schedule
+
+DST_SCAN = timedelta(days=730)
+ROUTE_PATH = re.compile(r"^/v1/routes/([^/:]+):run$")
+DEFAULT_ATTEMPT_DEADLINE = 180.0  # HTTP targets (Job.attemptDeadline)
+DEFAULT_MIN_BACKOFF, DEFAULT_MAX_BACKOFF, DEFAULT_MAX_DOUBLINGS = 5.0, 3600.0, 5  # RetryConfig
+MAX_BODY_BYTES = 32 * 1024
+
+
+@dataclass(frozen=True)
+class Finding:
+    file: str
+    subject: str  # "job NAME", "route NAME" or "-"
+    severity: str  # "error" or "warning"
+    code: str
+    message: str
+
+    def line(self) -> str:
+        return f"{self.file}: {self.subject}: {self.severity}: {self.message} [{self.code}]"
+
+    def to_json(self) -> dict[str, str]:
+        return {"file": self.file, "subject": self.subject, "severity": self.severity, "code": self.code,
+                "message": self.message}
+
+
+@dataclass(frozen=True)
+class LintConfig:
+    lease_seconds: float = 300.0
+    retention_seconds: float = 86400.0
+    now: datetime | None = None
+
+
+def duration_seconds(value: object, field: str) -> float:
+    """A google-duration (`"300s"`, `"0.5s"`) in seconds."""
+    if isinstance(value, str) and re.fullmatch(r"\d+(?:\.\d+)?s", value):
+        return float(value[:-1])
+    raise ValueError(f"{field}: {value!r} is not a duration like '300s'")
+
+
+def retry_window(job: Mapping[str, Any]) -> tuple[float, str]:
+    """How long after the first attempt a retry of one run can still arrive, and how it is made up.
+
+    Backoff per RetryConfig: min_backoff, doubling max_doublings times, then growing linearly by
+    the last doubled step, capped at max_backoff; retries stop when both retry_count and
+    max_retry_duration are used up. Every attempt may also take the attempt deadline.
+    """
+    config = job.get("retryConfig") or {}
+    deadline = duration_seconds(job.get("attemptDeadline", f"{DEFAULT_ATTEMPT_DEADLINE:g}s"), "attemptDeadline")
+    count = int(config.get("retryCount", 0))
+    max_duration = duration_seconds(config.get("maxRetryDuration", "0s"), "retryConfig.maxRetryDuration")
+    low = duration_seconds(config.get("minBackoffDuration", f"{DEFAULT_MIN_BACKOFF:g}s"), "retryConfig.minBackoffDuration")
+    high = duration_seconds(config.get("maxBackoffDuration", f"{DEFAULT_MAX_BACKOFF:g}s"), "retryConfig.maxBackoffDuration")
+    doublings = int(config.get("maxDoublings", DEFAULT_MAX_DOUBLINGS))
+    waits = []
+    for i in range(count):
+        wait = low * 2**i if i <= doublings else low * 2**doublings * (1 + i - doublings)
+        waits.append(min(wait, high))
+    by_count = sum(waits) + (count + 1) * deadline
+    window = max(by_count, max_duration + deadline if max_duration else 0.0)
+    parts = f"{count} retries, backoff {low:g}s..{high:g}s, attempt deadline {deadline:g}s"
+    if max_duration:
+        parts += f", maxRetryDuration {max_duration:g}s"
+    return window, parts
+
+
+def load_documents(path: str) -> tuple[str, Any]:
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        return text, json.loads(text)
+    except ValueError:
+        return text, yaml.safe_load(text)
+
+
+def lint_files(paths: list[str], config: LintConfig, default_routes: Mapping[str, Any] | None = None,
+               default_routes_origin: str | None = None) -> list[Finding]:
+    """All findings for the given files, in file order."""
+    from ..routes import parse_routes  # the routes model validates schedules with this package
+    from ..settings import ConfigError
+
+    findings: list[Finding] = []
+    jobs: list[tuple[str, Mapping[str, Any]]] = []
+    routes: dict[str, Any] = {}
+    route_files: list[tuple[str, str, Any]] = []
+    routes_seen = False
+    for path in paths:
+        try:
+            text, data = load_documents(path)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            findings.append(Finding(path, "-", "error", "unreadable", f"cannot read as JSON or YAML: {exc}"))
+            continue
+        if isinstance(data, Mapping) and "routes" in data:
+            routes_seen = True
+            try:
+                parsed = parse_routes(text, f"routes file {path}")
+            except ConfigError as exc:
+                for line in str(exc).splitlines():
+                    findings.append(Finding(path, "-", "error", "invalid_routes", line))
+                continue
+            routes.update(parsed)
+            route_files.extend((path, name, route) for name, route in parsed.items())
+        elif isinstance(data, list) and all(isinstance(item, Mapping) for item in data):
+            jobs.extend((path, job) for job in data)
+        elif isinstance(data, Mapping) and ("schedule" in data or "httpTarget" in data or "name" in data):
+            jobs.append((path, data))
+        else:
+            findings.append(Finding(path, "-", "error", "unknown_file",
+                                    "neither a Scheduler Job (gcloud scheduler jobs describe --format=json) "
+                                    "nor a runonce routes file (top-level 'routes:')"))
+    if not routes_seen and default_routes is not None:
+        routes, routes_seen = dict(default_routes), True
+    if jobs and not routes_seen:
+        findings.append(Finding("-", "-", "warning", "routes_unchecked",
+                                "no routes file given (nor RUNONCE_ROUTES_FILE/RUNONCE_ROUTES): "
+                                "the jobs' routes and policies were not checked"))
+    for path, job in jobs:
+        findings.extend(_lint_job(path, job, routes if routes_seen else None, config))
+    # A route's schedule is checked with its job when a job calls it; else on its own.
+    called = {_route_of(job) for _, job in jobs}
+    for path, name, route in route_files:
+        if name not in called:
+            findings.extend(_lint_route(path, name, route, config))
+    return findings
+
+
+def _route_of(job: Mapping[str, Any]) -> str | None:
+    target = job.get("httpTarget")
+    match = ROUTE_PATH.match(urlsplit(str(target.get("uri", ""))).path) if isinstance(target, Mapping) else None
+    return match.group(1) if match else None
+
+
+def _now(config: LintConfig) -> datetime:
+    from datetime import timezone
+
+    return config.now or datetime.now(timezone.utc)
+
+
+def _schedule_findings(file: str, subject: str, schedule: Schedule, zone_name: str | None,
+                       config: LintConfig, snap: bool | None) -> list[Finding]:
+    out = []
+    warn = lambda code, message: out.append(Finding(file, subject, "warning", code, message))  # noqa: E731
+    if getattr(schedule, "lower_case_names", False):
+        warn("lower_case_names", f"{schedule.text!r}: Cloud Scheduler documents month and weekday names in "
+             "upper case (JAN, MON); lower case is accepted here but may not be everywhere")
+    if getattr(schedule, "star_step_day_field", False):
+        warn("day_fields_and", f"{schedule.text!r}: a day field starting with '*' (like '*/2') makes day-of-month "
+             "AND day-of-week (Vixie cron); Cloud Scheduler documents OR unless a field is '*'")
+    if not schedule.header_guaranteed and snap is False:
+        warn("groc_without_snap", f"groc schedule {schedule.text!r}: Cloud Scheduler does not guarantee "
+             "X-CloudScheduler-ScheduleTime for groc jobs, and the route's missing_schedule_time is "
+             "'reject' (400): set it to 'snap' with the schedule, or use unix-cron")
+    if isinstance(schedule, IntervalSchedule) and schedule.plain and snap:
+        warn("snap_grid_unknown", f"{schedule.text!r} counts from the previous run, so its phase is unknown; "
+             "snap keys runs on multiples of the interval since 1970-01-01T00:00Z and a retry that crosses "
+             "a grid point counts as the next run: prefer 'synchronized' or unix-cron")
+    zone = get_zone(zone_name)
+    start = _now(config)
+    for finding in schedule.dst_findings(zone, start, start + DST_SCAN):
+        warn(f"dst_{finding.kind}", f"{schedule.text!r}: {finding.message()}")
+    return out
+
+
+def _lint_route(file: str, name: str, route: Any, config: LintConfig) -> list[Finding]:
+    if route.schedule is None:
+        return []
+    schedule = parse_schedule(route.schedule)
+    return _schedule_findings(file, f"route {name}", schedule, route.time_zone, config,
+                              snap=route.missing_schedule_time == "snap")
+
+
+def _lint_job(file: str, job: Mapping[str, Any], routes: Mapping[str, Any] | None,
+              config: LintConfig) -> list[Finding]:
+    name = str(job.get("name") or "")
+    subject = f"job {name.rsplit('/', 1)[-1]}" if name else "job (unnamed)"
+    out: list[Finding] = []
+    error = lambda code, message: out.append(Finding(file, subject, "error", code, message))  # noqa: E731
+    warn = lambda code, message: out.append(Finding(file, subject, "warning", code, message))  # noqa: E731
+
+    name_match = re.fullmatch(r"projects/([^/]+)/locations/([^/]+)/jobs/([^/]+)", name)
+    if name and not name_match:
+        error("invalid_name", f"name {name!r} is not projects/PROJECT_ID/locations/LOCATION_ID/jobs/JOB_ID")
+
+    # The target: runonce's delivery endpoint, with OIDC.
+    route = None
+    target = job.get("httpTarget")
+    if not isinstance(target, Mapping):
+        kind = next((k for k in ("appEngineHttpTarget", "pubsubTarget") if k in job), None)
+        error("not_http_target", f"has {kind or 'no target'}; runonce is called through an httpTarget")
+    else:
+        uri = str(target.get("uri", ""))
+        parts = urlsplit(uri)
+        match = ROUTE_PATH.match(parts.path)
+        if parts.scheme not in ("http", "https") or not match:
+            error("not_runonce_uri", f"httpTarget.uri {uri!r} is not a runonce delivery URL (https://HOST/v1/routes/ROUTE:run)")
+        else:
+            route_name = match.group(1)
+            if routes is not None:
+                route = routes.get(route_name)
+                if route is None:
+                    known = ", ".join(sorted(routes)) or "none"
+                    error("unknown_route", f"httpTarget.uri names route {route_name!r}, which the routes file does not define (routes: {known})")
+            query = parse_qs(parts.query, keep_blank_values=True)
+            unknown = sorted(set(query) - {"project", "location"})
+            if unknown:
+                error("bad_query", f"httpTarget.uri has query parameter {unknown[0]!r}; runonce accepts only project and location (400)")
+            if name_match:
+                for key, actual in (("project", name_match.group(1)), ("location", name_match.group(2))):
+                    given = query.get(key, [None])[0]
+                    if given is not None and given != actual:
+                        warn("namespace_mismatch", f"httpTarget.uri says {key}={given} but the job lives in {key} {actual}")
+                if "project" not in query and (route is None or route.namespace is None):
+                    warn("no_namespace", "the URI has no ?project=&location= and the route no namespace: the same "
+                         "job ID in another project or location would share run keys")
+        method = str(target.get("httpMethod", "POST"))
+        if method != "POST":
+            error("bad_method", f"httpTarget.httpMethod is {method}; runonce's delivery endpoint takes POST")
+        if "oidcToken" not in target:
+            other = " (it sends an OAuth access token, which runonce does not accept)" if "oauthToken" in target else ""
+            error("no_oidc", f"httpTarget has no oidcToken{other}: runonce authenticates callers by OIDC ID token (401)")
+        body = target.get("body")
+        if body:
+            try:
+                raw = base64.b64decode(str(body), validate=True)
+                if len(raw) > MAX_BODY_BYTES:
+                    error("body_too_large", f"httpTarget.body is {len(raw)} bytes; runonce accepts at most {MAX_BODY_BYTES} (413)")
+                elif not isinstance(json.loads(raw), dict):
+                    error("bad_body", "httpTarget.body is not a JSON object; runonce answers 400")
+            except (binascii.Error, ValueError):
+                error("bad_body", "httpTarget.body is not base64 of a JSON object; runonce answers 400")
+
+    # The schedule and its zone.
+    text = job.get("schedule")
+    schedule = None
+    try:
+        zone_name = job.get("timeZone")
+        get_zone(zone_name)
+        if not isinstance(text, str):
+            raise ScheduleError("schedule", "missing")
+        schedule = parse_schedule(text)
+    except ScheduleError as exc:
+        error("invalid_schedule" if exc.field != "time zone" else "invalid_time_zone", str(exc))
+    if schedule is not None:
+        snap = (route.missing_schedule_time == "snap") if route is not None else (False if routes is not None else None)
+        if route is None and not schedule.header_guaranteed and routes is None:
+            warn("groc_without_snap", f"groc schedule {text!r}: Cloud Scheduler does not guarantee "
+                 "X-CloudScheduler-ScheduleTime for groc jobs; its route needs missing_schedule_time: snap")
+        out.extend(_schedule_findings(file, subject, schedule, job.get("timeZone"), config, snap))
+        if route is not None and route.schedule is not None:
+            declared_zone = get_zone(route.time_zone).key
+            if route.schedule.strip() != text.strip() or declared_zone != get_zone(job.get("timeZone")).key:  # type: ignore[union-attr]
+                error("schedule_mismatch", f"the job runs {text!r} in {get_zone(job.get('timeZone')).key}, but its route "
+                      f"declares {route.schedule!r} in {declared_zone}: snapped keys would be wrong")
+
+    # Deadlines and retries against the lease and the retention.
+    try:
+        deadline = duration_seconds(job.get("attemptDeadline", f"{DEFAULT_ATTEMPT_DEADLINE:g}s"), "attemptDeadline")
+        if deadline > config.lease_seconds:
+            warn("deadline_over_lease", f"attemptDeadline {deadline:g}s is longer than runonce's lease "
+                 f"({config.lease_seconds:g}s): Scheduler keeps waiting after another attempt may take the run over")
+        window, parts = retry_window(job)
+        if window > config.retention_seconds:
+            error("retries_outlive_retention", f"retries can arrive up to {window:g}s after the first attempt "
+                  f"({parts}), longer than runonce's retention ({config.retention_seconds:g}s): a late retry "
+                  "finds no record and runs again")
+    except (ValueError, TypeError) as exc:
+        error("bad_duration", str(exc))
+    return out
