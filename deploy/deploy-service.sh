@@ -119,7 +119,6 @@ DEPLOY_FLAGS=(
   --service-account="$RUNTIME_EMAIL"
   --no-allow-unauthenticated
   --ingress="$INGRESS"
-  --env-vars-file="$ENV_FILE"
   --port=8080
   --timeout="$REQUEST_TIMEOUT"
   --concurrency=80
@@ -129,6 +128,7 @@ DEPLOY_FLAGS=(
 )
 # Label values allow [a-z0-9_-]{0,63}: the first 32 hex digits of the configuration's sha256.
 FINGERPRINT="$({ printf '%s\n' "$SERVICE" "${DEPLOY_FLAGS[@]}"; cat "$ENV_FILE"; } | sha256sum | cut -c1-32)"
+DEPLOY_FLAGS+=(--env-vars-file="$ENV_FILE") # its temporary path stays out of the fingerprint
 
 CURRENT="$(gc run services describe "$SERVICE" --region="$REGION" --project="$PROJECT_ID" \
   --format='value(metadata.labels.runonce-config)' 2>/dev/null || true)"

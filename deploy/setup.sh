@@ -128,7 +128,10 @@ done <<<"$GRANTS"
 
 for email in "${TRIGGER_SAS[@]}"; do
   [[ -n "$email" ]] || continue
-  ensure_binding roles/iam.serviceAccountUser "$RUNTIME_MEMBER" "" "" iam service-accounts -- "$email"
+  sa_project="${email#*@}"
+  [[ "$sa_project" == *.iam.gserviceaccount.com ]] && sa_project="${sa_project%.iam.gserviceaccount.com}" || sa_project="$PROJECT_ID"
+  ensure_binding roles/iam.serviceAccountUser "$RUNTIME_MEMBER" "" "" iam service-accounts -- "$email" \
+    --project="$sa_project"
 done
 for service in "${DOWNSTREAM[@]}"; do
   [[ -n "$service" ]] || continue

@@ -60,6 +60,8 @@ class Discovery:
             self.methods.append((method["httpMethod"], re.compile(f"^{pattern}$"), method))
         for child in resource.get("resources", {}).values():
             self._collect(child)
+        # `.../services/{id}` would also match `.../services/x:getIamPolicy`: custom verbs first.
+        self.methods.sort(key=lambda entry: ":" not in entry[1].pattern)
 
     def method(self, http_method: str, path: str) -> dict:
         for verb, pattern, method in self.methods:
@@ -113,6 +115,7 @@ class Discovery:
 
 @dataclass
 class Captured:
+    host: str
     api: str
     method: str
     path: str
@@ -198,8 +201,8 @@ class FakeGoogle:
             if "request" in method:
                 discovery.check(body if body is not None else {}, method["request"], method["request"]["$ref"])
             with self._lock:
-                self.requests.append(Captured(api, handler.command, path, query, body, method["id"]))
-                status, payload = 200, self._dispatch(method["id"], path, query, body)
+                self.requests.append(Captured(host, api, handler.command, path, query, body, method["id"]))
+                status, payload = 200, self._dispatch(method["id"], path, query, body, host)
         except ContractViolation as exc:
             self.violations.append(str(exc))
             status, payload = 400, _error(400, "INVALID_ARGUMENT", str(exc))
@@ -214,7 +217,7 @@ class FakeGoogle:
 
     # --- the APIs ---------------------------------------------------------------------------
 
-    def _dispatch(self, method_id: str, path: str, query: dict, body: Any) -> Any:
+    def _dispatch(self, method_id: str, path: str, query: dict, body: Any, host: str) -> Any:
         s = self.state
         parts = path.split("/")
         rel = path.split("/", 1)[1] if path.startswith("v1/") else path  # resource name, without the version
@@ -231,7 +234,7 @@ class FakeGoogle:
         if method_id.endswith(".setIamPolicy"):
             policy = copy.deepcopy(body["policy"])
             policy["etag"] = base64.b64encode(uuid.uuid4().bytes[:8]).decode()
-            self.state.policies[path.split(":")[0]] = policy
+            self.state.policies[_policy_key(path)] = policy
             return copy.deepcopy(policy)
 
         if method_id == "iam.projects.serviceAccounts.get":
@@ -276,7 +279,7 @@ class FakeGoogle:
                 raise NotFound(f"service {name}")
             return s.services[name]
         if method_id in ("run.namespaces.services.create", "run.namespaces.services.replaceService"):
-            return self._deploy_service(body)
+            return self._deploy_service(body, region=host.split("-run.")[0])
 
         if method_id == "cloudscheduler.projects.locations.jobs.get":
             if rel not in s.jobs:
@@ -284,8 +287,8 @@ class FakeGoogle:
             return s.jobs[rel]
         if method_id == "cloudscheduler.projects.locations.jobs.create":
             name = body["name"]
-            if not name.startswith(rel + "/jobs/"):
-                raise ContractViolation(f"job name {name!r} is not under {path}")
+            if not name.startswith(rel + "/"):
+                raise ContractViolation(f"job name {name!r} is not under {rel}")
             s.jobs[name] = {**body, "state": "ENABLED", "userUpdateTime": "2026-11-30T00:00:00Z"}
             return s.jobs[name]
         if method_id == "cloudscheduler.projects.locations.jobs.patch":
@@ -299,15 +302,14 @@ class FakeGoogle:
         raise ContractViolation(f"{method_id}: valid, but this fake does not implement it")
 
     def _policy(self, path: str) -> dict:
-        return self.state.policies.setdefault(path.split(":")[0], {"version": 1, "etag": "ACAB", "bindings": []})
+        return self.state.policies.setdefault(_policy_key(path), {"version": 1, "etag": "ACAB", "bindings": []})
 
-    def _deploy_service(self, body: dict) -> dict:
+    def _deploy_service(self, body: dict, region: str) -> dict:
         service = copy.deepcopy(body)
         name = service["metadata"]["name"]
         previous = self.state.services.get(name)
         generation = (previous["metadata"]["generation"] + 1) if previous else 1
         revision = f"{name}-{generation:05d}-abc"
-        region = service["metadata"].get("labels", {}).get("cloud.googleapis.com/location", "")
         service["metadata"].update({"generation": generation, "uid": str(uuid.uuid4()),
                                     "namespace": self.state.project_number})
         service["status"] = {
@@ -321,6 +323,13 @@ class FakeGoogle:
         }
         self.state.services[name] = service
         return service
+
+
+def _policy_key(path: str) -> str:
+    """The resource a policy belongs to. A service account is the same resource whichever project
+    the path names (`projects/-/serviceAccounts/EMAIL` is how the API spells "any")."""
+    resource = path.split(":")[0]
+    return re.sub(r"^v1/projects/[^/]+/serviceAccounts/", "v1/projects/-/serviceAccounts/", resource)
 
 
 def _error(code: int, status: str, message: str) -> dict:
