@@ -28,12 +28,8 @@ def ensure_base_image() -> str:
     with tempfile.TemporaryDirectory(prefix="runonce-rootfs-") as rootfs:
         run([tool("debootstrap"), "--variant=minbase", "--include=python3,python3-venv,ca-certificates",
              "bookworm", rootfs, "http://deb.debian.org/debian"], timeout=900)
-        tar = subprocess.Popen(["tar", "-C", rootfs, "-c", "."], stdout=subprocess.PIPE)
-        imported = subprocess.run([tool("podman"), "import", "-", BASE_IMAGE], stdin=tar.stdout,
-                                  capture_output=True, text=True)
-        tar.wait()
-        if imported.returncode != 0 or tar.returncode != 0:
-            raise AssertionError(f"podman import failed: {imported.stderr}")
+        run(["bash", "-o", "pipefail", "-c", 'tar -C "$1" -c . | "$2" import - "$3" >/dev/null', "import",
+             rootfs, tool("podman"), BASE_IMAGE], timeout=600)
     return BASE_IMAGE
 
 

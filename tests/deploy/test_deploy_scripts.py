@@ -264,7 +264,13 @@ def test_deploy_service_is_private_runs_as_runtime_account_with_routes_as_config
     deploy("deploy-service.sh", *args[:-4], "--image", IMAGE.replace("0.1.0", "0.2.0"), "--routes-file", str(routes_file))
     (replace,) = fake.find("run.namespaces.services.replaceService")
     assert replace.body["spec"]["template"]["spec"]["containers"][0]["image"].endswith(":0.2.0")
-    assert [r.method_id for r in fake.mutations()] == ["run.namespaces.services.replaceService"]
+    # On an existing service, --no-allow-unauthenticated makes gcloud rewrite the policy without
+    # allUsers: every deploy re-asserts that the service is private, and the invoker keeps its grant.
+    updates = fake.mutations()
+    assert [r.method_id for r in updates][0] == "run.namespaces.services.replaceService"
+    for write in updates[1:]:
+        assert write.method_id == "run.projects.locations.services.setIamPolicy"
+        assert policy_bindings(write) == [("roles/run.invoker", (f"serviceAccount:{INVOKER}",), None)]
 
 
 # --- scheduler-job.sh ------------------------------------------------------------------------------
