@@ -4,6 +4,7 @@
 # Idempotent: the deployed configuration's fingerprint is kept in a service label, and an unchanged
 # configuration is not deployed again (no new revision); use --force to deploy anyway.
 set -euo pipefail
+# shellcheck source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 
 usage() {

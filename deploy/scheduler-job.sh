@@ -4,6 +4,7 @@
 # retry rule in README's "Deploy" section). Idempotent: an existing job with the same settings is
 # left alone; one that differs is updated in place.
 set -euo pipefail
+# shellcheck source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 
 usage() {

@@ -3,6 +3,7 @@
 # and the runtime account's least-privilege grants for the routes' targets. Idempotent: every step
 # reads first and changes only what is missing, so a second run changes nothing.
 set -euo pipefail
+# shellcheck source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 
 usage() {

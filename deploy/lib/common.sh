@@ -1,7 +1,9 @@
+# shellcheck shell=bash
 # Shared by the deploy/ scripts (sourced): messages, flag values, and idempotent IAM grants.
 # Every gcloud call goes through `gc`, so GCLOUD can name another binary and every call is --quiet.
 
 GCLOUD="${GCLOUD:-gcloud}"
+# shellcheck disable=SC2034 # DEPLOY_LIB and PYTHON are used by the scripts that source this file
 DEPLOY_LIB="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PYTHON="${PYTHON:-python3}"
 

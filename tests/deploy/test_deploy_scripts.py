@@ -102,7 +102,15 @@ def policy_bindings(request: Captured) -> list[tuple[str, tuple[str, ...], str |
             for b in request.body["policy"]["bindings"]]
 
 
-# --- help and bad input ------------------------------------------------------------------------
+# --- lint, help and bad input ------------------------------------------------------------------
+
+def test_shellcheck_finds_nothing() -> None:
+    scripts = [str(p) for p in sorted(DEPLOY.glob("*.sh"))] + [str(DEPLOY / "lib" / "common.sh")]
+    result = subprocess.run([tool("shellcheck"), "-x", "-P", "SCRIPTDIR", *scripts, str(REPO / ".ci" / "deploy-checks")],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+
+
 
 @pytest.mark.parametrize("script", ["setup.sh", "deploy-service.sh", "scheduler-job.sh"])
 def test_help_documents_every_flag_the_script_parses(deploy, script: str) -> None:
