@@ -21,8 +21,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests" / "deploy"), str(REPO)]
 
-from image import RUN_FLAGS, build_image, remove_container, wait_healthy  # noqa: E402
-from tools import free_port, tool  # noqa: E402
+from deploy_image import RUN_FLAGS, build_image, remove_container, wait_healthy  # noqa: E402
+from deploy_tools import free_port, tool  # noqa: E402
 
 ROUTES = json.dumps({"routes": {"demo": {"target": {"type": "log"}}}})
 

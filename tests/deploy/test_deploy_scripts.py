@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from fake_gcp import Captured, FakeGoogle
-from tools import REPO, tool
+from deploy_tools import REPO, tool
 
 from app.routes import parse_routes
 

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from image import build_image, remove_container, start_container, wait_healthy
-from tools import REPO, free_port, run, tool
+from deploy_image import build_image, remove_container, start_container, wait_healthy
+from deploy_tools import REPO, free_port, run, tool
 
 pytestmark = pytest.mark.deploy
 

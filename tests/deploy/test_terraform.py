@@ -10,9 +10,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from hcl import META_ARGUMENTS, blocks, is_block, items, string, unquote
+from hcl_tree import META_ARGUMENTS, blocks, is_block, items, string, unquote
 from provider_schema import Block, provider_schema, schema
-from tools import REPO, provider_lib, run, tool
+from deploy_tools import REPO, provider_lib, run, tool
 
 pytestmark = pytest.mark.deploy
 

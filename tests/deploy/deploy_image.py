@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import httpx
-from tools import REPO, run, tool
+from deploy_tools import REPO, run, tool
 
 BASE_IMAGE = "localhost/runonce-test-base:bookworm"
 IMAGE = "localhost/runonce:deploy-test"
