@@ -1,0 +1,98 @@
+# shellcheck shell=bash
+# Shared by the deploy/ scripts (sourced): messages, flag values, and idempotent IAM grants.
+# Every gcloud call goes through `gc`, so GCLOUD can name another binary and every call is --quiet.
+
+GCLOUD="${GCLOUD:-gcloud}"
+# shellcheck disable=SC2034 # DEPLOY_LIB and PYTHON are used by the scripts that source this file
+DEPLOY_LIB="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+PYTHON="${PYTHON:-python3}"
+
+log() { printf 'runonce-deploy: %s\n' "$*" >&2; }
+
+# Bad usage: say what is wrong and exit 2 before anything is changed.
+usage_error() {
+  printf 'error: %s\n(see %s --help)\n' "$1" "$(basename "$0")" >&2
+  exit 2
+}
+
+gc() { "$GCLOUD" --quiet "$@"; }
+
+# flag_value NAME VALUE: the value following a flag, which must be present.
+flag_value() {
+  [[ $# -ge 2 && -n "$2" && "$2" != --* ]] || usage_error "$1 needs a value"
+  printf '%s' "$2"
+}
+
+require() { # require VALUE "--flag (or ENV)"
+  [[ -n "$1" ]] || usage_error "missing $2"
+}
+
+require_int() { # require_int VALUE NAME
+  [[ "$1" =~ ^[0-9]+$ ]] || usage_error "$2 must be a whole number of seconds or a count, got '$1'"
+}
+
+sa_email() { # sa_email ACCOUNT_ID_OR_EMAIL PROJECT
+  if [[ "$1" == *@* ]]; then printf '%s' "$1"; else printf '%s@%s.iam.gserviceaccount.com' "$1" "$2"; fi
+}
+
+project_number() {
+  gc projects describe "$1" --format='value(projectNumber)'
+}
+
+# The deterministic run.app URL (https://SERVICE-PROJECT_NUMBER.REGION.run.app): known before the
+# service exists, so it serves as the Scheduler target and the OIDC audience runonce checks.
+service_url() { # service_url SERVICE PROJECT REGION
+  printf 'https://%s-%s.%s.run.app' "$1" "$(project_number "$2")" "$3"
+}
+
+# ensure_binding ROLE MEMBER CONDITION_TITLE CONDITION_EXPRESSION GROUP... -- RESOURCE_ARGS...
+# Adds ROLE for MEMBER on a resource unless the policy already has exactly that binding (same
+# condition title, or none): reads the policy first, so a second run writes nothing.
+#   ensure_binding roles/run.invoker serviceAccount:x@p.iam.gserviceaccount.com "" "" \
+#     run services -- runonce --region=europe-west1 --project=p
+ensure_binding() {
+  local role="$1" member="$2" title="$3" expression="$4"
+  shift 4
+  local group=()
+  while [[ "$1" != "--" ]]; do group+=("$1"); shift; done
+  shift
+  local existing
+  existing="$(gc "${group[@]}" get-iam-policy "$@" --flatten='bindings[].members' \
+    --format='value(bindings.role,bindings.members,bindings.condition.title)')"
+  if awk -F'\t' -v role="$role" -v member="$member" -v title="$title" \
+    '$1 == role && $2 == member && $3 == title { found = 1 } END { exit !found }' <<<"$existing"; then
+    log "= ${group[*]} $1: $member already has $role"
+    return 0
+  fi
+  local condition=()
+  if [[ -n "$expression" ]]; then
+    condition=("--condition=expression=${expression},title=${title}")
+  elif [[ "${group[*]}" == "projects" ]]; then
+    condition=("--condition=None")
+  fi
+  log "+ ${group[*]} $1: grant $role to $member"
+  gc "${group[@]}" add-iam-policy-binding "$@" --member="$member" --role="$role" "${condition[@]}" \
+    --format='value(etag)' >/dev/null
+}
+
+# The retry rule (README, "Deploy"): Scheduler's attempts and retries against runonce's lease.
+# Prints the retry window in seconds; exits 2 naming the broken rule.
+check_retry_rule() { # ATTEMPT_DEADLINE RETRY_COUNT MIN_BACKOFF MAX_BACKOFF MAX_DOUBLINGS MAX_RETRY_DURATION LEASE DISPATCH_TIMEOUT RETENTION REQUEST_TIMEOUT
+  local deadline=$1 count=$2 min=$3 max=$4 doublings=$5 max_duration=$6 lease=$7 dispatch=$8 retention=$9 request_timeout=${10}
+  local store_margin=15 window=0 i interval
+  (( deadline >= 15 && deadline <= 1800 )) || usage_error "--attempt-deadline must be between 15 and 1800 seconds (Cloud Scheduler's limits), got $deadline"
+  (( count <= 5 )) || usage_error "--retry-count must be 0-5 (Cloud Scheduler's limit), got $count"
+  (( min <= max )) || usage_error "--min-backoff ($min) must not exceed --max-backoff ($max)"
+  (( dispatch < lease )) || usage_error "--dispatch-timeout-seconds ($dispatch) must be below --lease-seconds ($lease): a dispatch that outlives its lease could run twice"
+  for (( i = 1; i <= count; i++ )); do
+    if (( i <= doublings + 1 )); then interval=$(( min * (1 << (i - 1)) )); else interval=$(( min * (1 << doublings) * (i - doublings) )); fi
+    (( interval > max )) && interval=$max
+    window=$(( window + interval ))
+  done
+  (( max_duration > 0 && max_duration < window )) && window=$max_duration
+  (( deadline >= dispatch + store_margin )) || usage_error "--attempt-deadline ($deadline) must be at least the dispatch timeout + $store_margin = $(( dispatch + store_margin )) s, or Scheduler abandons attempts runonce is still completing"
+  (( deadline <= request_timeout )) || usage_error "--attempt-deadline ($deadline) exceeds the service's request timeout ($request_timeout)"
+  (( window >= lease + deadline )) || usage_error "retries span $window s, less than the lease + attempt deadline = $(( lease + deadline )) s: a run whose attempt died after claiming would never be taken over; raise --retry-count, --min-backoff or --max-backoff"
+  (( retention > window + deadline )) || usage_error "--retention-seconds ($retention) must exceed the retry window plus attempt deadline ($(( window + deadline )) s), or a late retry finds no record and runs again"
+  printf '%s' "$window"
+}

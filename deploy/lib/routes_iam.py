@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Print the IAM grants runonce's runtime account needs for the routes in a routes file.
+
+One grant a line, tab-separated: `ROLE  KIND  RESOURCE`, where KIND says where it is granted:
+`project` (RESOURCE = project id), `run-job` (projects/P/locations/L/jobs/J). DESIGN.md's IAM table,
+per resource where the API allows it (Cloud Run jobs), else per project (Workflows, Cloud Build have
+no per-resource IAM). Warnings for what the file cannot tell (an http audience's service) go to
+stderr. Reads JSON always, YAML when PyYAML is installed. Exit 2 on a bad file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+PATTERNS = {
+    "workflows": ("workflow", r"^projects/([^/]+)/locations/([^/]+)/workflows/([^/]+)$"),
+    "cloud_run_job": ("job", r"^projects/([^/]+)/locations/([^/]+)/jobs/([^/]+)$"),
+    "cloud_build_trigger": ("trigger", r"^projects/([^/]+)/locations/([^/]+)/triggers/([^/]+)$"),
+}
+TYPES = {"log", "http", *PATTERNS}
+
+
+def load(path: str) -> dict:
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        import yaml
+    except ImportError:
+        sys.exit(f"error: {path} is not JSON, and reading YAML needs PyYAML (pip install pyyaml)")
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        sys.exit(f"error: {path}: not valid YAML or JSON: {exc}")
+
+
+def grants(config: object, origin: str) -> list[tuple[str, str, str]]:
+    if not isinstance(config, dict) or not isinstance(config.get("routes"), dict) or not config["routes"]:
+        raise ValueError(f"{origin}: expected a mapping with a non-empty top-level 'routes:'")
+    found: list[tuple[str, str, str]] = []
+    for name, route in config["routes"].items():
+        target = route.get("target") if isinstance(route, dict) else None
+        kind = target.get("type") if isinstance(target, dict) else None
+        if kind not in TYPES:
+            raise ValueError(f"{origin}: route {name!r}: field 'target.type' must be one of {', '.join(sorted(TYPES))}")
+        if kind in PATTERNS:
+            field, pattern = PATTERNS[kind]
+            match = re.match(pattern, str(target.get(field, "")))
+            if not match:
+                raise ValueError(f"{origin}: route {name!r}: field 'target.{field}' must match {pattern}")
+            project = match.group(1)
+            if kind == "workflows":
+                found.append(("roles/workflows.invoker", "project", project))
+            elif kind == "cloud_run_job":
+                found.append(("roles/run.jobsExecutorWithOverrides", "run-job", target[field]))
+                found.append(("roles/run.viewer", "run-job", target[field]))
+            else:
+                found.append(("roles/cloudbuild.builds.editor", "project", project))
+                print(f"note: route {name!r}: if trigger {target[field]} runs as its own service account, "
+                      "pass --trigger-service-account EMAIL (runonce's account needs actAs on it)", file=sys.stderr)
+        elif kind == "http" and target.get("audience"):
+            print(f"note: route {name!r}: http audience {target['audience']}: if it is a Cloud Run service, pass "
+                  "--downstream-service projects/P/locations/L/services/S (runonce's account needs roles/run.invoker)",
+                  file=sys.stderr)
+    return list(dict.fromkeys(found))  # keep the order, drop repeats
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        sys.exit("usage: routes_iam.py ROUTES_FILE")
+    try:
+        for grant in grants(load(sys.argv[1]), f"routes file {sys.argv[1]}"):
+            print("\t".join(grant))
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+/**
+ * The claim store: a Firestore (native mode) database and a TTL policy that deletes run records
+ * once their `expire_at` (created_at + retention) has passed.
+ */
+
+resource "google_firestore_database" "this" {
+  count = var.create_firestore_database ? 1 : 0
+
+  project                 = var.project_id
+  name                    = var.firestore_database
+  location_id             = local.firestore_location
+  type                    = "FIRESTORE_NATIVE"
+  delete_protection_state = "DELETE_PROTECTION_ENABLED"
+  deletion_policy         = "ABANDON"
+
+  # Run records are the only memory of which runs already happened: losing them re-runs jobs.
+  lifecycle {
+    prevent_destroy = true
+  }
+
+  depends_on = [google_project_service.apis]
+}
+
+resource "google_firestore_field" "expire_at_ttl" {
+  project    = var.project_id
+  database   = var.create_firestore_database ? google_firestore_database.this[0].name : var.firestore_database
+  collection = var.firestore_collection
+  field      = "expire_at"
+
+  ttl_config {}
+
+  # No query filters or sorts on expire_at: exempting it from single-field indexes avoids the
+  # write hotspot of an index on ever-increasing timestamps.
+  index_config {}
+}

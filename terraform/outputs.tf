@@ -1,0 +1,34 @@
+output "service_url" {
+  description = "URL of the runonce service (the Scheduler jobs' target and OIDC audience)."
+  value       = local.service_url
+}
+
+output "service_name" {
+  description = "Name of the Cloud Run service."
+  value       = google_cloud_run_v2_service.this.name
+}
+
+output "runtime_service_account_email" {
+  description = "Email of the service account runonce runs as."
+  value       = google_service_account.runtime.email
+}
+
+output "invoker_service_account_email" {
+  description = "Email of the service account whose OIDC token Scheduler sends; grant it to other callers' jobs too."
+  value       = google_service_account.invoker.email
+}
+
+output "firestore_database" {
+  description = "Firestore database holding the run records."
+  value       = google_firestore_field.expire_at_ttl.database
+}
+
+output "scheduler_job_ids" {
+  description = "Full names of the Scheduler jobs, by job ID."
+  value       = { for name, job in google_cloud_scheduler_job.this : name => job.id }
+}
+
+output "retry_window_seconds" {
+  description = "Per job: how long after the first attempt Scheduler keeps retrying (ignoring attempt durations)."
+  value       = local.retry_window_seconds
+}

@@ -1,0 +1,334 @@
+variable "project_id" {
+  description = "Project that hosts runonce: its Cloud Run service, service accounts, Firestore database and Scheduler jobs."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{4,28}[a-z0-9]$", var.project_id))
+    error_message = "project_id must be a project ID (6-30 lower-case letters, digits and hyphens, e.g. \"my-project\"), not a project number or name."
+  }
+}
+
+variable "region" {
+  description = "Region of the Cloud Run service, and of the Scheduler jobs unless scheduler_region is set (e.g. \"europe-west1\")."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z]+-[a-z]+[0-9]+$", var.region))
+    error_message = "region must be a Google Cloud region such as \"us-central1\" or \"europe-west1\" (not a zone like \"us-central1-a\")."
+  }
+}
+
+variable "scheduler_region" {
+  description = "Region of the Scheduler jobs when it differs from region (Cloud Scheduler is not offered in every Cloud Run region). It also becomes the jobs' `location` in the run key."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.scheduler_region == null ? true : can(regex("^[a-z]+-[a-z]+[0-9]+$", var.scheduler_region))
+    error_message = "scheduler_region must be a Google Cloud region such as \"us-central1\"."
+  }
+}
+
+variable "service_name" {
+  description = "Name of the Cloud Run service."
+  type        = string
+  default     = "runonce"
+
+  validation {
+    condition     = can(regex("^[a-z]([-a-z0-9]{0,47}[a-z0-9])?$", var.service_name))
+    error_message = "service_name must be 1-49 lower-case letters, digits and hyphens, starting with a letter (e.g. \"runonce\")."
+  }
+}
+
+variable "image" {
+  description = "Container image built from this repository's Dockerfile, preferably by digest (e.g. \"europe-west1-docker.pkg.dev/my-project/runonce/runonce@sha256:...\")."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[^\\s]+$", var.image))
+    error_message = "image must be a container image reference without spaces, e.g. \"europe-west1-docker.pkg.dev/my-project/runonce/runonce:0.1.0\"."
+  }
+}
+
+variable "routes" {
+  description = <<-EOT
+    runonce's routes, as the `routes:` mapping of a routes file (see DESIGN.md): route name => { target = {...}, allowed_callers = [...], namespace = {...} }.
+    Passed to the service as RUNONCE_ROUTES, and read here to grant runonce's runtime service account what each target needs.
+    Load a YAML file with `yamldecode(file("routes.yaml")).routes`.
+  EOT
+  type        = any
+
+  validation {
+    condition     = length(keys(var.routes)) > 0 && alltrue([for name in keys(var.routes) : can(regex("^[a-z0-9][a-z0-9_-]{0,62}$", name))])
+    error_message = "routes must name at least one route, and every route name must be 1-63 lower-case letters, digits, '-' or '_' (e.g. \"nightly-etl\")."
+  }
+
+  validation {
+    condition     = alltrue([for route in values(var.routes) : contains(["log", "http", "workflows", "cloud_run_job", "cloud_build_trigger"], try(route.target.type, ""))])
+    error_message = "Every route needs target.type, one of: log, http, workflows, cloud_run_job, cloud_build_trigger."
+  }
+
+  validation {
+    condition = alltrue([for route in values(var.routes) : (
+      try(route.target.type, "") == "workflows" ? can(regex("^projects/[^/]+/locations/[^/]+/workflows/[^/]+$", route.target.workflow)) :
+      try(route.target.type, "") == "cloud_run_job" ? can(regex("^projects/[^/]+/locations/[^/]+/jobs/[^/]+$", route.target.job)) :
+      try(route.target.type, "") == "cloud_build_trigger" ? can(regex("^projects/[^/]+/locations/[^/]+/triggers/[^/]+$", route.target.trigger)) :
+      try(route.target.type, "") == "http" ? can(regex("^https?://", route.target.url)) :
+      true
+    )])
+    error_message = "A target's resource must be a full name: workflows needs workflow = \"projects/P/locations/L/workflows/W\", cloud_run_job needs job = \"projects/P/locations/L/jobs/J\", cloud_build_trigger needs trigger = \"projects/P/locations/L/triggers/T\", http needs url = \"https://...\"."
+  }
+}
+
+variable "jobs" {
+  description = <<-EOT
+    Cloud Scheduler jobs, by job ID. Each POSTs to /v1/routes/{route}:run?project={project_id}&location={scheduler region}
+    with an OIDC token of the invoker service account. schedule is unix-cron, time_zone a tz database name, body an optional
+    JSON object (as a string, e.g. jsonencode({mode = "full"})) handed to the target. Durations are in seconds.
+    The defaults satisfy the retry rule (see README): retries must outlast the lease.
+  EOT
+  type = map(object({
+    route                    = string
+    schedule                 = string
+    time_zone                = optional(string, "Etc/UTC")
+    description              = optional(string)
+    body                     = optional(string)
+    paused                   = optional(bool, false)
+    attempt_deadline_seconds = optional(number, 60)
+    retry = optional(object({
+      retry_count                = optional(number, 5)
+      min_backoff_seconds        = optional(number, 20)
+      max_backoff_seconds        = optional(number, 300)
+      max_doublings              = optional(number, 4)
+      max_retry_duration_seconds = optional(number, 0)
+    }), {})
+  }))
+  default = {}
+
+  validation {
+    condition     = alltrue([for name in keys(var.jobs) : can(regex("^[a-zA-Z0-9_-]{1,500}$", name))])
+    error_message = "Scheduler job IDs may contain only letters, digits, '-' and '_' (e.g. \"nightly-etl\")."
+  }
+
+  validation {
+    condition     = alltrue([for job in values(var.jobs) : can(regex("^[a-z0-9][a-z0-9_-]{0,62}$", job.route))])
+    error_message = "jobs[*].route must be a route name: 1-63 lower-case letters, digits, '-' or '_'."
+  }
+
+  validation {
+    condition     = alltrue([for job in values(var.jobs) : can(regex("^\\S+(\\s+\\S+){4}$", trimspace(job.schedule)))])
+    error_message = "jobs[*].schedule must be a non-empty unix-cron expression with 5 fields, e.g. \"0 3 * * *\"."
+  }
+
+  validation {
+    condition     = alltrue([for job in values(var.jobs) : can(regex("^(UTC|[A-Za-z]+(/[A-Za-z0-9_+-]+)+)$", job.time_zone))])
+    error_message = "jobs[*].time_zone must be a tz database name such as \"Etc/UTC\" or \"Europe/Paris\"."
+  }
+
+  validation {
+    condition     = alltrue([for job in values(var.jobs) : job.body == null ? true : can(keys(jsondecode(job.body)))])
+    error_message = "jobs[*].body must be a JSON object, e.g. jsonencode({mode = \"full\"})."
+  }
+
+  validation {
+    condition     = alltrue([for job in values(var.jobs) : job.attempt_deadline_seconds >= 15 && job.attempt_deadline_seconds <= 1800])
+    error_message = "jobs[*].attempt_deadline_seconds must be between 15 and 1800 (Cloud Scheduler's limits for HTTP targets)."
+  }
+
+  validation {
+    condition = alltrue([for job in values(var.jobs) : (
+      job.retry.retry_count >= 0 && job.retry.retry_count <= 5 &&
+      job.retry.min_backoff_seconds >= 0 && job.retry.min_backoff_seconds <= job.retry.max_backoff_seconds &&
+      job.retry.max_backoff_seconds <= 3600 &&
+      job.retry.max_doublings >= 0 && job.retry.max_doublings <= 16 &&
+      job.retry.max_retry_duration_seconds >= 0
+    )])
+    error_message = "jobs[*].retry: retry_count 0-5, 0 <= min_backoff_seconds <= max_backoff_seconds <= 3600, max_doublings 0-16, max_retry_duration_seconds >= 0 (0 = no limit)."
+  }
+}
+
+variable "runtime_service_account_id" {
+  description = "Account ID of the service account runonce runs as."
+  type        = string
+  default     = "runonce"
+
+  validation {
+    condition     = can(regex("^[a-z]([-a-z0-9]{4,28}[a-z0-9])$", var.runtime_service_account_id))
+    error_message = "Service account IDs are 6-30 lower-case letters, digits and hyphens, starting with a letter."
+  }
+}
+
+variable "invoker_service_account_id" {
+  description = "Account ID of the service account whose OIDC token the Scheduler jobs send."
+  type        = string
+  default     = "runonce-invoker"
+
+  validation {
+    condition     = can(regex("^[a-z]([-a-z0-9]{4,28}[a-z0-9])$", var.invoker_service_account_id))
+    error_message = "Service account IDs are 6-30 lower-case letters, digits and hyphens, starting with a letter."
+  }
+}
+
+variable "create_firestore_database" {
+  description = "Create the Firestore database. Set to false to use one that already exists (its name in firestore_database)."
+  type        = bool
+  default     = true
+}
+
+variable "firestore_database" {
+  description = "Firestore database holding the run records (RUNONCE_FIRESTORE_DATABASE)."
+  type        = string
+  default     = "(default)"
+
+  validation {
+    condition     = var.firestore_database == "(default)" || can(regex("^[a-z][a-z0-9-]{2,61}[a-z0-9]$", var.firestore_database))
+    error_message = "firestore_database must be \"(default)\" or 4-63 lower-case letters, digits and hyphens, starting with a letter."
+  }
+}
+
+variable "firestore_location" {
+  description = "Location of a created Firestore database (a region like \"europe-west1\" or a multi-region like \"eur3\"); defaults to region."
+  type        = string
+  default     = null
+}
+
+variable "firestore_collection" {
+  description = "Collection of run records (RUNONCE_FIRESTORE_COLLECTION); its `expire_at` field gets the TTL policy."
+  type        = string
+  default     = "runonce_runs"
+
+  validation {
+    condition     = can(regex("^[A-Za-z0-9_-]{1,100}$", var.firestore_collection))
+    error_message = "firestore_collection must be 1-100 letters, digits, '-' or '_'."
+  }
+}
+
+variable "lease_seconds" {
+  description = "How long a claim holds a run before another attempt may take over (RUNONCE_LEASE_SECONDS)."
+  type        = number
+  default     = 300
+
+  validation {
+    condition     = var.lease_seconds >= 10
+    error_message = "lease_seconds must be at least 10."
+  }
+}
+
+variable "dispatch_timeout_seconds" {
+  description = "Longest wait for a target's answer (RUNONCE_DISPATCH_TIMEOUT_SECONDS); must be below lease_seconds."
+  type        = number
+  default     = 30
+
+  validation {
+    condition     = var.dispatch_timeout_seconds > 0
+    error_message = "dispatch_timeout_seconds must be positive."
+  }
+}
+
+variable "retention_seconds" {
+  description = "How long run records are kept (RUNONCE_RETENTION_SECONDS); Firestore's TTL deletes them after that."
+  type        = number
+  default     = 86400
+
+  validation {
+    condition     = var.retention_seconds >= 3600
+    error_message = "retention_seconds must be at least 3600: records must outlive every retry of a run."
+  }
+}
+
+variable "request_timeout_seconds" {
+  description = "Cloud Run request timeout; must cover every job's attempt deadline."
+  type        = number
+  default     = 120
+
+  validation {
+    condition     = var.request_timeout_seconds >= 15 && var.request_timeout_seconds <= 3600
+    error_message = "request_timeout_seconds must be between 15 and 3600."
+  }
+}
+
+variable "min_instances" {
+  description = "Minimum Cloud Run instances (1 removes cold starts at a standing cost)."
+  type        = number
+  default     = 0
+
+  validation {
+    condition     = var.min_instances >= 0
+    error_message = "min_instances must be 0 or more."
+  }
+}
+
+variable "max_instances" {
+  description = "Maximum Cloud Run instances."
+  type        = number
+  default     = 10
+
+  validation {
+    condition     = var.max_instances >= 1
+    error_message = "max_instances must be at least 1."
+  }
+}
+
+variable "ingress" {
+  description = "Cloud Run ingress. INGRESS_TRAFFIC_ALL keeps the run.app URL reachable (IAM still requires the invoker's token); INGRESS_TRAFFIC_INTERNAL_ONLY narrows it further."
+  type        = string
+  default     = "INGRESS_TRAFFIC_ALL"
+
+  validation {
+    condition     = contains(["INGRESS_TRAFFIC_ALL", "INGRESS_TRAFFIC_INTERNAL_ONLY", "INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER"], var.ingress)
+    error_message = "ingress must be INGRESS_TRAFFIC_ALL, INGRESS_TRAFFIC_INTERNAL_ONLY or INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER."
+  }
+}
+
+variable "cpu" {
+  description = "CPU limit of the container."
+  type        = string
+  default     = "1"
+}
+
+variable "memory" {
+  description = "Memory limit of the container."
+  type        = string
+  default     = "512Mi"
+}
+
+variable "env" {
+  description = "Extra environment variables for the container (e.g. RUNONCE_LOG_FORMAT). The RUNONCE_ variables this module sets cannot be overridden here."
+  type        = map(string)
+  default     = {}
+}
+
+variable "trigger_service_accounts" {
+  description = "Emails of the service accounts that cloud_build_trigger routes' triggers run as: runonce's runtime account gets roles/iam.serviceAccountUser on each (Cloud Build requires actAs)."
+  type        = list(string)
+  default     = []
+}
+
+variable "downstream_services" {
+  description = "Cloud Run services that http routes with an `audience` call, as \"projects/P/locations/L/services/S\": runonce's runtime account gets roles/run.invoker on each."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for s in var.downstream_services : can(regex("^projects/[^/]+/locations/[^/]+/services/[^/]+$", s))])
+    error_message = "downstream_services entries must look like \"projects/P/locations/L/services/S\"."
+  }
+}
+
+variable "enable_apis" {
+  description = "Enable the APIs runonce needs (Cloud Run, Firestore, Cloud Scheduler, IAM). They are never disabled on destroy."
+  type        = bool
+  default     = true
+}
+
+variable "deletion_protection" {
+  description = "Protect the Cloud Run service against `terraform destroy`."
+  type        = bool
+  default     = true
+}
+
+variable "labels" {
+  description = "Labels for the Cloud Run service."
+  type        = map(string)
+  default     = {}
+}

@@ -1,0 +1,15 @@
+terraform {
+  # 1.4+: optional() attributes with defaults, lifecycle preconditions, terraform_data.
+  required_version = ">= 1.4"
+
+  required_providers {
+    google = {
+      source  = "hashicorp/google"
+      version = ">= 6, < 8"
+    }
+  }
+
+  provider_meta "google" {
+    module_name = "runonce/terraform/v0.1.0"
+  }
+}

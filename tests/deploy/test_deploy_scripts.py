@@ -1,0 +1,340 @@
+"""deploy/ scripts run for real: bash + the real gcloud CLI, against a fake of Google's APIs that
+captures each REST request and holds it to the discovery documents (fake_gcp.py)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from fake_gcp import Captured, FakeGoogle
+from deploy_tools import REPO, tool
+
+from app.routes import parse_routes
+
+pytestmark = pytest.mark.deploy
+
+DEPLOY = REPO / "deploy"
+PROJECT = "demo-project"
+NUMBER = "123456789012"
+REGION = "europe-west1"
+URL = f"https://runonce-{NUMBER}.{REGION}.run.app"
+RUNTIME = f"runonce@{PROJECT}.iam.gserviceaccount.com"
+INVOKER = f"runonce-invoker@{PROJECT}.iam.gserviceaccount.com"
+IMAGE = f"{REGION}-docker.pkg.dev/{PROJECT}/runonce/runonce:0.1.0"
+ROUTES_YAML = f"""\
+# every target type, as DESIGN.md writes them
+routes:
+  etl:
+    target: {{type: workflows, workflow: projects/wf-proj/locations/{REGION}/workflows/etl, argument: {{mode: full}}}}
+    allowed_callers: [{INVOKER}]
+  batch:
+    target: {{type: cloud_run_job, job: projects/{PROJECT}/locations/{REGION}/jobs/batch}}
+  build:
+    target: {{type: cloud_build_trigger, trigger: projects/cb-proj/locations/global/triggers/nightly}}
+  hook:
+    target: {{type: http, url: "https://hooks-xyz.a.run.app/run", audience: "https://hooks-xyz.a.run.app"}}
+  demo:
+    target: {{type: log}}
+"""
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeGoogle]:
+    with FakeGoogle(PROJECT, NUMBER) as server:
+        yield server
+        assert server.violations == [], "gcloud sent requests that break Google's API descriptions"
+
+
+@pytest.fixture
+def routes_file(tmp_path: Path) -> Path:
+    path = tmp_path / "routes.yaml"
+    path.write_text(ROUTES_YAML)
+    return path
+
+
+@pytest.fixture
+def deploy(fake: FakeGoogle, tmp_path: Path):
+    """Run a deploy/ script with the real gcloud, every Google API pointed at the fake."""
+    gcloud = tool("gcloud")
+    config = tmp_path / "gcloud-config"
+    config.mkdir()
+    token = tmp_path / "token"
+    token.write_text("ya29.fake-token")
+    env = {
+        "PATH": f"{Path(gcloud).parent}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "LANG": "C.UTF-8",
+        "CLOUDSDK_CONFIG": str(config),
+        "CLOUDSDK_CORE_DISABLE_PROMPTS": "1",
+        "CLOUDSDK_AUTH_ACCESS_TOKEN_FILE": str(token),
+        "CLOUDSDK_COMPONENT_MANAGER_DISABLE_UPDATE_CHECK": "1",
+        "CLOUDSDK_CORE_DISABLE_USAGE_REPORTING": "1",
+        # gcloud puts the region in front of Cloud Run's host, so only a proxy reaches them all.
+        "CLOUDSDK_PROXY_TYPE": "http",
+        "CLOUDSDK_PROXY_ADDRESS": "127.0.0.1",
+        "CLOUDSDK_PROXY_PORT": str(fake.port),
+        "PYTHON": shutil.which("python3") or "python3",
+    }
+    for api in ("cloudscheduler", "iam", "cloudresourcemanager", "firestore", "run", "serviceusage"):
+        env[f"CLOUDSDK_API_ENDPOINT_OVERRIDES_{api.upper()}"] = f"http://{api}.fake.invalid/"
+
+    def run(script: str, *args: str, extra_env: dict[str, str] | None = None, expect: int = 0):
+        result = subprocess.run(
+            ["bash", str(DEPLOY / script), *args], env={**env, **(extra_env or {})},
+            capture_output=True, text=True, timeout=300,
+        )
+        assert result.returncode == expect, f"{script} exited {result.returncode}:\n{result.stderr}"
+        return result
+
+    return run
+
+
+def policy_bindings(request: Captured) -> list[tuple[str, tuple[str, ...], str | None]]:
+    return [(b["role"], tuple(b["members"]), (b.get("condition") or {}).get("expression"))
+            for b in request.body["policy"]["bindings"]]
+
+
+# --- lint, help and bad input ------------------------------------------------------------------
+
+def test_shellcheck_finds_nothing() -> None:
+    scripts = [str(p) for p in sorted(DEPLOY.glob("*.sh"))] + [str(DEPLOY / "lib" / "common.sh")]
+    result = subprocess.run([tool("shellcheck"), "-x", "-P", "SCRIPTDIR", *scripts, str(REPO / ".ci" / "deploy-checks")],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+
+
+
+@pytest.mark.parametrize("script", ["setup.sh", "deploy-service.sh", "scheduler-job.sh"])
+def test_help_documents_every_flag_the_script_parses(deploy, script: str) -> None:
+    result = deploy(script, "--help")
+    source = (DEPLOY / script).read_text()
+    parsed = set(re.findall(r"^\s+(--[a-z-]+)\)", source, re.MULTILINE))
+    assert parsed, script
+    for flag in parsed:
+        assert flag in result.stdout, f"{script} --help does not mention {flag}"
+    assert "set -euo pipefail" in source
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "message"),
+    [
+        ("setup.sh", ["--region", REGION], "missing --project (or PROJECT_ID)"),
+        ("deploy-service.sh", ["--project", PROJECT, "--region", REGION, "--routes-file", "/nonexistent"],
+         "missing --image (or IMAGE)"),
+        ("scheduler-job.sh", ["--project", PROJECT, "--location", REGION, "--job", "j", "--route", "etl",
+                              "--schedule", "0 3 * * * *"], "--schedule must be a unix-cron expression with 5 fields"),
+        ("scheduler-job.sh", ["--project", PROJECT, "--location", REGION, "--job", "j", "--route", "etl",
+                              "--schedule", "0 3 * * *", "--retry-count", "2"],
+         "retries span 60 s, less than the lease + attempt deadline = 360 s"),
+        ("scheduler-job.sh", ["--project", PROJECT, "--location", REGION, "--job", "j", "--route", "etl",
+                              "--schedule", "0 3 * * *", "--attempt-deadline", "30"],
+         "--attempt-deadline (30) must be at least the dispatch timeout + 15 = 45 s"),
+        ("scheduler-job.sh", ["--project", PROJECT, "--location", REGION, "--job", "j", "--route", "etl",
+                              "--schedule", "0 3 * * *", "--body", "[1]"], "--body must be a JSON object"),
+        ("setup.sh", ["--project", PROJECT, "--region", REGION, "--routes-file", "ROUTES", "--bogus"],
+         "unknown argument '--bogus'"),
+    ],
+    ids=["missing-project", "missing-image", "six-field-cron", "retries-shorter-than-lease", "short-deadline",
+         "body-not-object", "unknown-flag"],
+)
+def test_bad_input_exits_2_with_a_precise_message_and_touches_nothing(
+    deploy, fake: FakeGoogle, routes_file: Path, script: str, args: list[str], message: str
+) -> None:
+    args = [str(routes_file) if a == "ROUTES" else a for a in args]
+    result = deploy(script, *args, expect=2)
+    assert message in result.stderr
+    assert fake.requests == []
+
+
+def test_bad_routes_file_is_refused_before_any_change(deploy, fake: FakeGoogle, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("routes:\n  batch:\n    target: {type: cloud_run_job, job: batch}\n")
+    result = deploy("setup.sh", "--project", PROJECT, "--region", REGION, "--routes-file", str(bad), expect=2)
+    assert "route 'batch': field 'target.job' must match ^projects/" in result.stderr
+    assert fake.requests == []
+
+
+# --- setup.sh ------------------------------------------------------------------------------------
+
+def test_setup_creates_accounts_store_ttl_and_least_privilege_grants_then_changes_nothing(
+    deploy, fake: FakeGoogle, routes_file: Path
+) -> None:
+    args = ["--project", PROJECT, "--region", REGION, "--routes-file", str(routes_file),
+            "--trigger-service-account", f"builder@cb-proj.iam.gserviceaccount.com",
+            "--downstream-service", f"projects/{PROJECT}/locations/{REGION}/services/hooks"]
+    deploy("setup.sh", *args)
+
+    created = [r.body for r in fake.find("iam.projects.serviceAccounts.create")]
+    assert [a["accountId"] for a in created] == ["runonce", "runonce-invoker"]
+
+    (database,) = fake.find("firestore.projects.databases.create")
+    assert database.query["databaseId"] == ["(default)"]
+    assert database.body["type"] == "FIRESTORE_NATIVE"
+    assert database.body["locationId"] == REGION
+    assert database.body["deleteProtectionState"] == "DELETE_PROTECTION_ENABLED"
+
+    (ttl,) = fake.find("firestore.projects.databases.collectionGroups.fields.patch")
+    assert ttl.path.endswith("/databases/(default)/collectionGroups/runonce_runs/fields/expire_at")
+    assert ttl.query["updateMask"] == ["ttlConfig"]
+    assert ttl.body["ttlConfig"] == {}
+
+    grants = {}
+    for request in fake.mutations():
+        if request.method_id.endswith("setIamPolicy"):
+            grants[request.path.split(":")[0]] = policy_bindings(request)
+    member = f"serviceAccount:{RUNTIME}"
+    assert grants == {
+        f"v1/projects/{PROJECT}": [
+            ("roles/datastore.user", (member,), f'resource.name == "projects/{PROJECT}/databases/(default)"')],
+        "v1/projects/wf-proj": [("roles/workflows.invoker", (member,), None)],
+        "v1/projects/cb-proj": [("roles/cloudbuild.builds.editor", (member,), None)],
+        f"v1/projects/{PROJECT}/locations/{REGION}/jobs/batch": [
+            ("roles/run.jobsExecutorWithOverrides", (member,), None), ("roles/run.viewer", (member,), None)],
+        "v1/projects/cb-proj/serviceAccounts/builder@cb-proj.iam.gserviceaccount.com": [
+            ("roles/iam.serviceAccountUser", (member,), None)],
+        f"v1/projects/{PROJECT}/locations/{REGION}/services/hooks": [("roles/run.invoker", (member,), None)],
+    }
+
+    fake.requests.clear()
+    second = deploy("setup.sh", *args)
+    assert fake.mutations() == [], "a second run must change nothing"
+    assert "+ " not in second.stderr
+
+
+# --- deploy-service.sh -----------------------------------------------------------------------------
+
+def _env(service: dict) -> dict[str, str]:
+    (container,) = service["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e.get("value", "") for e in container.get("env", [])}
+
+
+def test_deploy_service_is_private_runs_as_runtime_account_with_routes_as_config(
+    deploy, fake: FakeGoogle, routes_file: Path
+) -> None:
+    args = ["--project", PROJECT, "--region", REGION, "--image", IMAGE, "--routes-file", str(routes_file)]
+    result = deploy("deploy-service.sh", *args)
+    assert result.stdout.strip() == URL
+
+    (create,) = fake.find("run.namespaces.services.create")
+    assert create.host == f"{REGION}-run.fake.invalid"
+    service = create.body
+    assert service["metadata"]["name"] == "runonce"
+    assert service["metadata"]["annotations"]["run.googleapis.com/ingress"] == "all"
+    spec = service["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == RUNTIME
+    assert spec["containerConcurrency"] == 80
+    assert spec["timeoutSeconds"] == 120
+    (container,) = spec["containers"]
+    assert container["image"] == IMAGE
+    assert container["ports"][0]["containerPort"] == 8080
+    annotations = service["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["autoscaling.knative.dev/maxScale"] == "10"
+    assert annotations["run.googleapis.com/startup-cpu-boost"].lower() == "true"
+
+    env = _env(service)
+    assert {k: v for k, v in env.items() if k != "RUNONCE_ROUTES"} == {
+        "RUNONCE_STORE": "firestore",
+        "RUNONCE_FIRESTORE_PROJECT": PROJECT,
+        "RUNONCE_FIRESTORE_DATABASE": "(default)",
+        "RUNONCE_FIRESTORE_COLLECTION": "runonce_runs",
+        "RUNONCE_AUTH": "oidc",
+        "RUNONCE_AUDIENCE": URL,
+        "RUNONCE_ALLOWED_CALLERS": INVOKER,
+        "RUNONCE_LEASE_SECONDS": "300",
+        "RUNONCE_DISPATCH_TIMEOUT_SECONDS": "30",
+        "RUNONCE_RETENTION_SECONDS": "86400",
+    }
+    # The routes reach the service unchanged, and runonce's own parser accepts them (all five
+    # target types: this needs the Google target adapters, issue 4, in the code base).
+    assert yaml.safe_load(env["RUNONCE_ROUTES"]) == yaml.safe_load(ROUTES_YAML)
+    assert set(parse_routes(env["RUNONCE_ROUTES"], "RUNONCE_ROUTES")) == {"etl", "batch", "build", "hook", "demo"}
+
+    # No public access: the only IAM write grants run.invoker to the invoker account.
+    writes = [r for r in fake.mutations() if r.method_id.endswith("setIamPolicy")]
+    assert [(r.path, policy_bindings(r)) for r in writes] == [
+        (f"v1/projects/{PROJECT}/locations/{REGION}/services/runonce:setIamPolicy",
+         [("roles/run.invoker", (f"serviceAccount:{INVOKER}",), None)]),
+    ]
+    assert "allUsers" not in json.dumps([r.body for r in fake.requests])
+
+    fake.requests.clear()
+    deploy("deploy-service.sh", *args)
+    assert fake.mutations() == [], "an unchanged configuration must not be deployed again"
+
+    deploy("deploy-service.sh", *args[:-4], "--image", IMAGE.replace("0.1.0", "0.2.0"), "--routes-file", str(routes_file))
+    (replace,) = fake.find("run.namespaces.services.replaceService")
+    assert replace.body["spec"]["template"]["spec"]["containers"][0]["image"].endswith(":0.2.0")
+    # On an existing service, --no-allow-unauthenticated makes gcloud rewrite the policy without
+    # allUsers: every deploy re-asserts that the service is private, and the invoker keeps its grant.
+    updates = fake.mutations()
+    assert [r.method_id for r in updates][0] == "run.namespaces.services.replaceService"
+    for write in updates[1:]:
+        assert write.method_id == "run.projects.locations.services.setIamPolicy"
+        assert policy_bindings(write) == [("roles/run.invoker", (f"serviceAccount:{INVOKER}",), None)]
+
+
+# --- scheduler-job.sh ------------------------------------------------------------------------------
+
+JOB_ARGS = ["--project", PROJECT, "--location", REGION, "--job", "nightly-etl", "--route", "etl",
+            "--schedule", "0 3 * * *", "--time-zone", "Europe/Paris", "--body", '{"mode": "full"}']
+
+
+def test_scheduler_job_calls_the_route_with_oidc_and_lease_consistent_retries(deploy, fake: FakeGoogle) -> None:
+    deploy("scheduler-job.sh", *JOB_ARGS)
+    (create,) = fake.find("cloudscheduler.projects.locations.jobs.create")
+    assert create.path == f"v1/projects/{PROJECT}/locations/{REGION}/jobs"
+    job = create.body
+    assert job["name"] == f"projects/{PROJECT}/locations/{REGION}/jobs/nightly-etl"
+    assert job["schedule"] == "0 3 * * *"
+    assert job["timeZone"] == "Europe/Paris"
+    assert job["attemptDeadline"] == "60s"
+    assert job["retryConfig"] == {
+        "retryCount": 5, "minBackoffDuration": "20s", "maxBackoffDuration": "300s",
+        "maxDoublings": 4, "maxRetryDuration": "0s",
+    }
+    target = job["httpTarget"]
+    assert target["uri"] == f"{URL}/v1/routes/etl:run?project={PROJECT}&location={REGION}"
+    assert target["httpMethod"] == "POST"
+    assert target["oidcToken"] == {"serviceAccountEmail": INVOKER, "audience": URL}
+    assert json.loads(base64.b64decode(target["body"])) == {"mode": "full"}
+    assert target["headers"] == {"Content-Type": "application/json"}
+
+    fake.requests.clear()
+    deploy("scheduler-job.sh", *JOB_ARGS)
+    assert fake.mutations() == [], "an unchanged job must not be rewritten"
+
+
+def test_scheduler_job_update_changes_only_what_differs(deploy, fake: FakeGoogle) -> None:
+    deploy("scheduler-job.sh", *JOB_ARGS)
+    changed = [("0 4 * * *" if a == "0 3 * * *" else a) for a in JOB_ARGS]
+    deploy("scheduler-job.sh", *changed)
+    (patch,) = fake.find("cloudscheduler.projects.locations.jobs.patch")
+    assert "schedule" in patch.query["updateMask"][0].split(",")
+    stored = fake.state.jobs[f"projects/{PROJECT}/locations/{REGION}/jobs/nightly-etl"]
+    assert stored["schedule"] == "0 4 * * *"
+    assert stored["httpTarget"]["oidcToken"] == {"serviceAccountEmail": INVOKER, "audience": URL}
+    assert stored["retryConfig"]["retryCount"] == 5
+
+    fake.requests.clear()
+    deploy("scheduler-job.sh", *changed)
+    assert fake.mutations() == []
+
+
+def test_the_three_scripts_from_zero_to_a_scheduler_job(deploy, fake: FakeGoogle, routes_file: Path) -> None:
+    common = ["--project", PROJECT, "--region", REGION]
+    deploy("setup.sh", *common, "--routes-file", str(routes_file))
+    url = deploy("deploy-service.sh", *common, "--image", IMAGE, "--routes-file", str(routes_file)).stdout.strip()
+    deploy("scheduler-job.sh", "--project", PROJECT, "--location", REGION, "--job", "demo-every-5-min",
+           "--route", "demo", "--schedule", "*/5 * * * *", "--service-url", url)
+    job = fake.state.jobs[f"projects/{PROJECT}/locations/{REGION}/jobs/demo-every-5-min"]
+    assert job["httpTarget"]["uri"].startswith(fake.state.services["runonce"]["status"]["url"] + "/v1/routes/demo:run")
+    service_policy = fake.state.policies[f"v1/projects/{PROJECT}/locations/{REGION}/services/runonce"]
+    assert service_policy["bindings"] == [{"role": "roles/run.invoker", "members": [f"serviceAccount:{INVOKER}"]}]

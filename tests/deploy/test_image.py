@@ -1,0 +1,90 @@
+"""The container image: lint-clean, built for real with podman, and run as a user would run it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from deploy_image import build_image, remove_container, start_container, wait_healthy
+from deploy_tools import REPO, free_port, run, tool
+
+pytestmark = pytest.mark.deploy
+
+ROUTES = json.dumps({"routes": {"demo": {"target": {"type": "log"}}}})
+SMOKE_ENV = {
+    "RUNONCE_AUTH": "none",
+    "RUNONCE_ROUTES": ROUTES,
+    "RUNONCE_STORE": "sqlite:////var/lib/runonce/runonce.db",
+}
+SCHEDULER_HEADERS = {"X-CloudScheduler-JobName": "j", "X-CloudScheduler-ScheduleTime": "2026-10-16T12:00:00Z"}
+
+
+def test_hadolint_finds_nothing_at_warning_level() -> None:
+    run([tool("checkov/bin/hadolint"), "--failure-threshold", "warning", str(REPO / "Dockerfile")])
+
+
+def test_dockerignore_keeps_the_build_context_to_the_package() -> None:
+    lines = [l for l in (REPO / ".dockerignore").read_text().splitlines() if l and not l.startswith("#")]
+    assert lines[0] == "*"
+    assert {"!pyproject.toml", "!README.md", "!app/"} <= set(lines)
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    return build_image()
+
+
+@pytest.fixture
+def container(image: str) -> Iterator[tuple[str, int]]:
+    """The image started as Cloud Run would: $PORT set (to a non-default port), no command given."""
+    port = free_port()
+    name = start_container(image, port, {**SMOKE_ENV, "PORT": "9090"}, container_port=9090)
+    try:
+        yield name, port
+    finally:
+        remove_container(name)
+
+
+def test_image_runs_as_non_root_with_runonce_serve(image: str) -> None:
+    config = json.loads(run([tool("podman"), "image", "inspect", image]).stdout)[0]["Config"]
+    assert config["User"] == "10001:10001"
+    assert config["Cmd"] == ["runonce", "serve", "--host", "0.0.0.0"]
+    assert "8080/tcp" in config["ExposedPorts"]
+
+
+def test_final_image_has_no_pip_build_tools_or_caches(image: str) -> None:
+    script = (
+        "for p in /opt/venv/bin/pip /opt/venv/bin/pip3 /root/.cache/pip /src /usr/bin/gcc /usr/bin/cc; do"
+        " test -e $p && echo present: $p; done;"
+        " /opt/venv/bin/python -c 'import importlib.util as u; print(\"pip importable\" if u.find_spec(\"pip\") else \"\")'"
+    )
+    result = run([tool("podman"), "run", "--rm", "--runtime=runc", "--ulimit", "nofile=1024:1024",
+                  "--ulimit", "nproc=1000:1000", "--entrypoint", "sh", image, "-c", script])
+    assert result.stdout.strip() == ""
+
+
+def test_container_answers_healthz_and_processes_a_log_delivery_as_non_root(container: tuple[str, int]) -> None:
+    name, port = container
+    wait_healthy(port)
+    assert run([tool("podman"), "exec", name, "id", "-u"]).stdout.strip() == "10001"
+
+    first = httpx.post(f"http://127.0.0.1:{port}/v1/routes/demo:run", headers=SCHEDULER_HEADERS, timeout=10)
+    assert first.status_code == 200, first.text
+    assert first.json()["status"] == "processed"
+    assert first.json()["target"]["type"] == "log"
+
+    again = httpx.post(f"http://127.0.0.1:{port}/v1/routes/demo:run", headers=SCHEDULER_HEADERS, timeout=10)
+    assert (again.status_code, again.json()["status"]) == (200, "duplicate")
+    assert again.json()["run_id"] == first.json()["run_id"]
+
+
+def test_container_stops_cleanly_on_sigterm(container: tuple[str, int]) -> None:
+    name, port = container
+    wait_healthy(port)
+    run([tool("podman"), "stop", "-t", "10", name])
+    state = json.loads(run([tool("podman"), "inspect", name]).stdout)[0]["State"]
+    assert state["ExitCode"] == 0
+    logs = run([tool("podman"), "logs", name]).stderr + run([tool("podman"), "logs", name]).stdout
+    assert "Application shutdown complete" in logs

@@ -1,0 +1,348 @@
+"""terraform/: formatted, parseable, every name known to the Google provider 6.50 schema, the rules
+between variables hold (evaluated offline by terraform itself), and checkov's policies pass."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from hcl_tree import META_ARGUMENTS, blocks, is_block, items, string, unquote
+from provider_schema import Block, provider_schema, schema
+from deploy_tools import REPO, provider_lib, run, tool
+
+pytestmark = pytest.mark.deploy
+
+TERRAFORM = REPO / "terraform"
+MODULE_FILES = sorted(str(p.relative_to(REPO)) for p in TERRAFORM.glob("*.tf"))
+CHECKS_DIR = Path(__file__).parent / "checkov_checks"
+TF_ENV = {**os.environ, "TF_CLI_CONFIG_FILE": "/dev/null", "TF_IN_AUTOMATION": "1", "CHECKPOINT_DISABLE": "1"}
+
+
+def module_trees(hcl_trees: dict[str, dict]) -> list[dict]:
+    return [hcl_trees[path] for path in MODULE_FILES]
+
+
+def test_terraform_files_are_formatted() -> None:
+    run([tool("terraform"), "fmt", "-check", "-recursive", "-diff", str(TERRAFORM)], env=TF_ENV)
+
+
+def test_every_tf_file_parses_with_python_hcl2(hcl_trees: dict[str, dict]) -> None:
+    on_disk = sorted(str(p.relative_to(REPO)) for p in TERRAFORM.rglob("*.tf"))
+    assert sorted(hcl_trees) == on_disk
+    assert "terraform/examples/basic/main.tf" in on_disk
+
+
+# --- names against the provider schema -------------------------------------------------------
+
+def _check_body(body: dict, spec: Block, where: str, errors: list[str], *, top: bool) -> None:
+    for key, value in items(body):
+        if top and key in META_ARGUMENTS:
+            continue
+        if key == "dynamic":
+            for entry in value:
+                for label, dynamic in items(entry):
+                    name = unquote(label)
+                    if name not in spec.blocks:
+                        errors.append(f"{where}: unknown dynamic block {name!r}")
+                        continue
+                    for content in dynamic.get("content", []):
+                        _check_body(content, spec.blocks[name], f"{where}.{name}", errors, top=False)
+            continue
+        if is_block(value):
+            if key not in spec.blocks:
+                hint = " (an attribute, not a block)" if key in spec.attributes else ""
+                errors.append(f"{where}: unknown block {key!r}{hint}")
+                continue
+            for nested in value:
+                _check_body(nested, spec.blocks[key], f"{where}.{key}", errors, top=False)
+        elif key not in spec.attributes:
+            hint = " (a block, not an attribute)" if key in spec.blocks else ""
+            errors.append(f"{where}: unknown attribute {key!r}{hint}")
+
+
+_BUILTIN_RESOURCES = {"terraform_data": Block(attributes={"input", "triggers_replace"})}
+
+
+def test_resource_and_data_names_exist_in_google_provider_schema(hcl_trees: dict[str, dict]) -> None:
+    lib = provider_lib()
+    errors: list[str] = []
+    checked = 0
+    for path, tree in hcl_trees.items():
+        for kind in ("resource", "data"):
+            for type_name, name, body in blocks(tree, kind):
+                where = f"{path}: {kind} {type_name}.{name}"
+                if type_name in _BUILTIN_RESOURCES and kind == "resource":
+                    spec = _BUILTIN_RESOURCES[type_name]
+                else:
+                    try:
+                        spec = schema(lib, kind, type_name)
+                    except KeyError as exc:
+                        errors.append(f"{where}: {exc}")
+                        continue
+                _check_body(body, spec, where, errors, top=True)
+                checked += 1
+        for _, _, body in blocks(tree, "provider"):
+            _check_body(body, provider_schema(lib), f"{path}: provider", errors, top=True)
+    assert errors == []
+    assert checked >= 15
+
+
+def _getters(lib: Path, kind: str, type_name: str) -> set[str]:
+    """Read-only attributes (`get uri(): string`) of the resource class, in snake_case."""
+    directory = ("data-" + type_name if kind == "data" else type_name.removeprefix("google_")).replace("_", "-")
+    source = (lib / directory / "index.d.ts").read_text(encoding="utf-8")
+    base = "TerraformDataSource" if kind == "data" else "TerraformResource"
+    start = source.index(f"extends cdktf.{base} {{")
+    end = source.find("export declare class", start)
+    names = re.findall(r"\n\s+get (\w+)\(\)", source[start : end if end != -1 else None])
+    return {re.sub(r"([A-Z])", r"_\1", n).lower() for n in names}
+
+
+def test_references_name_declared_things(hcl_trees: dict[str, dict]) -> None:
+    """What `terraform validate` would catch without a provider: undeclared var/local/resource
+    references, and attributes the provider does not export."""
+    lib = provider_lib()
+    trees = module_trees(hcl_trees)
+    declared_vars = {name for t in trees for name, _, _ in blocks(t, "variable")}
+    declared_locals = {key for t in trees for entry in t.get("locals", []) for key, _ in items(entry)}
+    declared = {(kind, f"{type_name}.{name}") for t in trees for kind in ("resource", "data")
+                for type_name, name, _ in blocks(t, kind)}
+    text = json.dumps(trees)
+    errors = []
+    for var in set(re.findall(r"\bvar\.(\w+)", text)) - declared_vars:
+        errors.append(f"var.{var} is not declared")
+    for local in set(re.findall(r"\blocal\.(\w+)", text)) - declared_locals:
+        errors.append(f"local.{local} is not defined")
+    for prefix, type_name, name, attr in set(re.findall(r"(data\.)?\b(google_\w+)\.(\w+)\.(\w+)", text)):
+        kind = "data" if prefix else "resource"
+        if (kind, f"{type_name}.{name}") not in declared:
+            errors.append(f"{prefix}{type_name}.{name} is not declared")
+            continue
+        spec = schema(lib, kind, type_name)
+        if attr not in spec.attributes | set(spec.blocks) | _getters(lib, kind, type_name):
+            errors.append(f"{prefix}{type_name}.{name}.{attr}: no such attribute in the provider")
+    assert errors == []
+
+
+def test_example_passes_only_and_all_required_module_variables(hcl_trees: dict[str, dict]) -> None:
+    variables = {name: body for t in module_trees(hcl_trees) for name, _, body in blocks(t, "variable")}
+    required = {name for name, body in variables.items() if "default" not in body}
+    example = hcl_trees["terraform/examples/basic/main.tf"]
+    (name, _, call), = blocks(example, "module")
+    assert string(call["source"]) == "../.."
+    arguments = {key for key, _ in items(call)} - {"source"}
+    assert arguments - set(variables) == set(), "the example passes arguments the module does not declare"
+    assert required - arguments == set(), "the example leaves required variables unset"
+
+
+def test_every_variable_and_output_is_typed_and_described(hcl_trees: dict[str, dict]) -> None:
+    for path, tree in hcl_trees.items():
+        for name, _, body in blocks(tree, "variable"):
+            assert "type" in body and string(body.get("description", "")), f"{path}: variable {name}"
+        for name, _, body in blocks(tree, "output"):
+            assert string(body.get("description", "")), f"{path}: output {name}"
+
+
+# --- what the module must contain -----------------------------------------------------------
+
+def _resources(hcl_trees: dict[str, dict]) -> dict[str, dict]:
+    return {f"{t}.{n}": body for tree in module_trees(hcl_trees) for t, n, body in blocks(tree, "resource")}
+
+
+def test_module_declares_issue_resources_and_provider_range(hcl_trees: dict[str, dict]) -> None:
+    resources = _resources(hcl_trees)
+    for address in (
+        "google_service_account.runtime",
+        "google_service_account.invoker",
+        "google_firestore_database.this",
+        "google_firestore_field.expire_at_ttl",
+        "google_cloud_run_v2_service.this",
+        "google_cloud_run_v2_service_iam_member.invoker",
+        "google_cloud_scheduler_job.this",
+        "google_project_iam_member.runtime_datastore",
+    ):
+        assert address in resources, address
+    versions = hcl_trees["terraform/versions.tf"]["terraform"][0]["required_providers"][0]["google"]
+    assert string(versions["version"]) == ">= 6, < 8"
+    assert string(versions["source"]) == "hashicorp/google"
+
+
+def test_firestore_database_cannot_be_destroyed_and_ttl_is_on_expire_at(hcl_trees: dict[str, dict]) -> None:
+    resources = _resources(hcl_trees)
+    database = resources["google_firestore_database.this"]
+    assert database["lifecycle"][0]["prevent_destroy"] is True
+    assert string(database["delete_protection_state"]) == "DELETE_PROTECTION_ENABLED"
+    field = resources["google_firestore_field.expire_at_ttl"]
+    assert string(field["field"]) == "expire_at"
+    assert is_block(field["ttl_config"])
+
+
+def _without_comments(tree):
+    if isinstance(tree, dict):
+        return {k: _without_comments(v) for k, v in tree.items() if "comments" not in k}
+    if isinstance(tree, list):
+        return [_without_comments(v) for v in tree]
+    return tree
+
+
+def test_only_the_invoker_account_may_call_the_service(hcl_trees: dict[str, dict]) -> None:
+    resources = _resources(hcl_trees)
+    invoker = resources["google_cloud_run_v2_service_iam_member.invoker"]
+    assert string(invoker["role"]) == "roles/run.invoker"
+    assert invoker["member"] == "${google_service_account.invoker.member}"
+    service = resources["google_cloud_run_v2_service.this"]
+    assert service["invoker_iam_disabled"] is False
+    everything = json.dumps(_without_comments(module_trees(hcl_trees)))
+    assert "allUsers" not in everything and "allAuthenticatedUsers" not in everything
+
+
+def test_scheduler_jobs_carry_oidc_token_retry_config_and_namespace(hcl_trees: dict[str, dict]) -> None:
+    job = _resources(hcl_trees)["google_cloud_scheduler_job.this"]
+    target = job["http_target"][0]
+    assert string(target["http_method"]) == "POST"
+    oidc = target["oidc_token"][0]
+    assert oidc["service_account_email"] == "${google_service_account.invoker.email}"
+    assert oidc["audience"] == "${local.service_url}"
+    assert string(target["uri"]) == (
+        "${local.service_url}/v1/routes/${each.value.route}:run"
+        "?project=${var.project_id}&location=${local.scheduler_region}"
+    )
+    retry = job["retry_config"][0]
+    assert set(k for k, _ in items(retry)) == {
+        "retry_count", "min_backoff_duration", "max_backoff_duration", "max_doublings", "max_retry_duration",
+    }
+
+
+# --- variables and rules, evaluated by terraform offline -------------------------------------
+
+ROUTES = {
+    "etl": {"target": {"type": "workflows", "workflow": "projects/wf-proj/locations/europe-west1/workflows/etl"}},
+    "batch": {"target": {"type": "cloud_run_job", "job": "projects/job-proj/locations/europe-west1/jobs/batch"}},
+    "build": {"target": {"type": "cloud_build_trigger", "trigger": "projects/cb-proj/locations/global/triggers/nightly"}},
+    "hook": {"target": {"type": "http", "url": "https://hooks.example.com/run", "audience": "https://hooks.example.com"}},
+    "demo": {"target": {"type": "log"}},
+}
+BASE_VARS = {"project_id": "my-project", "region": "europe-west1", "image": "example.com/runonce:1", "routes": ROUTES}
+
+
+@pytest.fixture(scope="module")
+def rules_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """variables.tf + rules.tf alone: no provider needed, so terraform evaluates them for real."""
+    directory = tmp_path_factory.mktemp("rules")
+    shutil.copy(TERRAFORM / "variables.tf", directory)
+    shutil.copy(TERRAFORM / "rules.tf", directory)
+    outputs = ["retry_window_seconds", "workflow_projects", "run_job_grants", "build_projects", "scheduler_region"]
+    (directory / "outputs.tf").write_text(
+        "".join(f'output "{name}" {{\n  value = local.{name}\n}}\n' for name in outputs)
+    )
+    run([tool("terraform"), "init", "-input=false", "-no-color"], cwd=directory, env=TF_ENV)
+    return directory
+
+
+def evaluate(directory: Path, tmp_path: Path, variables: dict, *, check: bool = True):
+    var_file = tmp_path / "vars.tfvars.json"
+    var_file.write_text(json.dumps(variables))
+    state = tmp_path / "terraform.tfstate"
+    result = run(
+        [tool("terraform"), "apply", "-auto-approve", "-input=false", "-no-color",
+         f"-var-file={var_file}", f"-state={state}"],
+        cwd=directory, env=TF_ENV, check=check,
+    )
+    if not check:
+        return result
+    outputs = run([tool("terraform"), "output", "-json", "-no-color", f"-state={state}"], cwd=directory, env=TF_ENV)
+    return {name: value["value"] for name, value in json.loads(outputs.stdout).items()}
+
+
+def test_default_job_settings_satisfy_the_retry_rule(rules_module: Path, tmp_path: Path) -> None:
+    outputs = evaluate(rules_module, tmp_path, {**BASE_VARS, "jobs": {"nightly": {"route": "etl", "schedule": "0 3 * * *"}}})
+    # 20 + 40 + 80 + 160 + 300 (capped): retries still arrive 10 minutes after a dead attempt,
+    # past the 300 s lease plus the 60 s attempt deadline.
+    assert outputs["retry_window_seconds"] == {"nightly": 600}
+    assert outputs["scheduler_region"] == "europe-west1"
+
+
+def test_grants_follow_the_routes_targets(rules_module: Path, tmp_path: Path) -> None:
+    outputs = evaluate(rules_module, tmp_path, BASE_VARS)
+    assert outputs["workflow_projects"] == ["wf-proj"]
+    assert outputs["build_projects"] == ["cb-proj"]
+    job = {"project": "job-proj", "location": "europe-west1", "name": "batch"}
+    assert outputs["run_job_grants"] == {
+        "projects/job-proj/locations/europe-west1/jobs/batch roles/run.jobsExecutorWithOverrides": {
+            "job": job, "role": "roles/run.jobsExecutorWithOverrides"},
+        "projects/job-proj/locations/europe-west1/jobs/batch roles/run.viewer": {"job": job, "role": "roles/run.viewer"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"jobs": {"nightly": {"route": "etl", "schedule": "0 3 * * *", "retry": {"retry_count": 2}}}},
+         "jobs.nightly: retries span 60 s, less than lease_seconds + attempt_deadline_seconds = 360 s"),
+        ({"jobs": {"nightly": {"route": "etl", "schedule": "0 3 * * *", "attempt_deadline_seconds": 30}}},
+         "jobs.nightly: attempt_deadline_seconds (30) must be at least dispatch_timeout_seconds + 15 = 45"),
+        ({"jobs": {"nightly": {"route": "nope", "schedule": "0 3 * * *"}}},
+         'jobs.nightly: route "nope" is not in routes'),
+        ({"retention_seconds": 3600, "jobs": {"n": {"route": "etl", "schedule": "0 3 * * *",
+          "retry": {"min_backoff_seconds": 600, "max_backoff_seconds": 3600}}}},
+         "jobs.n: retention_seconds (3600) must exceed the retry window plus attempt deadline"),
+        ({"dispatch_timeout_seconds": 300}, "dispatch_timeout_seconds (300) must be below lease_seconds (300)"),
+        ({"region": "us-central1-a"}, "region must be a Google Cloud region"),
+        ({"routes": {"Bad Name": {"target": {"type": "log"}}}}, "every route name must be 1-63 lower-case"),
+        ({"routes": {"x": {"target": {"type": "ftp"}}}}, "Every route needs target.type, one of"),
+        ({"routes": {"x": {"target": {"type": "cloud_run_job", "job": "batch"}}}}, "cloud_run_job needs job"),
+        ({"jobs": {"nightly": {"route": "etl", "schedule": "  "}}}, "must be a non-empty unix-cron expression"),
+        ({"jobs": {"nightly": {"route": "etl", "schedule": "0 0 3 * * *"}}}, "must be a non-empty unix-cron expression"),
+        ({"jobs": {"nightly": {"route": "etl", "schedule": "0 3 * * *", "body": "[1]"}}}, "body must be a JSON object"),
+    ],
+    ids=["short-retries", "short-deadline", "unknown-route", "retention", "timeout-vs-lease", "zone-not-region",
+         "route-name", "target-type", "job-name-format", "empty-schedule", "six-field-cron", "body-not-object"],
+)
+def test_broken_configuration_stops_the_plan_with_a_precise_message(
+    rules_module: Path, tmp_path: Path, change: dict, message: str
+) -> None:
+    result = evaluate(rules_module, tmp_path, {**BASE_VARS, **change}, check=False)
+    assert result.returncode != 0
+    assert message in " ".join(result.stderr.split()), result.stderr
+    assert not (tmp_path / "terraform.tfstate").exists() or "terraform_data" not in (tmp_path / "terraform.tfstate").read_text()
+
+
+# --- checkov -----------------------------------------------------------------------------------
+
+def checkov(directory: Path) -> dict:
+    result = run(
+        [tool("checkov/bin/checkov"), "-d", str(directory), "--framework", "terraform", "--skip-download",
+         "--external-checks-dir", str(CHECKS_DIR), "-o", "json"],
+        check=False,
+    )
+    if result.returncode not in (0, 1):
+        raise AssertionError(f"checkov failed to run ({result.returncode}):\n{result.stderr}")
+    report = json.loads(result.stdout)
+    report = report[0] if isinstance(report, list) else report
+    return report
+
+
+def test_checkov_passes_on_the_module_including_runonce_policies() -> None:
+    report = checkov(TERRAFORM)
+    failed = [(c["check_id"], c["resource"], c["file_path"]) for c in report["results"].get("failed_checks", [])]
+    assert failed == []
+    assert report["summary"]["parsing_errors"] == 0
+    passed = {c["check_id"] for c in report["results"]["passed_checks"]}
+    assert {"CKV_RUNONCE_1", "CKV_RUNONCE_2", "CKV_RUNONCE_3"} <= passed
+    skipped = {(c["check_id"], c["resource"]) for c in report["results"].get("skipped_checks", [])}
+    assert {check for check, _ in skipped} <= {"CKV_GCP_49"}
+
+
+def test_checkov_runonce_policies_catch_public_invoker_missing_oidc_and_open_ingress() -> None:
+    report = checkov(Path(__file__).parent / "fixtures" / "insecure")
+    failed = sorted((c["check_id"], c["resource"]) for c in report["results"]["failed_checks"])
+    assert failed == [
+        ("CKV_RUNONCE_1", "google_cloud_run_v2_service_iam_binding.any_google_account"),
+        ("CKV_RUNONCE_1", "google_cloud_run_v2_service_iam_member.public"),
+        ("CKV_RUNONCE_2", "google_cloud_scheduler_job.no_oidc"),
+        ("CKV_RUNONCE_3", "google_cloud_run_v2_service.open"),
+    ]
