@@ -139,10 +139,8 @@ class Runner:
         if self.draining:
             # Claimed while shutdown began, not dispatched: give the run back so that the retry
             # does not wait out the lease.
-            await self._finish(claim, Finish(status=FAILED, last_error="runonce shut down before dispatching"))
-            raise errors.Unavailable(
-                "runonce is shutting down; the claim was released before dispatching, retry", **context
-            )
+            note = await self._give_back(claim, "runonce shut down before dispatching")
+            raise errors.Unavailable(f"runonce is shutting down; {note}, retry", **context)
         limit = self.concurrency_limits.get(route)
         if limit is None:
             return await self._dispatch(claim, payload)
@@ -158,22 +156,27 @@ class Runner:
         """Over the route's limit: give the claim back untouched downstream and answer 429."""
         held = claim.record
         message = f"route {held.route!r} already has {limit} dispatch(es) in flight (max_concurrent_dispatches)"
-        previous = claim.previous
-        if previous is not None and previous.status == IN_PROGRESS:
-            # An earlier attempt may have created an execution: keep the run in_progress (so the
-            # next attempt reconciles) and end our lease at once.
-            try:
-                await self._finish(claim, Finish(status=IN_PROGRESS, last_error=message))
-                await self.store.release(held.run_id, self.clock())
-            except Fenced as exc:
-                raise self._fenced(claim, exc) from exc
-            except StoreUnavailable:
-                message += " (the claim store could not record this; retries wait for the lease)"
-            raise errors.Throttled(f"{message}; the claim was released", retry_after=ROUTE_BUSY_RETRY_AFTER_SECONDS,
-                                   run_id=held.run_id, route=held.route)
-        return await self._finish_error(
-            claim, self.targets[held.route], TargetThrottled(message, ROUTE_BUSY_RETRY_AFTER_SECONDS)
+        note = await self._give_back(claim, message)
+        raise errors.Throttled(
+            f"{message}; {note}", retry_after=ROUTE_BUSY_RETRY_AFTER_SECONDS, run_id=held.run_id, route=held.route,
+            target={"type": self.targets[held.route].type, "resource": None},
         )
+
+    async def _give_back(self, claim: Claim, reason: str) -> str:
+        """Release a claim this attempt will not dispatch, and say how. When the record taken over
+        was in_progress an earlier attempt may have created an execution: the run then stays
+        in_progress with its lease ended, so the next attempt reconciles; otherwise it is failed."""
+        previous = claim.previous
+        may_exist = previous is not None and previous.status == IN_PROGRESS
+        try:
+            await self._finish(claim, Finish(status=IN_PROGRESS if may_exist else FAILED, last_error=reason))
+            if may_exist:
+                await self.store.release(claim.record.run_id, self.clock())
+        except Fenced as exc:
+            raise self._fenced(claim, exc) from exc
+        except StoreUnavailable as exc:
+            return f"the claim could not be released ({exc}); retries wait for the lease"
+        return "the claim was released before dispatching"
 
     async def _finish(self, claim: Claim, finish: Finish) -> RunRecord:
         with self.metrics.store_timer("finish"):

@@ -192,7 +192,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--memory-deliveries", type=int, default=10_000)
     parser.add_argument(
-        "--firestore-rtt-ms", default="0,5",
+        "--firestore-rtt-ms", default="0,5,20",
         help="comma-separated round-trip times added between the contenders and the emulator "
         "(0 = loopback; Cloud Run to Firestore in one region is a few ms)",
     )

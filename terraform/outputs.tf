@@ -32,3 +32,8 @@ output "retry_window_seconds" {
   description = "Per job: how long after the first attempt Scheduler keeps retrying (ignoring attempt durations)."
   value       = local.retry_window_seconds
 }
+
+output "log_based_metrics" {
+  description = "Log-based metric types, by outcome (logging.googleapis.com/user/<name> in Cloud Monitoring)."
+  value       = { for outcome, metric in google_logging_metric.outcomes : outcome => "logging.googleapis.com/user/${metric.name}" }
+}

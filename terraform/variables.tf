@@ -332,3 +332,19 @@ variable "labels" {
   type        = map(string)
   default     = {}
 }
+
+variable "log_based_metric_outcomes" {
+  description = "Delivery outcomes to count with log-based metrics (runonce/deliveries_<outcome>); [] for none."
+  type        = list(string)
+  default     = ["duplicate", "failed", "unknown"]
+
+  validation {
+    condition = alltrue([
+      for outcome in var.log_based_metric_outcomes : contains(
+        ["processed", "duplicate", "in_progress", "invalid", "unauthenticated", "forbidden", "not_found",
+        "payload_mismatch", "forced_run_refused", "throttled", "failed", "unavailable", "unknown"], outcome
+      )
+    ])
+    error_message = "log_based_metric_outcomes must name runonce statuses, e.g. [\"duplicate\", \"failed\", \"unknown\"]."
+  }
+}

@@ -292,3 +292,74 @@ async def test_an_attempt_fenced_off_during_dispatch_answers_in_progress(clock: 
 def test_dispatch_timeout_must_be_below_the_lease() -> None:
     with pytest.raises(ValueError, match="below the lease"):
         Runner(MemoryStore(), {}, lease=LEASE, retention=timedelta(days=1), dispatch_timeout=LEASE)
+
+
+# -- shutdown -------------------------------------------------------------------------------------
+
+
+class DrainsDuringClaim(MemoryStore):
+    """SIGTERM arrives while the claim is in flight."""
+
+    runner: Runner
+
+    async def claim(self, *args, **kwargs):
+        result = await super().claim(*args, **kwargs)
+        self.runner.drain(5)
+        return result
+
+
+async def test_draining_refuses_new_runs_before_claiming(clock: Clock) -> None:
+    target = ScriptedTarget()
+    r = runner(target, clock)
+    r.drain(5)
+    with pytest.raises(errors.Unavailable, match="shutting down"):
+        await r.run(DELIVERY, {}, BODY)
+    assert target.dispatched == [] and await record(r) is None
+
+
+async def test_claim_won_during_shutdown_is_released_as_failed(clock: Clock) -> None:
+    store = DrainsDuringClaim()
+    target = ScriptedTarget()
+    r = store.runner = runner(target, clock, store)
+
+    with pytest.raises(errors.Unavailable, match="released before dispatching"):
+        await r.run(DELIVERY, {}, BODY)
+
+    stored = await record(r)
+    assert target.dispatched == []
+    assert stored.status == FAILED and stored.last_error == "runonce shut down before dispatching"
+
+
+async def test_takeover_won_during_shutdown_stays_reconcilable(clock: Clock) -> None:
+    store = DrainsDuringClaim()
+    target = ScriptedTarget(raising(TargetOutcomeUnknown("timeout")))
+    first = runner(target, clock, MemoryStore())
+    store._records = first.store._records  # same records, a new process
+    with pytest.raises(errors.OutcomeUnknown):
+        await first.run(DELIVERY, {}, BODY)  # attempt 1 may have created an execution
+    clock.advance(301)
+
+    r = store.runner = runner(target, clock, store)
+    with pytest.raises(errors.Unavailable):
+        await r.run(DELIVERY, {}, BODY)
+
+    stored = await record(r)
+    assert stored.status == IN_PROGRESS and stored.lease_expires <= clock()  # not failed: must reconcile
+    target.on_dispatch = ScriptedTarget().on_dispatch
+    after = runner(target, clock, store)
+    assert (await after.run(DELIVERY, {}, BODY)).status == "processed"
+    assert len(target.reconciled) == 1  # the next attempt asked the target first
+
+
+async def test_drain_shortens_a_dispatch_in_flight_to_the_grace(clock: Clock) -> None:
+    async def slow(request: DispatchRequest) -> str:
+        await asyncio.sleep(10)
+        return "late"
+
+    r = runner(ScriptedTarget(slow), clock, dispatch_timeout=30)
+    task = asyncio.create_task(r.run(DELIVERY, {}, BODY))
+    await asyncio.sleep(0.05)
+    r.drain(0.05)
+    with pytest.raises(errors.OutcomeUnknown, match="shutdown grace"):
+        await task
+    assert (await record(r)).status == IN_PROGRESS
