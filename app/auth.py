@@ -172,7 +172,9 @@ def _bearer_token(headers: Mapping[str, str]) -> tuple[str, str]:
         if scheme.lower() != "bearer" or not token:
             raise _rejected(f"the {display} header must be 'Bearer <ID token>'")
         return display, token
-    raise _rejected(f"no bearer token: {_HOW_TO_SEND}")
+    missing = _rejected(f"no bearer token: {_HOW_TO_SEND}")
+    missing.token_sent = False
+    raise missing
 
 
 def _rejected(reason: str) -> errors.Unauthenticated:

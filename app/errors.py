@@ -78,9 +78,11 @@ class PayloadTooLarge(Invalid):
 class Unauthenticated(RunonceError):
     http_status, status = 401, "unauthenticated"
     description = "No or invalid bearer token."
+    token_sent = True
+    """False when the request carried no credentials: RFC 6750 then names no error."""
 
     def headers(self) -> dict[str, str]:
-        return {"WWW-Authenticate": 'Bearer error="invalid_token"'}
+        return {"WWW-Authenticate": 'Bearer error="invalid_token"' if self.token_sent else "Bearer"}
 
 
 class Forbidden(RunonceError):

@@ -28,7 +28,7 @@ from .delivery import ForcedRunRefused, InvalidDelivery, parse_delivery, parse_n
 from .metrics import Metrics
 from .protocol import Runner, RunResult, utcnow
 from .routes import Route, load_routes
-from .settings import Settings
+from .settings import ConfigError, Settings
 from .stores import RunStore, StoreUnavailable, open_store
 from .targets import Target, TargetContext, build_target
 
@@ -240,9 +240,12 @@ def app_from_environment() -> FastAPI:
     from .logs import configure_logging
     from .settings import load_settings
 
-    settings = load_settings()
-    configure_logging(settings.log_format)
-    return create_app(settings)
+    try:
+        settings = load_settings()
+        configure_logging(settings.log_format)
+        return create_app(settings)
+    except ConfigError as exc:  # one message, not a traceback, as `runonce serve` does
+        raise SystemExit(f"runonce: {exc}") from None
 
 
 def _query(request: Request) -> dict[str, list[str]]:

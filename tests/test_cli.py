@@ -136,3 +136,13 @@ def test_serve_refuses_auth_none_on_cloud_run(cli, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("K_SERVICE", "runonce")
     result = cli("serve")
     assert result.exit_code == 1 and "RUNONCE_ALLOW_UNAUTHENTICATED" in result.output
+
+
+def test_uvicorn_factory_reports_bad_config_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.main import app_from_environment
+
+    monkeypatch.setenv("RUNONCE_AUTH", "none")
+    monkeypatch.setenv("RUNONCE_ROUTES", "routes: {}")
+    with pytest.raises(SystemExit) as stopped:
+        app_from_environment()
+    assert str(stopped.value).startswith("runonce: RUNONCE_ROUTES: field 'routes'")

@@ -9,16 +9,12 @@ APIs can reject requests without one.
 
 from __future__ import annotations
 
-import datetime
 import itertools
 import threading
 import time
 from collections import Counter
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
-from cryptography.x509.oid import NameOID
+from tests.support.oidc import make_key
 
 from .http_server import LoopbackServer, Reply, Request
 
@@ -27,32 +23,11 @@ SERVICE_ACCOUNT = f"runonce@{PROJECT_ID}.iam.gserviceaccount.com"
 KEY_ID = "fake-metadata-key-1"
 
 
-def _make_key_and_cert() -> tuple[bytes, bytes]:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fake-metadata")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(key, hashes.SHA256())
-    )
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return key_pem, cert.public_bytes(serialization.Encoding.PEM)
-
-
 class FakeMetadataServer:
     def __init__(self) -> None:
-        from google.auth import crypt
-
-        key_pem, self.cert_pem = _make_key_and_cert()
-        self._signer = crypt.RSASigner.from_string(key_pem, KEY_ID)
+        key = make_key(KEY_ID)
+        self.cert_pem = key.cert_pem.encode()
+        self._signer = key.signer
         self._counter = itertools.count(1)
         self._lock = threading.Lock()
         self.access_tokens: set[str] = set()
