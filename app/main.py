@@ -175,7 +175,11 @@ def create_app(
         outcome["caller"] = caller
         config: Route | None = routes.get(route)
         if config is None:
-            raise errors.NotFound(f"no route {route!r} is configured", route=route)
+            raise errors.NotFound(
+                f"no route {route!r} is configured; this instance has {len(routes)} route(s): check the "
+                "job's URI (/v1/routes/ROUTE:run) against RUNONCE_ROUTES_FILE",
+                route=route,
+            )
         auth.authorize(caller, config.allowed_callers or settings.allowed_callers, f"route {route!r}")
         try:
             namespace = parse_namespace(_query(request), config.namespace)

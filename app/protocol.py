@@ -120,14 +120,17 @@ class Runner:
             with self.metrics.store_timer("claim"):
                 claim = await self.store.claim(new, now, self.lease, self.retention)
         except StoreUnavailable as exc:
-            raise errors.Unavailable(f"claim store unavailable, target not called: {exc}", **context) from exc
+            raise errors.Unavailable(
+                f"claim store unavailable, the target was not called ({exc}); retry later", **context
+            ) from exc
 
         found = claim.record
         if claim.decision is Decision.REPLAY:
             return RunResult("duplicate", found, replayed=True)
         if claim.decision is Decision.BUSY:
             raise errors.InProgress(
-                f"attempt {found.attempts} of this run holds the lease until {found.lease_expires:%Y-%m-%dT%H:%M:%SZ}",
+                f"attempt {found.attempts} of this run holds the lease until {found.lease_expires:%Y-%m-%dT%H:%M:%SZ}; "
+                "retry after Retry-After seconds to get its outcome",
                 retry_after=(found.lease_expires - now).total_seconds(), **context,
             )
         if claim.decision is Decision.MISMATCH:
@@ -269,7 +272,8 @@ class Runner:
             retry_after = outcome.retry_after if outcome.retry_after is not None else THROTTLE_BACKOFF_SECONDS
             error = errors.Throttled(f"{message}; {claim_note}{recorded}", retry_after=retry_after, **context)
         else:
-            error = errors.Failed(f"{message}; nothing was created and {claim_note}{recorded}", **context)
+            then = "the next retry dispatches again" if claim_note.endswith("released") else "retries wait for the lease"
+            error = errors.Failed(f"{message}; nothing was created and {claim_note}{recorded}, {then}", **context)
         raise error from (cause or outcome)
 
     def _fenced(self, claim: Claim, exc: Fenced) -> errors.RunonceError:
