@@ -28,7 +28,7 @@ from google.auth import jwt
 
 from . import errors
 from .certs import CertCache, CertsUnavailable
-from .settings import ConfigError, Settings
+from .settings import EMAIL_PATTERN, ConfigError, Settings
 
 logger = logging.getLogger("runonce.auth")
 
@@ -48,7 +48,7 @@ _HINTS = {  # what to do, by google-auth's message
     "Could not verify token signature": " It was not signed by Google, or was altered after signing.",
 }
 
-_EMAIL = re.compile(r"^[^@\s,]+@[^@\s,]+$")
+_EMAIL = re.compile(EMAIL_PATTERN)
 
 _HOW_TO_SEND = (
     "send a Google-signed ID token as 'Authorization: Bearer <token>' (a Cloud Scheduler job does "

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, NoReturn
 
 from . import errors
 from .delivery import Delivery
@@ -241,40 +241,39 @@ class Runner:
 
     async def _finish_error(
         self, claim: Claim, target: Target, outcome: Exception, cause: BaseException | None = None
-    ) -> RunResult:
+    ) -> NoReturn:
         """Record a non-success outcome, then raise the matching `RunonceError`."""
         held = claim.record
         message = getattr(outcome, "message", str(outcome))
-        keep = isinstance(outcome, TargetOutcomeUnknown)
-        finish = Finish(status=IN_PROGRESS if keep else FAILED, last_error=message)
+        unknown = isinstance(outcome, TargetOutcomeUnknown)
         try:
-            await self._finish(claim, finish)
-            recorded = ""
+            await self._finish(claim, Finish(status=IN_PROGRESS if unknown else FAILED, last_error=message))
+            store_note = ""
         except Fenced as exc:
             raise self._fenced(claim, exc) from exc
         except StoreUnavailable as exc:
-            # The claim stays in_progress until its lease ends: retries wait for it, then reconcile.
-            recorded = f" (the claim store could not record this outcome: {exc}; retries wait for the lease)"
-            keep = True
+            # The record stays in_progress until its lease ends: retries wait for it, then reconcile.
+            store_note = f" (the claim store could not record this outcome: {exc})"
 
         context: dict[str, Any] = {
             "run_id": held.run_id, "route": held.route, "target": {"type": target.type, "resource": None},
         }
-        claim_note = "the claim was released" if not keep else "the claim is kept"
-        error: errors.RunonceError
-        if isinstance(outcome, TargetOutcomeUnknown):
-            error = errors.OutcomeUnknown(
+        if unknown:
+            raise errors.OutcomeUnknown(
                 f"{message}; the claim is kept and the run is reconciled with the target after the "
-                f"lease, at {held.lease_expires:%Y-%m-%dT%H:%M:%SZ}{recorded}",
+                f"lease, at {held.lease_expires:%Y-%m-%dT%H:%M:%SZ}{store_note}",
                 retry_after=(held.lease_expires - self.clock()).total_seconds(), **context,
-            )
-        elif isinstance(outcome, TargetThrottled):
-            retry_after = outcome.retry_after if outcome.retry_after is not None else THROTTLE_BACKOFF_SECONDS
-            error = errors.Throttled(f"{message}; {claim_note}{recorded}", retry_after=retry_after, **context)
+            ) from (cause or outcome)
+        if store_note:
+            claim_note = f"the claim is kept{store_note}; retries wait for the lease"
         else:
-            then = "the next retry dispatches again" if claim_note.endswith("released") else "retries wait for the lease"
-            error = errors.Failed(f"{message}; nothing was created and {claim_note}{recorded}, {then}", **context)
-        raise error from (cause or outcome)
+            claim_note = "the claim was released; the next retry dispatches again"
+        if isinstance(outcome, TargetThrottled):
+            retry_after = outcome.retry_after if outcome.retry_after is not None else THROTTLE_BACKOFF_SECONDS
+            raise errors.Throttled(
+                f"{message}; {claim_note}", retry_after=retry_after, **context
+            ) from (cause or outcome)
+        raise errors.Failed(f"{message}; nothing was created and {claim_note}", **context) from (cause or outcome)
 
     def _fenced(self, claim: Claim, exc: Fenced) -> errors.RunonceError:
         held = claim.record

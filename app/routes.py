@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from .delivery import LOCATION_PATTERN, PROJECT_PATTERN, SchedulePolicy
 from .schedules import ScheduleError, get_zone, parse_schedule
-from .settings import ConfigError, Settings
+from .settings import EMAIL_PATTERN, ConfigError, Settings
 from .targets import TargetConfig
 
 ROUTE_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -27,7 +27,7 @@ logger = logging.getLogger("runonce.routes")
 _TARGET_TYPES = {"log", "http", "workflows", "cloud_run_job", "cloud_build_trigger"}
 
 RouteName = Annotated[str, StringConstraints(pattern=ROUTE_NAME_PATTERN)]
-Email = Annotated[str, StringConstraints(pattern=r"^[^@\s,]+@[^@\s,]+$")]
+Email = Annotated[str, StringConstraints(pattern=EMAIL_PATTERN)]
 
 
 class Namespace(BaseModel):

@@ -18,6 +18,9 @@ class ConfigError(Exception):
     """Bad configuration: start-up stops with this one message."""
 
 
+EMAIL_PATTERN = r"^[^@\s,]+@[^@\s,]+$"
+"""A caller's email, as in allow-lists (routes' `allowed_callers`, RUNONCE_*_CALLERS)."""
+
 CsvList = Annotated[list[str], NoDecode]
 """A list given in the environment as `a,b,c`."""
 
