@@ -129,32 +129,13 @@ def _cmd_run(guard: Guard, args: argparse.Namespace) -> int:
         return 0
     except _Exited as exited:
         return exited.code
-    except Fenced as exc:
-        _say(f"step {args.step!r}: command succeeded but {exc}")
-        return EXIT_FENCED
-    except StepInProgress as exc:
-        _say(str(exc))
-        return EXIT_BUSY
-    except StoreUnavailable as exc:
-        _say(f"store unavailable: {exc}")
-        return EXIT_UNAVAILABLE
-    except GuardError as exc:  # NotStartedByRunonce, GuardConfigError
-        _say(str(exc))
-        return EXIT_USAGE
 
 
 def _cmd_status(guard: Guard, args: argparse.Namespace) -> int:
-    try:
-        key = guard.once(args.step, run_id=args.run_id, task=_task(args)).key()
-        if key is None:
-            raise NotStartedByRunonce(f"no run_id: pass --run-id or set ${args.run_id_env}")
-        record = guard.store.get(key, guard.clock())
-    except StoreUnavailable as exc:
-        _say(f"store unavailable: {exc}")
-        return EXIT_UNAVAILABLE
-    except GuardError as exc:
-        _say(str(exc))
-        return EXIT_USAGE
+    key = guard.once(args.step, run_id=args.run_id, task=_task(args)).key()
+    if key is None:
+        raise NotStartedByRunonce(f"no run_id: pass --run-id or set ${args.run_id_env}")
+    record = guard.store.get(key, guard.clock())
     if record is None:
         print(json.dumps({"key": key.doc_id, "status": "absent"}))
         return 1
@@ -162,17 +143,23 @@ def _cmd_status(guard: Guard, args: argparse.Namespace) -> int:
     return 0
 
 
+# The wrapper's own exit code per error, most specific first.
+_EXIT_CODES: tuple[tuple[type[GuardError], int], ...] = (
+    (Fenced, EXIT_FENCED), (StepInProgress, EXIT_BUSY), (StoreUnavailable, EXIT_UNAVAILABLE), (GuardError, EXIT_USAGE),
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    guard: Guard | None = None
     try:
         guard = Guard(run_id_env=args.run_id_env)
-    except GuardError as exc:
-        _say(str(exc))
-        return EXIT_USAGE
-    try:
         return _cmd_run(guard, args) if args.verb == "run" else _cmd_status(guard, args)
+    except GuardError as exc:
+        _say(f"step {args.step!r}: the command succeeded, but {exc}" if isinstance(exc, Fenced) else str(exc))
+        return next(code for kind, code in _EXIT_CODES if isinstance(exc, kind))
     finally:
-        if guard._store is not None:
+        if guard is not None and guard._store is not None:
             guard._store.close()
 
 
