@@ -4,15 +4,12 @@ document; the step claims, runs, skips, releases and is fenced like the Python g
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
-import threading
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import unquote
 
 import httpx
 import pytest
@@ -22,6 +19,7 @@ from runonce_guard import StepKey
 from runonce_guard.stores.firestore import FirestoreStepStore
 from tests.conftest import FIRESTORE_PROJECT
 from tests.fakes.discovery import Violation
+from tests.fakes.http_server import LoopbackServer, Reply, Request
 from tests.guard.firestore_rest import CONNECTOR, check_args
 
 BUILD = yaml.safe_load((Path(__file__).resolve().parents[2] / "guard" / "cloudbuild" / "cloudbuild.yaml").read_text())
@@ -61,34 +59,14 @@ class CheckingForwarder:
     def __init__(self, emulator_host: str):
         self.calls: list[tuple[str, int]] = []
         self.violations: list[str] = []
-        forwarder = self
+        self.emulator = f"http://{emulator_host}"
+        self.server = LoopbackServer(self.handle)
+        self.url = self.server.url
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:  # quiet
-                pass
-
-            def _handle(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length)) if length else None
-                status, payload = forwarder.handle(self.command, self.path, body, emulator_host)
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = do_PATCH = _handle
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def handle(self, verb: str, raw_path: str, body, emulator_host: str):
-        url = urlsplit(raw_path)
-        path = unquote(url.path).removeprefix("/v1/")
-        query = {k: v[0] for k, v in parse_qs(url.query).items()}
-        documents = "projects.databases.documents."
+    def handle(self, request: Request) -> Reply:
+        path = unquote(request.path).removeprefix("/v1/")
+        query = {k: v[0] for k, v in request.query.items()}
+        body, verb = request.json(), request.method
         try:
             if verb == "POST" and path.endswith("/documents:commit"):
                 method, args = "commit", {"database": path.removesuffix("/documents:commit"), "body": body}
@@ -99,18 +77,17 @@ class CheckingForwarder:
                 method, args = "get", {"name": path, **query}
             else:
                 raise Violation(f"{verb} /{path}: not a call the recipe makes")
-            check_args(CONNECTOR + documents + method, args)
+            check_args(CONNECTOR + "projects.databases.documents." + method, args)
         except Violation as violation:
             self.violations.append(str(violation))
-            return 400, {"error": {"code": 400, "message": str(violation)}}
-        response = httpx.request(verb, f"http://{emulator_host}{raw_path}", json=body,
+            return Reply(400, {"error": {"code": 400, "message": str(violation)}})
+        response = httpx.request(verb, self.emulator + request.path, params=request.query, json=body,
                                  headers={"Authorization": "Bearer owner"}, timeout=10)
         self.calls.append((method, response.status_code))
-        return response.status_code, response.json()
+        return Reply(response.status_code, response.json())
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()
 
 
 @pytest.fixture
