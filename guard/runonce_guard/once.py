@@ -15,7 +15,9 @@ On entry the step is claimed (see rules.py); then
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import inspect
 import json
 import os
 import socket
@@ -185,11 +187,14 @@ class Once:
     # -- decorator ------------------------------------------------------------------------------
 
     def __call__(self, fn: F) -> F:
+        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+            raise GuardConfigError(f"once({self.step!r}) cannot guard a generator: its body runs after the call returns")
+        if inspect.iscoroutinefunction(fn):
+            return self._async(fn)  # type: ignore[return-value]
+
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            run = Once(self.guard, self.step, self.run_id, self.task, self.on_busy, self.wait_seconds,
-                       self.unknown, self.allow_missing, self.lease_seconds)
-            with run as step:
+            with self._copy() as step:
                 if step.done:
                     return step.result
                 value = fn(*args, **kwargs)
@@ -197,6 +202,32 @@ class Once:
                 return value
 
         return wrapper  # type: ignore[return-value]
+
+    def _async(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """`async def` steps: the body is awaited; the store calls (blocking) run in a thread."""
+
+        @functools.wraps(fn)
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            run = self._copy()
+            step = await asyncio.to_thread(run.__enter__)
+            try:
+                if step.done:
+                    value = step.result
+                else:
+                    value = await fn(*args, **kwargs)
+                    step.set_result(value)
+            except BaseException as exc:
+                await asyncio.to_thread(run.__exit__, type(exc), exc, exc.__traceback__)
+                raise
+            await asyncio.to_thread(run.__exit__, None, None, None)
+            return value
+
+        return wrapper
+
+    def _copy(self) -> Once:
+        """A fresh context manager per call of a decorated function (calls may overlap)."""
+        return Once(self.guard, self.step, self.run_id, self.task, self.on_busy, self.wait_seconds,
+                    self.unknown, self.allow_missing, self.lease_seconds)
 
     # -- the protocol ---------------------------------------------------------------------------
 

@@ -233,3 +233,31 @@ def test_the_library_imports_neither_app_nor_the_web_stack(job_env) -> None:
     done = subprocess.run([sys.executable, "-c", probe], env=job_env, capture_output=True, text=True, cwd="/")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+async def test_async_steps_are_awaited_once_and_replayed(make_guard) -> None:
+    awaited: list[int] = []
+
+    async def publish() -> dict:
+        awaited.append(1)
+        return {"message_id": "m-1"}
+
+    assert await make_guard().once("publish")(publish)() == {"message_id": "m-1"}
+    assert await make_guard().once("publish")(publish)() == {"message_id": "m-1"}
+    assert awaited == [1]
+
+    async def failing() -> None:
+        raise ConnectionError("broker down")
+
+    with pytest.raises(ConnectionError):
+        await make_guard().once("notify")(failing)()
+    with make_guard().once("notify", on_busy="raise") as step:  # released: claimable at once
+        assert not step.done and step.attempts == 2
+
+
+def test_generators_are_refused_at_decoration(make_guard) -> None:
+    def rows():
+        yield 1
+
+    with pytest.raises(GuardConfigError, match="cannot guard a generator"):
+        make_guard().once("rows")(rows)
