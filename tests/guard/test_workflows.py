@@ -6,7 +6,7 @@ guard reads."""
 from __future__ import annotations
 
 import copy
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -191,3 +191,17 @@ def test_example_workflow_publishes_once_per_run_id(workflows, run_id: str) -> N
     assert first == {"run_id": run_id, "published": True, "attempts": 2}
     assert second == {"run_id": run_id, "published": False, "attempts": 2}
     assert [call["headers"] for call in workflows.http_calls] == [{"Idempotency-Key": run_id}] * 2
+
+
+def test_a_step_the_python_guard_holds_is_in_progress_for_the_workflow(workflows, collection: str, run_id: str) -> None:
+    store = FirestoreStepStore(project=FIRESTORE_PROJECT, collection=collection)
+    now = datetime.now(timezone.utc)
+
+    claim = store.claim(StepKey(run_id, "publish", "-"), now, timedelta(minutes=5), timedelta(days=1), holder=None)
+    with pytest.raises(WorkflowError) as busy:
+        workflows("runonce_once", run_id=run_id, step="publish")
+    assert "is in progress in another attempt until" in busy.value.value["message"]
+    store.finish(claim, "completed", now, result='{"id":7}')
+    store.close()
+    skip = workflows("runonce_once", run_id=run_id, step="publish")
+    assert skip["run"] is False and skip["result"] == '{"id":7}'
