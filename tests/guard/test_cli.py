@@ -117,3 +117,12 @@ def test_status_of_a_step_never_run(job_env) -> None:
 def test_bad_store_setting_names_the_variable(job_env) -> None:
     done = guard(job_env | {"RUNONCE_STORE": "sqlite:///x.db"}, "run", "--step", "x", "--", "true")
     assert done.returncode == 2 and "RUNONCE_STORE: 'sqlite:///x.db'" in done.stderr
+
+
+def test_missing_credentials_is_a_setup_error_not_a_traceback(job_env) -> None:
+    env = {k: v for k, v in job_env.items() if k != "FIRESTORE_EMULATOR_HOST"}
+    env["GOOGLE_APPLICATION_CREDENTIALS"] = "/nonexistent/adc.json"
+    for args in (["status", "--step", "x"], ["run", "--step", "x", "--", "true"]):
+        done = guard(env, *args)
+        assert done.returncode == 2, done.stderr
+        assert "Firestore client:" in done.stderr and "Traceback" not in done.stderr

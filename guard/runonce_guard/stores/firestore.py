@@ -12,9 +12,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 from google.api_core import exceptions as gexc
+from google.auth.exceptions import GoogleAuthError
 from google.cloud import firestore
 
-from ..errors import StoreUnavailable
+from ..errors import GuardConfigError, StoreUnavailable
 from ..rules import StepKey, StepRecord
 from .base import Conflict, StepStore
 
@@ -31,7 +32,13 @@ class FirestoreStepStore(StepStore):
         timeout_seconds: float = 5.0,
         client: firestore.Client | None = None,
     ):
-        self._client = client or firestore.Client(project=project, database=database)
+        try:
+            self._client = client or firestore.Client(project=project, database=database)
+        except GoogleAuthError as exc:  # no ADC, or no project: a setup problem, say which
+            raise GuardConfigError(
+                f"Firestore client: {exc} (on Cloud Run the job's service account provides both; locally run "
+                "`gcloud auth application-default login` and set RUNONCE_FIRESTORE_PROJECT)"
+            ) from exc
         self._collection = self._client.collection(collection)
         self._timeout = timeout_seconds
 
@@ -41,7 +48,7 @@ class FirestoreStepStore(StepStore):
             return fn(*args, timeout=self._timeout, **kwargs)
         except _CONFLICTS as exc:
             raise Conflict(str(exc)) from exc
-        except gexc.GoogleAPIError as exc:
+        except (gexc.GoogleAPIError, GoogleAuthError) as exc:  # incl. a failed token refresh
             raise StoreUnavailable(f"firestore {op}: {type(exc).__name__}: {exc}") from exc
 
     def _create(self, record: StepRecord) -> Any:
