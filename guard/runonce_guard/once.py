@@ -110,6 +110,8 @@ class Guard:
             raise GuardConfigError(f"on_busy {on_busy!r}: must be 'wait' or 'raise'")
         if lease_seconds is not None and not lease_seconds > 0:
             raise GuardConfigError(f"lease_seconds {lease_seconds!r}: must be greater than 0")
+        if wait_seconds is not None and not wait_seconds >= 0:
+            raise GuardConfigError(f"wait_seconds {wait_seconds!r}: must be 0 or more")
         return Once(self, step, run_id, task, on_busy, wait_seconds, tuple(unknown), allow_missing, lease_seconds)
 
 

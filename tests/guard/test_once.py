@@ -171,7 +171,8 @@ def test_run_id_env_is_configurable_and_task_index_is_part_of_the_key(make_guard
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [({"step": "a/b"}, "step 'a/b': must match"), ({"step": "x", "task": "two"}, "task 'two'"),
-     ({"step": "x", "on_busy": "skip"}, "on_busy 'skip'"), ({"step": "x", "run_id": "a/b"}, "run_id 'a/b'")],
+     ({"step": "x", "on_busy": "skip"}, "on_busy 'skip'"), ({"step": "x", "run_id": "a/b"}, "run_id 'a/b'"),
+     ({"step": "x", "lease_seconds": 0}, "lease_seconds 0"), ({"step": "x", "wait_seconds": -1}, "wait_seconds -1")],
 )
 def test_bad_arguments_fail_before_anything_runs(make_guard, kwargs: dict, message: str) -> None:
     with pytest.raises(GuardConfigError, match=message):
