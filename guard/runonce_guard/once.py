@@ -7,7 +7,8 @@
 On entry the step is claimed (see rules.py); then
 - completed earlier: the body is skipped (decorator) or `step.done` is True, with the stored result;
 - held by another attempt's live lease: wait until it ends (up to `wait_seconds`) or raise `StepInProgress`;
-- claimed: the body runs; a normal exit records `completed` (+ result), fenced on this attempt;
+- claimed: the body runs (its lease renewed every third of the lease, so a live attempt keeps the
+  step however long it takes); a normal exit records `completed` (+ result), fenced on this attempt;
   an exception records `failed` so a retry runs the step again, except exception types listed in
   `unknown` (outcome unknown: the claim is kept until its lease expires, then the next attempt takes over
   with `step.recovering` True and should check whether the side effect happened).
@@ -28,7 +29,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, TypeVar
 
-from .errors import Fenced, GuardConfigError, NotStartedByRunonce, StepInProgress
+from .errors import Fenced, GuardConfigError, NotStartedByRunonce, StepInProgress, StoreUnavailable
 from .rules import COMPLETED, FAILED, IN_PROGRESS, NO_TASK, Decision, StepKey, StepRecord
 from .settings import GuardSettings
 from .stores import Claim, StepStore, build_store
@@ -129,6 +130,7 @@ class Step:
         self.recovering = bool(claim and claim.won and claim.previous and claim.previous.status == IN_PROGRESS)
         """True: an earlier attempt crashed or ended with an unknown outcome inside this step."""
         self._result_json: str | None = None
+        self._renewer: _LeaseRenewer | None = None
 
     @property
     def record(self) -> StepRecord | None:
@@ -148,6 +150,35 @@ class Step:
         except (TypeError, ValueError) as exc:
             self._result_json = None
             warnings.warn(f"step result not stored ({exc}); a replay returns None", ResultNotStored, stacklevel=2)
+
+
+class _LeaseRenewer:
+    """Extends a held step's lease every third of the lease while the body runs, so the lease bounds
+    how long a *dead* attempt blocks the step, not how long a live one may take. A crashed process
+    stops renewing; a fenced renewal (another attempt took over) stops for good, and the finish
+    will be refused."""
+
+    def __init__(self, guard: Guard, step: Step, lease: timedelta):
+        self._guard, self._step, self._lease = guard, step, lease
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"runonce-guard-lease-{step.key}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self._lease.total_seconds() / 3):
+            claim = self._step.claim
+            assert claim is not None
+            try:
+                renewed = self._guard.store.renew(claim, self._guard.clock(), self._lease)
+            except Fenced:
+                return
+            except StoreUnavailable:
+                continue  # try again next tick; the lease runs on meanwhile
+            self._step.claim = renewed  # stop() joins this thread before the finish reads it
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join()
 
 
 class Once:
@@ -256,7 +287,10 @@ class Once:
             now = guard.clock()
             claim = guard.store.claim(key, now, lease, settings.retention, guard.holder())
             if claim.decision is not Decision.BUSY:
-                return Step(key, claim)
+                step = Step(key, claim)
+                if claim.won:
+                    step._renewer = _LeaseRenewer(guard, step, lease)
+                return step
             waited = time.monotonic() - started
             if self.on_busy == "raise" or waited >= wait:
                 raise StepInProgress(claim.record, waited)
@@ -266,6 +300,8 @@ class Once:
     def _end(self, step: Step, exc: BaseException | None) -> None:
         if step.claim is None or not step.claim.won:
             return  # unguarded, or replayed: nothing to record
+        if step._renewer is not None:
+            step._renewer.stop()  # before the finish: it writes over the renewer's last version
         store, now = self.guard.store, self.guard.clock()
         if exc is None:
             store.finish(step.claim, COMPLETED, now, result=step._result_json)  # Fenced propagates

@@ -262,3 +262,17 @@ def test_generators_are_refused_at_decoration(make_guard) -> None:
 
     with pytest.raises(GuardConfigError, match="cannot guard a generator"):
         make_guard().once("rows")(rows)
+
+
+def test_a_live_attempt_keeps_its_step_past_the_lease_by_renewing_it(make_guard, run_id: str) -> None:
+    lease = 2.0  # renewed every ~0.7 s while the body runs: 1.3 s of slack for a slow machine
+    holder, other = make_guard(), make_guard()
+    with holder.once("long-export", lease_seconds=lease) as step:
+        first_lease = step.record.lease_expires  # type: ignore[union-attr]
+        time.sleep(lease * 2.25)  # past two leases: without renewal another attempt could take over now
+        with pytest.raises(StepInProgress):
+            with other.once("long-export", lease_seconds=lease, on_busy="raise"):
+                pytest.fail("took over a step whose attempt is alive")
+        assert step.record.lease_expires > first_lease  # type: ignore[union-attr]
+    done = other.store.get(StepKey(run_id, "long-export", "0"), other.clock())
+    assert done is not None and done.status == "completed" and done.attempts == 1

@@ -16,7 +16,8 @@ compare-and-set on a version field) implement the same three primitives.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -118,23 +119,36 @@ class StepStore(ABC):
     ) -> StepRecord:
         """Write the outcome only while `claim` still holds the step; raise `Fenced` otherwise.
         `status` in_progress keeps the claim (outcome unknown) and only records `last_error`."""
+        return self._write_held(
+            claim, lambda held: finished_record(held, status, now, result, last_error), FINISH_FIELDS
+        ).record
+
+    def renew(self, claim: Claim, now: datetime, lease: timedelta) -> Claim:
+        """Extend the lease of a step this attempt still holds (`Fenced` otherwise); the returned
+        claim carries the new version for the next renew or the finish."""
+        return self._write_held(
+            claim, lambda held: replace(held, lease_expires=now + lease, updated_at=now), ("lease_expires", "updated_at")
+        )
+
+    def _write_held(self, claim: Claim, change: Callable[[StepRecord], StepRecord], fields: tuple[str, ...]) -> Claim:
+        """Write `change(record)` conditional on the claim's version; on a conflict, re-read and
+        write again while the claim still holds the step (fencing), else raise `Fenced`."""
         held, version = claim.record, claim.version
         for _ in range(MAX_RACES):
-            record = finished_record(held, status, now, result, last_error)
+            record = change(held)
             if version is not None:
                 try:
-                    self._write_if_unchanged(record, version, FINISH_FIELDS)
-                    return record
+                    return replace(claim, record=record, version=self._write_if_unchanged(record, version, fields))
                 except Conflict:
                     pass
             found, version = self._read(held.key)
             if not holds(found, claim.record.attempt_id):
                 if found is not None and found.attempt_id == held.attempt_id and found == record:
-                    return found  # our own retried write had landed
+                    return replace(claim, record=found, version=version)  # our own retried write had landed
                 raise Fenced(found)
             assert found is not None
             held = found
-        raise StoreUnavailable(f"finish of {held.key.doc_id}: still contended after {MAX_RACES} tries")
+        raise StoreUnavailable(f"write of {held.key.doc_id}: still contended after {MAX_RACES} tries")
 
     def get(self, key: StepKey, now: datetime) -> StepRecord | None:
         """The record, or None if absent or expired."""
