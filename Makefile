@@ -20,10 +20,11 @@ test-deploy: $(VENV)/.installed ## Image, deploy scripts and Terraform, checked 
 bench: $(VENV)/.installed ## Claim-path benchmark against the Firestore emulator.
 	$(BIN)/python bench/bench_delivery.py
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml guard/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e ./guard  # runonce-guard: tests/guard run in test-core
 	touch $@
 
 clean:

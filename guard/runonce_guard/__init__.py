@@ -1,0 +1,12 @@
+"""runonce-guard: exactly-once steps inside jobs that runonce starts. See `once`."""
+
+from .errors import Fenced, GuardConfigError, GuardError, NotStartedByRunonce, StepInProgress, StoreUnavailable
+from .once import Guard, Once, ResultNotStored, Step, UnguardedStep, default_guard, once
+from .rules import StepKey, StepRecord
+from .settings import GuardSettings
+
+__all__ = [
+    "Fenced", "Guard", "GuardConfigError", "GuardError", "GuardSettings", "NotStartedByRunonce", "Once",
+    "ResultNotStored", "Step", "StepInProgress", "StepKey", "StepRecord", "StoreUnavailable", "UnguardedStep",
+    "default_guard", "once",
+]

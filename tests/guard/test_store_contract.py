@@ -1,0 +1,94 @@
+"""One contract for every step store (Spanner and Redis join the parametrization with the stores
+issue): the claim protocol of stores/base.py over each backend's three primitives."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from datetime import timedelta
+
+import pytest
+
+from runonce_guard import Fenced, StepKey
+from runonce_guard.rules import Decision
+from runonce_guard.stores import StepStore
+from runonce_guard.stores.firestore import FirestoreStepStore
+from runonce_guard.stores.memory import MemoryStepStore
+from tests.conftest import FIRESTORE_PROJECT, Clock
+
+LEASE, RETENTION = timedelta(seconds=300), timedelta(days=1)
+
+
+@pytest.fixture(params=["memory", "firestore"])
+def make_store(request: pytest.FixtureRequest):
+    """Handles on ONE underlying store, as separate processes would have."""
+    opened: list[StepStore] = []
+    shared = MemoryStepStore()
+    collection = f"steps_{uuid.uuid4().hex[:12]}"
+    if request.param == "firestore":
+        request.getfixturevalue("firestore_emulator")
+
+    def make() -> StepStore:
+        store = shared if request.param == "memory" else FirestoreStepStore(project=FIRESTORE_PROJECT, collection=collection)
+        opened.append(store)
+        return store
+
+    yield make
+    for store in opened:
+        store.close()
+
+
+def test_claim_busy_finish_replay(make_store) -> None:
+    clock, key = Clock(), StepKey("run-1", "export", "0")
+    a, b = make_store(), make_store()
+    first = a.claim(key, clock(), LEASE, RETENTION, "attempt-a")
+    assert first.decision is Decision.CREATE and first.record.holder == "attempt-a"
+    busy = b.claim(key, clock(), LEASE, RETENTION, "attempt-b")
+    assert busy.decision is Decision.BUSY and busy.record == first.record
+    done = a.finish(first, "completed", clock(), result='{"rows":3}')
+    replay = b.claim(key, clock(), LEASE, RETENTION)
+    assert replay.decision is Decision.REPLAY and replay.record == done and replay.record.result_value() == {"rows": 3}
+
+
+def test_takeover_after_the_lease_fences_the_old_attempt(make_store) -> None:
+    clock, key = Clock(), StepKey("run-1", "export", "0")
+    a, b = make_store(), make_store()
+    old = a.claim(key, clock(), LEASE, RETENTION)
+    clock.advance(LEASE.total_seconds())  # the lease ends exactly now: claimable
+    new = b.claim(key, clock(), LEASE, RETENTION)
+    assert new.decision is Decision.TAKEOVER and new.previous == old.record and new.record.attempts == 2
+    with pytest.raises(Fenced):
+        a.finish(old, "completed", clock())
+    with pytest.raises(Fenced):
+        a.finish(old, "failed", clock(), last_error="late")
+    assert b.finish(new, "completed", clock()).status == "completed"
+
+
+def test_failed_is_claimable_at_once_and_expired_counts_as_absent(make_store) -> None:
+    clock, key = Clock(), StepKey("run-1", "export", "-")
+    store = make_store()
+    store.finish(store.claim(key, clock(), LEASE, RETENTION), "failed", clock(), last_error="boom")
+    retry = store.claim(key, clock(), LEASE, RETENTION)
+    assert retry.decision is Decision.TAKEOVER and retry.record.last_error == "boom"
+    store.finish(retry, "completed", clock())
+    clock.advance(RETENTION.total_seconds())
+    assert store.get(key, clock()) is None
+    assert store.claim(key, clock(), LEASE, RETENTION).decision is Decision.CREATE  # a fresh record, attempts 1
+
+
+def test_of_simultaneous_claims_one_wins(make_store) -> None:
+    clock, key = Clock(), StepKey("run-1", "export", "0")
+    stores = [make_store() for _ in range(4)]
+    decisions: list[Decision] = []
+    barrier = threading.Barrier(16)
+
+    def claim(index: int) -> None:
+        barrier.wait()
+        decisions.append(stores[index % 4].claim(key, clock(), LEASE, RETENTION).decision)
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(d.name for d in decisions) == ["BUSY"] * 15 + ["CREATE"]
