@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, NoReturn
 
@@ -200,9 +200,8 @@ class Runner:
             ) from exc
 
     async def _forced_record(self, run_id: str, now: datetime, context: dict[str, Any]) -> RunRecord | None:
-        try:
-            with self.metrics.store_timer("get"):
-                return await self.store.get(run_id, now)
+        try:  # not timed: it runs beside the claim, whose timer covers it
+            return await self.store.get(run_id, now)
         except StoreUnavailable as exc:
             raise errors.Unavailable(
                 f"claim store unavailable, the target was not called ({exc}); retry later", **context
@@ -277,12 +276,18 @@ class Runner:
             record = await self._finish(claim, done)
         except Fenced as exc:
             raise self._fenced(claim, exc) from exc
-        except StoreUnavailable:
-            # The execution exists; only our record of it is missing. Telling Scheduler to retry
-            # would change nothing: the record stays in_progress and the next attempt after the
-            # lease reconciles (or re-sends with the same token, which the downstream dedupes).
-            logger.exception("run %s: dispatched as %s but the store did not record it", held.run_id, resource)
-            record = replace(held, status=COMPLETED, target=done.target)
+        except StoreUnavailable as exc:
+            # The execution exists; only our record of it is missing. A 200 would end Scheduler's
+            # retries and leave the record in_progress for good. 504 keeps the claim: the retry
+            # after the lease reconciles (or re-sends the same token, which the downstream dedupes)
+            # and records the execution.
+            logger.warning("run %s: dispatched as %s but the store did not record it", held.run_id, resource)
+            raise errors.OutcomeUnknown(
+                f"dispatched as {resource}, but the claim store did not record it ({exc}); the claim is kept "
+                f"and a retry after the lease, at {held.lease_expires:%Y-%m-%dT%H:%M:%SZ}, records it without "
+                "dispatching again", retry_after=(held.lease_expires - self.clock()).total_seconds(),
+                run_id=held.run_id, route=held.route, target=done.target,
+            ) from exc
         return RunResult("processed", record)
 
     async def _call_target(self, target: Target, request: DispatchRequest, previous: RunRecord | None) -> str:
