@@ -28,6 +28,7 @@ class Summary:
     answers: int = 0
     crashes: int = 0
     faults: Counter[str] = field(default_factory=Counter)
+    covered: Counter[str] = field(default_factory=Counter)
     failures: list[Report] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -38,6 +39,7 @@ class Summary:
             f"{self.histories} histories, {self.answers} answers, {self.crashes} instance crashes, "
             f"{len(self.failures)} histories with violations, {self.seconds:.1f}s",
             f"sim[{self.store}]: faults by kind: {kinds}",
+            f"sim[{self.store}]: covered: {', '.join(f'{k} {n}' for k, n in sorted(self.covered.items()))}",
         ]
         for report in self.failures[:3]:
             lines.extend(describe(report))
@@ -61,6 +63,7 @@ def explore(store: str, first_seed: int, histories: int, seconds: float, shrink_
             summary.histories += 1
             summary.answers += report.answers
             summary.crashes += report.crashes
+            summary.covered.update(report.covered)
             summary.faults.update(f"{key.split(':')[0]}.{kind}" for key, kind in report.faults.items())
             if report.violations:
                 summary.failures.append(shrink(report) if shrink_failures and len(summary.failures) < 3 else report)
@@ -101,7 +104,7 @@ def describe(report: Report) -> list[str]:
 
 def budget(store: str) -> tuple[int, int, float]:
     """(first seed, histories, seconds) from the environment, with CI's defaults per store."""
-    default = {"memory": 1500, "sqlite": 700, "firestore": 15}[store]
+    default = {"memory": 1500, "sqlite": 700, "firestore": 60}[store]
     seed = int(os.environ.get("RUNONCE_SIM_SEED", DEFAULT_SEED))
     histories = int(os.environ.get("RUNONCE_SIM_HISTORIES", default))
     seconds = float(os.environ.get("RUNONCE_SIM_SECONDS", 10_000))

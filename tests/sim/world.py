@@ -39,7 +39,7 @@ from app.main import create_app
 from app.protocol import Runner
 from app.routes import load_routes
 from app.settings import Settings
-from app.stores import Claim, Finish, NewRun, RunRecord, RunStore, StoreUnavailable
+from app.stores import Claim, Fenced, Finish, NewRun, RunRecord, RunStore, StoreUnavailable
 from app.stores.base import COMPLETED, IN_PROGRESS, RunStatus
 from app.stores.memory import MemoryStore
 from app.stores.sqlite import SQLiteStore
@@ -189,7 +189,7 @@ def draw_config(seed: int, store: str) -> Config:
         seed=seed, store=store, instances=rng.randint(1, 3), max_skew=max_skew, store_timeout=store_timeout,
         dispatch_timeout=dispatch_timeout, lag=lag, lease=lease, retention=100_000.0, tolerance=tolerance,
         attempt_deadline=attempt_deadline, scheduler=retry(), tasks=retry(),
-        fault_rate=rng.choice([0.05, 0.15, 0.3]), quiet_at=rng.uniform(20.0, 150.0), web=rng.random() < 0.2,
+        fault_rate=rng.choice([0.05, 0.15, 0.3]), quiet_at=rng.uniform(10.0, 100.0), web=rng.random() < 0.2,
         jobs=tuple(jobs), task_executions=tuple(tasks),
     )
 
@@ -347,6 +347,7 @@ class FaultyStore(RunStore):
         self.inner, self.instance = inner, instance
         self.world = instance.world
         self.lose_next_commit = False
+        self.landed = 0  # Firestore commits of the current call that took effect (seen at the GAPIC call)
         owner = getattr(inner, "_sim_owner", None)
         if owner is not None:
             owner.append(self)
@@ -360,7 +361,13 @@ class FaultyStore(RunStore):
         if fault == "fail_before_commit":
             raise StoreUnavailable(f"simulated: {op} failed before the commit")
         self.lose_next_commit = fault == "client_retry_after_commit"
-        result = await world.store_io(call)
+        self.landed = 0
+        try:
+            result = await world.store_io(call)
+        except Fenced:
+            self._own_write_check(op, run_id, "Fenced")
+            raise
+        self._own_write_check(op, run_id, result)
         if fault == "commit_lose_answer":
             raise StoreUnavailable(f"simulated: {op} committed, the answer was lost")
         if fault == "commit_then_timeout":
@@ -368,6 +375,19 @@ class FaultyStore(RunStore):
             raise StoreUnavailable(f"simulated: {op} committed, then timed out")
         await self.instance.boundary("crash_after" if fault == "crash_after" else None)
         return result
+
+    def _own_write_check(self, op: str, run_id: str, result: object) -> None:
+        """A call whose own conditional write took effect must not report someone else's: a claim
+        BUSY for its own claim, a finish fenced by its own finish, a release that released nothing
+        (each costs the run a whole extra lease: issue 10, defect 3)."""
+        lost = (
+            (op == "claim" and isinstance(result, Claim) and not result.won)
+            or (op == "finish" and result == "Fenced")
+            or (op == "release" and result is None)
+        )
+        if self.landed and lost:
+            outcome = result.decision.value if isinstance(result, Claim) else result
+            self.world.violations.append(f"I2 {op} of run {run_id[:8]}: its own write landed, yet it reported {outcome}")
 
     async def claim(self, new: NewRun, now: datetime, lease: timedelta, retention: timedelta) -> Claim:
         return await self._call("claim", new.run_id, lambda: self.inner.claim(new, now, lease, retention))
@@ -480,6 +500,8 @@ class World:
         self.faults = Faults(config, loop, faults)
         self.downstreams = {route: Downstream(route, kind) for route, (_, kind) in ROUTES.items()}
         self.answers: list[Answer] = []
+        self.violations: list[str] = []  # seen while the history runs (the rest are checked at the end)
+        self.covered: Counter[str] = Counter()
         self.outcomes: dict[str, Outcome] = {}
         self.requests: dict[asyncio.Task[Answer], Instance] = {}
         self.frozen: set[asyncio.Task[Any]] = set()
@@ -650,6 +672,8 @@ def _arm_lost_commit(store: Any) -> None:
 
     async def commit(*args: Any, **kwargs: Any) -> Any:
         result = await real_commit(*args, **kwargs)
+        if owner:
+            owner[0].landed += 1
         if owner and owner[0].lose_next_commit:
             owner[0].lose_next_commit = False
             return await real_commit(*args, **kwargs)
@@ -669,6 +693,7 @@ class Report:
     violations: list[str]
     answers: int
     crashes: int
+    covered: Counter[str] = field(default_factory=Counter)  # what the history exercised
 
 
 async def play(config: Config, faults: dict[str, str] | None = None) -> Report:
@@ -681,7 +706,7 @@ async def play(config: Config, faults: dict[str, str] | None = None) -> Report:
         violations = check(world, records)
     finally:
         await world.close()
-    return Report(config, dict(world.faults.injected), violations, len(world.answers), world.crashes)
+    return Report(config, dict(world.faults.injected), violations, len(world.answers), world.crashes, world.covered)
 
 
 def run_history(config: Config, faults: dict[str, str] | None = None) -> Report:
@@ -707,24 +732,34 @@ _SSL = ssl.create_default_context()
 
 def check(world: World, records: list[RunRecord]) -> list[str]:
     config = world.config
-    violations: list[str] = []
+    violations = list(world.violations)
     by_id = {r.run_id: r for r in records}
     outcomes = world.outcomes
 
     # I1: at most one downstream execution per run and target (the downstream's own count, which
     # is also what reconciliation sees).
+    world.covered["web histories"] += config.web
     for downstream in world.downstreams.values():
+        world.covered["downstream executions"] += sum(len(e) for e in downstream.executions.values())
         for run_id, executions in downstream.executions.items():
             if len(executions) > 1:
                 origins = ", ".join(f"{o}@{t:.2f}" for _, t, o in executions)
                 violations.append(f"I1 run {run_id[:8]} on {downstream.route}: {len(executions)} executions ({origins})")
 
-    # I2: an execution still retried after the faults stopped (and every lease they left ran out)
-    # ends completed.
+    # I2: an execution that was failing and is still retried after the faults stopped (and every
+    # lease they left ran out) ends with a 200. A lone 409 after that point can only come from a
+    # concurrent duplicate delivery, which is fine.
     settled = config.quiet_at + config.lease + 2 * config.max_skew + config.dispatch_timeout + config.store_timeout
     for outcome in outcomes.values():
-        late = [a for t, a in outcome.attempts if t >= settled and (a is None or a.status != "forced_run_refused")]
-        if len(late) >= 2 and not outcome.succeeded:
+        relevant = [(t, a) for t, a in outcome.attempts if a is None or a.status != "forced_run_refused"]
+        late = [a for t, a in relevant if t >= settled]
+        failing = any(a is None or not a.ok for _, a in relevant)
+        owed = failing and bool(late) and (len(late) >= 2 or late[0] is None or late[0].status != "in_progress")
+        world.covered["executions"] += 1
+        world.covered["force runs"] += outcome.execution.forced
+        world.covered["owed completion (I2)"] += owed
+        world.covered["gave up"] += not outcome.succeeded
+        if owed and not outcome.succeeded:
             seen = [(round(t, 2), a.code if a else None) for t, a in outcome.attempts]
             violations.append(f"I2 {outcome.execution.id} retried after the faults stopped but never succeeded: {seen}")
 
