@@ -217,3 +217,40 @@ async def test_sqlite_unusable_path_is_unavailable(tmp_path: Path) -> None:
     with pytest.raises(StoreUnavailable, match="unable to open"):
         await store.claim(new_run(), T0, LEASE, RETENTION)
     await store.close()
+
+
+@pytest.mark.usefixtures("firestore_emulator")
+async def test_firestore_fresh_scheduled_run_reads_the_force_run_beside_its_claim() -> None:
+    """The force-run check costs no extra wait: `get` of the force run's record runs while the
+    claim's `create` is in flight, so a fresh scheduled run waits one round trip, then `update`s."""
+    from app.delivery import Delivery
+    from app.protocol import Runner
+    from app.targets.scripted import ScriptedTarget
+
+    store = firestore_store()
+    in_flight, most = 0, 0
+    real_rpc = store._rpc
+
+    async def rpc(op, call):  # type: ignore[no-untyped-def]
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        try:
+            return await real_rpc(op, call)
+        finally:
+            in_flight -= 1
+
+    store._rpc = rpc  # type: ignore[method-assign]
+    delivery = Delivery(
+        source="scheduler", project="proj-1", location="us-central1", route="etl", job="nightly",
+        schedule_time=T0, may_be_forced_retry=True,
+    )
+    runner = Runner(store, {"etl": ScriptedTarget()}, lease=LEASE, retention=RETENTION,
+                    dispatch_timeout=timedelta(seconds=30), clock=lambda: T0)
+    try:
+        result = await runner.run(delivery, {}, "0" * 64)
+        assert result.status == "processed"
+        assert dict(store.round_trips) == {"create": 1, "get": 1, "update": 1}
+        assert most == 2  # create and get at once
+    finally:
+        await store.close()
