@@ -55,6 +55,10 @@ def _new_run(delivery: Delivery, body_sha256: str) -> NewRun:
     )
 
 
+def _store_down(exc: StoreUnavailable, context: dict[str, Any]) -> errors.Unavailable:
+    return errors.Unavailable(f"claim store unavailable, the target was not called ({exc}); retry later", **context)
+
+
 @dataclass(frozen=True)
 class RunResult:
     """A successful answer: `processed` (this attempt dispatched or reconciled) or `duplicate`."""
@@ -195,17 +199,13 @@ class Runner:
             with self.metrics.store_timer("claim"):
                 return await self.store.claim(new, now, self.lease, self.retention)
         except StoreUnavailable as exc:
-            raise errors.Unavailable(
-                f"claim store unavailable, the target was not called ({exc}); retry later", **context
-            ) from exc
+            raise _store_down(exc, context) from exc
 
     async def _forced_record(self, run_id: str, now: datetime, context: dict[str, Any]) -> RunRecord | None:
         try:  # not timed: it runs beside the claim, whose timer covers it
             return await self.store.get(run_id, now)
         except StoreUnavailable as exc:
-            raise errors.Unavailable(
-                f"claim store unavailable, the target was not called ({exc}); retry later", **context
-            ) from exc
+            raise _store_down(exc, context) from exc
 
     async def _undo(self, claim: Claim, reason: str) -> None:
         """Give back a claim won for the wrong run (nothing dispatched). If that fails, the lease
