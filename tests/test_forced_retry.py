@@ -14,8 +14,12 @@ from datetime import datetime, timedelta, timezone
 import httpx
 import pytest
 
+from app import errors
+from app.delivery import Delivery
 from app.main import create_app
+from app.protocol import Runner
 from app.settings import Settings
+from app.stores import StoreUnavailable
 from app.stores.memory import MemoryStore
 from app.targets import DispatchRequest, TargetFailed
 from app.targets.scripted import ScriptedTarget
@@ -156,3 +160,22 @@ async def test_other_policies_key_the_retry_as_the_scheduled_run(api: Api, route
         assert first["status"] == "forced_run_refused" and retry["status"] == "processed"
         assert scheduled["status"] == "duplicate" and scheduled["run_id"] == retry["run_id"]
     assert len(set(k for _, k in api.downstream.keys)) == 1
+
+
+class GetFails(MemoryStore):
+    async def get(self, run_id, now):  # type: ignore[no-untyped-def]
+        raise StoreUnavailable("deadline exceeded")
+
+
+async def test_store_down_for_the_force_run_read_gives_the_claim_back_and_answers_503() -> None:
+    """Which run a delivery is cannot be told: nothing is dispatched and the claim made beside the
+    read is released at once, so Scheduler's retry is not held up by a lease."""
+    store, target = GetFails(), ScriptedTarget()
+    runner = Runner(store, {"separate": target}, lease=timedelta(seconds=3), retention=timedelta(days=1),
+                    dispatch_timeout=timedelta(seconds=1), clock=lambda: S)
+    delivery = Delivery(source="scheduler", project="", location="", route="separate", job="hourly",
+                        schedule_time=S, may_be_forced_retry=True)
+    with pytest.raises(errors.Unavailable, match="target was not called"):
+        await runner.run(delivery, {}, "0" * 64)
+    assert target.dispatched == []
+    assert [r.status for r in await store.list(S)] == ["failed"]  # claimable by the retry at once
