@@ -146,6 +146,15 @@ async def test_scheduled_delivery_before_any_force_run_is_unaffected(api: Api) -
     assert [r.run_id for r in await api.store.list(api.clock())] == [scheduled["run_id"]]
 
 
+async def test_an_expired_force_run_no_longer_claims_the_headers(api: Api) -> None:
+    """Past retention a record counts as absent (README: retention >= Scheduler's retry window)."""
+    api.downstream.plan = ["hang"]
+    forced = await api.at(-9)
+    late = await api.at(86400)  # the force run's record expired at S-9 + 1 day
+    assert late["status"] == "processed" and late["run_id"] != forced["run_id"]
+    assert await api.store.get(forced["run_id"], api.clock()) is None
+
+
 @pytest.mark.parametrize("route", ["dedupe", "refuse"])
 async def test_other_policies_key_the_retry_as_the_scheduled_run(api: Api, route: str) -> None:
     """dedupe: force run and scheduled run share one key anyway; reject: a refused force run leaves
