@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Literal
 from zoneinfo import ZoneInfo
@@ -88,6 +88,13 @@ class Delivery:
     snapped: bool = False  # schedule_time came from the route's schedule, not the header
     retry_count: int | None = None  # Cloud Tasks' counters: informative, never part of the key
     execution_count: int | None = None
+    may_be_forced_retry: bool = False
+    """Keyed as the scheduled run, but a force run for the same time may exist (forced_runs:
+    separate): while that force run is unresolved, this delivery is its retry (see `Runner`)."""
+
+    def as_forced(self) -> Delivery:
+        """The force run these headers would have been, had they arrived earlier."""
+        return replace(self, source="scheduler-forced", may_be_forced_retry=False)
 
     @property
     def schedule_time_text(self) -> str | None:
@@ -229,10 +236,11 @@ def parse_delivery(
             "a force run (gcloud scheduler jobs run / 'Force run'), and this route refuses them "
             "(forced_runs: reject); the run at that time will be delivered when it is due",
         )
+    separate = policy.forced_runs == "separate"
     return Delivery(
-        source="scheduler-forced" if forced and policy.forced_runs == "separate" else "scheduler",
+        source="scheduler-forced" if forced and separate else "scheduler",
         project=project, location=location, route=route, job=job,
-        schedule_time=schedule_time,
+        schedule_time=schedule_time, may_be_forced_retry=separate and not forced,
     )
 
 

@@ -165,7 +165,10 @@ def create_app(
         except Exception:
             outcome["outcome"] = "internal_error"
             raise
-        outcome.update(outcome=result.status, attempt=result.record.attempts, target=result.record.target)
+        outcome.update(
+            outcome=result.status, run_id=result.record.run_id, attempt=result.record.attempts,
+            target=result.record.target,
+        )
         headers = {"Runonce-Replayed": "true"} if result.replayed else {}
         return JSONResponse(result.body(), headers=headers)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, NoReturn
 
@@ -44,6 +44,19 @@ ROUTE_BUSY_RETRY_AFTER_SECONDS = 5.0
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
+
+
+def _new_run(delivery: Delivery, body_sha256: str) -> NewRun:
+    return NewRun(
+        run_id=delivery.run_id, route=delivery.route, source=delivery.source, project=delivery.project,
+        location=delivery.location, job=delivery.job, schedule_time=delivery.schedule_time_text,
+        task=delivery.task, body_sha256=body_sha256,
+        task_retry_count=delivery.retry_count, task_execution_count=delivery.execution_count,
+    )
+
+
+def _store_down(exc: StoreUnavailable, context: dict[str, Any]) -> errors.Unavailable:
+    return errors.Unavailable(f"claim store unavailable, the target was not called ({exc}); retry later", **context)
 
 
 @dataclass(frozen=True)
@@ -105,26 +118,16 @@ class Runner:
         )
 
     async def run(self, delivery: Delivery, payload: dict[str, Any], body_sha256: str) -> RunResult:
-        run_id, route = delivery.run_id, delivery.route
-        context = {"run_id": run_id, "route": route}
-        new = NewRun(
-            run_id=run_id, route=route, source=delivery.source, project=delivery.project,
-            location=delivery.location, job=delivery.job, schedule_time=delivery.schedule_time_text,
-            task=delivery.task, body_sha256=body_sha256,
-            task_retry_count=delivery.retry_count, task_execution_count=delivery.execution_count,
-        )
+        route = delivery.route
         if self.draining:
-            raise errors.Unavailable("runonce is shutting down; retry (another instance will take it)", **context)
-        now = self.clock()
-        try:
-            with self.metrics.store_timer("claim"):
-                claim = await self.store.claim(new, now, self.lease, self.retention)
-        except StoreUnavailable as exc:
             raise errors.Unavailable(
-                f"claim store unavailable, the target was not called ({exc}); retry later", **context
-            ) from exc
-
+                "runonce is shutting down; retry (another instance will take it)", run_id=delivery.run_id, route=route
+            )
+        now = self.clock()
+        claim = await self._claim(delivery, body_sha256, now)
         found = claim.record
+        run_id = found.run_id  # the force run's, when this delivery turned out to be its retry
+        context = {"run_id": run_id, "route": route}
         if claim.decision is Decision.REPLAY:
             return RunResult("duplicate", found, replayed=True)
         if claim.decision is Decision.BUSY:
@@ -154,6 +157,65 @@ class Runner:
             return await self._dispatch(claim, payload)
         finally:
             self.in_flight[route] -= 1
+
+    async def _claim(self, delivery: Delivery, body_sha256: str, now: datetime) -> Claim:
+        """Claim the delivery's run. A delivery keyed as the scheduled run may be the retry of a
+        force run for the same time (Scheduler retries with the same headers, and a retry can
+        arrive inside the forced-run tolerance). Scheduler never has two executions of a job
+        outstanding, so until that force run completes (in_progress, or failed and retried) the
+        delivery is its retry.
+        The force run's record is read beside the claim, so a fresh scheduled run still costs
+        one round trip before dispatching."""
+        context = {"run_id": delivery.run_id, "route": delivery.route}
+        if not delivery.may_be_forced_retry:
+            return await self._store_claim(_new_run(delivery, body_sha256), now, context)
+        forced = delivery.as_forced()
+        claimed, forced_record = await asyncio.gather(
+            self._store_claim(_new_run(delivery, body_sha256), now, context),
+            self._forced_record(forced.run_id, now, context),
+            return_exceptions=True,
+        )
+        for outcome in (claimed, forced_record):
+            if isinstance(outcome, BaseException) and not isinstance(outcome, errors.Unavailable):
+                raise outcome
+        if isinstance(claimed, errors.Unavailable):
+            raise claimed
+        assert isinstance(claimed, Claim)
+        if isinstance(forced_record, errors.Unavailable):
+            # Cannot tell which run this delivery is: hold nothing, let Scheduler retry.
+            await self._undo(claimed, "could not tell whether this delivery retries a force run")
+            raise forced_record
+        if forced_record is None or forced_record.status == COMPLETED:
+            return claimed
+        logger.info(
+            "run %s: force run %s for the same time is unresolved; this delivery is its retry",
+            delivery.run_id, forced.run_id,
+        )
+        await self._undo(claimed, f"this delivery was a retry of force run {forced.run_id}")
+        return await self._store_claim(_new_run(forced, body_sha256), now, {**context, "run_id": forced.run_id})
+
+    async def _store_claim(self, new: NewRun, now: datetime, context: dict[str, Any]) -> Claim:
+        try:
+            with self.metrics.store_timer("claim"):
+                return await self.store.claim(new, now, self.lease, self.retention)
+        except StoreUnavailable as exc:
+            raise _store_down(exc, context) from exc
+
+    async def _forced_record(self, run_id: str, now: datetime, context: dict[str, Any]) -> RunRecord | None:
+        try:  # not timed: it runs beside the claim, whose timer covers it
+            return await self.store.get(run_id, now)
+        except StoreUnavailable as exc:
+            raise _store_down(exc, context) from exc
+
+    async def _undo(self, claim: Claim, reason: str) -> None:
+        """Give back a claim won for the wrong run (nothing dispatched). If that fails, the lease
+        runs out and the next attempt takes over (and reconciles, finding nothing)."""
+        if not claim.won:
+            return
+        try:
+            await self._give_back(claim, reason)
+        except errors.InProgress:
+            pass  # fenced: another attempt holds that run now, nothing of ours to give back
 
     async def _route_busy(self, claim: Claim, limit: int) -> RunResult:
         """Over the route's limit: give the claim back untouched downstream and answer 429."""
@@ -214,12 +276,18 @@ class Runner:
             record = await self._finish(claim, done)
         except Fenced as exc:
             raise self._fenced(claim, exc) from exc
-        except StoreUnavailable:
-            # The execution exists; only our record of it is missing. Telling Scheduler to retry
-            # would change nothing: the record stays in_progress and the next attempt after the
-            # lease reconciles (or re-sends with the same token, which the downstream dedupes).
-            logger.exception("run %s: dispatched as %s but the store did not record it", held.run_id, resource)
-            record = replace(held, status=COMPLETED, target=done.target)
+        except StoreUnavailable as exc:
+            # The execution exists; only our record of it is missing. A 200 would end Scheduler's
+            # retries and leave the record in_progress for good. 504 keeps the claim: the retry
+            # after the lease reconciles (or re-sends the same token, which the downstream dedupes)
+            # and records the execution.
+            logger.warning("run %s: dispatched as %s but the store did not record it", held.run_id, resource)
+            raise errors.OutcomeUnknown(
+                f"dispatched as {resource}, but the claim store did not record it ({exc}); the claim is kept "
+                f"and a retry after the lease, at {held.lease_expires:%Y-%m-%dT%H:%M:%SZ}, records it without "
+                "dispatching again", retry_after=(held.lease_expires - self.clock()).total_seconds(),
+                run_id=held.run_id, route=held.route, target=done.target,
+            ) from exc
         return RunResult("processed", record)
 
     async def _call_target(self, target: Target, request: DispatchRequest, previous: RunRecord | None) -> str:

@@ -245,16 +245,30 @@ async def test_store_down_at_claim_is_unavailable_and_never_calls_the_target(clo
     assert target.dispatched == []
 
 
-async def test_store_down_at_finish_after_success_still_answers_processed(clock: Clock) -> None:
+async def test_store_down_at_finish_after_success_answers_unknown_so_a_retry_records_it(clock: Clock) -> None:
+    """A 200 here would stop Scheduler and leave the record in_progress for good (found by the
+    simulation: invariants I3 and I5)."""
     store = BrokenStore()
     store.fail_finish = True
-    target = ScriptedTarget()
-    r = runner(target, clock, store)
+    created = ScriptedTarget()
+    r = runner(created, clock, store)
 
+    with pytest.raises(errors.OutcomeUnknown, match="did not record it") as raised:
+        await r.run(DELIVERY, {}, BODY)
+    assert raised.value.target == {"type": "scripted", "resource": f"scripted/{DELIVERY.run_id}"}
+    assert (await record(r)).status == IN_PROGRESS  # the claim is kept
+
+    store.fail_finish = False
+    clock.advance(LEASE.total_seconds() + 1)
+    found = ScriptedTarget(reconcile=lambda request, previous: _found(f"scripted/{request.run_id}"))
+    r.targets = {"etl": found}
     result = await r.run(DELIVERY, {}, BODY)
+    assert result.status == "processed" and found.dispatched == []  # reconciled, not sent again
+    assert (await record(r)).status == COMPLETED
 
-    assert result.status == "processed"  # the execution exists: Scheduler must stop
-    assert (await record(r)).status == IN_PROGRESS  # and the next attempt after the lease reconciles
+
+async def _found(resource: str) -> str:
+    return resource
 
 
 async def test_store_down_at_finish_after_failure_keeps_the_claim(clock: Clock) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.stores import Decision, Finish, StoreUnavailable
-from app.stores.base import COMPLETED
+from app.stores.base import COMPLETED, FAILED, IN_PROGRESS
 from app.stores.sqlite import SQLiteStore
 from tests.conftest import firestore_store
 from tests.support.procs import free_port
@@ -75,6 +75,69 @@ async def test_firestore_claim_finds_its_own_lost_create() -> None:
         finally:
             base.new_attempt_id = original
         assert again.won and again.record.attempt_id == first.record.attempt_id
+    finally:
+        await store.close()
+
+
+def lose_next_answer(store) -> list[str]:
+    """Test seam at the GAPIC call: the next commit that lands loses its answer, and the client sends
+    it again (as google-api-core's retry does on UNAVAILABLE), so the caller sees the second answer:
+    AlreadyExists or FailedPrecondition for a conditional write that had in fact committed."""
+    api = store._client._firestore_api
+    real_commit = api.commit
+    seen: list[str] = []
+
+    async def commit(*args, **kwargs):
+        await real_commit(*args, **kwargs)  # a write that fails (AlreadyExists) keeps the seam armed
+        api.commit = real_commit  # only the next one that commits
+        seen.append("committed, answer lost")
+        return await real_commit(*args, **kwargs)
+
+    api.commit = commit
+    return seen
+
+
+@pytest.mark.usefixtures("firestore_emulator")
+async def test_firestore_takeover_whose_answer_was_lost_is_still_ours() -> None:
+    store = firestore_store()
+    try:
+        first = await claim(store)
+        await store.finish(first, Finish(FAILED, last_error="boom"), T0)
+        seen = lose_next_answer(store)
+        again = await claim(store, T0 + timedelta(seconds=1))
+        assert seen == ["committed, answer lost"]
+        assert again.decision is Decision.TAKEOVER  # not BUSY for its own claim
+        assert again.previous is not None and again.previous.status == FAILED
+        assert await store.get(again.record.run_id, T0) == again.record
+        done = await store.finish(again, Finish(COMPLETED, target={"type": "log", "resource": "x"}), T0)
+        assert done.status == COMPLETED
+    finally:
+        await store.close()
+
+
+@pytest.mark.usefixtures("firestore_emulator")
+@pytest.mark.parametrize("status", [COMPLETED, FAILED, IN_PROGRESS])
+async def test_firestore_finish_whose_answer_was_lost_is_not_fenced(status: str) -> None:
+    store = firestore_store()
+    try:
+        first = await claim(store)
+        seen = lose_next_answer(store)
+        done = await store.finish(first, Finish(status, last_error="x"), T0 + timedelta(seconds=1))
+        assert seen == ["committed, answer lost"]
+        assert done.status == status and await store.get(first.record.run_id, T0) == done
+    finally:
+        await store.close()
+
+
+@pytest.mark.usefixtures("firestore_emulator")
+async def test_firestore_release_whose_answer_was_lost_reports_the_release() -> None:
+    store = firestore_store()
+    try:
+        first = await claim(store)
+        seen = lose_next_answer(store)
+        released = await store.release(first.record.run_id, T0 + timedelta(seconds=1))
+        assert seen == ["committed, answer lost"]
+        assert released is not None and released.lease_expires == T0 + timedelta(seconds=1)
     finally:
         await store.close()
 
@@ -154,3 +217,40 @@ async def test_sqlite_unusable_path_is_unavailable(tmp_path: Path) -> None:
     with pytest.raises(StoreUnavailable, match="unable to open"):
         await store.claim(new_run(), T0, LEASE, RETENTION)
     await store.close()
+
+
+@pytest.mark.usefixtures("firestore_emulator")
+async def test_firestore_fresh_scheduled_run_reads_the_force_run_beside_its_claim() -> None:
+    """The force-run check costs no extra wait: `get` of the force run's record runs while the
+    claim's `create` is in flight, so a fresh scheduled run waits one round trip, then `update`s."""
+    from app.delivery import Delivery
+    from app.protocol import Runner
+    from app.targets.scripted import ScriptedTarget
+
+    store = firestore_store()
+    in_flight, most = 0, 0
+    real_rpc = store._rpc
+
+    async def rpc(op, call):  # type: ignore[no-untyped-def]
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        try:
+            return await real_rpc(op, call)
+        finally:
+            in_flight -= 1
+
+    store._rpc = rpc  # type: ignore[method-assign]
+    delivery = Delivery(
+        source="scheduler", project="proj-1", location="us-central1", route="etl", job="nightly",
+        schedule_time=T0, may_be_forced_retry=True,
+    )
+    runner = Runner(store, {"etl": ScriptedTarget()}, lease=LEASE, retention=RETENTION,
+                    dispatch_timeout=timedelta(seconds=30), clock=lambda: T0)
+    try:
+        result = await runner.run(delivery, {}, "0" * 64)
+        assert result.status == "processed"
+        assert dict(store.round_trips) == {"create": 1, "get": 1, "update": 1}
+        assert most == 2  # create and get at once
+    finally:
+        await store.close()

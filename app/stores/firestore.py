@@ -9,7 +9,9 @@ No transactions. Each write is a single conditional write, so a fresh run costs 
 
 A lost race shows up as AlreadyExists / FailedPrecondition and is retried from a fresh read, so the
 result is the same as a serializable transaction's (at most one winner), at a third of the round
-trips of the textbook get+set transaction pair.
+trips of the textbook get+set transaction pair. A write of ours whose answer was lost (the client
+retried it and got AlreadyExists / FailedPrecondition) is recognised on that read: by attempt_id
+for a claim, by the record being exactly what we wrote for finish and release.
 
 Timestamps are stored as Firestore Timestamps, so a TTL policy on `expire_at` deletes old records.
 """
@@ -109,6 +111,10 @@ class FirestoreStore(RunStore):
         except gexc.AlreadyExists:
             pass
 
+        # Every write this claim sent, by attempt_id: (decision, record it replaced). A write whose
+        # answer was lost (the client retried it and got AlreadyExists / FailedPrecondition) is
+        # recognised on the next read by its attempt_id, so we never report BUSY for our own claim.
+        sent: dict[str, tuple[Decision, RunRecord | None]] = {record.attempt_id: (Decision.CREATE, None)}
         for _ in range(_MAX_RACES):
             found, version = await self._read(new.run_id)
             if found is None:  # deleted since (TTL): start over with a create
@@ -117,18 +123,20 @@ class FirestoreStore(RunStore):
                     return Claim(Decision.CREATE, record, version=result.update_time)
                 except gexc.AlreadyExists:
                     continue
-            if found.attempt_id == record.attempt_id:
-                # Our own create landed but its answer was lost (the client retried it).
-                return Claim(Decision.CREATE, found, version=version)
+            if found.attempt_id in sent:
+                # Our own write landed but its answer was lost.
+                decision, previous = sent[found.attempt_id]
+                return Claim(decision, found, previous=previous, version=version)
             decision = decide(found, new, now)
             if decision not in (Decision.CREATE, Decision.TAKEOVER):
                 return Claim(decision, found)
             claimed = claimed_record(found, decision, new, now, lease, retention)
+            sent[claimed.attempt_id] = (decision, found)
             try:
                 written = await self._write_if_unchanged(claimed, version)
                 return Claim(decision, claimed, previous=found, version=written)
             except (gexc.FailedPrecondition, gexc.NotFound):
-                continue  # someone wrote in between: decide again on what they wrote
+                continue  # someone (or our own lost write) wrote in between: decide again
         raise StoreUnavailable(f"firestore claim of {new.run_id}: still contended after {_MAX_RACES} tries")
 
     async def finish(self, claim: Claim, finish: Finish, now: datetime) -> RunRecord:
@@ -142,9 +150,9 @@ class FirestoreStore(RunStore):
                 except (gexc.FailedPrecondition, gexc.NotFound):
                     pass
             found, version = await self._read(held.run_id)
+            if found is not None and found == record:
+                return found  # our own write had landed, its answer was lost
             if not holds(found, claim):
-                if found is not None and found.attempt_id == held.attempt_id and found == record:
-                    return found  # our own retried write had landed
                 raise Fenced(found)
             assert found is not None
             held = found  # still ours (e.g. an admin touched the lease): write over what is there
@@ -169,8 +177,11 @@ class FirestoreStore(RunStore):
         return sorted(live, key=lambda r: r.created_at, reverse=True)[:limit]
 
     async def release(self, run_id: str, now: datetime) -> RunRecord | None:
+        released: RunRecord | None = None
         for _ in range(_MAX_RACES):
             found, version = await self._read(run_id)
+            if found is not None and found == released:
+                return found  # our own write had landed, its answer was lost
             if not releasable(found, now):
                 return None
             assert found is not None

@@ -1,0 +1,729 @@
+"""One simulated history: a seed draws the settings, the jobs, the tasks and the faults; the
+history is played in virtual time against several instances sharing one real store; then the
+invariants of issue 10 are checked over everything every party saw. One history in five goes
+through the real app (`create_app` over ASGI); the others call `parse_delivery` and the `Runner`
+directly and answer with app/errors.py's status and body, which is five times faster.
+
+Parties and boundaries (a fault can be injected at each `|`):
+
+    Cloud Scheduler / Cloud Tasks --HTTP--> instance (app + Runner) --| store (memory, SQLite, Firestore)
+       retries, attempt deadline,            skewed clock, may crash  --| downstream (reconciles or dedupes)
+       duplicates, redelivery                at any boundary (kill -9)
+
+Faults are named by a stable key `op:run_id[:8]:n` (the n-th call of `op` for that run), so a
+history replays from (seed, faults) and a fault list can be shrunk one fault at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import hashlib
+import json
+import random
+import shutil
+import ssl
+import tempfile
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, TypeVar
+
+import httpx
+from httpx._transports import default as httpx_default
+
+from app import errors
+from app.delivery import ForcedRunRefused, InvalidDelivery, parse_delivery, parse_namespace
+from app.main import create_app
+from app.protocol import Runner
+from app.routes import load_routes
+from app.settings import Settings
+from app.stores import Claim, Fenced, Finish, NewRun, RunRecord, RunStore, StoreUnavailable
+from app.stores.base import RunStatus
+from app.stores.memory import MemoryStore
+from app.stores.sqlite import SQLiteStore
+from app.targets import DispatchRequest, Target, TargetFailed, TargetOutcomeUnknown, TargetThrottled
+
+from .check import check
+from .vloop import InlineExecutor, VirtualTimeLoop
+
+T = TypeVar("T")
+T0 = datetime(2026, 10, 16, 12, 0, tzinfo=timezone.utc)
+NAMESPACE = "project=sim-project&location=us-central1"
+QUERY = {"project": ["sim-project"], "location": ["us-central1"]}
+BODY = {"mode": "full"}
+BODY_SHA256 = hashlib.sha256(json.dumps(BODY, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+# Route -> (forced_runs policy, downstream kind). `reconciles`: creates one execution per call and
+# finds earlier ones by run_id (Cloud Run jobs, Cloud Build); `dedupes`: honours the token itself.
+ROUTES = {
+    "sep": ("separate", "reconciles"),
+    "ded": ("dedupe", "reconciles"),
+    "rej": ("reject", "dedupes"),
+    "tsk": ("separate", "reconciles"),
+}
+STORE_FAULTS = ("fail_before_commit", "commit_lose_answer", "commit_then_timeout", "crash_before", "crash_after")
+DISPATCH_FAULTS = (
+    "fail_before_send", "throttled", "unknown_after_create", "raise_after_create", "hang", "lose_response",
+    "crash_before", "crash_after",
+)
+RECONCILE_FAULTS = ("cannot_tell", "hang", "crash_before", "crash_after")
+FIRESTORE_ONLY = ("client_retry_after_commit",)  # below the store interface: the GAPIC call
+
+EXECUTION: contextvars.ContextVar[str] = contextvars.ContextVar("sim_execution", default="?")
+
+
+# -- what a seed draws ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Cloud Scheduler's RetryConfig (and Cloud Tasks' RetryConfig: same shape)."""
+
+    count: int
+    min_backoff: float
+    max_backoff: float
+    max_doublings: int
+    max_duration: float
+
+    def backoff(self, n: int) -> float:
+        """The wait before retry n+1: doubles `max_doublings` times, then grows linearly by the last
+        doubled step, capped at `max_backoff` (Scheduler's docs: 10s, 20s, 40s, 80s, 160s, 240s, 300s)."""
+        step = self.min_backoff * 2 ** min(n, self.max_doublings)
+        linear = max(0, n - self.max_doublings) * self.min_backoff * 2**self.max_doublings
+        return min(step + linear, self.max_backoff)
+
+    def gives_up(self, retries_done: int, elapsed: float) -> bool:
+        """Retries go on until BOTH the count and the duration are used up."""
+        return retries_done >= self.count and elapsed >= self.max_duration
+
+
+@dataclass(frozen=True)
+class Execution:
+    """One execution as Cloud Scheduler or Cloud Tasks sees it: its retries share the headers."""
+
+    id: str
+    route: str
+    headers: dict[str, str]
+    start: float  # virtual seconds
+    key: tuple[str, str]  # (job, schedule time) or (queue, task): what a run record is about
+    forced: bool = False
+    tasks: bool = False
+
+
+@dataclass(frozen=True)
+class Config:
+    seed: int
+    store: str
+    instances: int
+    max_skew: float
+    store_timeout: float
+    dispatch_timeout: float
+    lag: float  # a downstream may act this long after runonce gave up on the request
+    lease: float
+    retention: float
+    tolerance: float
+    attempt_deadline: float
+    scheduler: Retry
+    tasks: Retry
+    fault_rate: float
+    quiet_at: float  # no fault is injected after this time
+    web: bool  # deliveries through the real app over ASGI (else straight to parse_delivery + Runner)
+    jobs: tuple[tuple[Execution, ...], ...]  # one serial sequence per Scheduler job
+    task_executions: tuple[Execution, ...]
+
+    def settings(self) -> Settings:
+        routes = {"routes": {name: {"target": {"type": "log"}, "forced_runs": policy} for name, (policy, _) in ROUTES.items()}}
+        return Settings(
+            routes=json.dumps(routes), auth="none", store="sqlite:///unused.db", lease_seconds=self.lease,
+            retention_seconds=self.retention, dispatch_timeout_seconds=self.dispatch_timeout,
+            store_timeout_seconds=self.store_timeout, forced_run_tolerance_seconds=self.tolerance,
+        )
+
+
+def draw_config(seed: int, store: str) -> Config:
+    rng = random.Random(seed)
+    store_timeout = rng.choice([0.3, 0.5, 1.0])
+    dispatch_timeout = rng.choice([0.5, 1.0, 2.0])
+    max_skew = rng.choice([0.0, 0.1, 0.5])
+    lag = rng.uniform(0, store_timeout)
+    # The settings rule: lease covers the dispatch, the store calls around it, both clocks' skew and
+    # a downstream that acts late (lag).
+    lease = dispatch_timeout + 2 * store_timeout + 2 * max_skew + lag + rng.choice([0.2, 1.0, 3.0])
+    tolerance = rng.choice([2.0, 5.0])
+    attempt_deadline = rng.choice([dispatch_timeout * 0.8, dispatch_timeout + 2 * store_timeout + 0.5, 15.0])
+
+    def retry() -> Retry:
+        return Retry(
+            count=rng.randint(1, 5), min_backoff=rng.uniform(0.2, 3.0), max_backoff=rng.choice([5.0, 10.0, 20.0]),
+            max_doublings=rng.randint(0, 4), max_duration=rng.choice([0.0, 10.0, 30.0, 60.0, 120.0]),
+        )
+
+    jobs = []
+    for j in range(rng.randint(1, 3)):
+        route = rng.choice(["sep", "sep", "ded", "rej"])
+        period = rng.choice([30.0, 60.0, 120.0])
+        first = rng.uniform(5.0, 40.0)
+        sequence = []
+        for k in range(rng.randint(1, 3)):
+            s = first + k * period
+            text = (T0 + timedelta(seconds=round(s))).strftime("%Y-%m-%dT%H:%M:%SZ")
+            headers = {"X-CloudScheduler-JobName": f"job-{j}", "X-CloudScheduler-ScheduleTime": text}
+            key = (f"job-{j}", text)
+            if rng.random() < 0.4:  # a force run carries the next schedule time and arrives early
+                early = round(s) - tolerance - rng.uniform(0.1, 12.0)
+                sequence.append(Execution(f"j{j}.{k}.forced", route, headers, max(0.0, early), key, forced=True))
+            sequence.append(Execution(f"j{j}.{k}", route, headers, round(s) + rng.uniform(0, 0.3), key))
+        jobs.append(tuple(sequence))
+    tasks = []
+    for t in range(rng.randint(0, 3)):
+        name = f"task-{t}"
+        headers = {"X-CloudTasks-QueueName": "exports", "X-CloudTasks-TaskName": name}
+        tasks.append(Execution(f"t{t}", "tsk", headers, rng.uniform(0, 60.0), ("exports", name), tasks=True))
+    return Config(
+        seed=seed, store=store, instances=rng.randint(1, 3), max_skew=max_skew, store_timeout=store_timeout,
+        dispatch_timeout=dispatch_timeout, lag=lag, lease=lease, retention=100_000.0, tolerance=tolerance,
+        attempt_deadline=attempt_deadline, scheduler=retry(), tasks=retry(),
+        fault_rate=rng.choice([0.05, 0.15, 0.3]), quiet_at=rng.uniform(10.0, 100.0), web=rng.random() < 0.2,
+        jobs=tuple(jobs), task_executions=tuple(tasks),
+    )
+
+
+# -- faults --------------------------------------------------------------------------------------
+
+
+class Faults:
+    """Decides the fault (or none) at each boundary. Random mode draws from a per-key RNG, so a
+    decision never depends on the order of other decisions; replay mode injects exactly `given`."""
+
+    def __init__(self, config: Config, loop: asyncio.AbstractEventLoop, given: dict[str, str] | None = None):
+        self.config, self.loop, self.given = config, loop, given
+        self.injected: dict[str, str] = {}
+        self._calls: Counter[str] = Counter()
+
+    def pick(self, op: str, run_id: str, kinds: tuple[str, ...]) -> tuple[str, str | None]:
+        base = f"{op}:{run_id[:8]}"
+        self._calls[base] += 1
+        key = f"{base}:{self._calls[base]}"
+        if self.given is not None:
+            fault = self.given.get(key)
+        else:
+            rng = random.Random(f"{self.config.seed}/{key}")
+            late = self.loop.time() >= self.config.quiet_at
+            fault = None if late or rng.random() >= self.config.fault_rate else rng.choice(kinds)
+        if fault is not None:
+            self.injected[key] = fault
+        return key, fault
+
+    def rng(self, key: str) -> random.Random:
+        return random.Random(f"{self.config.seed}/{key}/draw")
+
+
+# -- the parties ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Downstream:
+    """The system behind a route. Counts every execution it starts, with the Scheduler/Tasks
+    execution whose delivery caused it."""
+
+    route: str
+    kind: str
+    executions: dict[str, list[tuple[str, float, str]]] = field(default_factory=dict)
+
+    def create(self, run_id: str, now: float, origin: str) -> str:
+        found = self.executions.get(run_id)
+        if self.kind == "dedupes" and found:
+            return found[0][0]
+        resource = f"{self.route}/exec-{uuid.uuid4().hex[:8]}"
+        self.executions.setdefault(run_id, []).append((resource, now, origin))
+        return resource
+
+    def find(self, run_id: str) -> str | None:
+        found = self.executions.get(run_id)
+        return found[0][0] if found else None
+
+
+async def _forever() -> None:
+    await asyncio.get_running_loop().create_future()
+
+
+class Instance:
+    """One runonce process: the real app over a fault-injecting store and the simulated targets."""
+
+    def __init__(self, world: World, name: str):
+        self.world, self.name = world, name
+        self.skew = random.Random(f"{world.config.seed}/{name}").uniform(-world.config.max_skew, world.config.max_skew)
+        self.dead = False
+        self.inner = world.open_store()
+        self.store = FaultyStore(self.inner, self)
+        targets = {route: SimTarget(self, world.downstreams[route]) for route in ROUTES}
+        self._stack = AsyncExitStack()
+        self.client: httpx.AsyncClient | None = None
+        settings = world.settings
+        if world.config.web:
+            self.app = create_app(settings, store=self.store, targets=targets, clock=self.clock)
+        else:  # the Runner as create_app's lifespan builds it
+            self.runner = Runner(
+                self.store, targets, lease=timedelta(seconds=settings.lease_seconds),
+                retention=timedelta(seconds=settings.retention_seconds),
+                dispatch_timeout=timedelta(seconds=settings.dispatch_timeout_seconds), clock=self.clock,
+            )
+
+    def clock(self) -> datetime:
+        return T0 + timedelta(seconds=self.world.loop.time() + self.skew)
+
+    async def start(self) -> None:
+        if not self.world.config.web:
+            return
+        await self._stack.enter_async_context(self.app.router.lifespan_context(self.app))
+        self.client = await self._stack.enter_async_context(
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://runonce")
+        )
+
+    async def stop(self) -> None:
+        if not self.dead:
+            await self._stack.aclose()
+        else:
+            await self.inner.close()  # the OS would close a killed process's files
+
+    async def deliver(self, execution: Execution, headers: dict[str, str]) -> Answer:
+        started = self.world.loop.time()
+        try:
+            if self.client is not None:
+                response = await self.client.post(
+                    f"/v1/routes/{execution.route}:run?{NAMESPACE}", headers=headers, json=BODY
+                )
+                code, body = response.status_code, response.json()
+            else:
+                code, body = await self._run(execution, headers)
+        except Exception as exc:  # noqa: BLE001 - an exception out of the app is a 500
+            code, body = 500, {"status": "internal_error", "error": {"message": repr(exc)}}
+        answer = Answer(execution.id, self.name, started, self.world.loop.time(), code, body)
+        self.world.answers.append(answer)
+        return answer
+
+    async def _run(self, execution: Execution, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        """What `main.deliver` does, without HTTP: parse, run, and answer with the status and body
+        that app/errors.py gives each outcome (the web histories go through the app itself)."""
+        route = execution.route
+        try:
+            try:
+                namespace = parse_namespace(QUERY, None)
+                delivery = parse_delivery(
+                    route, headers, namespace, received_at=self.clock(),
+                    forced_run_tolerance=timedelta(seconds=self.world.settings.forced_run_tolerance_seconds),
+                    policy=self.world.policies[route],
+                )
+            except ForcedRunRefused as exc:
+                raise errors.ForcedRunRefused(exc.reason, field=exc.field, route=route) from exc
+            except InvalidDelivery as exc:
+                raise errors.Invalid(exc.reason, field=exc.field, route=route) from exc
+            result = await self.runner.run(delivery, BODY, BODY_SHA256)
+        except errors.RunonceError as exc:
+            if exc.route is None:
+                exc.route = route
+            return exc.http_status, exc.body()
+        return 200, result.body()
+
+    async def boundary(self, fault: str | None) -> None:
+        """Crash here if told to (or if the process already died): nothing after this runs."""
+        if fault in ("crash_before", "crash_after"):
+            self.world.kill(self)
+        if self.dead:
+            await self.world.freeze()
+
+
+class FaultyStore(RunStore):
+    """The store interface with faults: fail before the commit, commit then lose the answer, commit
+    then time out, crash before or after. Latency is drawn per call."""
+
+    def __init__(self, inner: RunStore, instance: Instance):
+        self.inner, self.instance = inner, instance
+        self.world = instance.world
+        self.lose_next_commit = False
+        self.landed = 0  # Firestore commits of the current call that took effect (seen at the GAPIC call)
+        owner = getattr(inner, "_sim_owner", None)
+        if owner is not None:
+            owner.append(self)
+
+    async def _call(self, op: str, run_id: str, call: Callable[[], Awaitable[T]]) -> T:
+        world = self.world
+        kinds = STORE_FAULTS + (FIRESTORE_ONLY if world.config.store == "firestore" and op != "get" else ())
+        key, fault = world.faults.pick(op, run_id, kinds)
+        await self.instance.boundary("crash_before" if fault == "crash_before" else None)
+        await asyncio.sleep(world.faults.rng(key).uniform(0, world.config.store_timeout / 10))
+        if fault == "fail_before_commit":
+            raise StoreUnavailable(f"simulated: {op} failed before the commit")
+        self.lose_next_commit = fault == "client_retry_after_commit"
+        self.landed = 0
+        try:
+            result = await world.store_io(call)
+        except Fenced:
+            self._own_write_check(op, run_id, "Fenced")
+            raise
+        self._own_write_check(op, run_id, result)
+        if fault == "commit_lose_answer":
+            raise StoreUnavailable(f"simulated: {op} committed, the answer was lost")
+        if fault == "commit_then_timeout":
+            await asyncio.sleep(world.config.store_timeout)
+            raise StoreUnavailable(f"simulated: {op} committed, then timed out")
+        await self.instance.boundary("crash_after" if fault == "crash_after" else None)
+        return result
+
+    def _own_write_check(self, op: str, run_id: str, result: object) -> None:
+        """A call whose own conditional write took effect must not report someone else's: a claim
+        BUSY for its own claim, a finish fenced by its own finish, a release that released nothing
+        (each costs the run a whole extra lease: issue 10, defect 3)."""
+        lost = (
+            (op == "claim" and isinstance(result, Claim) and not result.won)
+            or (op == "finish" and result == "Fenced")
+            or (op == "release" and result is None)
+        )
+        if self.landed and lost:
+            outcome = result.decision.value if isinstance(result, Claim) else result
+            self.world.violations.append(f"I2 {op} of run {run_id[:8]}: its own write landed, yet it reported {outcome}")
+
+    async def claim(self, new: NewRun, now: datetime, lease: timedelta, retention: timedelta) -> Claim:
+        return await self._call("claim", new.run_id, lambda: self.inner.claim(new, now, lease, retention))
+
+    async def finish(self, claim: Claim, finish: Finish, now: datetime) -> RunRecord:
+        return await self._call("finish", claim.record.run_id, lambda: self.inner.finish(claim, finish, now))
+
+    async def get(self, run_id: str, now: datetime) -> RunRecord | None:
+        return await self._call("get", run_id, lambda: self.inner.get(run_id, now))
+
+    async def release(self, run_id: str, now: datetime) -> RunRecord | None:
+        return await self._call("release", run_id, lambda: self.inner.release(run_id, now))
+
+    async def list(self, now: datetime, route: str | None = None, status: RunStatus | None = None, limit: int = 50) -> list[RunRecord]:
+        return await self.inner.list(now, route, status, limit)
+
+    async def ping(self) -> None:
+        await self.inner.ping()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+class SimTarget(Target):
+    """A target in front of a `Downstream`, with faults: fail before sending, throttled, fail or
+    raise after creating, hang (the downstream may still act, up to `lag` after the deadline), lose
+    the response, crash before or after; reconciliation that cannot tell or hangs."""
+
+    type = "sim"
+
+    def __init__(self, instance: Instance, downstream: Downstream):
+        self.instance, self.downstream = instance, downstream
+        self.world = instance.world
+
+    async def dispatch(self, request: DispatchRequest) -> str:
+        world, loop = self.world, self.world.loop
+        key, fault = world.faults.pick("dispatch", request.run_id, DISPATCH_FAULTS)
+        await self.instance.boundary("crash_before" if fault == "crash_before" else None)
+        draw = world.faults.rng(key)
+        await asyncio.sleep(draw.uniform(0, world.config.dispatch_timeout / 10))
+        origin = EXECUTION.get()
+        if fault == "fail_before_send":
+            raise TargetFailed("simulated: connection refused before sending")
+        if fault == "throttled":
+            raise TargetThrottled("simulated: 429", retry_after=1.0)
+        if fault == "hang":  # the request is on its way: the downstream acts at some point, or never
+            if draw.random() < 0.7:
+                delay = draw.uniform(0, world.config.dispatch_timeout + world.config.lag)
+                loop.call_later(delay, lambda: self.downstream.create(request.run_id, loop.time(), origin))
+            await _forever()
+        resource = self.downstream.create(request.run_id, loop.time(), origin)
+        if fault == "unknown_after_create":
+            raise TargetOutcomeUnknown("simulated: connection reset after sending")
+        if fault == "raise_after_create":
+            raise RuntimeError("simulated: adapter bug after the request was sent")
+        if fault == "lose_response":
+            await _forever()
+        await self.instance.boundary("crash_after" if fault == "crash_after" else None)
+        return resource
+
+    async def reconcile(self, request: DispatchRequest, previous_resource: str | None) -> str | None:
+        if self.downstream.kind == "dedupes":
+            return None  # the default: the downstream honours the token, dispatching again is safe
+        key, fault = self.world.faults.pick("reconcile", request.run_id, RECONCILE_FAULTS)
+        await self.instance.boundary("crash_before" if fault == "crash_before" else None)
+        if fault == "cannot_tell":
+            raise TargetOutcomeUnknown("simulated: the listing failed")
+        if fault == "hang":
+            await _forever()
+        found = self.downstream.find(request.run_id)
+        await self.instance.boundary("crash_after" if fault == "crash_after" else None)
+        return found
+
+
+@dataclass(frozen=True)
+class Answer:
+    execution: str
+    instance: str
+    sent: float
+    answered: float
+    code: int
+    body: dict[str, Any]
+
+    @property
+    def status(self) -> str:
+        return str(self.body.get("status"))
+
+    @property
+    def ok(self) -> bool:
+        return self.code == 200
+
+
+@dataclass
+class Outcome:
+    """What Scheduler / Tasks saw of one execution."""
+
+    execution: Execution
+    attempts: list[tuple[float, Answer | None]] = field(default_factory=list)  # None: no answer in time
+    succeeded: bool = False
+
+
+# -- the world -----------------------------------------------------------------------------------
+
+
+class World:
+    def __init__(self, config: Config, loop: VirtualTimeLoop, faults: dict[str, str] | None = None):
+        self.config, self.loop = config, loop
+        self.settings = config.settings()
+        self.policies = {name: route.policy for name, route in load_routes(self.settings).items()}
+        self.faults = Faults(config, loop, faults)
+        self.downstreams = {route: Downstream(route, kind) for route, (_, kind) in ROUTES.items()}
+        self.answers: list[Answer] = []
+        self.violations: list[str] = []  # seen while the history runs (the rest are checked at the end)
+        self.covered: Counter[str] = Counter()
+        self.outcomes: dict[str, Outcome] = {}
+        self.requests: dict[asyncio.Task[Answer], Instance] = {}
+        self.frozen: set[asyncio.Task[Any]] = set()
+        self.instances: list[Instance] = []
+        self.slots: list[Instance | None] = []
+        self.crashes = 0
+        self._tmp = tempfile.mkdtemp(prefix="runonce-sim-", dir=_fast_tmp())
+        self._memory = MemoryStore()
+        self._collection = f"sim_{config.seed}_{uuid.uuid4().hex[:8]}"
+        self._io_lock = asyncio.Lock()
+
+    # stores
+
+    def open_store(self) -> RunStore:
+        """Another handle on the one shared store, as another process would open it."""
+        if self.config.store == "memory":
+            return self._memory
+        if self.config.store == "sqlite":
+            store = SQLiteStore(f"{self._tmp}/runs.db", timeout_seconds=self.config.store_timeout)
+            store._executor.shutdown()
+            store._executor = InlineExecutor()  # type: ignore[assignment]
+            return store
+        from app.stores.firestore import FirestoreStore
+
+        store = FirestoreStore(project="runonce-sim", collection=self._collection, timeout_seconds=self.config.store_timeout)
+        _arm_lost_commit(store)
+        return store
+
+    async def store_io(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Firestore calls are real network calls: one at a time (a fixed order) with virtual time
+        standing still while they run."""
+        if self.config.store != "firestore":
+            return await call()
+        async with self._io_lock:
+            self.loop.io_busy += 1
+            try:
+                return await call()
+            finally:
+                self.loop.io_busy -= 1
+
+    # instances
+
+    async def start_instance(self, slot: int) -> None:
+        instance = Instance(self, f"i{slot}.{len(self.instances)}")
+        self.instances.append(instance)
+        await instance.start()
+        self.slots[slot] = instance
+
+    def kill(self, instance: Instance) -> None:
+        if instance.dead:
+            return
+        instance.dead = True
+        self.crashes += 1
+        slot = self.slots.index(instance)
+        self.slots[slot] = None
+        restart = random.Random(f"{self.config.seed}/{instance.name}/restart").uniform(0.5, 5.0)
+        self.loop.call_later(restart, lambda: self.loop.create_task(self.start_instance(slot)))
+
+    async def freeze(self) -> None:
+        """kill -9: this coroutine never runs again, and no finally/except of it runs either (it is
+        kept referenced until the history is checked, and a cancellation is swallowed here)."""
+        task = asyncio.current_task()
+        assert task is not None
+        self.frozen.add(task)
+        while True:
+            try:
+                await self.loop.create_future()
+            except asyncio.CancelledError:
+                continue
+
+    # Scheduler and Cloud Tasks
+
+    async def deliver(self, execution: Execution, headers: dict[str, str], rng: random.Random) -> Answer | None:
+        """One HTTP attempt: to a live instance, waiting at most the attempt deadline."""
+        live = [i for i in self.slots if i is not None and not i.dead]
+        if not live:
+            return None  # no instance: connection refused
+        instance = rng.choice(live)
+        context = contextvars.copy_context()
+        context.run(EXECUTION.set, execution.id)
+        task = self.loop.create_task(instance.deliver(execution, headers), context=context)
+        self.requests[task] = instance
+        if rng.random() < 0.05:  # at-least-once: now and then the same attempt arrives twice
+            twin = self.loop.create_task(instance.deliver(execution, headers), context=context)
+            self.requests[twin] = instance
+        done, _ = await asyncio.wait({task}, timeout=self.config.attempt_deadline)
+        return task.result() if task in done else None
+
+    async def run_execution(self, execution: Execution) -> None:
+        policy = self.config.tasks if execution.tasks else self.config.scheduler
+        outcome = self.outcomes[execution.id] = Outcome(execution)
+        first, retries = self.loop.time(), 0
+        while True:
+            rng = random.Random(f"{self.config.seed}/{execution.id}/{retries}")
+            headers = dict(execution.headers)
+            if execution.tasks:
+                headers["X-CloudTasks-TaskRetryCount"] = str(retries)
+                headers["X-CloudTasks-TaskExecutionCount"] = str(sum(1 for _, a in outcome.attempts if a is not None))
+            now = self.loop.time()
+            answer = await self.deliver(execution, headers, rng)
+            outcome.attempts.append((now, answer))
+            if answer is not None and answer.ok:
+                outcome.succeeded = True
+                break
+            if policy.gives_up(retries, self.loop.time() - first):
+                break
+            await asyncio.sleep(policy.backoff(retries))
+            retries += 1
+        if execution.tasks:
+            rng = random.Random(f"{self.config.seed}/{execution.id}/redelivery")
+            if rng.random() < 0.3:  # Cloud Tasks delivers at least once: sometimes once more
+                await asyncio.sleep(rng.uniform(0, 20.0))
+                await self.deliver(execution, dict(execution.headers), rng)
+
+    async def run_job(self, sequence: tuple[Execution, ...]) -> None:
+        """A Scheduler job never has two executions outstanding: each waits for the one before."""
+        for execution in sequence:
+            await asyncio.sleep(max(0.0, execution.start - self.loop.time()))
+            await self.run_execution(execution)
+
+    async def run_task(self, execution: Execution) -> None:
+        await asyncio.sleep(execution.start)
+        await self.run_execution(execution)
+
+    async def play(self) -> None:
+        self.slots = [None] * self.config.instances
+        for slot in range(self.config.instances):
+            await self.start_instance(slot)
+        parties = [self.run_job(seq) for seq in self.config.jobs] + [self.run_task(t) for t in self.config.task_executions]
+        await asyncio.gather(*parties)
+        for _ in range(10_000):  # let every attempt still running (not crashed) finish
+            running = [t for t, i in self.requests.items() if not t.done() and not i.dead]
+            if not running:
+                break
+            await asyncio.sleep(1.0)
+        else:
+            raise RuntimeError(f"{len(running)} request(s) still running long after the last delivery")
+        await asyncio.sleep(self.config.lag + self.config.dispatch_timeout)  # late downstream effects land
+
+    async def records(self) -> list[RunRecord]:
+        reader = self.open_store()
+        try:
+            return await self.store_io(lambda: reader.list(T0 + timedelta(seconds=self.loop.time()), limit=100_000))
+        finally:
+            if reader is not self._memory:
+                await self.store_io(reader.close)
+
+    async def close(self) -> None:
+        for instance in self.instances:
+            await self.store_io(instance.stop)
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def _fast_tmp() -> str | None:
+    """tmpfs when there is one: SQLite's FULL sync is a no-op there."""
+    import os
+
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+def _arm_lost_commit(store: Any) -> None:
+    """Firestore only, at the GAPIC call: when the FaultyStore asks for it, the next commit that
+    lands loses its answer and the client sends it again (as google-api-core's retry does), so the
+    store sees AlreadyExists / FailedPrecondition for its own write."""
+    api = store._client._firestore_api
+    real_commit = api.commit
+    owner: list[FaultyStore] = []  # the FaultyStore wrapping this handle
+
+    async def commit(*args: Any, **kwargs: Any) -> Any:
+        result = await real_commit(*args, **kwargs)
+        if owner:
+            owner[0].landed += 1
+        if owner and owner[0].lose_next_commit:
+            owner[0].lose_next_commit = False
+            return await real_commit(*args, **kwargs)
+        return result
+
+    api.commit = commit
+    store._sim_owner = owner
+
+
+
+
+
+@dataclass
+class Report:
+    config: Config
+    faults: dict[str, str]
+    violations: list[str]
+    answers: int
+    crashes: int
+    covered: Counter[str] = field(default_factory=Counter)  # what the history exercised
+
+
+async def play(config: Config, faults: dict[str, str] | None = None) -> Report:
+    loop = asyncio.get_running_loop()
+    assert isinstance(loop, VirtualTimeLoop)
+    world = World(config, loop, faults)
+    try:
+        await world.play()
+        records = await world.records()
+        violations = check(world, records)
+    finally:
+        await world.close()
+    return Report(config, dict(world.faults.injected), violations, len(world.answers), world.crashes, world.covered)
+
+
+def run_history(config: Config, faults: dict[str, str] | None = None) -> Report:
+    loop = VirtualTimeLoop()
+    # Every instance's app opens an httpx client that the simulated targets never use: share one
+    # TLS context instead of loading the CA bundle each time (most of a history's cost otherwise).
+    real = httpx_default.create_ssl_context
+    httpx_default.create_ssl_context = lambda *args, **kwargs: _SSL
+    try:
+        return loop.run_until_complete(play(config, faults))
+    finally:
+        httpx_default.create_ssl_context = real
+        for task in asyncio.all_tasks(loop):  # crashed attempts: checked already, now let them go
+            try:
+                task.get_coro().close()
+            except RuntimeError:
+                pass
+        loop.close()
+
+
+_SSL = ssl.create_default_context()
+
