@@ -3,9 +3,10 @@
 # Every gcloud call goes through `gc`, so GCLOUD can name another binary and every call is --quiet.
 
 GCLOUD="${GCLOUD:-gcloud}"
-# shellcheck disable=SC2034 # DEPLOY_LIB and PYTHON are used by the scripts that source this file
+# shellcheck disable=SC2034 # DEPLOY_LIB, PYTHON and RUNONCE_APP are used by the scripts that source this file
 DEPLOY_LIB="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PYTHON="${PYTHON:-python3}"
+RUNONCE_APP="$(cd "$DEPLOY_LIB/../../app" && pwd)"
 
 log() { printf 'runonce-deploy: %s\n' "$*" >&2; }
 
@@ -76,23 +77,22 @@ ensure_binding() {
 }
 
 # The retry rule (README, "Deploy"): Scheduler's attempts and retries against runonce's lease.
-# Prints the retry window in seconds; exits 2 naming the broken rule.
+# The retry window comes from app/scheduler_retry.py, the one implementation that lint and
+# Terraform's rules are held to. Prints "SHORTEST LONGEST" (seconds); exits 2 naming the broken rule.
 check_retry_rule() { # ATTEMPT_DEADLINE RETRY_COUNT MIN_BACKOFF MAX_BACKOFF MAX_DOUBLINGS MAX_RETRY_DURATION LEASE DISPATCH_TIMEOUT RETENTION REQUEST_TIMEOUT
   local deadline=$1 count=$2 min=$3 max=$4 doublings=$5 max_duration=$6 lease=$7 dispatch=$8 retention=$9 request_timeout=${10}
-  local store_margin=15 window=0 i interval
+  local store_margin=15 window retries shortest longest
   (( deadline >= 15 && deadline <= 1800 )) || usage_error "--attempt-deadline must be between 15 and 1800 seconds (Cloud Scheduler's limits), got $deadline"
   (( count <= 5 )) || usage_error "--retry-count must be 0-5 (Cloud Scheduler's limit), got $count"
   (( min <= max )) || usage_error "--min-backoff ($min) must not exceed --max-backoff ($max)"
   (( dispatch < lease )) || usage_error "--dispatch-timeout-seconds ($dispatch) must be below --lease-seconds ($lease): a dispatch that outlives its lease could run twice"
-  for (( i = 1; i <= count; i++ )); do
-    if (( i <= doublings + 1 )); then interval=$(( min * (1 << (i - 1)) )); else interval=$(( min * (1 << doublings) * (i - doublings) )); fi
-    (( interval > max )) && interval=$max
-    window=$(( window + interval ))
-  done
-  (( max_duration > 0 && max_duration < window )) && window=$max_duration
+  window="$("$PYTHON" "$RUNONCE_APP/scheduler_retry.py" --attempt-deadline="$deadline" --retry-count="$count" \
+    --min-backoff="$min" --max-backoff="$max" --max-doublings="$doublings" --max-retry-duration="$max_duration")" ||
+    usage_error "cannot compute the retry window with $PYTHON"
+  read -r retries shortest longest <<<"$window"
   (( deadline >= dispatch + store_margin )) || usage_error "--attempt-deadline ($deadline) must be at least the dispatch timeout + $store_margin = $(( dispatch + store_margin )) s, or Scheduler abandons attempts runonce is still completing"
   (( deadline <= request_timeout )) || usage_error "--attempt-deadline ($deadline) exceeds the service's request timeout ($request_timeout)"
-  (( window >= lease + deadline )) || usage_error "retries span $window s, less than the lease + attempt deadline = $(( lease + deadline )) s: a run whose attempt died after claiming would never be taken over; raise --retry-count, --min-backoff or --max-backoff"
-  (( retention > window + deadline )) || usage_error "--retention-seconds ($retention) must exceed the retry window plus attempt deadline ($(( window + deadline )) s), or a late retry finds no record and runs again"
-  printf '%s' "$window"
+  (( shortest >= lease + deadline )) || usage_error "retries span $shortest s, less than the lease + attempt deadline = $(( lease + deadline )) s: a run whose attempt died after claiming would never be taken over; raise --retry-count, --min-backoff or --max-backoff"
+  (( retention > longest )) || usage_error "--retention-seconds ($retention) must exceed the longest retry window ($longest s: $retries retries, each attempt taking the whole deadline), or a late retry finds no record and runs again"
+  printf '%s %s' "$shortest" "$longest"
 }

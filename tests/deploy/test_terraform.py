@@ -14,6 +14,8 @@ from hcl_tree import META_ARGUMENTS, blocks, is_block, items, string, unquote
 from provider_schema import Block, provider_schema, schema
 from deploy_tools import REPO, provider_lib, run, tool
 
+from app.scheduler_retry import RetryConfig, retry_window
+
 pytestmark = pytest.mark.deploy
 
 TERRAFORM = REPO / "terraform"
@@ -235,7 +237,7 @@ def rules_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("rules")
     shutil.copy(TERRAFORM / "variables.tf", directory)
     shutil.copy(TERRAFORM / "rules.tf", directory)
-    outputs = ["retry_window_seconds", "workflow_projects", "run_job_grants", "build_projects", "scheduler_region"]
+    outputs = ["retry_window_seconds", "retry_window_longest_seconds", "workflow_projects", "run_job_grants", "build_projects", "scheduler_region"]
     (directory / "outputs.tf").write_text(
         "".join(f'output "{name}" {{\n  value = local.{name}\n}}\n' for name in outputs)
     )
@@ -263,7 +265,37 @@ def test_default_job_settings_satisfy_the_retry_rule(rules_module: Path, tmp_pat
     # 20 + 40 + 80 + 160 + 300 (capped): retries still arrive 10 minutes after a dead attempt,
     # past the 300 s lease plus the 60 s attempt deadline.
     assert outputs["retry_window_seconds"] == {"nightly": 600}
+    assert outputs["retry_window_longest_seconds"] == {"nightly": 600 + 6 * 60}
     assert outputs["scheduler_region"] == "europe-west1"
+
+
+RETRY_TABLE = {  # name: (attempt deadline, retry_count, min, max, doublings, max_retry_duration)
+    "defaults": (60, 5, 20, 300, 4, 0),
+    "documented-example": (16, 5, 10, 300, 3, 0),
+    "duration-beyond-count": (60, 2, 20, 300, 4, 1000),
+    "count-beyond-duration": (60, 5, 20, 300, 4, 30),
+    "duration-only": (16, 0, 100, 100, 0, 350),
+    "no-doublings": (30, 5, 50, 400, 0, 0),
+    "capped-early": (20, 4, 90, 100, 6, 0),
+}
+
+
+def test_terraform_retry_window_is_app_scheduler_retry(rules_module: Path, tmp_path: Path) -> None:
+    """rules.tf computes Scheduler's retry window in HCL; app/scheduler_retry.py is the one
+    implementation lint and the deploy scripts run, and this holds the two together."""
+    jobs = {
+        name: {"route": "etl", "schedule": "0 3 * * *", "attempt_deadline_seconds": deadline,
+               "retry": {"retry_count": count, "min_backoff_seconds": low, "max_backoff_seconds": high,
+                         "max_doublings": doublings, "max_retry_duration_seconds": duration}}
+        for name, (deadline, count, low, high, doublings, duration) in RETRY_TABLE.items()
+    }
+    variables = {**BASE_VARS, "jobs": jobs, "lease_seconds": 10, "dispatch_timeout_seconds": 1,
+                 "retention_seconds": 10**7}
+    outputs = evaluate(rules_module, tmp_path, variables)
+    for name, (deadline, count, low, high, doublings, duration) in RETRY_TABLE.items():
+        window = retry_window(RetryConfig(count, low, high, doublings, duration, deadline))
+        assert (outputs["retry_window_seconds"][name], outputs["retry_window_longest_seconds"][name]) == (
+            window.shortest, window.longest), name
 
 
 def test_grants_follow_the_routes_targets(rules_module: Path, tmp_path: Path) -> None:
@@ -289,7 +321,7 @@ def test_grants_follow_the_routes_targets(rules_module: Path, tmp_path: Path) ->
          'jobs.nightly: route "nope" is not in routes'),
         ({"retention_seconds": 3600, "jobs": {"n": {"route": "etl", "schedule": "0 3 * * *",
           "retry": {"min_backoff_seconds": 600, "max_backoff_seconds": 3600}}}},
-         "jobs.n: retention_seconds (3600) must exceed the retry window plus attempt deadline"),
+         "jobs.n: retention_seconds (3600) must exceed the longest retry window (11760 s"),
         ({"dispatch_timeout_seconds": 300}, "dispatch_timeout_seconds (300) must be below lease_seconds (300)"),
         ({"region": "us-central1-a"}, "region must be a Google Cloud region"),
         ({"routes": {"Bad Name": {"target": {"type": "log"}}}}, "every route name must be 1-63 lower-case"),
