@@ -270,9 +270,9 @@ variable "max_instances" {
 }
 
 variable "ingress" {
-  description = "Cloud Run ingress. INGRESS_TRAFFIC_ALL keeps the run.app URL reachable (IAM still requires the invoker's token); INGRESS_TRAFFIC_INTERNAL_ONLY narrows it further."
+  description = "Cloud Run ingress. INGRESS_TRAFFIC_INTERNAL_ONLY (default) admits Cloud Scheduler and Cloud Tasks of the service's own project (or VPC Service Controls perimeter), which count as internal sources; set INGRESS_TRAFFIC_ALL when jobs in other projects call runonce (IAM still requires the invoker's token)."
   type        = string
-  default     = "INGRESS_TRAFFIC_ALL"
+  default     = "INGRESS_TRAFFIC_INTERNAL_ONLY"
 
   validation {
     condition     = contains(["INGRESS_TRAFFIC_ALL", "INGRESS_TRAFFIC_INTERNAL_ONLY", "INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER"], var.ingress)

@@ -12,6 +12,7 @@ read-modify-write behave as on the real APIs, and a second run of a script sees 
 from __future__ import annotations
 
 import base64
+import binascii
 import copy
 import json
 import re
@@ -33,7 +34,9 @@ DOCUMENTS = {
     "firestore": "firestore.v1.json",
     "run": "run.v1.json",
     "serviceusage": "serviceusage.v1.json",
+    "artifactregistry": "artifactregistry.v1.json",
 }
+RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})")
 MUTATING = {"POST", "PUT", "PATCH", "DELETE"}
 READ_ONLY_POSTS = (":getIamPolicy",)
 
@@ -42,12 +45,18 @@ class ContractViolation(Exception):
     pass
 
 
+def _output_only(schema: dict) -> bool:
+    """Google marks server-set fields `readOnly` and/or starts their description with "Output only"."""
+    return bool(schema.get("readOnly")) or schema.get("description", "").startswith("Output only")
+
+
 class Discovery:
     """Methods and schemas of one API, from its discovery document."""
 
     def __init__(self, path: Path):
         doc = json.loads(path.read_text())
         self.schemas: dict[str, dict] = doc["schemas"]
+        self.standard_parameters = set(doc.get("parameters", {}))  # alt, fields, prettyPrint, ...
         self.methods: list[tuple[str, re.Pattern[str], dict]] = []
         self._collect(doc)
 
@@ -69,6 +78,14 @@ class Discovery:
                 return method
         raise ContractViolation(f"{http_method} /{path}: no such method in the discovery document")
 
+    def check_query(self, method: dict, query: dict[str, list[str]]) -> None:
+        """Every query parameter is one the method lists (or a standard one, like `alt`)."""
+        listed = {name for name, spec in method.get("parameters", {}).items() if spec.get("location") == "query"}
+        for name in query:
+            if name not in listed | self.standard_parameters:
+                raise ContractViolation(f"{method['id']}: unknown query parameter {name!r} (the method takes "
+                                        f"{', '.join(sorted(listed)) or 'none'})")
+
     def check(self, value: Any, schema: dict, where: str) -> None:
         if "$ref" in schema:
             schema = self.schemas[schema["$ref"]]
@@ -80,6 +97,8 @@ class Discovery:
             extra = schema.get("additionalProperties")
             for key, item in value.items():
                 if properties is not None and key in properties:
+                    if _output_only(properties[key]):
+                        raise ContractViolation(f"{where}.{key}: output-only field in a request")
                     self.check(item, properties[key], f"{where}.{key}")
                 elif extra is not None:
                     self.check(item, extra, f"{where}.{key}")
@@ -97,7 +116,12 @@ class Discovery:
             if fmt == "google-duration" and not re.fullmatch(r"-?\d+(\.\d+)?s", value):
                 raise ContractViolation(f"{where}: {value!r} is not a duration like '60s'")
             if fmt == "byte":
-                base64.b64decode(value.replace("-", "+").replace("_", "/"), validate=True)
+                try:
+                    base64.b64decode(value.replace("-", "+").replace("_", "/"), validate=True)
+                except binascii.Error as exc:
+                    raise ContractViolation(f"{where}: {value!r} is not base64 ({exc})") from None
+            if fmt == "google-datetime" and not RFC3339.fullmatch(value):
+                raise ContractViolation(f"{where}: {value!r} is not an RFC 3339 timestamp like '2026-10-16T12:00:00Z'")
             if fmt == "int64" and not re.fullmatch(r"-?\d+", value):
                 raise ContractViolation(f"{where}: {value!r} is not an int64")
             if "enum" in schema and value not in schema["enum"]:
@@ -142,6 +166,8 @@ class State:
     fields: dict[str, dict] = field(default_factory=dict)
     services: dict[str, dict] = field(default_factory=dict)
     jobs: dict[str, dict] = field(default_factory=dict)
+    roles: dict[str, dict] = field(default_factory=dict)  # projects/P/roles/ID -> Role
+    images: dict[str, str] = field(default_factory=dict)  # REGION-docker.pkg.dev/P/REPO/IMAGE:TAG -> sha256:...
 
 
 class FakeGoogle:
@@ -174,6 +200,10 @@ class FakeGoogle:
         self.server.shutdown()
         self.server.server_close()
 
+    def push_image(self, image: str, tag: str, digest: str) -> None:
+        """An image in the fake Artifact Registry: `REGION-docker.pkg.dev/P/REPO/IMAGE`, a tag, `sha256:...`."""
+        self.state.images[f"{image}:{tag}"] = digest
+
     def mutations(self) -> list[Captured]:
         return [r for r in self.requests if r.mutating]
 
@@ -193,11 +223,15 @@ class FakeGoogle:
         query = parse_qs(url.query)
         status, payload = 500, {}
         try:
-            body = json.loads(raw) if raw else None
+            try:
+                body = json.loads(raw) if raw else None
+            except ValueError:
+                raise ContractViolation(f"{handler.command} {path}: body is not JSON") from None
             discovery = self.discovery.get(api)
             if discovery is None:
                 raise ContractViolation(f"request to unknown API host {host!r}")
             method = discovery.method(handler.command, path)
+            discovery.check_query(method, query)
             if "request" in method:
                 discovery.check(body if body is not None else {}, method["request"], method["request"]["$ref"])
             with self._lock:
@@ -208,6 +242,9 @@ class FakeGoogle:
             status, payload = 400, _error(400, "INVALID_ARGUMENT", str(exc))
         except NotFound as exc:
             status, payload = 404, _error(404, "NOT_FOUND", str(exc))
+        except Exception as exc:  # the fake could not handle it: fail the test, answer like Google would
+            self.violations.append(f"{handler.command} {path}: the fake failed on this request: {exc!r}")
+            status, payload = 500, _error(500, "INTERNAL", repr(exc))
         data = json.dumps(payload).encode()
         handler.send_response(status)
         handler.send_header("Content-Type", "application/json; charset=UTF-8")
@@ -228,7 +265,33 @@ class FakeGoogle:
             return {"projectId": s.project_id, "projectNumber": s.project_number, "lifecycleState": "ACTIVE",
                     "name": s.project_id}
         if method_id == "serviceusage.services.get":
-            return {"name": f"projects/{s.project_number}/services/{parts[-1]}", "state": "ENABLED"}
+            # Container Analysis off: `artifacts docker images describe` then reads only the tag.
+            state = "DISABLED" if parts[-1] == "containeranalysis.googleapis.com" else "ENABLED"
+            return {"name": f"projects/{s.project_number}/services/{parts[-1]}", "state": state}
+
+        if method_id == "artifactregistry.projects.locations.repositories.get":
+            return {"name": rel, "format": "DOCKER", "mode": "STANDARD_REPOSITORY"}
+        if method_id == "artifactregistry.projects.locations.repositories.packages.tags.get":
+            _, project, _, location, _, repository, _, package, _, tag = rparts
+            digest = s.images.get(f"{location}-docker.pkg.dev/{project}/{repository}/{unquote(package)}:{tag}")
+            if digest is None:
+                raise NotFound(rel)
+            return {"name": rel, "version": f"{rel.split('/tags/')[0]}/versions/{digest}"}
+
+        if method_id == "iam.projects.roles.get":
+            if rel not in s.roles:
+                raise NotFound(rel)
+            return s.roles[rel]
+        if method_id == "iam.projects.roles.create":
+            name = f"{rel}/{body['roleId']}"
+            s.roles[name] = {**body["role"], "name": name, "etag": "BwY="}
+            return s.roles[name]
+        if method_id == "iam.projects.roles.patch":
+            if rel not in s.roles:
+                raise NotFound(rel)
+            for mask in query.get("updateMask", [""])[0].split(","):
+                _apply_mask(s.roles[rel], body, _camel(mask))
+            return s.roles[rel]
         if method_id.endswith(".getIamPolicy"):
             return copy.deepcopy(self._policy(path))
         if method_id.endswith(".setIamPolicy"):

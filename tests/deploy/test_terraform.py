@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from hcl_tree import META_ARGUMENTS, blocks, is_block, items, string, unquote
 from provider_schema import Block, provider_schema, schema
-from deploy_tools import REPO, provider_lib, run, tool
+from deploy_tools import REPO, provider_lib, provider_version, run, tool
 
 from app.scheduler_retry import RetryConfig, retry_window
 
@@ -69,8 +69,11 @@ def _check_body(body: dict, spec: Block, where: str, errors: list[str], *, top: 
 _BUILTIN_RESOURCES = {"terraform_data": Block(attributes={"input", "triggers_replace"})}
 
 
-def test_resource_and_data_names_exist_in_google_provider_schema(hcl_trees: dict[str, dict]) -> None:
-    lib = provider_lib()
+@pytest.mark.parametrize("provider", ["lowest", "newest"])
+def test_resource_and_data_names_exist_in_google_provider_schema(hcl_trees: dict[str, dict], provider: str) -> None:
+    """Every argument and block the module writes exists in the newest provider checked and in the
+    lowest one versions.tf allows (on an older provider, `plan` fails with "Unsupported argument")."""
+    lib = provider_lib(provider)
     errors: list[str] = []
     checked = 0
     for path, tree in hcl_trees.items():
@@ -104,10 +107,11 @@ def _getters(lib: Path, kind: str, type_name: str) -> set[str]:
     return {re.sub(r"([A-Z])", r"_\1", n).lower() for n in names}
 
 
-def test_references_name_declared_things(hcl_trees: dict[str, dict]) -> None:
+@pytest.mark.parametrize("provider", ["lowest", "newest"])
+def test_references_name_declared_things(hcl_trees: dict[str, dict], provider: str) -> None:
     """What `terraform validate` would catch without a provider: undeclared var/local/resource
     references, and attributes the provider does not export."""
-    lib = provider_lib()
+    lib = provider_lib(provider)
     trees = module_trees(hcl_trees)
     declared_vars = {name for t in trees for name, _, _ in blocks(t, "variable")}
     declared_locals = {key for t in trees for entry in t.get("locals", []) for key, _ in items(entry)}
@@ -168,15 +172,28 @@ def test_module_declares_issue_resources_and_provider_range(hcl_trees: dict[str,
         "google_project_iam_member.runtime_datastore",
     ):
         assert address in resources, address
+    for path in ("terraform/versions.tf", "terraform/examples/basic/versions.tf"):
+        versions = hcl_trees[path]["terraform"][0]["required_providers"][0]["google"]
+        assert string(versions["version"]) == ">= 6.8, < 8", path
+        assert string(versions["source"]) == "hashicorp/google"
+
+
+def test_the_lowest_schema_checked_is_the_lowest_version_allowed(hcl_trees: dict[str, dict]) -> None:
+    """.ci/deploy-checks installs the @cdktf/provider-google package generated from the provider
+    versions.tf's lower bound, so the schema tests above cover the oldest provider a user can get."""
     versions = hcl_trees["terraform/versions.tf"]["terraform"][0]["required_providers"][0]["google"]
-    assert string(versions["version"]) == ">= 6, < 8"
-    assert string(versions["source"]) == "hashicorp/google"
+    lower = re.match(r">= ([0-9.]+),", string(versions["version"])).group(1)
+    assert provider_version(provider_lib("lowest")) == lower + ".0"
+    assert provider_version(provider_lib("newest")) >= provider_version(provider_lib("lowest"))
 
 
-def test_firestore_database_cannot_be_destroyed_and_ttl_is_on_expire_at(hcl_trees: dict[str, dict]) -> None:
+def test_firestore_database_outlives_destroy_without_blocking_it_and_ttl_is_on_expire_at(hcl_trees: dict[str, dict]) -> None:
+    """`terraform destroy` (as examples/basic invites) must plan: no prevent_destroy. The records stay:
+    the database is abandoned, not deleted, and Firestore's delete protection is on."""
     resources = _resources(hcl_trees)
     database = resources["google_firestore_database.this"]
-    assert database["lifecycle"][0]["prevent_destroy"] is True
+    assert "lifecycle" not in database
+    assert string(database["deletion_policy"]) == "ABANDON"
     assert string(database["delete_protection_state"]) == "DELETE_PROTECTION_ENABLED"
     field = resources["google_firestore_field.expire_at_ttl"]
     assert string(field["field"]) == "expire_at"
@@ -198,6 +215,8 @@ def test_only_the_invoker_account_may_call_the_service(hcl_trees: dict[str, dict
     assert invoker["member"] == "${google_service_account.invoker.member}"
     service = resources["google_cloud_run_v2_service.this"]
     assert service["invoker_iam_disabled"] is False
+    variables = {name: body for t in module_trees(hcl_trees) for name, _, body in blocks(t, "variable")}
+    assert string(variables["ingress"]["default"]) == "INGRESS_TRAFFIC_INTERNAL_ONLY"
     everything = json.dumps(_without_comments(module_trees(hcl_trees)))
     assert "allUsers" not in everything and "allAuthenticatedUsers" not in everything
 
