@@ -6,10 +6,10 @@
 resource "google_firestore_database" "this" {
   count = var.create_firestore_database ? 1 : 0
 
-  project                 = var.project_id
-  name                    = var.firestore_database
-  location_id             = local.firestore_location
-  type                    = "FIRESTORE_NATIVE"
+  project     = var.project_id
+  name        = var.firestore_database
+  location_id = local.firestore_location
+  type        = "FIRESTORE_NATIVE"
   # Run records are the only memory of which runs already happened: losing them re-runs jobs.
   # `terraform destroy` therefore forgets the database without deleting it (ABANDON), and Firestore
   # refuses to delete it while delete protection is on. No `prevent_destroy`: it would make every

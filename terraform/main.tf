@@ -18,7 +18,7 @@ locals {
     RUNONCE_FIRESTORE_DATABASE       = var.firestore_database
     RUNONCE_FIRESTORE_COLLECTION     = var.firestore_collection
     RUNONCE_ROUTES                   = jsonencode({ routes = var.routes })
-    RUNONCE_AUTH                     = "oidc"
+    RUNONCE_AUTH                     = var.auth
     RUNONCE_AUDIENCE                 = local.service_url
     RUNONCE_ALLOWED_CALLERS          = google_service_account.invoker.email
     RUNONCE_LEASE_SECONDS            = tostring(var.lease_seconds)

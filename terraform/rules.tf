@@ -31,7 +31,8 @@ locals {
     for t in local.targets : split("/", t.workflow)[1] if t.type == "workflows"
   ])
 
-  # projects/P/locations/L/jobs/J -> {project, location, name}; two roles on each job.
+  # projects/P/locations/L/jobs/J -> {project, location, name}; two roles on each job: run with
+  # overrides, and the custom execution reader (iam.tf) of the job's project.
   run_jobs = {
     for job in distinct([for t in local.targets : t.job if t.type == "cloud_run_job"]) : job => {
       project  = split("/", job)[1]
@@ -39,10 +40,13 @@ locals {
       name     = split("/", job)[5]
     }
   }
-  run_job_grants = {
-    for pair in setproduct(keys(local.run_jobs), ["roles/run.jobsExecutorWithOverrides", "roles/run.viewer"]) :
-    "${pair[0]} ${pair[1]}" => { job = local.run_jobs[pair[0]], role = pair[1] }
-  }
+  run_job_projects = toset([for job in values(local.run_jobs) : job.project])
+  run_job_grants = merge([
+    for name, job in local.run_jobs : {
+      for role in ["roles/run.jobsExecutorWithOverrides", "projects/${job.project}/roles/runonceExecutionReader"] :
+      "${name} ${role}" => { job = job, role = role }
+    }
+  ]...)
 
   # projects/P/locations/L/triggers/T -> P
   build_projects = toset([

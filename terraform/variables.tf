@@ -298,6 +298,28 @@ variable "env" {
   default     = {}
 }
 
+variable "cloud_build_role" {
+  description = "Role for cloud_build_trigger routes, in the trigger's project: \"custom\" (default) creates runonceBuildRunner with cloudbuild.builds.create/get/list; \"predefined\" grants roles/cloudbuild.builds.editor, which can also edit and cancel any build. Either way, running a trigger that acts as another service account is code execution as that account: keep such triggers in a project of their own."
+  type        = string
+  default     = "custom"
+
+  validation {
+    condition     = contains(["custom", "predefined"], var.cloud_build_role)
+    error_message = "cloud_build_role must be \"custom\" or \"predefined\"."
+  }
+}
+
+variable "auth" {
+  description = "RUNONCE_AUTH: \"oidc\" (default) verifies each caller's Google-signed ID token; \"cloud_run_iam\" trusts Cloud Run's invoker check (for when the signature does not reach the container) and gives the runtime account run.services.get and .getIamPolicy on the service, which runonce checks at start-up."
+  type        = string
+  default     = "oidc"
+
+  validation {
+    condition     = contains(["oidc", "cloud_run_iam"], var.auth)
+    error_message = "auth must be \"oidc\" or \"cloud_run_iam\"."
+  }
+}
+
 variable "trigger_service_accounts" {
   description = "Emails of the service accounts that cloud_build_trigger routes' triggers run as: runonce's runtime account gets roles/iam.serviceAccountUser on each (Cloud Build requires actAs)."
   type        = list(string)

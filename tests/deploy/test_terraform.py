@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -184,7 +185,8 @@ def test_the_lowest_schema_checked_is_the_lowest_version_allowed(hcl_trees: dict
     versions = hcl_trees["terraform/versions.tf"]["terraform"][0]["required_providers"][0]["google"]
     lower = re.match(r">= ([0-9.]+),", string(versions["version"])).group(1)
     assert provider_version(provider_lib("lowest")) == lower + ".0"
-    assert provider_version(provider_lib("newest")) >= provider_version(provider_lib("lowest"))
+    newest, lowest = (tuple(map(int, provider_version(provider_lib(w)).split("."))) for w in ("newest", "lowest"))
+    assert newest >= lowest
 
 
 def test_firestore_database_outlives_destroy_without_blocking_it_and_ttl_is_on_expire_at(hcl_trees: dict[str, dict]) -> None:
@@ -219,6 +221,22 @@ def test_only_the_invoker_account_may_call_the_service(hcl_trees: dict[str, dict
     assert string(variables["ingress"]["default"]) == "INGRESS_TRAFFIC_INTERNAL_ONLY"
     everything = json.dumps(_without_comments(module_trees(hcl_trees)))
     assert "allUsers" not in everything and "allAuthenticatedUsers" not in everything
+
+
+def test_custom_roles_hold_only_what_runonce_calls(hcl_trees: dict[str, dict]) -> None:
+    """Cloud Build: triggers.run needs builds.create (builds.editor would also edit and cancel any
+    build); Cloud Run jobs: executions get/list (run.viewer reads far more); cloud_run_iam: its own
+    service and policy. The same permissions as deploy/lib/routes_iam.py's."""
+    sys.path.insert(0, str(REPO / "deploy" / "lib"))
+    from routes_iam import CUSTOM_ROLES
+
+    resources = _resources(hcl_trees)
+    roles = {string(body["role_id"]): [string(p) for p in body["permissions"]] for address, body in resources.items()
+             if address.startswith("google_project_iam_custom_role.")}
+    assert roles == {**{role: list(permissions) for role, permissions in CUSTOM_ROLES.items()},
+                     "runonceServiceSelfCheck": ["run.services.get", "run.services.getIamPolicy"]}
+    build = resources["google_project_iam_member.runtime_cloudbuild"]
+    assert "google_project_iam_custom_role.build_runner" in build["role"] and "roles/cloudbuild.builds.editor" in build["role"]
 
 
 def test_scheduler_jobs_carry_oidc_token_retry_config_and_namespace(hcl_trees: dict[str, dict]) -> None:
@@ -325,7 +343,8 @@ def test_grants_follow_the_routes_targets(rules_module: Path, tmp_path: Path) ->
     assert outputs["run_job_grants"] == {
         "projects/job-proj/locations/europe-west1/jobs/batch roles/run.jobsExecutorWithOverrides": {
             "job": job, "role": "roles/run.jobsExecutorWithOverrides"},
-        "projects/job-proj/locations/europe-west1/jobs/batch roles/run.viewer": {"job": job, "role": "roles/run.viewer"},
+        "projects/job-proj/locations/europe-west1/jobs/batch projects/job-proj/roles/runonceExecutionReader": {
+            "job": job, "role": "projects/job-proj/roles/runonceExecutionReader"},
     }
 
 
