@@ -160,6 +160,15 @@ DEPLOY_FLAGS=(
 FINGERPRINT="$({ printf '%s\n' "$SERVICE" ${DEPLOY_FLAGS[@]+"${DEPLOY_FLAGS[@]}"}; cat "$ENV_FILE"; } | sha256sum | cut -c1-32)"
 DEPLOY_FLAGS+=(--env-vars-file="$ENV_FILE") # its temporary path stays out of the fingerprint
 
+if [[ "$AUTH" == "cloud_run_iam" ]]; then
+  # What runonce reads at start-up, and only that: granted before the deploy (the first revision runs
+  # the check while it starts), on the project with a condition naming this one service.
+  SELF_CHECK_ROLE="projects/$PROJECT_ID/roles/runonceServiceSelfCheck"
+  ensure_custom_role "$SELF_CHECK_ROLE" "run.services.get,run.services.getIamPolicy"
+  ensure_binding "$SELF_CHECK_ROLE" "serviceAccount:$RUNTIME_EMAIL" "runonce-own-service-only" \
+    "resource.name == \"projects/$PROJECT_ID/locations/$REGION/services/$SERVICE\"" projects -- "$PROJECT_ID"
+fi
+
 CURRENT="$(gc run services describe "$SERVICE" --region="$REGION" --project="$PROJECT_ID" \
   --format='value(metadata.labels.runonce-config)' 2>/dev/null || true)"
 if [[ "$CURRENT" == "$FINGERPRINT" && "$FORCE" == false ]]; then

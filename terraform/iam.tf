@@ -108,12 +108,18 @@ resource "google_project_iam_custom_role" "service_self_check" {
   permissions = ["run.services.get", "run.services.getIamPolicy"]
 }
 
-resource "google_cloud_run_v2_service_iam_member" "runtime_self_check" {
+# On the project with a condition naming the service, not on the service itself: the first revision
+# runs the check while it starts, before a grant on the service could exist.
+resource "google_project_iam_member" "runtime_self_check" {
   count = var.auth == "cloud_run_iam" ? 1 : 0
 
-  project  = google_cloud_run_v2_service.this.project
-  location = google_cloud_run_v2_service.this.location
-  name     = google_cloud_run_v2_service.this.name
-  role     = google_project_iam_custom_role.service_self_check[0].name
-  member   = google_service_account.runtime.member
+  project = var.project_id
+  role    = google_project_iam_custom_role.service_self_check[0].name
+  member  = google_service_account.runtime.member
+
+  condition {
+    title       = "runonce-own-service-only"
+    description = "Only runonce's own Cloud Run service."
+    expression  = "resource.name == \"projects/${var.project_id}/locations/${var.region}/services/${var.service_name}\""
+  }
 }

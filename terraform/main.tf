@@ -122,6 +122,7 @@ resource "google_cloud_run_v2_service" "this" {
 
   depends_on = [
     google_project_iam_member.runtime_datastore,
+    google_project_iam_member.runtime_self_check,
     google_firestore_field.expire_at_ttl,
     terraform_data.rules,
   ]

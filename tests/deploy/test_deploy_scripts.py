@@ -420,3 +420,19 @@ def test_the_three_scripts_from_zero_to_a_scheduler_job(deploy, fake: FakeGoogle
     assert job["httpTarget"]["uri"].startswith(fake.state.services["runonce"]["status"]["url"] + "/v1/routes/demo:run")
     service_policy = fake.state.policies[f"v1/projects/{PROJECT}/locations/{REGION}/services/runonce"]
     assert service_policy["bindings"] == [{"role": "roles/run.invoker", "members": [f"serviceAccount:{INVOKER}"]}]
+
+
+def test_deploy_with_cloud_run_iam_grants_only_the_self_check_before_deploying(
+    deploy, fake: FakeGoogle, routes_file: Path
+) -> None:
+    deploy("deploy-service.sh", "--project", PROJECT, "--region", REGION, "--image", IMAGE,
+           "--routes-file", str(routes_file), "--auth", "cloud_run_iam")
+    role = f"projects/{PROJECT}/roles/runonceServiceSelfCheck"
+    assert sorted(fake.state.roles[role]["includedPermissions"]) == ["run.services.get", "run.services.getIamPolicy"]
+    order = [r.method_id for r in fake.mutations()]
+    assert order.index("cloudresourcemanager.projects.setIamPolicy") < order.index("run.namespaces.services.create")
+    (grant,) = fake.find("cloudresourcemanager.projects.setIamPolicy")
+    assert policy_bindings(grant) == [
+        (role, (f"serviceAccount:{RUNTIME}",), f'resource.name == "projects/{PROJECT}/locations/{REGION}/services/runonce"')]
+    (create,) = fake.find("run.namespaces.services.create")
+    assert _env(create.body)["RUNONCE_AUTH"] == "cloud_run_iam"
