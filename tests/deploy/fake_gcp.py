@@ -19,12 +19,16 @@ import re
 import threading
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import googleapiclient
+import httpx
+
+from tests.support import oidc
 
 DISCOVERY = Path(googleapiclient.__file__).parent / "discovery_cache" / "documents"
 DOCUMENTS = {
@@ -35,7 +39,13 @@ DOCUMENTS = {
     "run": "run.v1.json",
     "serviceusage": "serviceusage.v1.json",
     "artifactregistry": "artifactregistry.v1.json",
+    "iamcredentials": "iamcredentials.v1.json",
 }
+# Scheduler's answer for the next fire time of any job here (output-only `scheduleTime`): what a
+# forced run carries as X-CloudScheduler-ScheduleTime.
+NEXT_SCHEDULE_TIME = "2027-01-01T00:00:00Z"
+# HTTP status of a target's answer -> the gRPC code Scheduler puts in the job's `status`.
+GRPC_CODE = {400: 3, 401: 16, 403: 7, 404: 5, 409: 10, 429: 8, 500: 13, 502: 14, 503: 14, 504: 4}
 RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})")
 MUTATING = {"POST", "PUT", "PATCH", "DELETE"}
 READ_ONLY_POSTS = (":getIamPolicy",)
@@ -96,6 +106,8 @@ class Discovery:
             properties = schema.get("properties")
             extra = schema.get("additionalProperties")
             for key, item in value.items():
+                if item is None:  # proto3 JSON: null is the field's default, as if absent
+                    continue
                 if properties is not None and key in properties:
                     if _output_only(properties[key]):
                         raise ContractViolation(f"{where}.{key}: output-only field in a request")
@@ -173,6 +185,7 @@ class State:
 class FakeGoogle:
     def __init__(self, project_id: str = "demo-project", project_number: str = "123456789012"):
         self.state = State(project_id, project_number)
+        self.key = oidc.make_key("fake-google-key")  # signs the OIDC tokens Scheduler and iamcredentials mint
         self.requests: list[Captured] = []
         self.violations: list[str] = []
         self.discovery = {api: Discovery(DISCOVERY / name) for api, name in DOCUMENTS.items()}
@@ -352,8 +365,25 @@ class FakeGoogle:
             name = body["name"]
             if not name.startswith(rel + "/"):
                 raise ContractViolation(f"job name {name!r} is not under {rel}")
-            s.jobs[name] = {**body, "state": "ENABLED", "userUpdateTime": "2026-11-30T00:00:00Z"}
+            s.jobs[name] = {**body, "state": "ENABLED", "userUpdateTime": "2026-11-30T00:00:00Z",
+                            "scheduleTime": NEXT_SCHEDULE_TIME}
             return s.jobs[name]
+        if method_id == "cloudscheduler.projects.locations.jobs.delete":
+            if s.jobs.pop(rel.removesuffix(":delete"), None) is None:
+                raise NotFound(rel)
+            return {}
+        if method_id == "cloudscheduler.projects.locations.jobs.run":
+            name = rel.removesuffix(":run")
+            if name not in s.jobs:
+                raise NotFound(name)
+            self._deliver(s.jobs[name])
+            return s.jobs[name]
+        if method_id == "iamcredentials.projects.serviceAccounts.generateAccessToken":
+            return {"accessToken": f"ya29.impersonated-{uuid.uuid4().hex[:8]}", "expireTime": "2099-01-01T00:00:00Z"}
+        if method_id == "iamcredentials.projects.serviceAccounts.generateIdToken":
+            email = rparts[3].removesuffix(":generateIdToken")
+            claims = oidc.claims(audience=body["audience"], email=email if body.get("includeEmail") else None)
+            return {"token": oidc.sign(self.key, claims)}
         if method_id == "cloudscheduler.projects.locations.jobs.patch":
             name = rel
             if name not in s.jobs:
@@ -363,6 +393,29 @@ class FakeGoogle:
                 _apply_mask(job, body, _camel(mask))
             return job
         raise ContractViolation(f"{method_id}: valid, but this fake does not implement it")
+
+    def _deliver(self, job: dict) -> None:
+        """A forced run, as Cloud Scheduler makes it: the job's request with a fresh OIDC token,
+        X-CloudScheduler-* headers and the next schedule time; the answer goes into the job's
+        `lastAttemptTime` and `status`. Synchronous, so the attempt is recorded when `run` returns."""
+        target = job["httpTarget"]
+        token = target["oidcToken"]
+        headers = {
+            **target.get("headers", {}),
+            "Authorization": "Bearer " + oidc.sign(self.key, oidc.claims(
+                audience=token.get("audience") or target["uri"], email=token["serviceAccountEmail"])),
+            "X-CloudScheduler-JobName": job["name"].rsplit("/", 1)[-1],
+            "X-CloudScheduler-ScheduleTime": job["scheduleTime"],
+            "User-Agent": "Google-Cloud-Scheduler",
+        }
+        try:
+            answer = httpx.request(target.get("httpMethod", "POST"), target["uri"], headers=headers,
+                                   content=base64.b64decode(target.get("body", "")), timeout=60)
+            code = 0 if answer.is_success else GRPC_CODE.get(answer.status_code, 2)
+        except httpx.HTTPError:
+            code = 14
+        job["lastAttemptTime"] = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        job["status"] = {"code": code} if code else {}
 
     def _policy(self, path: str) -> dict:
         return self.state.policies.setdefault(_policy_key(path), {"version": 1, "etag": "ACAB", "bindings": []})

@@ -18,6 +18,8 @@ from fake_gcp import Captured, FakeGoogle
 from deploy_tools import REPO, tool
 
 from app.routes import parse_routes
+from tests.support import oidc
+from tests.support.procs import free_port, start_server
 
 pytestmark = pytest.mark.deploy
 
@@ -436,3 +438,65 @@ def test_deploy_with_cloud_run_iam_grants_only_the_self_check_before_deploying(
         (role, (f"serviceAccount:{RUNTIME}",), f'resource.name == "projects/{PROJECT}/locations/{REGION}/services/runonce"')]
     (create,) = fake.find("run.namespaces.services.create")
     assert _env(create.body)["RUNONCE_AUTH"] == "cloud_run_iam"
+
+
+# --- smoke.sh: real gcloud, the fake Scheduler delivering to a real `runonce serve` ---------------
+
+
+@pytest.fixture
+def runonce_service(fake: FakeGoogle, tmp_path: Path):
+    """`runonce serve` as deployed: OIDC against the fake's signing key, the URL as audience, a log route."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+
+    def start(audience: str = url):
+        certs = oidc.CertsServer([fake.key]).start()
+        env = {
+            "RUNONCE_STORE": f"sqlite:///{tmp_path / 'runs.db'}",
+            "RUNONCE_ROUTES": "routes: {demo: {target: {type: log}}}",
+            "RUNONCE_AUTH": "oidc",
+            "RUNONCE_AUDIENCE": audience,
+            "RUNONCE_OIDC_CERTS_URL": certs.url,
+            "RUNONCE_ALLOWED_CALLERS": INVOKER,
+            "RUNONCE_ADMIN_CALLERS": INVOKER,
+        }
+        servers.append((start_server(env, tmp_path, port=port), certs))
+        return url
+
+    servers: list = []
+    yield start
+    for server, certs in servers:
+        server.stop()
+        certs.stop()
+
+
+def smoke(deploy, fake: FakeGoogle, url: str, expect: int):
+    # gcloud mints the identity token through google-auth's own session, which reads the standard
+    # proxy variables rather than gcloud's proxy settings; runonce itself is reached directly.
+    proxy = f"http://127.0.0.1:{fake.port}"
+    extra = {"CLOUDSDK_API_ENDPOINT_OVERRIDES_IAMCREDENTIALS": "http://iamcredentials.fake.invalid/",
+             "RUNONCE": str(REPO / ".venv" / "bin" / "runonce"), "HTTP_PROXY": proxy, "http_proxy": proxy,
+             "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
+    return deploy("smoke.sh", "--project", PROJECT, "--region", REGION, "--service-url", url, "--wait-seconds", "10",
+                  extra_env=extra, expect=expect)
+
+
+def test_smoke_proves_token_one_run_and_a_duplicate_then_deletes_its_job(deploy, fake: FakeGoogle, runonce_service) -> None:
+    url = runonce_service()
+    result = smoke(deploy, fake, url, expect=0)
+    lines = result.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "ok    token accepted", "ok    one run recorded", "ok    second delivery a duplicate"], result.stdout
+    (create,) = fake.find("cloudscheduler.projects.locations.jobs.create")
+    assert create.body["httpTarget"]["uri"] == f"{url}/v1/routes/demo:run?project={PROJECT}&location={REGION}"
+    assert create.body["httpTarget"]["oidcToken"] == {"serviceAccountEmail": INVOKER, "audience": url}
+    assert len(fake.find("cloudscheduler.projects.locations.jobs.run")) == 2
+    assert fake.state.jobs == {}, "the throwaway job is deleted"
+
+
+def test_smoke_says_what_to_do_when_the_token_is_refused(deploy, fake: FakeGoogle, runonce_service) -> None:
+    url = runonce_service(audience="https://runonce-elsewhere.a.run.app")  # tokens for another audience: 401
+    result = smoke(deploy, fake, url, expect=1)
+    assert result.stdout.splitlines()[0].startswith("FAIL  token refused (401)")
+    assert "--auth cloud_run_iam" in result.stdout
+    assert fake.state.jobs == {}

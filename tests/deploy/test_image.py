@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 
 import httpx
@@ -28,7 +29,20 @@ def test_hadolint_finds_nothing_at_warning_level() -> None:
 def test_dockerignore_keeps_the_build_context_to_the_package() -> None:
     lines = [l for l in (REPO / ".dockerignore").read_text().splitlines() if l and not l.startswith("#")]
     assert lines[0] == "*"
-    assert {"!pyproject.toml", "!README.md", "!app/"} <= set(lines)
+    assert {"!pyproject.toml", "!README.md", "!app/", "!requirements/runtime.txt"} <= set(lines)
+
+
+def test_dockerfile_pins_the_base_by_digest_and_installs_dependencies_from_the_lock_alone() -> None:
+    text = (REPO / "Dockerfile").read_text()
+    (default,) = re.findall(r"^ARG PYTHON_IMAGE=(\S+)$", text, re.MULTILINE)
+    digest = re.fullmatch(r"python:3\.12-slim@(sha256:[0-9a-f]{64})", default)
+    assert digest, default
+    assert f"digest {digest.group(1)}" in " ".join(line.lstrip("# ") for line in text.splitlines())
+    build = text.split("\nFROM ${PYTHON_IMAGE}\n")[0]
+    copies = re.findall(r"^COPY (.+)$", build, re.MULTILINE)
+    install = build.index("--require-hashes --no-deps -r requirements/runtime.txt")
+    assert copies[0] == "requirements/runtime.txt requirements/runtime.txt"
+    assert build.index("COPY pyproject.toml") > install and build.index("COPY app") > install
 
 
 @pytest.fixture(scope="module")
