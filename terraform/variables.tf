@@ -41,12 +41,12 @@ variable "service_name" {
 }
 
 variable "image" {
-  description = "Container image built from this repository's Dockerfile, preferably by digest (e.g. \"europe-west1-docker.pkg.dev/my-project/runonce/runonce@sha256:...\")."
+  description = "Container image built from this repository's Dockerfile, by digest (e.g. \"europe-west1-docker.pkg.dev/my-project/runonce/runonce@sha256:...\"): a tag can be re-pushed, and Terraform would see no change and deploy nothing."
   type        = string
 
   validation {
-    condition     = can(regex("^[^\\s]+$", var.image))
-    error_message = "image must be a container image reference without spaces, e.g. \"europe-west1-docker.pkg.dev/my-project/runonce/runonce:0.1.0\"."
+    condition     = can(regex("^[^\\s@]+@sha256:[0-9a-f]{64}$", var.image))
+    error_message = "image must name a digest, e.g. \"europe-west1-docker.pkg.dev/my-project/runonce/runonce@sha256:<64 hex>\" (a re-pushed tag would not be deployed). Get it with: gcloud artifacts docker images describe IMAGE:TAG --format='value(image_summary.fully_qualified_digest)'."
   }
 }
 

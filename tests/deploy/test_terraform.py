@@ -265,7 +265,8 @@ ROUTES = {
     "hook": {"target": {"type": "http", "url": "https://hooks.example.com/run", "audience": "https://hooks.example.com"}},
     "demo": {"target": {"type": "log"}},
 }
-BASE_VARS = {"project_id": "my-project", "region": "europe-west1", "image": "example.com/runonce:1", "routes": ROUTES}
+BASE_VARS = {"project_id": "my-project", "region": "europe-west1", "image": "example.com/runonce@sha256:" + "a" * 64,
+             "routes": ROUTES}
 
 
 @pytest.fixture(scope="module")
@@ -362,6 +363,7 @@ def test_grants_follow_the_routes_targets(rules_module: Path, tmp_path: Path) ->
          "jobs.n: retention_seconds (3600) must exceed the longest retry window (11760 s"),
         ({"dispatch_timeout_seconds": 300}, "dispatch_timeout_seconds (300) must be below lease_seconds (300)"),
         ({"region": "us-central1-a"}, "region must be a Google Cloud region"),
+        ({"image": "europe-west1-docker.pkg.dev/p/runonce/runonce:0.1.0"}, "image must name a digest"),
         ({"routes": {"Bad Name": {"target": {"type": "log"}}}}, "every route name must be 1-63 lower-case"),
         ({"routes": {"x": {"target": {"type": "ftp"}}}}, "Every route needs target.type, one of"),
         ({"routes": {"x": {"target": {"type": "cloud_run_job", "job": "batch"}}}}, "cloud_run_job needs job"),
@@ -369,7 +371,7 @@ def test_grants_follow_the_routes_targets(rules_module: Path, tmp_path: Path) ->
         ({"jobs": {"nightly": {"route": "etl", "schedule": "0 0 3 * * *"}}}, "must be a non-empty unix-cron expression"),
         ({"jobs": {"nightly": {"route": "etl", "schedule": "0 3 * * *", "body": "[1]"}}}, "body must be a JSON object"),
     ],
-    ids=["short-retries", "short-deadline", "unknown-route", "retention", "timeout-vs-lease", "zone-not-region",
+    ids=["short-retries", "short-deadline", "unknown-route", "retention", "timeout-vs-lease", "zone-not-region", "image-by-tag",
          "route-name", "target-type", "job-name-format", "empty-schedule", "six-field-cron", "body-not-object"],
 )
 def test_broken_configuration_stops_the_plan_with_a_precise_message(
