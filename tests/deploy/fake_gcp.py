@@ -300,11 +300,7 @@ class FakeGoogle:
             s.roles[name] = {**body["role"], "name": name, "etag": "BwY="}
             return s.roles[name]
         if method_id == "iam.projects.roles.patch":
-            if rel not in s.roles:
-                raise NotFound(rel)
-            for mask in query.get("updateMask", [""])[0].split(","):
-                _apply_mask(s.roles[rel], body, _camel(mask))
-            return s.roles[rel]
+            return _patch(s.roles, rel, body, query)
         if method_id.endswith(".getIamPolicy"):
             return copy.deepcopy(self._policy(path))
         if method_id.endswith(".setIamPolicy"):
@@ -385,13 +381,7 @@ class FakeGoogle:
             claims = oidc.claims(audience=body["audience"], email=email if body.get("includeEmail") else None)
             return {"token": oidc.sign(self.key, claims)}
         if method_id == "cloudscheduler.projects.locations.jobs.patch":
-            name = rel
-            if name not in s.jobs:
-                raise NotFound(name)
-            job = s.jobs[name]
-            for mask in query.get("updateMask", [""])[0].split(","):
-                _apply_mask(job, body, _camel(mask))
-            return job
+            return _patch(s.jobs, rel, body, query)
         raise ContractViolation(f"{method_id}: valid, but this fake does not implement it")
 
     def _deliver(self, job: dict) -> None:
@@ -454,6 +444,15 @@ def _error(code: int, status: str, message: str) -> dict:
 
 def _camel(path: str) -> str:
     return re.sub(r"_([a-z])", lambda m: m.group(1).upper(), path.strip())
+
+
+def _patch(resources: dict[str, dict], name: str, body: dict, query: dict) -> dict:
+    """A `patch` with an `updateMask`: the masked fields of `body` replace the stored resource's."""
+    if name not in resources:
+        raise NotFound(name)
+    for mask in query.get("updateMask", [""])[0].split(","):
+        _apply_mask(resources[name], body, _camel(mask))
+    return resources[name]
 
 
 def _apply_mask(target: dict, source: dict, path: str) -> None:

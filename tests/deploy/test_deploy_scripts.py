@@ -500,3 +500,17 @@ def test_smoke_says_what_to_do_when_the_token_is_refused(deploy, fake: FakeGoogl
     assert result.stdout.splitlines()[0].startswith("FAIL  token refused (401)")
     assert "--auth cloud_run_iam" in result.stdout
     assert fake.state.jobs == {}
+
+
+def test_setup_brings_a_custom_role_with_other_permissions_back_to_exactly_its_own(
+    deploy, fake: FakeGoogle, tmp_path: Path
+) -> None:
+    routes = tmp_path / "routes.yaml"
+    routes.write_text("routes:\n  build:\n    target: {type: cloud_build_trigger, trigger: projects/cb-proj/locations/global/triggers/t}\n")
+    name = "projects/cb-proj/roles/runonceBuildRunner"
+    fake.state.roles[name] = {"name": name, "title": "old", "etag": "BwX=",
+                              "includedPermissions": ["cloudbuild.builds.create", "cloudbuild.builds.update"]}
+    deploy("setup.sh", "--project", PROJECT, "--region", REGION, "--routes-file", str(routes))
+    (patch,) = fake.find("iam.projects.roles.patch")
+    assert sorted(fake.state.roles[name]["includedPermissions"]) == [
+        "cloudbuild.builds.create", "cloudbuild.builds.get", "cloudbuild.builds.list"]

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
+import uuid
 import re
 from collections.abc import Iterator
 
 import httpx
 import pytest
-from deploy_image import build_image, remove_container, start_container, wait_healthy
+from deploy_image import build, build_image, remove_container, start_container, wait_healthy
 from deploy_tools import REPO, free_port, run, tool
 
 pytestmark = pytest.mark.deploy
@@ -59,6 +61,26 @@ def container(image: str) -> Iterator[tuple[str, int]]:
         yield name, port
     finally:
         remove_container(name)
+
+
+def test_a_readme_or_code_change_reuses_the_dependency_layer(image: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The same build context with the README and a module changed: podman takes every step up to
+    the dependency install from its cache, and rebuilds only runonce itself."""
+    context = tmp_path_factory.mktemp("context")
+    for name in ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md", "requirements/runtime.txt"):
+        (context / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / name, context / name)
+    shutil.copytree(REPO / "app", context / "app", ignore=shutil.ignore_patterns("__pycache__"))
+    change = uuid.uuid4().hex  # new on every run, so the later steps cannot come from an earlier run's cache
+    (context / "README.md").write_text((REPO / "README.md").read_text() + f"\nA change {change}.\n")
+    (context / "app" / "logs.py").write_text((REPO / "app" / "logs.py").read_text() + f"\n# a change {change}\n")
+    log = build("localhost/runonce:layer-test", context)
+    steps = re.split(r"^(?:\[\d+/\d+\] )?STEP \d+/\d+: ", log, flags=re.MULTILINE)
+    install = next(step for step in steps if step.startswith("RUN") and "--require-hashes" in step)
+    assert "Using cache" in install, install
+    own = next(step for step in steps if step.startswith("RUN") and "--no-build-isolation" in step)
+    assert "Using cache" not in own
+    run([tool("podman"), "rmi", "localhost/runonce:layer-test"], check=False)
 
 
 def test_image_runs_as_non_root_with_runonce_serve(image: str) -> None:
