@@ -4,23 +4,30 @@
 # back-ends stay there), the second copies only that venv. The base needs `python3` with the `venv`
 # module, nothing else, so the same file builds on python:3.12-slim and on a plain Debian with
 # python3-venv:  podman build --build-arg PYTHON_IMAGE=localhost/debian-base:bookworm .
-ARG PYTHON_IMAGE=python:3.12-slim
+#
+# Build for linux/amd64 (`docker build --platform linux/amd64`): Cloud Run runs the Linux x86_64 ABI.
+#
+# The base is pinned by digest, so a rebuild gets the same base: python:3.12-slim's multi-platform
+# index digest sha256:78387bc3881b8273120a12ebe6c1ab22b018ccc2c9adf565ae1ac9b536e184ea.
+# To move to a newer base: docker buildx imagetools inspect python:3.12-slim  (the "Digest:" line).
+ARG PYTHON_IMAGE=python:3.12-slim@sha256:78387bc3881b8273120a12ebe6c1ab22b018ccc2c9adf565ae1ac9b536e184ea
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python3 -m venv /opt/venv
 WORKDIR /src
-# Dependencies first, in their own layer, so that a code change does not reinstall them: install the
-# project from its metadata with a placeholder package, then drop the placeholder.
+# Dependencies first, in their own layer, from the lock file alone (every file's sha256 verified;
+# `make lock` writes it from pyproject.toml): a change to the code, the README or pyproject.toml's
+# other tables does not reinstall them.
+COPY requirements/runtime.txt requirements/runtime.txt
+RUN /opt/venv/bin/python -m pip install --require-hashes --no-deps -r requirements/runtime.txt
+# Then runonce itself, built with the locked setuptools and nothing downloaded (bytecode is compiled
+# at install: no writes at start-up), and pip and setuptools out of the venv: nothing in the final
+# image can install or build.
 COPY pyproject.toml README.md ./
-RUN mkdir app && touch app/__init__.py \
-    && /opt/venv/bin/python -m pip install . \
-    && /opt/venv/bin/python -m pip uninstall --yes runonce
 COPY app ./app
-# Then the code itself (bytecode is compiled at install: no writes at start-up), and pip and
-# setuptools out of the venv: nothing in the final image can install or build.
-RUN /opt/venv/bin/python -m pip install --no-deps . \
+RUN /opt/venv/bin/python -m pip install --no-deps --no-build-isolation --no-index . \
     && /opt/venv/bin/python -m pip uninstall --yes pip setuptools
 
 FROM ${PYTHON_IMAGE}

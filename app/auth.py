@@ -3,7 +3,9 @@
 `RUNONCE_AUTH=oidc` (the default) verifies the Google-signed ID token that Cloud Scheduler and
 Cloud Tasks send (`Authorization: Bearer <token>`), then checks the email against allow-lists:
 a route's `allowed_callers`, else `RUNONCE_ALLOWED_CALLERS`; `RUNONCE_ADMIN_CALLERS` for the runs
-API. `RUNONCE_AUTH=none` (local use) lets everyone in as `anonymous`.
+API. `RUNONCE_AUTH=none` (local use) lets everyone in as `anonymous`. `RUNONCE_AUTH=cloud_run_iam`
+trusts Cloud Run's invoker check for tokens whose signature Cloud Run removed (see
+`CloudRunIamAuthenticator`; `cloud_run_iam.py` checks at start-up that the check guards the service).
 
 The `X-CloudScheduler-*` / `X-CloudTasks-*` headers are never looked at here: anyone can send them.
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 from collections.abc import Mapping
 
 import httpx
@@ -111,8 +114,8 @@ class OidcAuthenticator(Authenticator):
             raise _rejected(
                 f"the token in {header_name} has no signature ({SIGNATURE_REMOVED}): Cloud Run's invoker check "
                 "verified it and removed the signature, so runonce cannot verify it; send runonce's token in "
-                "Authorization (Cloud Run checks X-Serverless-Authorization when both are sent), or deploy "
-                "with --no-invoker-iam-check"
+                "Authorization (Cloud Run checks X-Serverless-Authorization when both are sent), or set "
+                "RUNONCE_AUTH=cloud_run_iam to trust Cloud Run's invoker check"
             )
         try:
             cert = await self.certs.get(kid)
@@ -127,18 +130,7 @@ class OidcAuthenticator(Authenticator):
             reason = str(exc).replace(token, "<token>")  # never echo or log a token
             hint = next((hint for text, hint in _HINTS.items() if text in reason), "")
             raise _rejected(f"the token does not verify: {reason}{hint}") from None
-        issuer = claims.get("iss")
-        if issuer not in GOOGLE_ISSUERS:
-            raise _rejected(f"the token's issuer is {issuer!r}, not Google (https://accounts.google.com)")
-        email = claims.get("email")
-        if not isinstance(email, str) or not email:
-            raise _rejected(
-                "the token carries no email claim; a service account's ID token has one "
-                "(Cloud Scheduler: --oidc-service-account-email)"
-            )
-        if claims.get("email_verified") is not True:
-            raise _rejected(f"the token's email {email} is not verified (email_verified is not true)")
-        return email
+        return _caller_email(claims)
 
     def authorize(self, caller: str, allowed: list[str], what: str) -> None:
         fields = {"caller": caller, "resource": what}
@@ -156,6 +148,51 @@ class OidcAuthenticator(Authenticator):
     async def aclose(self) -> None:
         if self._http is not None:
             await self._http.aclose()
+
+
+def _caller_email(claims: Mapping[str, object]) -> str:
+    """The caller's email from a Google ID token's claims, after the issuer and email checks."""
+    issuer = claims.get("iss")
+    if issuer not in GOOGLE_ISSUERS:
+        raise _rejected(f"the token's issuer is {issuer!r}, not Google (https://accounts.google.com)")
+    email = claims.get("email")
+    if not isinstance(email, str) or not email:
+        raise _rejected(
+            "the token carries no email claim; a service account's ID token has one "
+            "(Cloud Scheduler: --oidc-service-account-email)"
+        )
+    if claims.get("email_verified") is not True:
+        raise _rejected(f"the token's email {email} is not verified (email_verified is not true)")
+    return email
+
+
+class CloudRunIamAuthenticator(OidcAuthenticator):
+    """`RUNONCE_AUTH=cloud_run_iam`: for when Cloud Run's invoker check removes the signature
+    (`SIGNATURE_REMOVED_BY_GOOGLE`) before the token reaches runonce.
+
+    Such a token is trusted as Cloud Run verified it: runonce reads the caller's email from its
+    payload and still checks audience, issuer, email and expiry, and every allow-list as usual. A
+    token that still carries a signature is verified as with `oidc`. Safe only while the invoker
+    check is on and nobody public may invoke: `cloud_run_iam.check_invoker_iam` refuses to start
+    otherwise.
+    """
+
+    async def authenticate(self, headers: Mapping[str, str]) -> str:
+        header_name, token = _bearer_token(headers)
+        if not token.endswith("." + SIGNATURE_REMOVED):
+            return await super().authenticate(headers)
+        try:
+            claims = jwt.decode(token, verify=False)
+        except (google_exceptions.GoogleAuthError, ValueError, TypeError):
+            raise _rejected(f"the token in {header_name} is not a JWT (three base64url segments); {_HOW_TO_SEND}") from None
+        audience = claims.get("aud")
+        if audience not in self.audience:
+            raise _rejected("the token's audience is not this service's (RUNONCE_AUDIENCE); "
+                            "the job's --oidc-token-audience must be the service URL")
+        expiry = claims.get("exp")
+        if not isinstance(expiry, (int, float)) or expiry + self.clock_skew < time.time():
+            raise _rejected("the token has expired; send a fresh token (Cloud Scheduler mints one per attempt)")
+        return _caller_email(claims)
 
 
 def _bearer_token(headers: Mapping[str, str]) -> tuple[str, str]:
@@ -201,7 +238,7 @@ def check_auth_config(
         return
     if not settings.audience:
         raise ConfigError(
-            "RUNONCE_AUTH=oidc needs RUNONCE_AUDIENCE: the audience of the callers' ID tokens "
+            f"RUNONCE_AUTH={settings.auth} needs RUNONCE_AUDIENCE: the audience of the callers' ID tokens "
             "(the service URL, e.g. https://runonce-abc123-uc.a.run.app, or the job's --oidc-token-audience)"
         )
     for variable in ("allowed_callers", "admin_callers"):
@@ -211,7 +248,7 @@ def check_auth_config(
     uncallable = sorted(name for name, callers in route_callers.items() if not callers)
     if uncallable and not settings.allowed_callers:
         raise ConfigError(
-            f"RUNONCE_AUTH=oidc and no caller is allowed on route(s) {', '.join(map(repr, uncallable))}: "
+            f"RUNONCE_AUTH={settings.auth} and no caller is allowed on route(s) {', '.join(map(repr, uncallable))}: "
             "set RUNONCE_ALLOWED_CALLERS (comma-separated service-account emails) or the route's allowed_callers"
         )
 
@@ -225,10 +262,16 @@ def build_authenticator(
         if environ.get("K_SERVICE"):
             logger.warning("RUNONCE_AUTH=none on Cloud Run with RUNONCE_ALLOW_UNAUTHENTICATED=true: anyone can call")
         return Authenticator()
+    if settings.auth == "cloud_run_iam":
+        from .cloud_run_iam import check_invoker_iam
+
+        check_invoker_iam(settings, environ)
     http = httpx.AsyncClient(headers={"User-Agent": "runonce/0.1"})
     certs = CertCache(settings.oidc_certs_url, http)
     logger.info(
         "authentication: Google ID tokens for audience %s; %d admin caller(s)",
         ", ".join(settings.audience), len(settings.admin_callers),
     )
+    if settings.auth == "cloud_run_iam":
+        return CloudRunIamAuthenticator(settings, certs, http)
     return OidcAuthenticator(settings, certs, http)

@@ -53,7 +53,7 @@ class Settings(BaseSettings):
         7, ge=0, description="On SIGTERM, how long dispatches in flight may still run (Cloud Run kills at 10 s)."
     )
 
-    auth: Literal["oidc", "none"] = "oidc"
+    auth: Literal["oidc", "none", "cloud_run_iam"] = "oidc"
     allow_unauthenticated: bool = False
     audience: CsvList = Field(default_factory=list)
     allowed_callers: CsvList = Field(default_factory=list)

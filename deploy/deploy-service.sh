@@ -3,6 +3,7 @@
 # the runtime account, its routes and settings as environment; then let the invoker account call it.
 # Idempotent: the deployed configuration's fingerprint is kept in a service label, and an unchanged
 # configuration is not deployed again (no new revision); use --force to deploy anyway.
+case "${BASH_VERSION:-}" in "" | [12].* | 3.[01].*) echo "$0: needs bash 3.2 or later (macOS's /bin/bash is 3.2), not ${BASH_VERSION:-sh}" >&2; exit 1 ;; esac
 set -euo pipefail
 # shellcheck source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -14,7 +15,8 @@ Usage: $(basename "$0") --project PROJECT_ID --region REGION --image IMAGE --rou
 Options (each also read from the environment variable in brackets):
   --project ID                  project hosting runonce                           [PROJECT_ID]
   --region REGION               Cloud Run region                                   [REGION]
-  --image IMAGE                 image built from the Dockerfile (by digest, ideally) [IMAGE]
+  --image IMAGE                 image built from the Dockerfile: REGION-docker.pkg.dev/... (a tag is
+                                resolved to its digest) or IMAGE@sha256:...         [IMAGE]
   --routes-file FILE            routes file (YAML or JSON), passed as RUNONCE_ROUTES [ROUTES_FILE]
   --service NAME                Cloud Run service (default: runonce)               [SERVICE]
   --runtime-sa ID|EMAIL         runtime account (default: runonce)                 [RUNTIME_SA]
@@ -27,7 +29,13 @@ Options (each also read from the environment variable in brackets):
   --request-timeout N           Cloud Run request timeout, seconds (default: 120)  [REQUEST_TIMEOUT]
   --min-instances N             default: 0                                         [MIN_INSTANCES]
   --max-instances N             default: 10                                        [MAX_INSTANCES]
-  --ingress all|internal|internal-and-cloud-load-balancing  default: all           [INGRESS]
+  --ingress internal|all|internal-and-cloud-load-balancing  default: internal      [INGRESS]
+                                internal admits Scheduler and Tasks of this project (or its VPC-SC
+                                perimeter); use all when jobs in other projects call runonce
+  --auth oidc|cloud_run_iam     RUNONCE_AUTH (default: oidc). cloud_run_iam trusts Cloud Run's invoker
+                                check instead of verifying the token's signature (README, "Deploy");
+                                the runtime account then gets run.services.get and .getIamPolicy
+                                on this service, which runonce checks at start-up   [AUTH]
   --force                       deploy even if the configuration is unchanged
   -h, --help                    this help
 USAGE
@@ -48,7 +56,8 @@ RETENTION_SECONDS="${RETENTION_SECONDS:-86400}"
 REQUEST_TIMEOUT="${REQUEST_TIMEOUT:-120}"
 MIN_INSTANCES="${MIN_INSTANCES:-0}"
 MAX_INSTANCES="${MAX_INSTANCES:-10}"
-INGRESS="${INGRESS:-all}"
+INGRESS="${INGRESS:-internal}"
+AUTH="${AUTH:-oidc}"
 FORCE=false
 
 while [[ $# -gt 0 ]]; do
@@ -69,6 +78,7 @@ while [[ $# -gt 0 ]]; do
     --min-instances) MIN_INSTANCES="$(flag_value "$@")"; shift 2 ;;
     --max-instances) MAX_INSTANCES="$(flag_value "$@")"; shift 2 ;;
     --ingress) INGRESS="$(flag_value "$@")"; shift 2 ;;
+    --auth) AUTH="$(flag_value "$@")"; shift 2 ;;
     --force) FORCE=true; shift ;;
     -h | --help) usage; exit 0 ;;
     *) usage_error "unknown argument '$1'" ;;
@@ -89,6 +99,10 @@ done
   usage_error "--dispatch-timeout-seconds ($DISPATCH_TIMEOUT_SECONDS) must be below --lease-seconds ($LEASE_SECONDS)"
 [[ "$INGRESS" =~ ^(all|internal|internal-and-cloud-load-balancing)$ ]] ||
   usage_error "--ingress must be all, internal or internal-and-cloud-load-balancing"
+[[ "$IMAGE" == *@sha256:* || "$IMAGE" =~ ^[a-z0-9-]+-docker\.pkg\.dev/ ]] ||
+  usage_error "--image must be in Artifact Registry (REGION-docker.pkg.dev/...) or name a digest (IMAGE@sha256:...): a re-pushed tag would not be deployed"
+[[ "$AUTH" =~ ^(oidc|cloud_run_iam)$ ]] || usage_error "--auth must be oidc or cloud_run_iam"
+check_names "$PROJECT_ID" "$FIRESTORE_DATABASE" "$FIRESTORE_COLLECTION"
 "$PYTHON" "$DEPLOY_LIB/routes_iam.py" "$ROUTES_FILE" >/dev/null # validates the routes file
 
 RUNTIME_EMAIL="$(sa_email "$RUNTIME_SA" "$PROJECT_ID")"
@@ -98,23 +112,38 @@ URL="$(service_url "$SERVICE" "$PROJECT_ID" "$REGION")"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 ENV_FILE="$WORK/env.yaml"
-{
-  echo "RUNONCE_STORE: firestore"
-  echo "RUNONCE_FIRESTORE_PROJECT: \"$PROJECT_ID\""
-  echo "RUNONCE_FIRESTORE_DATABASE: \"$FIRESTORE_DATABASE\""
-  echo "RUNONCE_FIRESTORE_COLLECTION: \"$FIRESTORE_COLLECTION\""
-  echo "RUNONCE_AUTH: oidc"
-  echo "RUNONCE_AUDIENCE: \"$URL\""
-  echo "RUNONCE_ALLOWED_CALLERS: \"$INVOKER_EMAIL\""
-  echo "RUNONCE_LEASE_SECONDS: \"$LEASE_SECONDS\""
-  echo "RUNONCE_DISPATCH_TIMEOUT_SECONDS: \"$DISPATCH_TIMEOUT_SECONDS\""
-  echo "RUNONCE_RETENTION_SECONDS: \"$RETENTION_SECONDS\""
-  echo "RUNONCE_ROUTES: |"
-  sed 's/^/  /' "$ROUTES_FILE"
-} >"$ENV_FILE"
+# Written by Python's JSON encoder (JSON is YAML): every value quoted and escaped, whatever it holds.
+"$PYTHON" - "$ENV_FILE" "$ROUTES_FILE" \
+  "RUNONCE_STORE=firestore" \
+  "RUNONCE_FIRESTORE_PROJECT=$PROJECT_ID" \
+  "RUNONCE_FIRESTORE_DATABASE=$FIRESTORE_DATABASE" \
+  "RUNONCE_FIRESTORE_COLLECTION=$FIRESTORE_COLLECTION" \
+  "RUNONCE_AUTH=$AUTH" \
+  "RUNONCE_AUDIENCE=$URL" \
+  "RUNONCE_ALLOWED_CALLERS=$INVOKER_EMAIL" \
+  "RUNONCE_LEASE_SECONDS=$LEASE_SECONDS" \
+  "RUNONCE_DISPATCH_TIMEOUT_SECONDS=$DISPATCH_TIMEOUT_SECONDS" \
+  "RUNONCE_RETENTION_SECONDS=$RETENTION_SECONDS" <<'PY'
+import json, sys
+path, routes_file, *pairs = sys.argv[1:]
+env = dict(pair.split("=", 1) for pair in pairs)
+with open(routes_file, encoding="utf-8") as handle:
+    env["RUNONCE_ROUTES"] = handle.read()
+with open(path, "w", encoding="utf-8") as handle:
+    json.dump(env, handle, indent=1)
+PY
+
+# Deploy by digest: a tag can be re-pushed, and a fingerprint of the tag would then report "up to
+# date" and deploy nothing. Artifact Registry resolves the tag; anything else must name a digest.
+IMAGE_DIGEST="$IMAGE"
+if [[ "$IMAGE" != *@sha256:* ]]; then
+  IMAGE_DIGEST="$(gc artifacts docker images describe "$IMAGE" --format='value(image_summary.fully_qualified_digest)')"
+  [[ "$IMAGE_DIGEST" == *@sha256:* ]] || usage_error "--image $IMAGE: Artifact Registry returned no digest"
+  log "image $IMAGE is $IMAGE_DIGEST"
+fi
 
 DEPLOY_FLAGS=(
-  --image="$IMAGE"
+  --image="$IMAGE_DIGEST"
   --region="$REGION"
   --project="$PROJECT_ID"
   --service-account="$RUNTIME_EMAIL"
@@ -128,16 +157,25 @@ DEPLOY_FLAGS=(
   --cpu-boost
 )
 # Label values allow [a-z0-9_-]{0,63}: the first 32 hex digits of the configuration's sha256.
-FINGERPRINT="$({ printf '%s\n' "$SERVICE" "${DEPLOY_FLAGS[@]}"; cat "$ENV_FILE"; } | sha256sum | cut -c1-32)"
+FINGERPRINT="$({ printf '%s\n' "$SERVICE" ${DEPLOY_FLAGS[@]+"${DEPLOY_FLAGS[@]}"}; cat "$ENV_FILE"; } | sha256sum | cut -c1-32)"
 DEPLOY_FLAGS+=(--env-vars-file="$ENV_FILE") # its temporary path stays out of the fingerprint
+
+if [[ "$AUTH" == "cloud_run_iam" ]]; then
+  # What runonce reads at start-up, and only that: granted before the deploy (the first revision runs
+  # the check while it starts), on the project with a condition naming this one service.
+  SELF_CHECK_ROLE="projects/$PROJECT_ID/roles/runonceServiceSelfCheck"
+  ensure_custom_role "$SELF_CHECK_ROLE" "run.services.get,run.services.getIamPolicy"
+  ensure_binding "$SELF_CHECK_ROLE" "serviceAccount:$RUNTIME_EMAIL" "runonce-own-service-only" \
+    "resource.name == \"projects/$PROJECT_ID/locations/$REGION/services/$SERVICE\"" projects -- "$PROJECT_ID"
+fi
 
 CURRENT="$(gc run services describe "$SERVICE" --region="$REGION" --project="$PROJECT_ID" \
   --format='value(metadata.labels.runonce-config)' 2>/dev/null || true)"
 if [[ "$CURRENT" == "$FINGERPRINT" && "$FORCE" == false ]]; then
   log "= service $SERVICE is up to date (configuration $FINGERPRINT)"
 else
-  log "+ deploy service $SERVICE ($IMAGE) in $REGION"
-  gc run deploy "$SERVICE" "${DEPLOY_FLAGS[@]}" --update-labels="runonce-config=$FINGERPRINT" >&2
+  log "+ deploy service $SERVICE ($IMAGE_DIGEST) in $REGION"
+  gc run deploy "$SERVICE" ${DEPLOY_FLAGS[@]+"${DEPLOY_FLAGS[@]}"} --update-labels="runonce-config=$FINGERPRINT" >&2
 fi
 
 ensure_binding roles/run.invoker "serviceAccount:$INVOKER_EMAIL" "" "" run services -- "$SERVICE" \

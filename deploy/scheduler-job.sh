@@ -3,6 +3,7 @@
 # invoker account. The attempt deadline and retries are checked against runonce's lease first (the
 # retry rule in README's "Deploy" section). Idempotent: an existing job with the same settings is
 # left alone; one that differs is updated in place.
+case "${BASH_VERSION:-}" in "" | [12].* | 3.[01].*) echo "$0: needs bash 3.2 or later (macOS's /bin/bash is 3.2), not ${BASH_VERSION:-sh}" >&2; exit 1 ;; esac
 set -euo pipefail
 # shellcheck source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -100,8 +101,7 @@ require "$JOB" "--job (or JOB)"
 require "$ROUTE" "--route (or ROUTE)"
 [[ "$JOB" =~ ^[A-Za-z0-9_-]{1,500}$ ]] || usage_error "--job may contain only letters, digits, '-' and '_', got '$JOB'"
 [[ "$ROUTE" =~ ^[a-z0-9][a-z0-9_-]{0,62}$ ]] || usage_error "--route must be 1-63 lower-case letters, digits, '-' or '_', got '$ROUTE'"
-read -r -a CRON_FIELDS <<<"$SCHEDULE"
-(( ${#CRON_FIELDS[@]} == 5 )) || usage_error "--schedule must be a unix-cron expression with 5 fields (e.g. \"0 3 * * *\"), got '$SCHEDULE'"
+(( $(wc -w <<<"$SCHEDULE") == 5 )) || usage_error "--schedule must be a unix-cron expression with 5 fields (e.g. \"0 3 * * *\"), got '$SCHEDULE'"
 [[ "$TIME_ZONE" =~ ^(UTC|[A-Za-z]+(/[A-Za-z0-9_+-]+)+)$ ]] || usage_error "--time-zone must be a tz database name such as Europe/Paris, got '$TIME_ZONE'"
 if [[ -n "$BODY" ]]; then
   "$PYTHON" -c 'import json, sys; assert isinstance(json.loads(sys.argv[1]), dict)' "$BODY" 2>/dev/null ||
@@ -113,8 +113,10 @@ for pair in "ATTEMPT_DEADLINE:$ATTEMPT_DEADLINE" "RETRY_COUNT:$RETRY_COUNT" "MIN
   "RETENTION_SECONDS:$RETENTION_SECONDS" "REQUEST_TIMEOUT:$REQUEST_TIMEOUT"; do
   require_int "${pair#*:}" "${pair%%:*}"
 done
-WINDOW="$(check_retry_rule "$ATTEMPT_DEADLINE" "$RETRY_COUNT" "$MIN_BACKOFF" "$MAX_BACKOFF" "$MAX_DOUBLINGS" \
+RETRY_WINDOW="$(check_retry_rule "$ATTEMPT_DEADLINE" "$RETRY_COUNT" "$MIN_BACKOFF" "$MAX_BACKOFF" "$MAX_DOUBLINGS" \
   "$MAX_RETRY_DURATION" "$LEASE_SECONDS" "$DISPATCH_TIMEOUT_SECONDS" "$RETENTION_SECONDS" "$REQUEST_TIMEOUT")"
+read -r WINDOW LONGEST <<<"$RETRY_WINDOW"
+log "retries span ${WINDOW}s to ${LONGEST}s after the first attempt (app/scheduler_retry.py)"
 
 INVOKER_EMAIL="$(sa_email "$INVOKER_SA" "$PROJECT_ID")"
 SERVICE_URL="${SERVICE_URL:-$(service_url "$SERVICE" "$PROJECT_ID" "${SERVICE_REGION:-$LOCATION}")}"
@@ -155,7 +157,7 @@ PY
 )"
 
 JOB_ARGS=("$JOB" --location="$LOCATION" --project="$PROJECT_ID")
-if EXISTING="$(gc scheduler jobs describe "${JOB_ARGS[@]}" --format=json 2>/dev/null)"; then
+if EXISTING="$(gc scheduler jobs describe ${JOB_ARGS[@]+"${JOB_ARGS[@]}"} --format=json 2>/dev/null)"; then
   if "$PYTHON" "$DEPLOY_LIB/job_matches.py" "$WANTED" <<<"$EXISTING"; then
     log "= Scheduler job $JOB is up to date (retries span ${WINDOW}s)"
   else
@@ -165,11 +167,11 @@ if EXISTING="$(gc scheduler jobs describe "${JOB_ARGS[@]}" --format=json 2>/dev/
     else
       BODY_FLAGS=(--clear-message-body --clear-headers)
     fi
-    gc scheduler jobs update http "${JOB_ARGS[@]}" "${SETTINGS[@]}" "${BODY_FLAGS[@]}" --format='value(name)' >/dev/null
+    gc scheduler jobs update http ${JOB_ARGS[@]+"${JOB_ARGS[@]}"} ${SETTINGS[@]+"${SETTINGS[@]}"} ${BODY_FLAGS[@]+"${BODY_FLAGS[@]}"} --format='value(name)' >/dev/null
   fi
 else
   log "+ create Scheduler job $JOB ($SCHEDULE $TIME_ZONE -> $URI, retries span ${WINDOW}s)"
   BODY_FLAGS=()
   [[ -z "$BODY" ]] || BODY_FLAGS=(--message-body="$BODY" --headers=Content-Type=application/json)
-  gc scheduler jobs create http "${JOB_ARGS[@]}" "${SETTINGS[@]}" "${BODY_FLAGS[@]}" --format='value(name)' >/dev/null
+  gc scheduler jobs create http ${JOB_ARGS[@]+"${JOB_ARGS[@]}"} ${SETTINGS[@]+"${SETTINGS[@]}"} ${BODY_FLAGS[@]+"${BODY_FLAGS[@]}"} --format='value(name)' >/dev/null
 fi

@@ -2,6 +2,7 @@
 # runonce's project-side setup: service accounts, the Firestore claim store with its TTL policy,
 # and the runtime account's least-privilege grants for the routes' targets. Idempotent: every step
 # reads first and changes only what is missing, so a second run changes nothing.
+case "${BASH_VERSION:-}" in "" | [12].* | 3.[01].*) echo "$0: needs bash 3.2 or later (macOS's /bin/bash is 3.2), not ${BASH_VERSION:-sh}" >&2; exit 1 ;; esac
 set -euo pipefail
 # shellcheck source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -12,7 +13,8 @@ Usage: $(basename "$0") --project PROJECT_ID --region REGION --routes-file FILE 
 
 Creates (if absent) runonce's runtime and invoker service accounts and its Firestore database with a
 TTL policy on the run records' expire_at, then grants the runtime account what its routes' targets
-need (DESIGN.md's IAM table). The invoker's roles/run.invoker on the service is granted by
+need (README's IAM table), with custom roles in the targets' projects where no predefined role is
+narrow enough (creating them needs iam.roles.create there, e.g. roles/iam.roleAdmin). The invoker's roles/run.invoker on the service is granted by
 deploy-service.sh, once the service exists.
 
 Options (each also read from the environment variable in brackets):
@@ -24,6 +26,9 @@ Options (each also read from the environment variable in brackets):
   --firestore-database NAME      default: (default)                                 [FIRESTORE_DATABASE]
   --firestore-location LOCATION  for a new database; default: the region            [FIRESTORE_LOCATION]
   --firestore-collection NAME    run records' collection (default: runonce_runs)     [FIRESTORE_COLLECTION]
+  --cloud-build-role custom|predefined  for cloud_build_trigger routes: the custom role runonceBuildRunner
+                                 (cloudbuild.builds.create/get/list; default) or roles/cloudbuild.builds.editor
+                                 (also edits and cancels builds)  [CLOUD_BUILD_ROLE]
   --trigger-service-account EMAIL  a cloud_build_trigger's own account: runonce gets actAs on it
                                  (repeatable)                     [TRIGGER_SERVICE_ACCOUNTS, comma-separated]
   --downstream-service projects/P/locations/L/services/S  a Cloud Run service an http route with an
@@ -41,6 +46,7 @@ INVOKER_SA="${INVOKER_SA:-runonce-invoker}"
 FIRESTORE_DATABASE="${FIRESTORE_DATABASE:-(default)}"
 FIRESTORE_LOCATION="${FIRESTORE_LOCATION:-}"
 FIRESTORE_COLLECTION="${FIRESTORE_COLLECTION:-runonce_runs}"
+CLOUD_BUILD_ROLE="${CLOUD_BUILD_ROLE:-custom}"
 IFS=',' read -r -a TRIGGER_SAS <<<"${TRIGGER_SERVICE_ACCOUNTS:-}"
 IFS=',' read -r -a DOWNSTREAM <<<"${DOWNSTREAM_SERVICES:-}"
 
@@ -54,6 +60,7 @@ while [[ $# -gt 0 ]]; do
     --firestore-database) FIRESTORE_DATABASE="$(flag_value "$@")"; shift 2 ;;
     --firestore-location) FIRESTORE_LOCATION="$(flag_value "$@")"; shift 2 ;;
     --firestore-collection) FIRESTORE_COLLECTION="$(flag_value "$@")"; shift 2 ;;
+    --cloud-build-role) CLOUD_BUILD_ROLE="$(flag_value "$@")"; shift 2 ;;
     --trigger-service-account) TRIGGER_SAS+=("$(flag_value "$@")"); shift 2 ;;
     --downstream-service) DOWNSTREAM+=("$(flag_value "$@")"); shift 2 ;;
     -h | --help) usage; exit 0 ;;
@@ -66,12 +73,16 @@ require "$REGION" "--region (or REGION)"
 require "$ROUTES_FILE" "--routes-file (or ROUTES_FILE)"
 [[ -r "$ROUTES_FILE" ]] || usage_error "routes file '$ROUTES_FILE' cannot be read"
 FIRESTORE_LOCATION="${FIRESTORE_LOCATION:-$REGION}"
-for service in "${DOWNSTREAM[@]}"; do
+[[ "$CLOUD_BUILD_ROLE" =~ ^(custom|predefined)$ ]] || usage_error "--cloud-build-role must be custom or predefined"
+check_names "$PROJECT_ID" "$FIRESTORE_DATABASE" "$FIRESTORE_COLLECTION"
+for service in ${DOWNSTREAM[@]+"${DOWNSTREAM[@]}"}; do
   [[ -z "$service" || "$service" =~ ^projects/[^/]+/locations/[^/]+/services/[^/]+$ ]] ||
     usage_error "--downstream-service must look like projects/P/locations/L/services/S, got '$service'"
 done
 # Every grant is computed (and the routes file validated) before anything is changed.
-GRANTS="$("$PYTHON" "$DEPLOY_LIB/routes_iam.py" "$ROUTES_FILE")"
+GRANTS_FLAGS=()
+[[ "$CLOUD_BUILD_ROLE" == "predefined" ]] && GRANTS_FLAGS=(--predefined-cloud-build-role)
+GRANTS="$("$PYTHON" "$DEPLOY_LIB/routes_iam.py" ${GRANTS_FLAGS[@]+"${GRANTS_FLAGS[@]}"} "$ROUTES_FILE")"
 
 RUNTIME_EMAIL="$(sa_email "$RUNTIME_SA" "$PROJECT_ID")"
 INVOKER_EMAIL="$(sa_email "$INVOKER_SA" "$PROJECT_ID")"
@@ -118,6 +129,7 @@ ensure_binding roles/datastore.user "$RUNTIME_MEMBER" "runonce-database-only" \
 while IFS=$'\t' read -r role kind resource; do
   [[ -n "$role" ]] || continue
   case "$kind" in
+    custom-role) ensure_custom_role "$role" "$resource" ;;
     project) ensure_binding "$role" "$RUNTIME_MEMBER" "" "" projects -- "$resource" ;;
     run-job)
       IFS=/ read -r _ job_project _ job_region _ job_name <<<"$resource"
@@ -127,14 +139,14 @@ while IFS=$'\t' read -r role kind resource; do
   esac
 done <<<"$GRANTS"
 
-for email in "${TRIGGER_SAS[@]}"; do
+for email in ${TRIGGER_SAS[@]+"${TRIGGER_SAS[@]}"}; do
   [[ -n "$email" ]] || continue
   sa_project="${email#*@}"
   [[ "$sa_project" == *.iam.gserviceaccount.com ]] && sa_project="${sa_project%.iam.gserviceaccount.com}" || sa_project="$PROJECT_ID"
   ensure_binding roles/iam.serviceAccountUser "$RUNTIME_MEMBER" "" "" iam service-accounts -- "$email" \
     --project="$sa_project"
 done
-for service in "${DOWNSTREAM[@]}"; do
+for service in ${DOWNSTREAM[@]+"${DOWNSTREAM[@]}"}; do
   [[ -n "$service" ]] || continue
   IFS=/ read -r _ svc_project _ svc_region _ svc_name <<<"$service"
   ensure_binding roles/run.invoker "$RUNTIME_MEMBER" "" "" run services -- "$svc_name" \

@@ -6,17 +6,16 @@
 resource "google_firestore_database" "this" {
   count = var.create_firestore_database ? 1 : 0
 
-  project                 = var.project_id
-  name                    = var.firestore_database
-  location_id             = local.firestore_location
-  type                    = "FIRESTORE_NATIVE"
+  project     = var.project_id
+  name        = var.firestore_database
+  location_id = local.firestore_location
+  type        = "FIRESTORE_NATIVE"
+  # Run records are the only memory of which runs already happened: losing them re-runs jobs.
+  # `terraform destroy` therefore forgets the database without deleting it (ABANDON), and Firestore
+  # refuses to delete it while delete protection is on. No `prevent_destroy`: it would make every
+  # plan that destroys the module fail, while these two already keep the data.
   delete_protection_state = "DELETE_PROTECTION_ENABLED"
   deletion_policy         = "ABANDON"
-
-  # Run records are the only memory of which runs already happened: losing them re-runs jobs.
-  lifecycle {
-    prevent_destroy = true
-  }
 
   depends_on = [google_project_service.apis]
 }

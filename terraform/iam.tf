@@ -6,8 +6,9 @@
  * |---------------------|----------------------------------------|------------------------------------|
  * | workflows           | roles/workflows.invoker                | the workflow's project (no per-workflow IAM) |
  * | cloud_run_job       | roles/run.jobsExecutorWithOverrides,   | the job                            |
- * |                     | roles/run.viewer (list executions)     | the job                            |
- * | cloud_build_trigger | roles/cloudbuild.builds.editor         | the trigger's project (no per-trigger IAM) |
+ * |                     | runonceExecutionReader (custom: run.executions.get/list) | the job          |
+ * | cloud_build_trigger | runonceBuildRunner (custom: cloudbuild.builds.create/get/list), | the trigger's project (no per-trigger IAM) |
+ * |                     | or roles/cloudbuild.builds.editor with cloud_build_role = "predefined" |   |
  * |                     | roles/iam.serviceAccountUser           | each var.trigger_service_accounts  |
  * | http with audience  | roles/run.invoker                      | each var.downstream_services       |
  * | log                 | nothing                                |                                    |
@@ -34,6 +35,28 @@ resource "google_project_iam_member" "runtime_workflows" {
   member  = google_service_account.runtime.member
 }
 
+# Custom roles live in the project of the resource they are granted on: a project-level custom role
+# can be granted nowhere else. deploy/lib/routes_iam.py defines the same ones.
+resource "google_project_iam_custom_role" "execution_reader" {
+  for_each = local.run_job_projects
+
+  project     = each.value
+  role_id     = "runonceExecutionReader"
+  title       = "runonce: execution reader"
+  description = "Read Cloud Run job executions, to reconcile runs (roles/run.jobsExecutorWithOverrides cannot)."
+  permissions = ["run.executions.get", "run.executions.list"]
+}
+
+resource "google_project_iam_custom_role" "build_runner" {
+  for_each = var.cloud_build_role == "custom" ? local.build_projects : toset([])
+
+  project     = each.value
+  role_id     = "runonceBuildRunner"
+  title       = "runonce: build runner"
+  description = "Run Cloud Build triggers (triggers.run needs cloudbuild.builds.create) and read builds, to reconcile runs."
+  permissions = ["cloudbuild.builds.create", "cloudbuild.builds.get", "cloudbuild.builds.list"]
+}
+
 resource "google_cloud_run_v2_job_iam_member" "runtime" {
   for_each = local.run_job_grants
 
@@ -42,14 +65,16 @@ resource "google_cloud_run_v2_job_iam_member" "runtime" {
   name     = each.value.job.name
   role     = each.value.role
   member   = google_service_account.runtime.member
+
+  depends_on = [google_project_iam_custom_role.execution_reader]
 }
 
 resource "google_project_iam_member" "runtime_cloudbuild" {
-  # checkov:skip=CKV_GCP_49:triggers.run needs cloudbuild.builds.create, which only project-level roles carry (no per-trigger IAM); granted only in projects of cloud_build_trigger routes.
+  # checkov:skip=CKV_GCP_49:triggers.run needs cloudbuild.builds.create, which is granted per project only (no per-trigger IAM); the custom runonceBuildRunner by default, only in projects of cloud_build_trigger routes.
   for_each = local.build_projects
 
   project = each.value
-  role    = "roles/cloudbuild.builds.editor"
+  role    = var.cloud_build_role == "custom" ? google_project_iam_custom_role.build_runner[each.value].name : "roles/cloudbuild.builds.editor"
   member  = google_service_account.runtime.member
 }
 
@@ -69,4 +94,32 @@ resource "google_cloud_run_v2_service_iam_member" "runtime_invokes_downstream" {
   name     = each.value.name
   role     = "roles/run.invoker"
   member   = google_service_account.runtime.member
+}
+
+# RUNONCE_AUTH=cloud_run_iam checks at start-up that the invoker check is on and that nobody public
+# may invoke: it reads its own service and that service's IAM policy, and nothing else.
+resource "google_project_iam_custom_role" "service_self_check" {
+  count = var.auth == "cloud_run_iam" ? 1 : 0
+
+  project     = var.project_id
+  role_id     = "runonceServiceSelfCheck"
+  title       = "runonce: service self-check"
+  description = "Read runonce's own Cloud Run service and its IAM policy (RUNONCE_AUTH=cloud_run_iam start-up check)."
+  permissions = ["run.services.get", "run.services.getIamPolicy"]
+}
+
+# On the project with a condition naming the service, not on the service itself: the first revision
+# runs the check while it starts, before a grant on the service could exist.
+resource "google_project_iam_member" "runtime_self_check" {
+  count = var.auth == "cloud_run_iam" ? 1 : 0
+
+  project = var.project_id
+  role    = google_project_iam_custom_role.service_self_check[0].name
+  member  = google_service_account.runtime.member
+
+  condition {
+    title       = "runonce-own-service-only"
+    description = "Only runonce's own Cloud Run service."
+    expression  = "resource.name == \"projects/${var.project_id}/locations/${var.region}/services/${var.service_name}\""
+  }
 }

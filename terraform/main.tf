@@ -18,7 +18,7 @@ locals {
     RUNONCE_FIRESTORE_DATABASE       = var.firestore_database
     RUNONCE_FIRESTORE_COLLECTION     = var.firestore_collection
     RUNONCE_ROUTES                   = jsonencode({ routes = var.routes })
-    RUNONCE_AUTH                     = "oidc"
+    RUNONCE_AUTH                     = var.auth
     RUNONCE_AUDIENCE                 = local.service_url
     RUNONCE_ALLOWED_CALLERS          = google_service_account.invoker.email
     RUNONCE_LEASE_SECONDS            = tostring(var.lease_seconds)
@@ -122,6 +122,7 @@ resource "google_cloud_run_v2_service" "this" {
 
   depends_on = [
     google_project_iam_member.runtime_datastore,
+    google_project_iam_member.runtime_self_check,
     google_firestore_field.expire_at_ttl,
     terraform_data.rules,
   ]

@@ -29,8 +29,13 @@ output "scheduler_job_ids" {
 }
 
 output "retry_window_seconds" {
-  description = "Per job: how long after the first attempt Scheduler keeps retrying (ignoring attempt durations)."
+  description = "Per job: when the last retry starts, after the first attempt, if every attempt is answered at once (app/scheduler_retry.py's shortest window)."
   value       = local.retry_window_seconds
+}
+
+output "retry_window_longest_seconds" {
+  description = "Per job: when the last attempt ends, after the first one started, if every attempt takes the whole attempt deadline (retention must exceed it)."
+  value       = local.retry_window_longest_seconds
 }
 
 output "log_based_metrics" {

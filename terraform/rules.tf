@@ -10,10 +10,13 @@
  *   1. attempt deadline >= dispatch timeout + store margin: Scheduler waits for runonce's answer
  *      (one dispatch, plus claim and finish on the store) instead of abandoning a working attempt;
  *   2. attempt deadline <= the Cloud Run request timeout;
- *   3. retry window >= lease + attempt deadline: retries are still coming after a dead attempt's
- *      lease has run out, so one of them completes the run;
- *   4. retention > retry window + attempt deadline: the record outlives every retry, so a late
- *      retry is answered `duplicate` instead of running again.
+ *   3. shortest retry window >= lease + attempt deadline: retries are still coming after a dead
+ *      attempt's lease has run out, so one of them completes the run;
+ *   4. retention > longest retry window: the record outlives every retry, so a late retry is
+ *      answered `duplicate` instead of running again.
+ * The two windows are app/scheduler_retry.py's (the one implementation; a test holds this copy to
+ * it): `shortest` = the last retry's start when every attempt is answered at once, `longest` = the
+ * last attempt's end when every attempt takes the whole deadline.
  * And for the service: dispatch timeout < lease (a dispatch never outlives its claim).
  */
 
@@ -28,7 +31,8 @@ locals {
     for t in local.targets : split("/", t.workflow)[1] if t.type == "workflows"
   ])
 
-  # projects/P/locations/L/jobs/J -> {project, location, name}; two roles on each job.
+  # projects/P/locations/L/jobs/J -> {project, location, name}; two roles on each job: run with
+  # overrides, and the custom execution reader (iam.tf) of the job's project.
   run_jobs = {
     for job in distinct([for t in local.targets : t.job if t.type == "cloud_run_job"]) : job => {
       project  = split("/", job)[1]
@@ -36,10 +40,13 @@ locals {
       name     = split("/", job)[5]
     }
   }
-  run_job_grants = {
-    for pair in setproduct(keys(local.run_jobs), ["roles/run.jobsExecutorWithOverrides", "roles/run.viewer"]) :
-    "${pair[0]} ${pair[1]}" => { job = local.run_jobs[pair[0]], role = pair[1] }
-  }
+  run_job_projects = toset([for job in values(local.run_jobs) : job.project])
+  run_job_grants = merge([
+    for name, job in local.run_jobs : {
+      for role in ["roles/run.jobsExecutorWithOverrides", "projects/${job.project}/roles/runonceExecutionReader"] :
+      "${name} ${role}" => { job = job, role = role }
+    }
+  ]...)
 
   # projects/P/locations/L/triggers/T -> P
   build_projects = toset([
@@ -54,22 +61,33 @@ locals {
     }
   }
 
-  # Scheduler's backoff: the interval doubles max_doublings times from min_backoff, then grows
-  # linearly by min_backoff * 2^max_doublings, capped at max_backoff; retry_count intervals in all,
-  # cut at max_retry_duration when that is not 0.
+  # Scheduler's backoff before retry i: min_backoff doubling max_doublings times, then growing
+  # linearly by min_backoff * 2^max_doublings, capped at max_backoff. Retries go on until both
+  # retry_count and max_retry_duration (0 = no time limit) are used up, so a retry i is sent when
+  # i <= retry_count or it starts within max_retry_duration. At most retry_cap retries are followed.
+  retry_cap = 64
   retry_backoffs = {
     for name, job in var.jobs : name => [
-      for i in range(1, job.retry.retry_count + 1) : min(job.retry.max_backoff_seconds,
+      for i in range(1, local.retry_cap + 1) : min(job.retry.max_backoff_seconds,
         i <= job.retry.max_doublings + 1 ? job.retry.min_backoff_seconds * pow(2, i - 1) :
       job.retry.min_backoff_seconds * pow(2, job.retry.max_doublings) * (i - job.retry.max_doublings))
     ]
   }
+  # Start of retry i after the first attempt, with attempts answered at once / taking the deadline.
+  retry_starts = {
+    for name, job in var.jobs : name => {
+      for bound, attempt in { shortest = 0, longest = job.attempt_deadline_seconds } : bound => [
+        for i in range(1, local.retry_cap + 1) : i * attempt + sum(slice(local.retry_backoffs[name], 0, i))
+        if i <= job.retry.retry_count || (job.retry.max_retry_duration_seconds > 0 &&
+        i * attempt + sum(slice(local.retry_backoffs[name], 0, i)) <= job.retry.max_retry_duration_seconds)
+      ]
+    }
+  }
   retry_window_seconds = {
-    for name, job in var.jobs : name => (
-      job.retry.max_retry_duration_seconds > 0 ?
-      min(job.retry.max_retry_duration_seconds, sum(concat([0], local.retry_backoffs[name]))) :
-      sum(concat([0], local.retry_backoffs[name]))
-    )
+    for name, starts in local.retry_starts : name => max(concat([0], starts.shortest)...)
+  }
+  retry_window_longest_seconds = {
+    for name, starts in local.retry_starts : name => max(concat([0], starts.longest)...) + var.jobs[name].attempt_deadline_seconds
   }
 
   # Claim and finish each wait up to RUNONCE_STORE_TIMEOUT_SECONDS (5 s) on Firestore; three of
@@ -93,8 +111,11 @@ locals {
       local.retry_window_seconds[name] >= var.lease_seconds + job.attempt_deadline_seconds ? [] : [
         "jobs.${name}: retries span ${local.retry_window_seconds[name]} s, less than lease_seconds + attempt_deadline_seconds = ${var.lease_seconds + job.attempt_deadline_seconds} s: a run whose attempt died after claiming would never be taken over. Raise retry.retry_count, retry.min_backoff_seconds or retry.max_backoff_seconds."
       ],
-      var.retention_seconds > local.retry_window_seconds[name] + job.attempt_deadline_seconds ? [] : [
-        "jobs.${name}: retention_seconds (${var.retention_seconds}) must exceed the retry window plus attempt deadline (${local.retry_window_seconds[name] + job.attempt_deadline_seconds} s), or a late retry finds no record and runs again."
+      var.retention_seconds > local.retry_window_longest_seconds[name] ? [] : [
+        "jobs.${name}: retention_seconds (${var.retention_seconds}) must exceed the longest retry window (${local.retry_window_longest_seconds[name]} s, every attempt taking the whole deadline), or a late retry finds no record and runs again."
+      ],
+      length(local.retry_starts[name].shortest) < local.retry_cap ? [] : [
+        "jobs.${name}: retry.max_retry_duration_seconds allows more than ${local.retry_cap} retries; raise retry.min_backoff_seconds or lower the duration."
       ],
     )]),
   )
@@ -102,7 +123,7 @@ locals {
 
 # Holds the rules above: no infrastructure, only a plan-time check (terraform_data is built in).
 resource "terraform_data" "rules" {
-  input = local.retry_window_seconds
+  input = local.retry_window_longest_seconds
 
   lifecycle {
     precondition {

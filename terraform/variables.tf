@@ -41,12 +41,12 @@ variable "service_name" {
 }
 
 variable "image" {
-  description = "Container image built from this repository's Dockerfile, preferably by digest (e.g. \"europe-west1-docker.pkg.dev/my-project/runonce/runonce@sha256:...\")."
+  description = "Container image built from this repository's Dockerfile, by digest (e.g. \"europe-west1-docker.pkg.dev/my-project/runonce/runonce@sha256:...\"): a tag can be re-pushed, and Terraform would see no change and deploy nothing."
   type        = string
 
   validation {
-    condition     = can(regex("^[^\\s]+$", var.image))
-    error_message = "image must be a container image reference without spaces, e.g. \"europe-west1-docker.pkg.dev/my-project/runonce/runonce:0.1.0\"."
+    condition     = can(regex("^[^\\s@]+@sha256:[0-9a-f]{64}$", var.image))
+    error_message = "image must name a digest, e.g. \"europe-west1-docker.pkg.dev/my-project/runonce/runonce@sha256:<64 hex>\" (a re-pushed tag would not be deployed). Get it with: gcloud artifacts docker images describe IMAGE:TAG --format='value(image_summary.fully_qualified_digest)'."
   }
 }
 
@@ -270,9 +270,9 @@ variable "max_instances" {
 }
 
 variable "ingress" {
-  description = "Cloud Run ingress. INGRESS_TRAFFIC_ALL keeps the run.app URL reachable (IAM still requires the invoker's token); INGRESS_TRAFFIC_INTERNAL_ONLY narrows it further."
+  description = "Cloud Run ingress. INGRESS_TRAFFIC_INTERNAL_ONLY (default) admits Cloud Scheduler and Cloud Tasks of the service's own project (or VPC Service Controls perimeter), which count as internal sources; set INGRESS_TRAFFIC_ALL when jobs in other projects call runonce (IAM still requires the invoker's token)."
   type        = string
-  default     = "INGRESS_TRAFFIC_ALL"
+  default     = "INGRESS_TRAFFIC_INTERNAL_ONLY"
 
   validation {
     condition     = contains(["INGRESS_TRAFFIC_ALL", "INGRESS_TRAFFIC_INTERNAL_ONLY", "INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER"], var.ingress)
@@ -296,6 +296,28 @@ variable "env" {
   description = "Extra environment variables for the container (e.g. RUNONCE_LOG_FORMAT). The RUNONCE_ variables this module sets cannot be overridden here."
   type        = map(string)
   default     = {}
+}
+
+variable "cloud_build_role" {
+  description = "Role for cloud_build_trigger routes, in the trigger's project: \"custom\" (default) creates runonceBuildRunner with cloudbuild.builds.create/get/list; \"predefined\" grants roles/cloudbuild.builds.editor, which can also edit and cancel any build. Either way, running a trigger that acts as another service account is code execution as that account: keep such triggers in a project of their own."
+  type        = string
+  default     = "custom"
+
+  validation {
+    condition     = contains(["custom", "predefined"], var.cloud_build_role)
+    error_message = "cloud_build_role must be \"custom\" or \"predefined\"."
+  }
+}
+
+variable "auth" {
+  description = "RUNONCE_AUTH: \"oidc\" (default) verifies each caller's Google-signed ID token; \"cloud_run_iam\" trusts Cloud Run's invoker check (for when the signature does not reach the container) and gives the runtime account run.services.get and .getIamPolicy on the service, which runonce checks at start-up."
+  type        = string
+  default     = "oidc"
+
+  validation {
+    condition     = contains(["oidc", "cloud_run_iam"], var.auth)
+    error_message = "auth must be \"oidc\" or \"cloud_run_iam\"."
+  }
 }
 
 variable "trigger_service_accounts" {

@@ -12,7 +12,6 @@ import pytest
 from click.testing import CliRunner
 
 from app.cli import main
-from app.schedules.lint import retry_window
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
@@ -177,14 +176,19 @@ def test_lint_uses_the_configured_routes_file_when_none_is_given(runner: CliRunn
     assert "route 'nightly-etl', which the routes file does not define (routes: demo)" in result.stdout
 
 
-def test_retry_window_follows_schedulers_backoff() -> None:
-    # RetryConfig's documented example: 10 s doubling 3 times, then +80 s, capped at 300 s.
-    job = {"attemptDeadline": "15s", "retryConfig": {
-        "retryCount": 8, "minBackoffDuration": "10s", "maxBackoffDuration": "300s", "maxDoublings": 3}}
-    window, _ = retry_window(job)
-    assert window == (10 + 20 + 40 + 80 + 160 + 240 + 300 + 300) + 9 * 15
-    assert retry_window({})[0] == 180  # no retries: one attempt of the default deadline
-    assert retry_window({"retryConfig": {"maxRetryDuration": "7200s"}})[0] == 7200 + 180
+def test_lint_warns_with_the_numbers_when_retries_outlast_the_schedule_interval(runner: CliRunner, tmp_path: Path) -> None:
+    job = json.loads((EXAMPLES / "scheduler" / "nightly-etl.json").read_text())
+    job.update({"schedule": "*/10 * * * *", "attemptDeadline": "60s", "retryConfig": {
+        "retryCount": 5, "minBackoffDuration": "20s", "maxBackoffDuration": "300s", "maxDoublings": 4}})
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(job))
+    result = run(runner, "lint", str(path), "--now", NOW)
+    # 20 + 40 + 80 + 160 + 300 s of backoff + 6 attempts of 60 s = 960 s > 600 s between runs.
+    assert "[retries_overlap_next_run]" in result.stdout, result.stdout
+    assert "retried for up to 960s (5 retries" in result.stdout and "longer than the 600s between its runs" in result.stdout
+    job["schedule"] = "*/30 * * * *"
+    path.write_text(json.dumps(job))
+    assert "retries_overlap_next_run" not in run(runner, "lint", str(path), "--now", NOW).stdout
 
 
 def _readme_sessions() -> list[tuple[str, list[str]]]:

@@ -9,8 +9,9 @@ Errors (exit 1) are what makes deliveries fail or run twice: an invalid schedule
 URI that is not `/v1/routes/{route}:run` or names no configured route, no OIDC token, a method or
 body runonce refuses, a retry window longer than the retention, a job whose schedule differs from
 the one its route declares. Warnings (exit 0): groc without the `snap` policy, DST transitions that
-skip or repeat a fire time in the next two years, an attempt deadline longer than the lease, and
-the like.
+skip or repeat a fire time in the next two years, an attempt deadline longer than the lease, a
+retry window longer than the time between two runs (Scheduler then delays or skips the next run),
+and the like.
 """
 
 from __future__ import annotations
@@ -28,12 +29,12 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
+from ..scheduler_retry import RetryConfig, retry_window
 from . import IntervalSchedule, Schedule, ScheduleError, get_zone, parse_schedule
 
 DST_SCAN = timedelta(days=730)
 ROUTE_PATH = re.compile(r"^/v1/routes/([^/:]+):run$")
-DEFAULT_ATTEMPT_DEADLINE = 180.0  # HTTP targets (Job.attemptDeadline)
-DEFAULT_MIN_BACKOFF, DEFAULT_MAX_BACKOFF, DEFAULT_MAX_DOUBLINGS = 5.0, 3600.0, 5  # RetryConfig
+OVERLAP_SCAN = 400  # fire times looked at for the shortest gap between two runs
 MAX_BODY_BYTES = 32 * 1024
 
 
@@ -58,39 +59,6 @@ class LintConfig:
     lease_seconds: float = 300.0
     retention_seconds: float = 86400.0
     now: datetime | None = None
-
-
-def duration_seconds(value: object, field: str) -> float:
-    """A google-duration (`"300s"`, `"0.5s"`) in seconds."""
-    if isinstance(value, str) and re.fullmatch(r"\d+(?:\.\d+)?s", value):
-        return float(value[:-1])
-    raise ValueError(f"{field}: {value!r} is not a duration like '300s'")
-
-
-def retry_window(job: Mapping[str, Any]) -> tuple[float, str]:
-    """How long after the first attempt a retry of one run can still arrive, and how it is made up.
-
-    Backoff per RetryConfig: min_backoff, doubling max_doublings times, then growing linearly by
-    the last doubled step, capped at max_backoff; retries stop when both retry_count and
-    max_retry_duration are used up. Every attempt may also take the attempt deadline.
-    """
-    config = job.get("retryConfig") or {}
-    deadline = duration_seconds(job.get("attemptDeadline", f"{DEFAULT_ATTEMPT_DEADLINE:g}s"), "attemptDeadline")
-    count = int(config.get("retryCount", 0))
-    max_duration = duration_seconds(config.get("maxRetryDuration", "0s"), "retryConfig.maxRetryDuration")
-    low = duration_seconds(config.get("minBackoffDuration", f"{DEFAULT_MIN_BACKOFF:g}s"), "retryConfig.minBackoffDuration")
-    high = duration_seconds(config.get("maxBackoffDuration", f"{DEFAULT_MAX_BACKOFF:g}s"), "retryConfig.maxBackoffDuration")
-    doublings = int(config.get("maxDoublings", DEFAULT_MAX_DOUBLINGS))
-    waits = []
-    for i in range(count):
-        wait = low * 2**i if i <= doublings else low * 2**doublings * (1 + i - doublings)
-        waits.append(min(wait, high))
-    by_count = sum(waits) + (count + 1) * deadline
-    window = max(by_count, max_duration + deadline if max_duration else 0.0)
-    parts = f"{count} retries, backoff {low:g}s..{high:g}s, attempt deadline {deadline:g}s"
-    if max_duration:
-        parts += f", maxRetryDuration {max_duration:g}s"
-    return window, parts
 
 
 def load_documents(path: str) -> tuple[str, Any]:
@@ -280,17 +248,43 @@ def _lint_job(file: str, job: Mapping[str, Any], routes: Mapping[str, Any] | Non
                 error("schedule_mismatch", f"the job runs {text!r} in {get_zone(job.get('timeZone')).key}, but its route "
                       f"declares {route.schedule!r} in {declared_zone}: snapped keys would be wrong")
 
-    # Deadlines and retries against the lease and the retention.
+    # Deadlines and retries against the lease, the retention and the schedule's own interval.
     try:
-        deadline = duration_seconds(job.get("attemptDeadline", f"{DEFAULT_ATTEMPT_DEADLINE:g}s"), "attemptDeadline")
-        if deadline > config.lease_seconds:
-            warn("deadline_over_lease", f"attemptDeadline {deadline:g}s is longer than runonce's lease "
-                 f"({config.lease_seconds:g}s): Scheduler keeps waiting after another attempt may take the run over")
-        window, parts = retry_window(job)
-        if window > config.retention_seconds:
-            error("retries_outlive_retention", f"retries can arrive up to {window:g}s after the first attempt "
-                  f"({parts}), longer than runonce's retention ({config.retention_seconds:g}s): a late retry "
-                  "finds no record and runs again")
-    except (ValueError, TypeError) as exc:
+        retry = RetryConfig.from_job(job)
+    except ValueError as exc:
         error("bad_duration", str(exc))
+        return out
+    if retry.attempt_deadline > config.lease_seconds:
+        warn("deadline_over_lease", f"attemptDeadline {retry.attempt_deadline:g}s is longer than runonce's lease "
+             f"({config.lease_seconds:g}s): Scheduler keeps waiting after another attempt may take the run over")
+    window = retry_window(retry)
+    if window.longest > config.retention_seconds:
+        error("retries_outlive_retention", f"retries can arrive up to {window.longest:g}s after the first attempt "
+              f"({retry.describe()}), longer than runonce's retention ({config.retention_seconds:g}s): a late retry "
+              "finds no record and runs again")
+    if schedule is not None:
+        gap = _shortest_gap(schedule, job.get("timeZone"), config)
+        if gap is not None and window.longest > gap[0]:
+            warn("retries_overlap_next_run", f"a failing run can be retried for up to {window.longest:g}s "
+                 f"({window.retries} retries: {retry.describe()}), longer than the {gap[0]:g}s between its runs "
+                 f"at {gap[1]}: Scheduler never runs a job twice at once, so the next run waits for the retries "
+                 "and can be skipped; lower retryCount/maxRetryDuration/maxBackoffDuration, or run less often")
     return out
+
+
+def _shortest_gap(schedule: Schedule, zone_name: str | None, config: LintConfig) -> tuple[float, str] | None:
+    """(seconds, fire time) of the shortest gap between two runs in the next OVERLAP_SCAN fire times
+    (within DST_SCAN), or None for a schedule with fewer than two runs ahead."""
+    zone = get_zone(zone_name)
+    start = _now(config)
+    shortest: tuple[float, str] | None = None
+    previous = None
+    for count, fire in enumerate(schedule.iter_after(start, zone)):
+        if count >= OVERLAP_SCAN or fire > start + DST_SCAN:
+            break
+        if previous is not None:
+            gap = (fire - previous).total_seconds()
+            if shortest is None or gap < shortest[0]:
+                shortest = (gap, previous.isoformat())
+        previous = fire
+    return shortest

@@ -3,9 +3,10 @@
 # Every gcloud call goes through `gc`, so GCLOUD can name another binary and every call is --quiet.
 
 GCLOUD="${GCLOUD:-gcloud}"
-# shellcheck disable=SC2034 # DEPLOY_LIB and PYTHON are used by the scripts that source this file
+# shellcheck disable=SC2034 # DEPLOY_LIB, PYTHON and RUNONCE_APP are used by the scripts that source this file
 DEPLOY_LIB="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PYTHON="${PYTHON:-python3}"
+RUNONCE_APP="$(cd "$DEPLOY_LIB/../../app" && pwd)"
 
 log() { printf 'runonce-deploy: %s\n' "$*" >&2; }
 
@@ -31,6 +32,17 @@ require_int() { # require_int VALUE NAME
   [[ "$1" =~ ^[0-9]+$ ]] || usage_error "$2 must be a whole number of seconds or a count, got '$1'"
 }
 
+# check_names PROJECT_ID FIRESTORE_DATABASE FIRESTORE_COLLECTION: the forms Google accepts, checked
+# before they reach a file, an IAM condition or a command line.
+check_names() {
+  [[ "$1" =~ ^[a-z][a-z0-9-]{4,28}[a-z0-9]$ ]] ||
+    usage_error "--project must be a project ID (6-30 lower-case letters, digits and hyphens, e.g. my-project), got '$1'"
+  [[ "$2" == "(default)" || "$2" =~ ^[a-z][a-z0-9-]{2,61}[a-z0-9]$ ]] ||
+    usage_error "--firestore-database must be (default) or 4-63 lower-case letters, digits and hyphens, starting with a letter, got '$2'"
+  [[ "$3" =~ ^[A-Za-z0-9_-]{1,100}$ ]] ||
+    usage_error "--firestore-collection must be 1-100 letters, digits, '-' or '_', got '$3'"
+}
+
 sa_email() { # sa_email ACCOUNT_ID_OR_EMAIL PROJECT
   if [[ "$1" == *@* ]]; then printf '%s' "$1"; else printf '%s@%s.iam.gserviceaccount.com' "$1" "$2"; fi
 }
@@ -47,52 +59,83 @@ service_url() { # service_url SERVICE PROJECT REGION
 
 # ensure_binding ROLE MEMBER CONDITION_TITLE CONDITION_EXPRESSION GROUP... -- RESOURCE_ARGS...
 # Adds ROLE for MEMBER on a resource unless the policy already has exactly that binding (same
-# condition title, or none): reads the policy first, so a second run writes nothing.
+# condition title AND expression, or no condition): reads the policy first, so a second run writes
+# nothing. A binding with the same title but another expression is stale (e.g. after
+# --firestore-database changed): it is removed, so the grant follows the new expression.
 #   ensure_binding roles/run.invoker serviceAccount:x@p.iam.gserviceaccount.com "" "" \
 #     run services -- runonce --region=europe-west1 --project=p
+# Arrays that may be empty expand as ${a[@]+"${a[@]}"}: bash 3.2 (macOS) treats "${a[@]}" of an
+# empty array as unbound under `set -u`.
 ensure_binding() {
   local role="$1" member="$2" title="$3" expression="$4"
   shift 4
   local group=()
   while [[ "$1" != "--" ]]; do group+=("$1"); shift; done
   shift
-  local existing
-  existing="$(gc "${group[@]}" get-iam-policy "$@" --flatten='bindings[].members' \
-    --format='value(bindings.role,bindings.members,bindings.condition.title)')"
-  if awk -F'\t' -v role="$role" -v member="$member" -v title="$title" \
-    '$1 == role && $2 == member && $3 == title { found = 1 } END { exit !found }' <<<"$existing"; then
-    log "= ${group[*]} $1: $member already has $role"
+  local existing stale
+  existing="$(gc ${group[@]+"${group[@]}"} get-iam-policy "$@" --flatten='bindings[].members' \
+    --format='value(bindings.role,bindings.members,bindings.condition.title,bindings.condition.expression)')"
+  if awk -F'\t' -v role="$role" -v member="$member" -v title="$title" -v expression="$expression" \
+    '$1 == role && $2 == member && $3 == title && $4 == expression { found = 1 } END { exit !found }' <<<"$existing"; then
+    log "= ${group[*]-} $1: $member already has $role"
     return 0
   fi
   local condition=()
   if [[ -n "$expression" ]]; then
     condition=("--condition=expression=${expression},title=${title}")
-  elif [[ "${group[*]}" == "projects" ]]; then
+    stale="$(awk -F'\t' -v role="$role" -v member="$member" -v title="$title" \
+      '$1 == role && $2 == member && $3 == title { print $4 }' <<<"$existing")"
+    while IFS= read -r old; do
+      [[ -n "$old" ]] || continue
+      log "- ${group[*]-} $1: remove $role for $member on the stale condition '$title' ($old)"
+      gc ${group[@]+"${group[@]}"} remove-iam-policy-binding "$@" --member="$member" --role="$role" \
+        "--condition=expression=${old},title=${title}" --format='value(etag)' >/dev/null
+    done <<<"$stale"
+  elif [[ "${group[*]-}" == "projects" ]]; then
     condition=("--condition=None")
   fi
-  log "+ ${group[*]} $1: grant $role to $member"
-  gc "${group[@]}" add-iam-policy-binding "$@" --member="$member" --role="$role" "${condition[@]}" \
+  log "+ ${group[*]-} $1: grant $role to $member"
+  gc ${group[@]+"${group[@]}"} add-iam-policy-binding "$@" --member="$member" --role="$role" ${condition[@]+"${condition[@]}"} \
     --format='value(etag)' >/dev/null
 }
 
+# ensure_custom_role projects/P/roles/ID PERMISSION,PERMISSION...: a project-level custom role with
+# exactly these permissions; created, or updated when they differ, else left alone.
+ensure_custom_role() {
+  local name="$1" permissions="$2" project role_id current
+  project="$(cut -d/ -f2 <<<"$name")" role_id="${name##*/}"
+  if current="$(gc iam roles describe "$role_id" --project="$project" --format='value(includedPermissions)' 2>/dev/null)"; then
+    if [[ "$(tr ';' ',' <<<"$current" | tr ',' '\n' | sort | paste -sd, -)" == "$(tr ',' '\n' <<<"$permissions" | sort | paste -sd, -)" ]]; then
+      log "= custom role $name exists"
+      return 0
+    fi
+    log "~ custom role $name: permissions $permissions"
+    gc iam roles update "$role_id" --project="$project" --permissions="$permissions" --format='value(name)' >/dev/null
+    return 0
+  fi
+  log "+ custom role $name ($permissions)"
+  gc iam roles create "$role_id" --project="$project" --title="runonce: ${role_id#runonce}" \
+    --description="runonce's runtime account (see runonce's README, IAM table)" \
+    --permissions="$permissions" --stage=GA --format='value(name)' >/dev/null
+}
+
 # The retry rule (README, "Deploy"): Scheduler's attempts and retries against runonce's lease.
-# Prints the retry window in seconds; exits 2 naming the broken rule.
+# The retry window comes from app/scheduler_retry.py, the one implementation that lint and
+# Terraform's rules are held to. Prints "SHORTEST LONGEST" (seconds); exits 2 naming the broken rule.
 check_retry_rule() { # ATTEMPT_DEADLINE RETRY_COUNT MIN_BACKOFF MAX_BACKOFF MAX_DOUBLINGS MAX_RETRY_DURATION LEASE DISPATCH_TIMEOUT RETENTION REQUEST_TIMEOUT
   local deadline=$1 count=$2 min=$3 max=$4 doublings=$5 max_duration=$6 lease=$7 dispatch=$8 retention=$9 request_timeout=${10}
-  local store_margin=15 window=0 i interval
+  local store_margin=15 window retries shortest longest
   (( deadline >= 15 && deadline <= 1800 )) || usage_error "--attempt-deadline must be between 15 and 1800 seconds (Cloud Scheduler's limits), got $deadline"
   (( count <= 5 )) || usage_error "--retry-count must be 0-5 (Cloud Scheduler's limit), got $count"
   (( min <= max )) || usage_error "--min-backoff ($min) must not exceed --max-backoff ($max)"
   (( dispatch < lease )) || usage_error "--dispatch-timeout-seconds ($dispatch) must be below --lease-seconds ($lease): a dispatch that outlives its lease could run twice"
-  for (( i = 1; i <= count; i++ )); do
-    if (( i <= doublings + 1 )); then interval=$(( min * (1 << (i - 1)) )); else interval=$(( min * (1 << doublings) * (i - doublings) )); fi
-    (( interval > max )) && interval=$max
-    window=$(( window + interval ))
-  done
-  (( max_duration > 0 && max_duration < window )) && window=$max_duration
+  window="$("$PYTHON" "$RUNONCE_APP/scheduler_retry.py" --attempt-deadline="$deadline" --retry-count="$count" \
+    --min-backoff="$min" --max-backoff="$max" --max-doublings="$doublings" --max-retry-duration="$max_duration")" ||
+    usage_error "cannot compute the retry window with $PYTHON"
+  read -r retries shortest longest <<<"$window"
   (( deadline >= dispatch + store_margin )) || usage_error "--attempt-deadline ($deadline) must be at least the dispatch timeout + $store_margin = $(( dispatch + store_margin )) s, or Scheduler abandons attempts runonce is still completing"
   (( deadline <= request_timeout )) || usage_error "--attempt-deadline ($deadline) exceeds the service's request timeout ($request_timeout)"
-  (( window >= lease + deadline )) || usage_error "retries span $window s, less than the lease + attempt deadline = $(( lease + deadline )) s: a run whose attempt died after claiming would never be taken over; raise --retry-count, --min-backoff or --max-backoff"
-  (( retention > window + deadline )) || usage_error "--retention-seconds ($retention) must exceed the retry window plus attempt deadline ($(( window + deadline )) s), or a late retry finds no record and runs again"
-  printf '%s' "$window"
+  (( shortest >= lease + deadline )) || usage_error "retries span $shortest s, less than the lease + attempt deadline = $(( lease + deadline )) s: a run whose attempt died after claiming would never be taken over; raise --retry-count, --min-backoff or --max-backoff"
+  (( retention > longest )) || usage_error "--retention-seconds ($retention) must exceed the longest retry window ($longest s: $retries retries, each attempt taking the whole deadline), or a late retry finds no record and runs again"
+  printf '%s %s' "$shortest" "$longest"
 }

@@ -2,7 +2,10 @@
 """Print the IAM grants runonce's runtime account needs for the routes in a routes file.
 
 One grant a line, tab-separated: `ROLE  KIND  RESOURCE`, where KIND says where it is granted:
-`project` (RESOURCE = project id), `run-job` (projects/P/locations/L/jobs/J). DESIGN.md's IAM table,
+`project` (RESOURCE = project id), `run-job` (projects/P/locations/L/jobs/J). A custom role
+(`projects/P/roles/ID`) is preceded by its definition: `ROLE  custom-role  PERMISSION,PERMISSION`.
+`--predefined-cloud-build-role` grants roles/cloudbuild.builds.editor instead of the custom
+runonceBuildRunner (README's IAM table: the trade-off). The README's IAM table,
 per resource where the API allows it (Cloud Run jobs), else per project (Workflows, Cloud Build have
 no per-resource IAM). Warnings for what the file cannot tell (an http audience's service) go to
 stderr. Reads JSON always, YAML when PyYAML is installed. Exit 2 on a bad file.
@@ -20,6 +23,16 @@ PATTERNS = {
     "cloud_build_trigger": ("trigger", r"^projects/([^/]+)/locations/([^/]+)/triggers/([^/]+)$"),
 }
 TYPES = {"log", "http", *PATTERNS}
+# Custom roles, defined in the project of the resource they are granted on (the only place a
+# project-level custom role can be granted). Terraform's iam.tf defines the same ones.
+CUSTOM_ROLES = {
+    # triggers.run needs cloudbuild.builds.create; get and list reconcile. The predefined
+    # builds.editor would also let runonce edit and cancel any build.
+    "runonceBuildRunner": ("cloudbuild.builds.create", "cloudbuild.builds.get", "cloudbuild.builds.list"),
+    # roles/run.jobsExecutorWithOverrides cannot read executions; roles/run.viewer reads far more.
+    "runonceExecutionReader": ("run.executions.get", "run.executions.list"),
+}
+PREDEFINED_BUILD_ROLE = "roles/cloudbuild.builds.editor"
 
 
 def load(path: str) -> dict:
@@ -39,7 +52,12 @@ def load(path: str) -> dict:
         sys.exit(f"error: {path}: not valid YAML or JSON: {exc}")
 
 
-def grants(config: object, origin: str) -> list[tuple[str, str, str]]:
+def custom_role(project: str, role_id: str) -> list[tuple[str, str, str]]:
+    """The definition line and the role's name, for a grant that follows."""
+    return [(f"projects/{project}/roles/{role_id}", "custom-role", ",".join(CUSTOM_ROLES[role_id]))]
+
+
+def grants(config: object, origin: str, predefined_build_role: bool = False) -> list[tuple[str, str, str]]:
     if not isinstance(config, dict) or not isinstance(config.get("routes"), dict) or not config["routes"]:
         raise ValueError(f"{origin}: expected a mapping with a non-empty top-level 'routes:'")
     found: list[tuple[str, str, str]] = []
@@ -58,9 +76,13 @@ def grants(config: object, origin: str) -> list[tuple[str, str, str]]:
                 found.append(("roles/workflows.invoker", "project", project))
             elif kind == "cloud_run_job":
                 found.append(("roles/run.jobsExecutorWithOverrides", "run-job", target[field]))
-                found.append(("roles/run.viewer", "run-job", target[field]))
+                found.extend(custom_role(project, "runonceExecutionReader"))
+                found.append((f"projects/{project}/roles/runonceExecutionReader", "run-job", target[field]))
+            elif predefined_build_role:
+                found.append((PREDEFINED_BUILD_ROLE, "project", project))
             else:
-                found.append(("roles/cloudbuild.builds.editor", "project", project))
+                found.extend(custom_role(project, "runonceBuildRunner"))
+                found.append((f"projects/{project}/roles/runonceBuildRunner", "project", project))
                 print(f"note: route {name!r}: if trigger {target[field]} runs as its own service account, "
                       "pass --trigger-service-account EMAIL (runonce's account needs actAs on it)", file=sys.stderr)
         elif kind == "http" and target.get("audience"):
@@ -71,10 +93,13 @@ def grants(config: object, origin: str) -> list[tuple[str, str, str]]:
 
 
 def main() -> None:
-    if len(sys.argv) != 2:
-        sys.exit("usage: routes_iam.py ROUTES_FILE")
+    args = sys.argv[1:]
+    predefined = "--predefined-cloud-build-role" in args
+    args = [a for a in args if a != "--predefined-cloud-build-role"]
+    if len(args) != 1:
+        sys.exit("usage: routes_iam.py [--predefined-cloud-build-role] ROUTES_FILE")
     try:
-        for grant in grants(load(sys.argv[1]), f"routes file {sys.argv[1]}"):
+        for grant in grants(load(args[0]), f"routes file {args[0]}", predefined):
             print("\t".join(grant))
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

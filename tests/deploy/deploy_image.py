@@ -33,12 +33,19 @@ def ensure_base_image() -> str:
     return BASE_IMAGE
 
 
-def build_image(tag: str = IMAGE) -> str:
-    base = ensure_base_image()
-    run([tool("podman"), "build", "--isolation=chroot", "--network=host",
-         "-v", "/etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro",
-         "--build-arg", f"PYTHON_IMAGE={base}", "-t", tag, str(REPO)], timeout=900)
+def build_image(tag: str = IMAGE, context: Path = REPO) -> str:
+    build(tag, context)
     return tag
+
+
+def build(tag: str, context: Path = REPO) -> str:
+    """Build `context` (the repository by default) on the bootstrapped base; podman's log, which
+    says which steps came from the cache."""
+    base = ensure_base_image()
+    result = run([tool("podman"), "build", "--isolation=chroot", "--network=host",
+                  "-v", "/etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro",
+                  "--build-arg", f"PYTHON_IMAGE={base}", "-t", tag, str(context)], timeout=900)
+    return result.stdout + result.stderr
 
 
 def start_container(image: str, port: int, env: dict[str, str], container_port: int = 8080) -> str:

@@ -7,6 +7,7 @@ package @cdktf/provider-google, and checkov / hadolint / python-hcl2 in venvs of
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -17,7 +18,10 @@ REPO = Path(__file__).resolve().parents[2]
 TOOLS = Path(os.environ.get("RUNONCE_DEPLOY_TOOLS", REPO / ".tools"))
 INSTALL_HINT = "run .ci/deploy-checks (it installs every deployment-check tool, then runs these tests)"
 
-PROVIDER_LIB = TOOLS / "npm/node_modules/@cdktf/provider-google/lib"
+PROVIDER_LIBS = {  # the newest provider checked, and the lowest terraform/versions.tf allows
+    "newest": TOOLS / "npm/node_modules/@cdktf/provider-google/lib",
+    "lowest": TOOLS / "npm-lowest/node_modules/@cdktf/provider-google/lib",
+}
 
 
 def tool(path: Path | str) -> str:
@@ -31,10 +35,16 @@ def tool(path: Path | str) -> str:
     raise RuntimeError(f"{path} is missing: {INSTALL_HINT}")
 
 
-def provider_lib() -> Path:
-    if not PROVIDER_LIB.is_dir():
-        raise RuntimeError(f"npm package @cdktf/provider-google not found in {PROVIDER_LIB.parent.parent}: {INSTALL_HINT}")
-    return PROVIDER_LIB
+def provider_lib(which: str = "newest") -> Path:
+    lib = PROVIDER_LIBS[which]
+    if not lib.is_dir():
+        raise RuntimeError(f"npm package @cdktf/provider-google not found in {lib.parent.parent}: {INSTALL_HINT}")
+    return lib
+
+
+def provider_version(lib: Path) -> str:
+    """The Google provider version a @cdktf/provider-google package was generated from."""
+    return json.loads((lib.parent / "package.json").read_text())["cdktf"]["provider"]["version"]
 
 
 def run(args: list[str], *, cwd: Path = REPO, env: dict[str, str] | None = None, timeout: float = 600,

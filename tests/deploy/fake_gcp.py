@@ -12,18 +12,23 @@ read-modify-write behave as on the real APIs, and a second run of a script sees 
 from __future__ import annotations
 
 import base64
+import binascii
 import copy
 import json
 import re
 import threading
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import googleapiclient
+import httpx
+
+from tests.support import oidc
 
 DISCOVERY = Path(googleapiclient.__file__).parent / "discovery_cache" / "documents"
 DOCUMENTS = {
@@ -33,7 +38,15 @@ DOCUMENTS = {
     "firestore": "firestore.v1.json",
     "run": "run.v1.json",
     "serviceusage": "serviceusage.v1.json",
+    "artifactregistry": "artifactregistry.v1.json",
+    "iamcredentials": "iamcredentials.v1.json",
 }
+# Scheduler's answer for the next fire time of any job here (output-only `scheduleTime`): what a
+# forced run carries as X-CloudScheduler-ScheduleTime.
+NEXT_SCHEDULE_TIME = "2027-01-01T00:00:00Z"
+# HTTP status of a target's answer -> the gRPC code Scheduler puts in the job's `status`.
+GRPC_CODE = {400: 3, 401: 16, 403: 7, 404: 5, 409: 10, 429: 8, 500: 13, 502: 14, 503: 14, 504: 4}
+RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})")
 MUTATING = {"POST", "PUT", "PATCH", "DELETE"}
 READ_ONLY_POSTS = (":getIamPolicy",)
 
@@ -42,12 +55,18 @@ class ContractViolation(Exception):
     pass
 
 
+def _output_only(schema: dict) -> bool:
+    """Google marks server-set fields `readOnly` and/or starts their description with "Output only"."""
+    return bool(schema.get("readOnly")) or schema.get("description", "").startswith("Output only")
+
+
 class Discovery:
     """Methods and schemas of one API, from its discovery document."""
 
     def __init__(self, path: Path):
         doc = json.loads(path.read_text())
         self.schemas: dict[str, dict] = doc["schemas"]
+        self.standard_parameters = set(doc.get("parameters", {}))  # alt, fields, prettyPrint, ...
         self.methods: list[tuple[str, re.Pattern[str], dict]] = []
         self._collect(doc)
 
@@ -69,6 +88,14 @@ class Discovery:
                 return method
         raise ContractViolation(f"{http_method} /{path}: no such method in the discovery document")
 
+    def check_query(self, method: dict, query: dict[str, list[str]]) -> None:
+        """Every query parameter is one the method lists (or a standard one, like `alt`)."""
+        listed = {name for name, spec in method.get("parameters", {}).items() if spec.get("location") == "query"}
+        for name in query:
+            if name not in listed | self.standard_parameters:
+                raise ContractViolation(f"{method['id']}: unknown query parameter {name!r} (the method takes "
+                                        f"{', '.join(sorted(listed)) or 'none'})")
+
     def check(self, value: Any, schema: dict, where: str) -> None:
         if "$ref" in schema:
             schema = self.schemas[schema["$ref"]]
@@ -79,7 +106,11 @@ class Discovery:
             properties = schema.get("properties")
             extra = schema.get("additionalProperties")
             for key, item in value.items():
+                if item is None:  # proto3 JSON: null is the field's default, as if absent
+                    continue
                 if properties is not None and key in properties:
+                    if _output_only(properties[key]):
+                        raise ContractViolation(f"{where}.{key}: output-only field in a request")
                     self.check(item, properties[key], f"{where}.{key}")
                 elif extra is not None:
                     self.check(item, extra, f"{where}.{key}")
@@ -97,7 +128,12 @@ class Discovery:
             if fmt == "google-duration" and not re.fullmatch(r"-?\d+(\.\d+)?s", value):
                 raise ContractViolation(f"{where}: {value!r} is not a duration like '60s'")
             if fmt == "byte":
-                base64.b64decode(value.replace("-", "+").replace("_", "/"), validate=True)
+                try:
+                    base64.b64decode(value.replace("-", "+").replace("_", "/"), validate=True)
+                except binascii.Error as exc:
+                    raise ContractViolation(f"{where}: {value!r} is not base64 ({exc})") from None
+            if fmt == "google-datetime" and not RFC3339.fullmatch(value):
+                raise ContractViolation(f"{where}: {value!r} is not an RFC 3339 timestamp like '2026-10-16T12:00:00Z'")
             if fmt == "int64" and not re.fullmatch(r"-?\d+", value):
                 raise ContractViolation(f"{where}: {value!r} is not an int64")
             if "enum" in schema and value not in schema["enum"]:
@@ -142,11 +178,14 @@ class State:
     fields: dict[str, dict] = field(default_factory=dict)
     services: dict[str, dict] = field(default_factory=dict)
     jobs: dict[str, dict] = field(default_factory=dict)
+    roles: dict[str, dict] = field(default_factory=dict)  # projects/P/roles/ID -> Role
+    images: dict[str, str] = field(default_factory=dict)  # REGION-docker.pkg.dev/P/REPO/IMAGE:TAG -> sha256:...
 
 
 class FakeGoogle:
     def __init__(self, project_id: str = "demo-project", project_number: str = "123456789012"):
         self.state = State(project_id, project_number)
+        self.key = oidc.make_key("fake-google-key")  # signs the OIDC tokens Scheduler and iamcredentials mint
         self.requests: list[Captured] = []
         self.violations: list[str] = []
         self.discovery = {api: Discovery(DISCOVERY / name) for api, name in DOCUMENTS.items()}
@@ -174,6 +213,10 @@ class FakeGoogle:
         self.server.shutdown()
         self.server.server_close()
 
+    def push_image(self, image: str, tag: str, digest: str) -> None:
+        """An image in the fake Artifact Registry: `REGION-docker.pkg.dev/P/REPO/IMAGE`, a tag, `sha256:...`."""
+        self.state.images[f"{image}:{tag}"] = digest
+
     def mutations(self) -> list[Captured]:
         return [r for r in self.requests if r.mutating]
 
@@ -193,11 +236,15 @@ class FakeGoogle:
         query = parse_qs(url.query)
         status, payload = 500, {}
         try:
-            body = json.loads(raw) if raw else None
+            try:
+                body = json.loads(raw) if raw else None
+            except ValueError:
+                raise ContractViolation(f"{handler.command} {path}: body is not JSON") from None
             discovery = self.discovery.get(api)
             if discovery is None:
                 raise ContractViolation(f"request to unknown API host {host!r}")
             method = discovery.method(handler.command, path)
+            discovery.check_query(method, query)
             if "request" in method:
                 discovery.check(body if body is not None else {}, method["request"], method["request"]["$ref"])
             with self._lock:
@@ -208,6 +255,9 @@ class FakeGoogle:
             status, payload = 400, _error(400, "INVALID_ARGUMENT", str(exc))
         except NotFound as exc:
             status, payload = 404, _error(404, "NOT_FOUND", str(exc))
+        except Exception as exc:  # the fake could not handle it: fail the test, answer like Google would
+            self.violations.append(f"{handler.command} {path}: the fake failed on this request: {exc!r}")
+            status, payload = 500, _error(500, "INTERNAL", repr(exc))
         data = json.dumps(payload).encode()
         handler.send_response(status)
         handler.send_header("Content-Type", "application/json; charset=UTF-8")
@@ -228,7 +278,29 @@ class FakeGoogle:
             return {"projectId": s.project_id, "projectNumber": s.project_number, "lifecycleState": "ACTIVE",
                     "name": s.project_id}
         if method_id == "serviceusage.services.get":
-            return {"name": f"projects/{s.project_number}/services/{parts[-1]}", "state": "ENABLED"}
+            # Container Analysis off: `artifacts docker images describe` then reads only the tag.
+            state = "DISABLED" if parts[-1] == "containeranalysis.googleapis.com" else "ENABLED"
+            return {"name": f"projects/{s.project_number}/services/{parts[-1]}", "state": state}
+
+        if method_id == "artifactregistry.projects.locations.repositories.get":
+            return {"name": rel, "format": "DOCKER", "mode": "STANDARD_REPOSITORY"}
+        if method_id == "artifactregistry.projects.locations.repositories.packages.tags.get":
+            _, project, _, location, _, repository, _, package, _, tag = rparts
+            digest = s.images.get(f"{location}-docker.pkg.dev/{project}/{repository}/{unquote(package)}:{tag}")
+            if digest is None:
+                raise NotFound(rel)
+            return {"name": rel, "version": f"{rel.split('/tags/')[0]}/versions/{digest}"}
+
+        if method_id == "iam.projects.roles.get":
+            if rel not in s.roles:
+                raise NotFound(rel)
+            return s.roles[rel]
+        if method_id == "iam.projects.roles.create":
+            name = f"{rel}/{body['roleId']}"
+            s.roles[name] = {**body["role"], "name": name, "etag": "BwY="}
+            return s.roles[name]
+        if method_id == "iam.projects.roles.patch":
+            return _patch(s.roles, rel, body, query)
         if method_id.endswith(".getIamPolicy"):
             return copy.deepcopy(self._policy(path))
         if method_id.endswith(".setIamPolicy"):
@@ -289,17 +361,51 @@ class FakeGoogle:
             name = body["name"]
             if not name.startswith(rel + "/"):
                 raise ContractViolation(f"job name {name!r} is not under {rel}")
-            s.jobs[name] = {**body, "state": "ENABLED", "userUpdateTime": "2026-11-30T00:00:00Z"}
+            s.jobs[name] = {**body, "state": "ENABLED", "userUpdateTime": "2026-11-30T00:00:00Z",
+                            "scheduleTime": NEXT_SCHEDULE_TIME}
             return s.jobs[name]
-        if method_id == "cloudscheduler.projects.locations.jobs.patch":
-            name = rel
+        if method_id == "cloudscheduler.projects.locations.jobs.delete":
+            if s.jobs.pop(rel.removesuffix(":delete"), None) is None:
+                raise NotFound(rel)
+            return {}
+        if method_id == "cloudscheduler.projects.locations.jobs.run":
+            name = rel.removesuffix(":run")
             if name not in s.jobs:
                 raise NotFound(name)
-            job = s.jobs[name]
-            for mask in query.get("updateMask", [""])[0].split(","):
-                _apply_mask(job, body, _camel(mask))
-            return job
+            self._deliver(s.jobs[name])
+            return s.jobs[name]
+        if method_id == "iamcredentials.projects.serviceAccounts.generateAccessToken":
+            return {"accessToken": f"ya29.impersonated-{uuid.uuid4().hex[:8]}", "expireTime": "2099-01-01T00:00:00Z"}
+        if method_id == "iamcredentials.projects.serviceAccounts.generateIdToken":
+            email = rparts[3].removesuffix(":generateIdToken")
+            claims = oidc.claims(audience=body["audience"], email=email if body.get("includeEmail") else None)
+            return {"token": oidc.sign(self.key, claims)}
+        if method_id == "cloudscheduler.projects.locations.jobs.patch":
+            return _patch(s.jobs, rel, body, query)
         raise ContractViolation(f"{method_id}: valid, but this fake does not implement it")
+
+    def _deliver(self, job: dict) -> None:
+        """A forced run, as Cloud Scheduler makes it: the job's request with a fresh OIDC token,
+        X-CloudScheduler-* headers and the next schedule time; the answer goes into the job's
+        `lastAttemptTime` and `status`. Synchronous, so the attempt is recorded when `run` returns."""
+        target = job["httpTarget"]
+        token = target["oidcToken"]
+        headers = {
+            **target.get("headers", {}),
+            "Authorization": "Bearer " + oidc.sign(self.key, oidc.claims(
+                audience=token.get("audience") or target["uri"], email=token["serviceAccountEmail"])),
+            "X-CloudScheduler-JobName": job["name"].rsplit("/", 1)[-1],
+            "X-CloudScheduler-ScheduleTime": job["scheduleTime"],
+            "User-Agent": "Google-Cloud-Scheduler",
+        }
+        try:
+            answer = httpx.request(target.get("httpMethod", "POST"), target["uri"], headers=headers,
+                                   content=base64.b64decode(target.get("body", "")), timeout=60)
+            code = 0 if answer.is_success else GRPC_CODE.get(answer.status_code, 2)
+        except httpx.HTTPError:
+            code = 14
+        job["lastAttemptTime"] = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        job["status"] = {"code": code} if code else {}
 
     def _policy(self, path: str) -> dict:
         return self.state.policies.setdefault(_policy_key(path), {"version": 1, "etag": "ACAB", "bindings": []})
@@ -338,6 +444,15 @@ def _error(code: int, status: str, message: str) -> dict:
 
 def _camel(path: str) -> str:
     return re.sub(r"_([a-z])", lambda m: m.group(1).upper(), path.strip())
+
+
+def _patch(resources: dict[str, dict], name: str, body: dict, query: dict) -> dict:
+    """A `patch` with an `updateMask`: the masked fields of `body` replace the stored resource's."""
+    if name not in resources:
+        raise NotFound(name)
+    for mask in query.get("updateMask", [""])[0].split(","):
+        _apply_mask(resources[name], body, _camel(mask))
+    return resources[name]
 
 
 def _apply_mask(target: dict, source: dict, path: str) -> None:

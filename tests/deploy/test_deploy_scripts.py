@@ -18,6 +18,8 @@ from fake_gcp import Captured, FakeGoogle
 from deploy_tools import REPO, tool
 
 from app.routes import parse_routes
+from tests.support import oidc
+from tests.support.procs import free_port, start_server
 
 pytestmark = pytest.mark.deploy
 
@@ -28,7 +30,9 @@ REGION = "europe-west1"
 URL = f"https://runonce-{NUMBER}.{REGION}.run.app"
 RUNTIME = f"runonce@{PROJECT}.iam.gserviceaccount.com"
 INVOKER = f"runonce-invoker@{PROJECT}.iam.gserviceaccount.com"
-IMAGE = f"{REGION}-docker.pkg.dev/{PROJECT}/runonce/runonce:0.1.0"
+IMAGE_NAME = f"{REGION}-docker.pkg.dev/{PROJECT}/runonce/runonce"
+IMAGE = f"{IMAGE_NAME}:0.1.0"
+DIGEST_1, DIGEST_2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
 ROUTES_YAML = f"""\
 # every target type, as DESIGN.md writes them
 routes:
@@ -49,6 +53,7 @@ routes:
 @pytest.fixture
 def fake() -> Iterator[FakeGoogle]:
     with FakeGoogle(PROJECT, NUMBER) as server:
+        server.push_image(IMAGE_NAME, "0.1.0", DIGEST_1)
         yield server
         assert server.violations == [], "gcloud sent requests that break Google's API descriptions"
 
@@ -83,7 +88,7 @@ def deploy(fake: FakeGoogle, tmp_path: Path):
         "CLOUDSDK_PROXY_PORT": str(fake.port),
         "PYTHON": shutil.which("python3") or "python3",
     }
-    for api in ("cloudscheduler", "iam", "cloudresourcemanager", "firestore", "run", "serviceusage"):
+    for api in ("cloudscheduler", "iam", "cloudresourcemanager", "firestore", "run", "serviceusage", "artifactregistry"):
         env[f"CLOUDSDK_API_ENDPOINT_OVERRIDES_{api.upper()}"] = f"http://{api}.fake.invalid/"
 
     def run(script: str, *args: str, extra_env: dict[str, str] | None = None, expect: int = 0):
@@ -141,9 +146,20 @@ def test_help_documents_every_flag_the_script_parses(deploy, script: str) -> Non
                               "--schedule", "0 3 * * *", "--body", "[1]"], "--body must be a JSON object"),
         ("setup.sh", ["--project", PROJECT, "--region", REGION, "--routes-file", "ROUTES", "--bogus"],
          "unknown argument '--bogus'"),
+        ("scheduler-job.sh", ["--project", PROJECT, "--location", REGION, "--job", "j", "--route", "etl",
+                              "--schedule", "0 3 * * *", "--retention-seconds", "900"],
+         "--retention-seconds (900) must exceed the longest retry window (960 s: 5 retries"),
+        ("deploy-service.sh", ["--project", PROJECT, "--region", REGION, "--image", IMAGE, "--routes-file", "ROUTES",
+                               "--firestore-database", 'x"\nRUNONCE_AUTH: none'],
+         "--firestore-database must be (default) or 4-63 lower-case letters"),
+        ("deploy-service.sh", ["--project", "My Project", "--region", REGION, "--image", IMAGE, "--routes-file", "ROUTES"],
+         "--project must be a project ID"),
+        ("deploy-service.sh", ["--project", PROJECT, "--region", REGION, "--image", "docker.io/me/runonce:1",
+                               "--routes-file", "ROUTES"], "--image must be in Artifact Registry"),
     ],
     ids=["missing-project", "missing-image", "six-field-cron", "retries-shorter-than-lease", "short-deadline",
-         "body-not-object", "unknown-flag"],
+         "body-not-object", "unknown-flag", "retention-below-longest-window", "database-with-yaml",
+         "project-not-an-id", "tag-outside-artifact-registry"],
 )
 def test_bad_input_exits_2_with_a_precise_message_and_touches_nothing(
     deploy, fake: FakeGoogle, routes_file: Path, script: str, args: list[str], message: str
@@ -152,6 +168,38 @@ def test_bad_input_exits_2_with_a_precise_message_and_touches_nothing(
     result = deploy(script, *args, expect=2)
     assert message in result.stderr
     assert fake.requests == []
+
+
+def test_scripts_expand_arrays_safely_for_bash_3_2() -> None:
+    """macOS's bash 3.2 treats "${a[@]}" of an empty array as unbound under `set -u`: every array
+    expansion must be the guarded ${a[@]+"${a[@]}"} (or ${a[*]-} in a message, or ${#a[@]})."""
+    unguarded = []
+    for path in [*sorted(DEPLOY.glob("*.sh")), DEPLOY / "lib" / "common.sh"]:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if line.lstrip().startswith("#"):
+                continue
+            rest = re.sub(r'\$\{(\w+)\[@\]\+"\$\{\1\[@\]\}"\}', "", line)  # the guarded form
+            rest = re.sub(r"\$\{\w+\[\*\]-\}|\$\{#\w+\[@\]\}", "", rest)
+            if re.search(r"\$\{\w+\[[@*]\]", rest):
+                unguarded.append(f"{path.name}:{number}: {line.strip()}")
+    assert unguarded == []
+
+
+@pytest.mark.parametrize("script", ["setup.sh", "deploy-service.sh", "scheduler-job.sh", "smoke.sh"])
+def test_scripts_refuse_a_shell_that_is_not_bash_3_2_or_later(script: str) -> None:
+    result = subprocess.run(["sh", str(DEPLOY / script), "--help"], capture_output=True, text=True)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.strip() == f"{DEPLOY / script}: needs bash 3.2 or later (macOS's /bin/bash is 3.2), not sh"
+
+
+def test_env_file_carries_any_value_escaped(deploy, fake: FakeGoogle, tmp_path: Path) -> None:
+    """The env file is JSON written by Python: quotes, colons and newlines in the routes arrive intact."""
+    routes = tmp_path / "routes.yaml"
+    text = 'routes:\n  demo:\n    target: {type: log}\n    # a "quoted": comment\\n\n'
+    routes.write_text(text)
+    deploy("deploy-service.sh", "--project", PROJECT, "--region", REGION, "--image", IMAGE, "--routes-file", str(routes))
+    (create,) = fake.find("run.namespaces.services.create")
+    assert _env(create.body)["RUNONCE_ROUTES"] == text
 
 
 def test_bad_routes_file_is_refused_before_any_change(deploy, fake: FakeGoogle, tmp_path: Path) -> None:
@@ -195,18 +243,52 @@ def test_setup_creates_accounts_store_ttl_and_least_privilege_grants_then_change
         f"v1/projects/{PROJECT}": [
             ("roles/datastore.user", (member,), f'resource.name == "projects/{PROJECT}/databases/(default)"')],
         "v1/projects/wf-proj": [("roles/workflows.invoker", (member,), None)],
-        "v1/projects/cb-proj": [("roles/cloudbuild.builds.editor", (member,), None)],
+        "v1/projects/cb-proj": [("projects/cb-proj/roles/runonceBuildRunner", (member,), None)],
         f"v1/projects/{PROJECT}/locations/{REGION}/jobs/batch": [
-            ("roles/run.jobsExecutorWithOverrides", (member,), None), ("roles/run.viewer", (member,), None)],
+            ("roles/run.jobsExecutorWithOverrides", (member,), None),
+            (f"projects/{PROJECT}/roles/runonceExecutionReader", (member,), None)],
         "v1/projects/cb-proj/serviceAccounts/builder@cb-proj.iam.gserviceaccount.com": [
             ("roles/iam.serviceAccountUser", (member,), None)],
         f"v1/projects/{PROJECT}/locations/{REGION}/services/hooks": [("roles/run.invoker", (member,), None)],
+    }
+
+    # Custom roles, in the project of what they are granted on, with exactly what runonce needs.
+    assert {name: sorted(role["includedPermissions"]) for name, role in fake.state.roles.items()} == {
+        "projects/cb-proj/roles/runonceBuildRunner": [
+            "cloudbuild.builds.create", "cloudbuild.builds.get", "cloudbuild.builds.list"],
+        f"projects/{PROJECT}/roles/runonceExecutionReader": ["run.executions.get", "run.executions.list"],
     }
 
     fake.requests.clear()
     second = deploy("setup.sh", *args)
     assert fake.mutations() == [], "a second run must change nothing"
     assert "+ " not in second.stderr
+
+
+def test_setup_can_grant_the_predefined_cloud_build_role(deploy, fake: FakeGoogle, routes_file: Path) -> None:
+    deploy("setup.sh", "--project", PROJECT, "--region", REGION, "--routes-file", str(routes_file),
+           "--cloud-build-role", "predefined")
+    (write,) = [r for r in fake.mutations() if r.path == "v1/projects/cb-proj:setIamPolicy"]
+    assert [role for role, _, _ in policy_bindings(write)] == ["roles/cloudbuild.builds.editor"]
+    assert "projects/cb-proj/roles/runonceBuildRunner" not in fake.state.roles
+
+
+def test_setup_with_no_optional_lists_and_a_new_database_replaces_the_stale_condition(
+    deploy, fake: FakeGoogle, tmp_path: Path
+) -> None:
+    """No trigger accounts, no downstream services (empty arrays: bash 3.2's `set -u` trap), and a
+    changed --firestore-database: the old condition is removed, the new one granted."""
+    routes = tmp_path / "routes.yaml"
+    routes.write_text("routes:\n  demo:\n    target: {type: log}\n")
+    common = ["--project", PROJECT, "--region", REGION, "--routes-file", str(routes)]
+    deploy("setup.sh", *common, "--firestore-database", "runs-a")
+    deploy("setup.sh", *common, "--firestore-database", "runs-b")
+    policy = fake.state.policies[f"v1/projects/{PROJECT}"]
+    assert [(b["role"], b["condition"]["expression"]) for b in policy["bindings"]] == [
+        ("roles/datastore.user", f'resource.name == "projects/{PROJECT}/databases/runs-b"')]
+    fake.requests.clear()
+    deploy("setup.sh", *common, "--firestore-database", "runs-b")
+    assert fake.mutations() == []
 
 
 # --- deploy-service.sh -----------------------------------------------------------------------------
@@ -227,13 +309,13 @@ def test_deploy_service_is_private_runs_as_runtime_account_with_routes_as_config
     assert create.host == f"{REGION}-run.fake.invalid"
     service = create.body
     assert service["metadata"]["name"] == "runonce"
-    assert service["metadata"]["annotations"]["run.googleapis.com/ingress"] == "all"
+    assert service["metadata"]["annotations"]["run.googleapis.com/ingress"] == "internal"
     spec = service["spec"]["template"]["spec"]
     assert spec["serviceAccountName"] == RUNTIME
     assert spec["containerConcurrency"] == 80
     assert spec["timeoutSeconds"] == 120
     (container,) = spec["containers"]
-    assert container["image"] == IMAGE
+    assert container["image"] == f"{IMAGE_NAME}@{DIGEST_1}"  # the tag resolved: deployed by digest
     assert container["ports"][0]["containerPort"] == 8080
     annotations = service["spec"]["template"]["metadata"]["annotations"]
     assert annotations["autoscaling.knative.dev/maxScale"] == "10"
@@ -269,9 +351,11 @@ def test_deploy_service_is_private_runs_as_runtime_account_with_routes_as_config
     deploy("deploy-service.sh", *args)
     assert fake.mutations() == [], "an unchanged configuration must not be deployed again"
 
-    deploy("deploy-service.sh", *args[:-4], "--image", IMAGE.replace("0.1.0", "0.2.0"), "--routes-file", str(routes_file))
+    # The same tag pushed again: a new digest, so a new revision (a tag fingerprint would say "up to date").
+    fake.push_image(IMAGE_NAME, "0.1.0", DIGEST_2)
+    deploy("deploy-service.sh", *args)
     (replace,) = fake.find("run.namespaces.services.replaceService")
-    assert replace.body["spec"]["template"]["spec"]["containers"][0]["image"].endswith(":0.2.0")
+    assert replace.body["spec"]["template"]["spec"]["containers"][0]["image"] == f"{IMAGE_NAME}@{DIGEST_2}"
     # On an existing service, --no-allow-unauthenticated makes gcloud rewrite the policy without
     # allUsers: every deploy re-asserts that the service is private, and the invoker keeps its grant.
     updates = fake.mutations()
@@ -338,3 +422,95 @@ def test_the_three_scripts_from_zero_to_a_scheduler_job(deploy, fake: FakeGoogle
     assert job["httpTarget"]["uri"].startswith(fake.state.services["runonce"]["status"]["url"] + "/v1/routes/demo:run")
     service_policy = fake.state.policies[f"v1/projects/{PROJECT}/locations/{REGION}/services/runonce"]
     assert service_policy["bindings"] == [{"role": "roles/run.invoker", "members": [f"serviceAccount:{INVOKER}"]}]
+
+
+def test_deploy_with_cloud_run_iam_grants_only_the_self_check_before_deploying(
+    deploy, fake: FakeGoogle, routes_file: Path
+) -> None:
+    deploy("deploy-service.sh", "--project", PROJECT, "--region", REGION, "--image", IMAGE,
+           "--routes-file", str(routes_file), "--auth", "cloud_run_iam")
+    role = f"projects/{PROJECT}/roles/runonceServiceSelfCheck"
+    assert sorted(fake.state.roles[role]["includedPermissions"]) == ["run.services.get", "run.services.getIamPolicy"]
+    order = [r.method_id for r in fake.mutations()]
+    assert order.index("cloudresourcemanager.projects.setIamPolicy") < order.index("run.namespaces.services.create")
+    (grant,) = fake.find("cloudresourcemanager.projects.setIamPolicy")
+    assert policy_bindings(grant) == [
+        (role, (f"serviceAccount:{RUNTIME}",), f'resource.name == "projects/{PROJECT}/locations/{REGION}/services/runonce"')]
+    (create,) = fake.find("run.namespaces.services.create")
+    assert _env(create.body)["RUNONCE_AUTH"] == "cloud_run_iam"
+
+
+# --- smoke.sh: real gcloud, the fake Scheduler delivering to a real `runonce serve` ---------------
+
+
+@pytest.fixture
+def runonce_service(fake: FakeGoogle, tmp_path: Path):
+    """`runonce serve` as deployed: OIDC against the fake's signing key, the URL as audience, a log route."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+
+    def start(audience: str = url):
+        certs = oidc.CertsServer([fake.key]).start()
+        env = {
+            "RUNONCE_STORE": f"sqlite:///{tmp_path / 'runs.db'}",
+            "RUNONCE_ROUTES": "routes: {demo: {target: {type: log}}}",
+            "RUNONCE_AUTH": "oidc",
+            "RUNONCE_AUDIENCE": audience,
+            "RUNONCE_OIDC_CERTS_URL": certs.url,
+            "RUNONCE_ALLOWED_CALLERS": INVOKER,
+            "RUNONCE_ADMIN_CALLERS": INVOKER,
+        }
+        servers.append((start_server(env, tmp_path, port=port), certs))
+        return url
+
+    servers: list = []
+    yield start
+    for server, certs in servers:
+        server.stop()
+        certs.stop()
+
+
+def smoke(deploy, fake: FakeGoogle, url: str, expect: int):
+    # gcloud mints the identity token through google-auth's own session, which reads the standard
+    # proxy variables rather than gcloud's proxy settings; runonce itself is reached directly.
+    proxy = f"http://127.0.0.1:{fake.port}"
+    extra = {"CLOUDSDK_API_ENDPOINT_OVERRIDES_IAMCREDENTIALS": "http://iamcredentials.fake.invalid/",
+             "RUNONCE": str(REPO / ".venv" / "bin" / "runonce"), "HTTP_PROXY": proxy, "http_proxy": proxy,
+             "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
+    return deploy("smoke.sh", "--project", PROJECT, "--region", REGION, "--service-url", url, "--wait-seconds", "10",
+                  extra_env=extra, expect=expect)
+
+
+def test_smoke_proves_token_one_run_and_a_duplicate_then_deletes_its_job(deploy, fake: FakeGoogle, runonce_service) -> None:
+    url = runonce_service()
+    result = smoke(deploy, fake, url, expect=0)
+    lines = result.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "ok    token accepted", "ok    one run recorded", "ok    second delivery a duplicate"], result.stdout
+    (create,) = fake.find("cloudscheduler.projects.locations.jobs.create")
+    assert create.body["httpTarget"]["uri"] == f"{url}/v1/routes/demo:run?project={PROJECT}&location={REGION}"
+    assert create.body["httpTarget"]["oidcToken"] == {"serviceAccountEmail": INVOKER, "audience": url}
+    assert len(fake.find("cloudscheduler.projects.locations.jobs.run")) == 2
+    assert fake.state.jobs == {}, "the throwaway job is deleted"
+
+
+def test_smoke_says_what_to_do_when_the_token_is_refused(deploy, fake: FakeGoogle, runonce_service) -> None:
+    url = runonce_service(audience="https://runonce-elsewhere.a.run.app")  # tokens for another audience: 401
+    result = smoke(deploy, fake, url, expect=1)
+    assert result.stdout.splitlines()[0].startswith("FAIL  token refused (401)")
+    assert "--auth cloud_run_iam" in result.stdout
+    assert fake.state.jobs == {}
+
+
+def test_setup_brings_a_custom_role_with_other_permissions_back_to_exactly_its_own(
+    deploy, fake: FakeGoogle, tmp_path: Path
+) -> None:
+    routes = tmp_path / "routes.yaml"
+    routes.write_text("routes:\n  build:\n    target: {type: cloud_build_trigger, trigger: projects/cb-proj/locations/global/triggers/t}\n")
+    name = "projects/cb-proj/roles/runonceBuildRunner"
+    fake.state.roles[name] = {"name": name, "title": "old", "etag": "BwX=",
+                              "includedPermissions": ["cloudbuild.builds.create", "cloudbuild.builds.update"]}
+    deploy("setup.sh", "--project", PROJECT, "--region", REGION, "--routes-file", str(routes))
+    (patch,) = fake.find("iam.projects.roles.patch")
+    assert sorted(fake.state.roles[name]["includedPermissions"]) == [
+        "cloudbuild.builds.create", "cloudbuild.builds.get", "cloudbuild.builds.list"]

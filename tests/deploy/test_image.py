@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
+import uuid
+import re
 from collections.abc import Iterator
 
 import httpx
 import pytest
-from deploy_image import build_image, remove_container, start_container, wait_healthy
+from deploy_image import build, build_image, remove_container, start_container, wait_healthy
 from deploy_tools import REPO, free_port, run, tool
 
 pytestmark = pytest.mark.deploy
@@ -28,7 +31,20 @@ def test_hadolint_finds_nothing_at_warning_level() -> None:
 def test_dockerignore_keeps_the_build_context_to_the_package() -> None:
     lines = [l for l in (REPO / ".dockerignore").read_text().splitlines() if l and not l.startswith("#")]
     assert lines[0] == "*"
-    assert {"!pyproject.toml", "!README.md", "!app/"} <= set(lines)
+    assert {"!pyproject.toml", "!README.md", "!app/", "!requirements/runtime.txt"} <= set(lines)
+
+
+def test_dockerfile_pins_the_base_by_digest_and_installs_dependencies_from_the_lock_alone() -> None:
+    text = (REPO / "Dockerfile").read_text()
+    (default,) = re.findall(r"^ARG PYTHON_IMAGE=(\S+)$", text, re.MULTILINE)
+    digest = re.fullmatch(r"python:3\.12-slim@(sha256:[0-9a-f]{64})", default)
+    assert digest, default
+    assert f"digest {digest.group(1)}" in " ".join(line.lstrip("# ") for line in text.splitlines())
+    build = text.split("\nFROM ${PYTHON_IMAGE}\n")[0]
+    copies = re.findall(r"^COPY (.+)$", build, re.MULTILINE)
+    install = build.index("--require-hashes --no-deps -r requirements/runtime.txt")
+    assert copies[0] == "requirements/runtime.txt requirements/runtime.txt"
+    assert build.index("COPY pyproject.toml") > install and build.index("COPY app") > install
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +61,26 @@ def container(image: str) -> Iterator[tuple[str, int]]:
         yield name, port
     finally:
         remove_container(name)
+
+
+def test_a_readme_or_code_change_reuses_the_dependency_layer(image: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The same build context with the README and a module changed: podman takes every step up to
+    the dependency install from its cache, and rebuilds only runonce itself."""
+    context = tmp_path_factory.mktemp("context")
+    for name in ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md", "requirements/runtime.txt"):
+        (context / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / name, context / name)
+    shutil.copytree(REPO / "app", context / "app", ignore=shutil.ignore_patterns("__pycache__"))
+    change = uuid.uuid4().hex  # new on every run, so the later steps cannot come from an earlier run's cache
+    (context / "README.md").write_text((REPO / "README.md").read_text() + f"\nA change {change}.\n")
+    (context / "app" / "logs.py").write_text((REPO / "app" / "logs.py").read_text() + f"\n# a change {change}\n")
+    log = build("localhost/runonce:layer-test", context)
+    steps = re.split(r"^(?:\[\d+/\d+\] )?STEP \d+/\d+: ", log, flags=re.MULTILINE)
+    install = next(step for step in steps if step.startswith("RUN") and "--require-hashes" in step)
+    assert "Using cache" in install, install
+    own = next(step for step in steps if step.startswith("RUN") and "--no-build-isolation" in step)
+    assert "Using cache" not in own
+    run([tool("podman"), "rmi", "localhost/runonce:layer-test"], check=False)
 
 
 def test_image_runs_as_non_root_with_runonce_serve(image: str) -> None:

@@ -7,12 +7,15 @@ import json
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 from hcl_tree import META_ARGUMENTS, blocks, is_block, items, string, unquote
 from provider_schema import Block, provider_schema, schema
-from deploy_tools import REPO, provider_lib, run, tool
+from deploy_tools import REPO, provider_lib, provider_version, run, tool
+
+from app.scheduler_retry import RetryConfig, retry_window
 
 pytestmark = pytest.mark.deploy
 
@@ -67,8 +70,11 @@ def _check_body(body: dict, spec: Block, where: str, errors: list[str], *, top: 
 _BUILTIN_RESOURCES = {"terraform_data": Block(attributes={"input", "triggers_replace"})}
 
 
-def test_resource_and_data_names_exist_in_google_provider_schema(hcl_trees: dict[str, dict]) -> None:
-    lib = provider_lib()
+@pytest.mark.parametrize("provider", ["lowest", "newest"])
+def test_resource_and_data_names_exist_in_google_provider_schema(hcl_trees: dict[str, dict], provider: str) -> None:
+    """Every argument and block the module writes exists in the newest provider checked and in the
+    lowest one versions.tf allows (on an older provider, `plan` fails with "Unsupported argument")."""
+    lib = provider_lib(provider)
     errors: list[str] = []
     checked = 0
     for path, tree in hcl_trees.items():
@@ -102,10 +108,11 @@ def _getters(lib: Path, kind: str, type_name: str) -> set[str]:
     return {re.sub(r"([A-Z])", r"_\1", n).lower() for n in names}
 
 
-def test_references_name_declared_things(hcl_trees: dict[str, dict]) -> None:
+@pytest.mark.parametrize("provider", ["lowest", "newest"])
+def test_references_name_declared_things(hcl_trees: dict[str, dict], provider: str) -> None:
     """What `terraform validate` would catch without a provider: undeclared var/local/resource
     references, and attributes the provider does not export."""
-    lib = provider_lib()
+    lib = provider_lib(provider)
     trees = module_trees(hcl_trees)
     declared_vars = {name for t in trees for name, _, _ in blocks(t, "variable")}
     declared_locals = {key for t in trees for entry in t.get("locals", []) for key, _ in items(entry)}
@@ -166,15 +173,29 @@ def test_module_declares_issue_resources_and_provider_range(hcl_trees: dict[str,
         "google_project_iam_member.runtime_datastore",
     ):
         assert address in resources, address
+    for path in ("terraform/versions.tf", "terraform/examples/basic/versions.tf"):
+        versions = hcl_trees[path]["terraform"][0]["required_providers"][0]["google"]
+        assert string(versions["version"]) == ">= 6.8, < 8", path
+        assert string(versions["source"]) == "hashicorp/google"
+
+
+def test_the_lowest_schema_checked_is_the_lowest_version_allowed(hcl_trees: dict[str, dict]) -> None:
+    """.ci/deploy-checks installs the @cdktf/provider-google package generated from the provider
+    versions.tf's lower bound, so the schema tests above cover the oldest provider a user can get."""
     versions = hcl_trees["terraform/versions.tf"]["terraform"][0]["required_providers"][0]["google"]
-    assert string(versions["version"]) == ">= 6, < 8"
-    assert string(versions["source"]) == "hashicorp/google"
+    lower = re.match(r">= ([0-9.]+),", string(versions["version"])).group(1)
+    assert provider_version(provider_lib("lowest")) == lower + ".0"
+    newest, lowest = (tuple(map(int, provider_version(provider_lib(w)).split("."))) for w in ("newest", "lowest"))
+    assert newest >= lowest
 
 
-def test_firestore_database_cannot_be_destroyed_and_ttl_is_on_expire_at(hcl_trees: dict[str, dict]) -> None:
+def test_firestore_database_outlives_destroy_without_blocking_it_and_ttl_is_on_expire_at(hcl_trees: dict[str, dict]) -> None:
+    """`terraform destroy` (as examples/basic invites) must plan: no prevent_destroy. The records stay:
+    the database is abandoned, not deleted, and Firestore's delete protection is on."""
     resources = _resources(hcl_trees)
     database = resources["google_firestore_database.this"]
-    assert database["lifecycle"][0]["prevent_destroy"] is True
+    assert "lifecycle" not in database
+    assert string(database["deletion_policy"]) == "ABANDON"
     assert string(database["delete_protection_state"]) == "DELETE_PROTECTION_ENABLED"
     field = resources["google_firestore_field.expire_at_ttl"]
     assert string(field["field"]) == "expire_at"
@@ -196,8 +217,26 @@ def test_only_the_invoker_account_may_call_the_service(hcl_trees: dict[str, dict
     assert invoker["member"] == "${google_service_account.invoker.member}"
     service = resources["google_cloud_run_v2_service.this"]
     assert service["invoker_iam_disabled"] is False
+    variables = {name: body for t in module_trees(hcl_trees) for name, _, body in blocks(t, "variable")}
+    assert string(variables["ingress"]["default"]) == "INGRESS_TRAFFIC_INTERNAL_ONLY"
     everything = json.dumps(_without_comments(module_trees(hcl_trees)))
     assert "allUsers" not in everything and "allAuthenticatedUsers" not in everything
+
+
+def test_custom_roles_hold_only_what_runonce_calls(hcl_trees: dict[str, dict]) -> None:
+    """Cloud Build: triggers.run needs builds.create (builds.editor would also edit and cancel any
+    build); Cloud Run jobs: executions get/list (run.viewer reads far more); cloud_run_iam: its own
+    service and policy. The same permissions as deploy/lib/routes_iam.py's."""
+    sys.path.insert(0, str(REPO / "deploy" / "lib"))
+    from routes_iam import CUSTOM_ROLES
+
+    resources = _resources(hcl_trees)
+    roles = {string(body["role_id"]): [string(p) for p in body["permissions"]] for address, body in resources.items()
+             if address.startswith("google_project_iam_custom_role.")}
+    assert roles == {**{role: list(permissions) for role, permissions in CUSTOM_ROLES.items()},
+                     "runonceServiceSelfCheck": ["run.services.get", "run.services.getIamPolicy"]}
+    build = resources["google_project_iam_member.runtime_cloudbuild"]
+    assert "google_project_iam_custom_role.build_runner" in build["role"] and "roles/cloudbuild.builds.editor" in build["role"]
 
 
 def test_scheduler_jobs_carry_oidc_token_retry_config_and_namespace(hcl_trees: dict[str, dict]) -> None:
@@ -226,7 +265,8 @@ ROUTES = {
     "hook": {"target": {"type": "http", "url": "https://hooks.example.com/run", "audience": "https://hooks.example.com"}},
     "demo": {"target": {"type": "log"}},
 }
-BASE_VARS = {"project_id": "my-project", "region": "europe-west1", "image": "example.com/runonce:1", "routes": ROUTES}
+BASE_VARS = {"project_id": "my-project", "region": "europe-west1", "image": "example.com/runonce@sha256:" + "a" * 64,
+             "routes": ROUTES}
 
 
 @pytest.fixture(scope="module")
@@ -235,7 +275,7 @@ def rules_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("rules")
     shutil.copy(TERRAFORM / "variables.tf", directory)
     shutil.copy(TERRAFORM / "rules.tf", directory)
-    outputs = ["retry_window_seconds", "workflow_projects", "run_job_grants", "build_projects", "scheduler_region"]
+    outputs = ["retry_window_seconds", "retry_window_longest_seconds", "workflow_projects", "run_job_grants", "build_projects", "scheduler_region"]
     (directory / "outputs.tf").write_text(
         "".join(f'output "{name}" {{\n  value = local.{name}\n}}\n' for name in outputs)
     )
@@ -263,7 +303,37 @@ def test_default_job_settings_satisfy_the_retry_rule(rules_module: Path, tmp_pat
     # 20 + 40 + 80 + 160 + 300 (capped): retries still arrive 10 minutes after a dead attempt,
     # past the 300 s lease plus the 60 s attempt deadline.
     assert outputs["retry_window_seconds"] == {"nightly": 600}
+    assert outputs["retry_window_longest_seconds"] == {"nightly": 600 + 6 * 60}
     assert outputs["scheduler_region"] == "europe-west1"
+
+
+RETRY_TABLE = {  # name: (attempt deadline, retry_count, min, max, doublings, max_retry_duration)
+    "defaults": (60, 5, 20, 300, 4, 0),
+    "documented-example": (16, 5, 10, 300, 3, 0),
+    "duration-beyond-count": (60, 2, 20, 300, 4, 1000),
+    "count-beyond-duration": (60, 5, 20, 300, 4, 30),
+    "duration-only": (16, 0, 100, 100, 0, 350),
+    "no-doublings": (30, 5, 50, 400, 0, 0),
+    "capped-early": (20, 4, 90, 100, 6, 0),
+}
+
+
+def test_terraform_retry_window_is_app_scheduler_retry(rules_module: Path, tmp_path: Path) -> None:
+    """rules.tf computes Scheduler's retry window in HCL; app/scheduler_retry.py is the one
+    implementation lint and the deploy scripts run, and this holds the two together."""
+    jobs = {
+        name: {"route": "etl", "schedule": "0 3 * * *", "attempt_deadline_seconds": deadline,
+               "retry": {"retry_count": count, "min_backoff_seconds": low, "max_backoff_seconds": high,
+                         "max_doublings": doublings, "max_retry_duration_seconds": duration}}
+        for name, (deadline, count, low, high, doublings, duration) in RETRY_TABLE.items()
+    }
+    variables = {**BASE_VARS, "jobs": jobs, "lease_seconds": 10, "dispatch_timeout_seconds": 1,
+                 "retention_seconds": 10**7}
+    outputs = evaluate(rules_module, tmp_path, variables)
+    for name, (deadline, count, low, high, doublings, duration) in RETRY_TABLE.items():
+        window = retry_window(RetryConfig(count, low, high, doublings, duration, deadline))
+        assert (outputs["retry_window_seconds"][name], outputs["retry_window_longest_seconds"][name]) == (
+            window.shortest, window.longest), name
 
 
 def test_grants_follow_the_routes_targets(rules_module: Path, tmp_path: Path) -> None:
@@ -274,7 +344,8 @@ def test_grants_follow_the_routes_targets(rules_module: Path, tmp_path: Path) ->
     assert outputs["run_job_grants"] == {
         "projects/job-proj/locations/europe-west1/jobs/batch roles/run.jobsExecutorWithOverrides": {
             "job": job, "role": "roles/run.jobsExecutorWithOverrides"},
-        "projects/job-proj/locations/europe-west1/jobs/batch roles/run.viewer": {"job": job, "role": "roles/run.viewer"},
+        "projects/job-proj/locations/europe-west1/jobs/batch projects/job-proj/roles/runonceExecutionReader": {
+            "job": job, "role": "projects/job-proj/roles/runonceExecutionReader"},
     }
 
 
@@ -289,9 +360,10 @@ def test_grants_follow_the_routes_targets(rules_module: Path, tmp_path: Path) ->
          'jobs.nightly: route "nope" is not in routes'),
         ({"retention_seconds": 3600, "jobs": {"n": {"route": "etl", "schedule": "0 3 * * *",
           "retry": {"min_backoff_seconds": 600, "max_backoff_seconds": 3600}}}},
-         "jobs.n: retention_seconds (3600) must exceed the retry window plus attempt deadline"),
+         "jobs.n: retention_seconds (3600) must exceed the longest retry window (11760 s"),
         ({"dispatch_timeout_seconds": 300}, "dispatch_timeout_seconds (300) must be below lease_seconds (300)"),
         ({"region": "us-central1-a"}, "region must be a Google Cloud region"),
+        ({"image": "europe-west1-docker.pkg.dev/p/runonce/runonce:0.1.0"}, "image must name a digest"),
         ({"routes": {"Bad Name": {"target": {"type": "log"}}}}, "every route name must be 1-63 lower-case"),
         ({"routes": {"x": {"target": {"type": "ftp"}}}}, "Every route needs target.type, one of"),
         ({"routes": {"x": {"target": {"type": "cloud_run_job", "job": "batch"}}}}, "cloud_run_job needs job"),
@@ -299,7 +371,7 @@ def test_grants_follow_the_routes_targets(rules_module: Path, tmp_path: Path) ->
         ({"jobs": {"nightly": {"route": "etl", "schedule": "0 0 3 * * *"}}}, "must be a non-empty unix-cron expression"),
         ({"jobs": {"nightly": {"route": "etl", "schedule": "0 3 * * *", "body": "[1]"}}}, "body must be a JSON object"),
     ],
-    ids=["short-retries", "short-deadline", "unknown-route", "retention", "timeout-vs-lease", "zone-not-region",
+    ids=["short-retries", "short-deadline", "unknown-route", "retention", "timeout-vs-lease", "zone-not-region", "image-by-tag",
          "route-name", "target-type", "job-name-format", "empty-schedule", "six-field-cron", "body-not-object"],
 )
 def test_broken_configuration_stops_the_plan_with_a_precise_message(

@@ -70,9 +70,11 @@ class ServerProcess:
         self.stop(signal.SIGKILL)
 
 
-def start_server(env: dict[str, str], log_dir: Path, *, workers: int = 1, extra_args: list[str] | None = None) -> ServerProcess:
-    """Start `runonce serve` with exactly `env` on top of PATH/HOME-style basics; wait for /healthz."""
-    port = free_port()
+def start_server(env: dict[str, str], log_dir: Path, *, workers: int = 1, extra_args: list[str] | None = None,
+                 port: int | None = None) -> ServerProcess:
+    """Start `runonce serve` with exactly `env` on top of PATH/HOME-style basics; wait for /healthz.
+    `port`: one chosen before (e.g. to put the URL in the env as the audience), else a free one."""
+    port = port or free_port()
     log = log_dir / f"runonce-{port}.log"
     base = {k: v for k, v in os.environ.items() if not k.startswith("RUNONCE_")}
     full_env = {**base, **env}

@@ -10,6 +10,6 @@ variable "region" {
 }
 
 variable "image" {
-  description = "runonce image pushed to Artifact Registry, e.g. europe-west1-docker.pkg.dev/PROJECT/runonce/runonce:0.1.0."
+  description = "runonce image in Artifact Registry, by digest: europe-west1-docker.pkg.dev/PROJECT/runonce/runonce@sha256:... (see README.md)."
   type        = string
 }
