@@ -29,6 +29,8 @@ JOB_PATTERN = r"^[A-Za-z0-9_-]+$"  # Scheduler job IDs: letters, digits, hyphens
 QUEUE_PATTERN = r"^[A-Za-z0-9-]+$"
 TASK_PATTERN = r"^[A-Za-z0-9_-]+$"
 MAX_HEADER_LENGTH = 500
+RUN_ID_PATTERN = r"[0-9a-f]{64}"
+"""A run_id: the lowercase hex sha256 of the canonical string (below)."""
 
 # Header names as documented; every look-up is case-insensitive (HTTP/2 lower-cases them).
 SCHEDULER_JOB = "X-CloudScheduler-JobName"
@@ -135,6 +137,13 @@ def parse_rfc3339(text: str, field: str) -> datetime:
         )
     except ValueError as exc:  # month 13, Feb 30, second 60 (leap seconds are not schedulable)
         raise InvalidDelivery(field, f"{text!r}: {exc}") from exc
+
+
+def check_run_id(run_id: str, field: str = "run_id") -> str:
+    """`run_id` if it is one; anything else could only be a store key no delivery makes."""
+    if not re.fullmatch(RUN_ID_PATTERN, run_id, flags=re.ASCII):
+        raise InvalidDelivery(field, "a run_id is 64 lowercase hex characters (the sha256 that runonce key prints)")
+    return run_id
 
 
 def _header(headers: Mapping[str, str], name: str, pattern: str | None = None) -> str | None:

@@ -24,7 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from . import errors, logs
 from .access import AccessLog
 from .auth import Authenticator, build_authenticator
-from .delivery import ForcedRunRefused, InvalidDelivery, parse_delivery, parse_namespace
+from .delivery import ForcedRunRefused, InvalidDelivery, check_run_id, parse_delivery, parse_namespace
 from .metrics import Metrics
 from .protocol import Runner, RunResult, utcnow
 from .routes import Route, load_routes
@@ -209,6 +209,10 @@ def create_app(
         auth: Authenticator = request.app.state.auth
         caller = await auth.authenticate(request.headers)
         auth.authorize(caller, settings.admin_callers, "the runs API")
+        try:
+            check_run_id(run_id)
+        except InvalidDelivery as exc:  # never a store key: Firestore refuses some ids with an error
+            raise errors.Invalid(exc.reason, field=exc.field) from exc
         try:
             record = await store.get(run_id, clock())
         except StoreUnavailable as exc:

@@ -1,0 +1,73 @@
+"""What the delivery and runs endpoints accept, in-process: anything a caller can send is either a
+precise 400 (field and rule, nothing claimed, the store untouched) or a run. The property-based
+version against a real server is tests/test_fuzz.py."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from app.main import create_app
+from app.settings import Settings
+from app.stores.memory import MemoryStore
+from app.targets.scripted import ScriptedTarget
+from tests.conftest import Clock
+
+ROUTES = "routes:\n  etl:\n    target: {type: log}\n    namespace: {project: route-project, location: europe-west1}\n"
+JOB = {"X-CloudScheduler-JobName": "nightly", "X-CloudScheduler-ScheduleTime": "2026-10-16T12:00:00Z"}
+
+
+class SpyStore(MemoryStore):
+    """The in-memory store, counting reads and claims (to prove a rejected request never reached it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    async def get(self, run_id, now):
+        self.calls.append("get")
+        return await super().get(run_id, now)
+
+    async def claim(self, new, now, lease, retention):
+        self.calls.append("claim")
+        return await super().claim(new, now, lease, retention)
+
+
+class Client:
+    def __init__(self, http: httpx.AsyncClient, store: SpyStore, target: ScriptedTarget):
+        self.http, self.store, self.target = http, store, target
+
+    async def deliver(self, headers: dict | None = None, **kwargs) -> httpx.Response:
+        return await self.http.post("/v1/routes/etl:run", headers=JOB if headers is None else headers, **kwargs)
+
+
+@pytest.fixture
+async def client(clock: Clock) -> AsyncIterator[Client]:
+    store, target = SpyStore(), ScriptedTarget()
+    app = create_app(Settings(routes=ROUTES, auth="none", store="sqlite:///unused.db"), store=store, targets={"etl": target}, clock=clock)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://runonce"
+    ) as http:
+        yield Client(http, store, target)
+
+
+def assert_invalid(response: httpx.Response, field: str, status: int = 400) -> dict:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert body["status"] == "invalid" and body["error"]["field"] == field, body
+    return body
+
+
+# -- defect 7: GET /v1/runs/{run_id} --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("run_id", ["__x__", "%2E%2E", "%2E", "a" * 63, "A" * 64, "g" * 64, "0" * 65, "%20" + "0" * 61])
+async def test_a_run_id_that_is_not_64_lowercase_hex_is_400_and_the_store_is_never_called(
+    client: Client, run_id: str
+) -> None:
+    response = await client.http.get(f"/v1/runs/{run_id}")
+    body = assert_invalid(response, "run_id")
+    assert "64 lowercase hex" in body["error"]["message"]
+    assert client.store.calls == []
