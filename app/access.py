@@ -22,6 +22,10 @@ from .metrics import Metrics
 
 logger = logging.getLogger("runonce.access")
 
+UNKNOWN_ROUTE = "_unknown"
+"""The `route` label of deliveries refused before their route was known to be configured (and the
+caller authenticated): one series however many route names callers make up."""
+
 
 class AccessLog:
     def __init__(self, app: ASGIApp, metrics: Metrics, project: str | None):
@@ -68,7 +72,7 @@ class AccessLog:
                 return  # probes and scrapes every few seconds would drown the deliveries
             logger.info("%s %s %d", scope["method"], scope["path"], status, extra={"fields": {"httpRequest": http_request}})
             return
-        self.metrics.deliveries.labels(outcome.get("route") or "-", outcome["outcome"]).inc()
+        self.metrics.deliveries.labels(outcome.get("route") or UNKNOWN_ROUTE, outcome["outcome"]).inc()
         fields = {**outcome, "http_status": status, "latency_ms": round(seconds * 1000, 3), "httpRequest": http_request}
         level = logging.WARNING if status >= 500 else logging.INFO
         logger.log(

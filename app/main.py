@@ -151,7 +151,9 @@ def create_app(
     )
     async def deliver(route: str, request: Request) -> JSONResponse:
         # The delivery's one outcome line (access.py) is filled in as we learn things.
-        outcome: dict[str, Any] = {"outcome": None, "run_id": None, "route": route}
+        # `route` is filled in once the caller is authenticated and the route is configured: the
+        # path is the caller's text until then (never logged, never a metric label).
+        outcome: dict[str, Any] = {"outcome": None, "run_id": None, "route": None}
         request.state.outcome = outcome
         try:
             result = await _deliver(route, request, outcome)
@@ -180,6 +182,7 @@ def create_app(
                 "job's URI (/v1/routes/ROUTE:run) against RUNONCE_ROUTES_FILE",
                 route=route,
             )
+        outcome["route"] = route
         auth.authorize(caller, config.allowed_callers or settings.allowed_callers, f"route {route!r}")
         try:
             namespace = parse_namespace(_query(request), config.namespace)

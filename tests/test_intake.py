@@ -71,3 +71,41 @@ async def test_a_run_id_that_is_not_64_lowercase_hex_is_400_and_the_store_is_nev
     body = assert_invalid(response, "run_id")
     assert "64 lowercase hex" in body["error"]["message"]
     assert client.store.calls == []
+
+
+# -- defect 6: /metrics cardinality ---------------------------------------------------------------
+
+
+def delivery_series(app) -> set[tuple[str, str]]:
+    from prometheus_client.parser import text_string_to_metric_families
+    from prometheus_client import generate_latest
+
+    text = generate_latest(app.state.metrics.registry).decode()
+    return {
+        (sample.labels["route"], sample.labels["outcome"])
+        for family in text_string_to_metric_families(text) if family.name == "runonce_deliveries"
+        for sample in family.samples if sample.name == "runonce_deliveries_total"
+    }
+
+
+async def test_random_route_names_add_no_metric_series(client: Client) -> None:
+    import secrets
+
+    app = client.http._transport.app  # type: ignore[attr-defined]
+    await client.deliver()
+    for _ in range(50):
+        response = await client.http.post(f"/v1/routes/{secrets.token_hex(8)}:run", headers=JOB)
+        assert response.status_code == 404
+    assert delivery_series(app) == {("etl", "processed"), ("_unknown", "not_found")}
+
+
+async def test_nothing_is_labelled_by_route_before_authentication() -> None:
+    settings = Settings(routes=ROUTES, auth="oidc", audience=["https://runonce.example"],
+                        allowed_callers=["scheduler@p.iam.gserviceaccount.com"], store="sqlite:///unused.db")
+    app = create_app(settings, store=MemoryStore(), targets={"etl": ScriptedTarget()})
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://runonce"
+    ) as http:
+        for route in ("etl", "not-configured"):
+            assert (await http.post(f"/v1/routes/{route}:run", headers=JOB)).status_code == 401
+    assert delivery_series(app) == {("_unknown", "unauthenticated")}
