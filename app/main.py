@@ -30,7 +30,7 @@ from .protocol import Runner, RunResult, utcnow
 from .routes import Route, load_routes
 from .settings import ConfigError, Settings
 from .stores import RunStore, StoreUnavailable, open_store
-from .targets import Target, TargetContext, build_target
+from .targets import PayloadNotSendable, Target, TargetContext, build_target, encode_json
 
 logger = logging.getLogger("runonce")
 
@@ -291,6 +291,10 @@ async def _read_payload(request: Request, route: str, run_id: str) -> tuple[dict
             raise errors.Invalid(
                 f"body must be a JSON object, got {type(payload).__name__}", field="body", **context
             )
+        try:
+            encode_json(payload)  # what every target sends: refuse now what none could send later
+        except PayloadNotSendable as exc:
+            raise errors.Invalid(f"body: {exc.message}", field="body", **context) from exc
     canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return payload, hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 

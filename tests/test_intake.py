@@ -109,3 +109,60 @@ async def test_nothing_is_labelled_by_route_before_authentication() -> None:
         for route in ("etl", "not-configured"):
             assert (await http.post(f"/v1/routes/{route}:run", headers=JOB)).status_code == 401
     assert delivery_series(app) == {("_unknown", "unauthenticated")}
+
+
+# -- defect 2: a body that parses but cannot be sent ----------------------------------------------
+
+
+@pytest.mark.parametrize("content", [b'{"x": 1e400}', b'{"x": [-1e999]}', b'{"a": {"b": 2e308}}'])
+async def test_a_body_no_target_could_send_is_400_and_nothing_is_claimed(client: Client, content: bytes) -> None:
+    body = assert_invalid(await client.deliver(content=content), "body")
+    assert "finite" in body["error"]["message"]
+    assert client.store.calls == [] and client.target.dispatched == []
+
+
+async def test_an_unsendable_payload_reaching_the_runner_fails_and_releases_the_claim(clock: Clock, tmp_path) -> None:
+    """The http target's JSON encoder refuses inf before a byte leaves: that is `failed` (502, claim
+    released, nothing called), never `unknown` (504, claim kept through lease after lease)."""
+    from datetime import timedelta
+
+    from app import errors
+    from app.delivery import Delivery
+    from app.protocol import Runner
+    from app.stores.base import FAILED
+    from app.targets.http import HttpTarget, HttpTargetConfig
+    from tests.support.downstream import Downstream
+
+    delivery = Delivery(source="scheduler", project="", location="", route="etl", job="nightly",
+                        schedule_time=clock())
+    with Downstream() as downstream:
+        async with httpx.AsyncClient() as http:
+            target = HttpTarget(HttpTargetConfig(type="http", url=f"{downstream.url}/etl"), http)
+            store = MemoryStore()
+            runner = Runner(store, {"etl": target}, lease=timedelta(seconds=300), retention=timedelta(days=1),
+                            dispatch_timeout=timedelta(seconds=30), clock=clock)
+            with pytest.raises(errors.Failed):
+                await runner.run(delivery, {"x": float("inf")}, "0" * 64)
+        assert downstream.calls == {}
+    assert (await store.get(delivery.run_id, clock())).status == FAILED
+
+
+@pytest.mark.parametrize("raised", [httpx.ConnectError("refused"), httpx.PoolTimeout("pool full")])
+async def test_a_raw_error_raised_before_sending_is_failed_not_unknown(clock: Clock, raised: Exception) -> None:
+    from datetime import timedelta
+
+    from app import errors
+    from app.delivery import Delivery
+    from app.protocol import Runner
+    from app.stores.base import FAILED
+
+    async def never_connects(request):
+        raise raised
+
+    delivery = Delivery(source="scheduler", project="", location="", route="etl", job="nightly", schedule_time=clock())
+    store = MemoryStore()
+    runner = Runner(store, {"etl": ScriptedTarget(never_connects)}, lease=timedelta(seconds=300),
+                    retention=timedelta(days=1), dispatch_timeout=timedelta(seconds=30), clock=clock)
+    with pytest.raises(errors.Failed, match="nothing was sent"):
+        await runner.run(delivery, {}, "0" * 64)
+    assert (await store.get(delivery.run_id, clock())).status == FAILED

@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from .base import TargetError, TargetFailed, TargetOutcomeUnknown, TargetThrottled
+from .base import NOTHING_SENT, TargetError, TargetFailed, TargetOutcomeUnknown, TargetThrottled
 from .http import parse_retry_after
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
@@ -187,7 +187,7 @@ def outcome_for_response(action: str, response: httpx.Response) -> TargetError:
 
 def outcome_for_transport_error(action: str, exc: httpx.TransportError) -> TargetError:
     """httpx raised before an answer came back."""
-    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)):
+    if isinstance(exc, NOTHING_SENT):
         return TargetFailed(f"{action}: could not connect, nothing was sent: {exc!r}")
     return TargetOutcomeUnknown(f"{action}: no answer (timeout or connection lost after sending): {exc!r}")
 
