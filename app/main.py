@@ -110,6 +110,7 @@ def create_app(
         summary="Idempotent proxy: one downstream execution per scheduled run.",
         version="0.1.0",
         lifespan=lifespan,
+        redirect_slashes=False,  # a 307 with no JSON body is not an answer Scheduler can act on: 404
     )
     app.state.settings = settings
     app.state.routes = routes
@@ -284,9 +285,19 @@ async def _read_payload(request: Request, route: str, run_id: str) -> tuple[dict
         payload: Any = {}
     else:
         try:
-            payload = json.loads(raw, parse_constant=_reject_constant)
-        except (UnicodeDecodeError, ValueError) as exc:
+            text = raw.decode("utf-8")  # strict: json.loads(bytes) would also guess UTF-16 and UTF-32
+        except UnicodeDecodeError as exc:
+            raise errors.Invalid("body is not valid UTF-8", field="body", **context) from exc
+        try:
+            payload = json.loads(
+                text, parse_constant=_reject_constant, parse_int=_short_int, object_pairs_hook=_unique_keys
+            )
+        except json.JSONDecodeError as exc:  # its message holds a position, never the text
             raise errors.Invalid(f"body is not valid JSON: {exc}", field="body", **context) from exc
+        except RecursionError as exc:
+            raise errors.Invalid("body nests objects and arrays too deeply", field="body", **context) from exc
+        except ValueError as exc:  # the rules of the hooks below
+            raise errors.Invalid(f"body is not accepted JSON: {exc}", field="body", **context) from exc
         if not isinstance(payload, dict):
             raise errors.Invalid(
                 f"body must be a JSON object, got {type(payload).__name__}", field="body", **context
@@ -301,3 +312,19 @@ async def _read_payload(request: Request, route: str, run_id: str) -> tuple[dict
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object; a key given twice is refused, as the two could mean different runs' payloads."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        raise ValueError("an object has the same key twice")
+    return value
+
+
+def _short_int(digits: str) -> int:
+    """An integer of at most 20 characters (int64 has 19 digits; encode_json checks the range), so
+    Python's 4300-digit limit, whose error quotes the number, is never reached."""
+    if len(digits) > 20:
+        raise ValueError("an integer is beyond 64 bits")
+    return int(digits)

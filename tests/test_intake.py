@@ -36,8 +36,8 @@ class SpyStore(MemoryStore):
 
 
 class Client:
-    def __init__(self, http: httpx.AsyncClient, store: SpyStore, target: ScriptedTarget):
-        self.http, self.store, self.target = http, store, target
+    def __init__(self, http: httpx.AsyncClient, store: SpyStore, target: ScriptedTarget, clock: Clock):
+        self.http, self.store, self.target, self.clock = http, store, target, clock
 
     async def deliver(self, headers: dict | None = None, **kwargs) -> httpx.Response:
         return await self.http.post("/v1/routes/etl:run", headers=JOB if headers is None else headers, **kwargs)
@@ -50,7 +50,7 @@ async def client(clock: Clock) -> AsyncIterator[Client]:
     async with app.router.lifespan_context(app), httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="http://runonce"
     ) as http:
-        yield Client(http, store, target)
+        yield Client(http, store, target, clock)
 
 
 def assert_invalid(response: httpx.Response, field: str, status: int = 400) -> dict:
@@ -166,3 +166,92 @@ async def test_a_raw_error_raised_before_sending_is_failed_not_unknown(clock: Cl
     with pytest.raises(errors.Failed, match="nothing was sent"):
         await runner.run(delivery, {}, "0" * 64)
     assert (await store.get(delivery.run_id, clock())).status == FAILED
+
+
+# -- defect 4: no 500 on bad input; every refusal names its field ---------------------------------
+
+TASK = {"X-CloudTasks-QueueName": "exports", "X-CloudTasks-TaskName": "task-1"}
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b'{"s": "\\ud800"}',  # a lone surrogate: parses, but is no Unicode string
+        b'{"s": "\\udfff\\ud800"}',
+        b'{"s": "\xff\xfe"}',  # not UTF-8
+        b'{"s": "\xc3"}',
+        b"[" * 32000,  # nesting deeper than the parser's recursion limit, within 32 KiB
+        b'{"a":' * 5000 + b"1" + b"}" * 5000,
+        b'{"a":' * 65 + b"1" + b"}" * 65,  # parses, deeper than any target sends
+        b'{"a": 1, "a": 2}',  # duplicate keys: which one is meant?
+        b'{"n": 123456789012345678901234567890}',  # beyond 64-bit integers
+        b'{"n": -9223372036854775809}',
+        b"1" * 5000,  # beyond Python's digit limit
+        b'"text"', b"[]", b"null", b"true", b"0",
+        b"\xef\xbb\xbf{}",  # a UTF-8 BOM
+        b"\x00",
+    ],
+)
+async def test_a_bad_body_is_400_naming_the_body_and_nothing_is_claimed(client: Client, content: bytes) -> None:
+    assert_invalid(await client.deliver(content=content), "body")
+    assert client.store.calls == []
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "0001-01-01T00:00:00+01:00",  # before datetime's first instant once in UTC
+        "0001-01-01T00:00:00Z", "0001-01-01T00:00:00-23:59",
+        "9999-12-31T23:59:59-01:00",  # after its last
+        "9999-12-31T23:59:59.999999Z", "9999-12-31T00:00:00+23:59",
+        "٢٠٢٦-10-16T12:00:00Z",  # Arabic-Indic digits are digits to str.isdigit and int()
+        "2026-10-16T12:00:00Z\n",
+        "1969-12-31T23:59:59Z",
+    ],
+)
+async def test_a_schedule_time_outside_the_representable_range_is_400(client: Client, value: str) -> None:
+    headers = {**JOB, "X-CloudScheduler-ScheduleTime": value.encode()}  # as UTF-8 bytes: httpx sends str as ASCII
+    assert_invalid(await client.deliver(headers=headers), "X-CloudScheduler-ScheduleTime")
+    assert client.store.calls == []
+
+
+@pytest.mark.parametrize("header", ["X-CloudTasks-TaskRetryCount", "X-CloudTasks-TaskExecutionCount"])
+@pytest.mark.parametrize("value", ["9223372036854775808", "1" * 40, "²", "٣", "-1", "1.0", "0x10", " ", "+1"])
+async def test_a_cloud_tasks_counter_that_is_not_a_64_bit_count_is_400(client: Client, header: str, value: str) -> None:
+    assert_invalid(await client.deliver(headers={**TASK, header: value.encode()}), header)
+    assert client.store.calls == []
+
+
+async def test_a_64_bit_counter_is_recorded(client: Client) -> None:
+    response = await client.deliver(headers={**TASK, "X-CloudTasks-TaskRetryCount": "9223372036854775807"})
+    assert response.status_code == 200
+    record = await client.store.get(response.json()["run_id"], client.clock())
+    assert record.task_retry_count == 9223372036854775807
+
+
+@pytest.mark.parametrize(
+    "header, value",
+    [("X-CloudScheduler-JobName", "nïghtly"), ("X-CloudScheduler-JobName", "nightly\xa0"), ("X-CloudTasks-TaskName", "task\x85")],
+)
+async def test_identity_headers_are_ascii_and_only_spaces_and_tabs_are_trimmed(client: Client, header: str, value: str) -> None:
+    """str.strip() also strips U+00A0 and U+0085: `nightly\xa0` would have been the job `nightly`."""
+    base = TASK if header.startswith("X-CloudTasks") else JOB
+    response = await client.deliver(headers={**base, header: value.encode("latin-1")})
+    assert_invalid(response, header)
+    assert client.store.calls == []
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/v1/routes/%00:run", "/v1/routes/%FF:run", "/v1/routes/" + "x" * 5000 + ":run", "/v1/routes/:run",
+     "/v1/routes/etl%2Fx:run", "/v1/routes/etl:run/", "/v1/routes/etl", "/v1/routes/ÿ:run"],
+)
+async def test_a_route_path_that_names_no_route_is_a_json_404(client: Client, path: str) -> None:
+    response = await client.http.post(path, headers=JOB)
+    assert response.status_code == 404 and response.json()["status"] == "not_found"
+    assert client.store.calls == []
+
+
+async def test_a_wrong_method_is_a_json_405(client: Client) -> None:
+    response = await client.http.get("/v1/routes/etl:run", headers=JOB)
+    assert response.status_code == 405 and response.json()["status"] == "invalid"

@@ -70,12 +70,14 @@ def encode_json(value: Any) -> str:
     """`value` as the JSON text targets send, or `PayloadNotSendable` saying which rule it breaks
     (never the value itself: payloads are not logged). The web layer applies the same check at
     intake, so a body accepted there can always be sent."""
-    containers, depth = [value], 0
-    while containers := [v for v in containers if isinstance(v, (dict, list))]:
+    level, depth = [value], 0
+    while containers := [v for v in level if isinstance(v, (dict, list))]:
         depth += 1
         if depth > MAX_PAYLOAD_DEPTH:
             raise PayloadNotSendable(f"the payload nests objects and arrays deeper than {MAX_PAYLOAD_DEPTH} levels")
-        containers = [item for v in containers for item in (v.values() if isinstance(v, dict) else v)]
+        level = [item for v in containers for item in (v.values() if isinstance(v, dict) else v)]
+        if any(isinstance(v, int) and not -(2**63) <= v < 2**63 for v in level):
+            raise PayloadNotSendable("the payload holds an integer beyond 64 bits (Google's APIs take int64)")
     try:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         text.encode("utf-8")
