@@ -178,11 +178,12 @@ def create_app(
         outcome["caller"] = caller
         config: Route | None = routes.get(route)
         if config is None:
-            raise errors.NotFound(
-                f"no route {route!r} is configured; this instance has {len(routes)} route(s): check the "
+            raise errors.NotFound(  # the name is the caller's text: it is in the answer's `route`, never logged
+                f"no route of that name is configured; this instance has {len(routes)} route(s): check the "
                 "job's URI (/v1/routes/ROUTE:run) against RUNONCE_ROUTES_FILE",
                 route=route,
             )
+        request.state.logged_path = f"/v1/routes/{route}:run"
         outcome["route"] = route
         auth.authorize(caller, config.allowed_callers or settings.allowed_callers, f"route {route!r}")
         try:
@@ -217,6 +218,7 @@ def create_app(
             check_run_id(run_id)
         except InvalidDelivery as exc:  # never a store key: Firestore refuses some ids with an error
             raise errors.Invalid(exc.reason, field=exc.field) from exc
+        request.state.logged_path = f"/v1/runs/{run_id}"
         try:
             record = await store.get(run_id, clock())
         except StoreUnavailable as exc:
@@ -271,9 +273,9 @@ async def _read_payload(request: Request, route: str, run_id: str) -> tuple[dict
     """The JSON object body (empty body = `{}`) and the sha256 of its canonical form, so that
     retries with re-ordered keys or other whitespace count as the same body."""
     context = {"route": route, "run_id": run_id}
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise errors.PayloadTooLarge(f"body is {declared} bytes; at most {MAX_BODY_BYTES}", field="body", **context)
+    declared = request.headers.get("content-length", "")
+    if declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise errors.PayloadTooLarge(f"body is over {MAX_BODY_BYTES} bytes (Content-Length)", field="body", **context)
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)

@@ -255,3 +255,16 @@ async def test_a_route_path_that_names_no_route_is_a_json_404(client: Client, pa
 async def test_a_wrong_method_is_a_json_405(client: Client) -> None:
     response = await client.http.get("/v1/routes/etl:run", headers=JOB)
     assert response.status_code == 405 and response.json()["status"] == "invalid"
+
+
+# -- defect 5: only validated values are logged ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "header",
+    [f"{'a' * 32}/{'٣' * 3};o=1", f"{'a' * 32}/{'9' * 30};o=1", f"{'a' * 32}/18446744073709551616", f"{'a' * 32}/1\n"],
+)
+def test_a_trace_span_id_is_logged_only_when_it_is_a_64_bit_decimal(header: str) -> None:
+    from app.logs import SPAN_ID, trace_fields
+
+    assert SPAN_ID not in trace_fields({"x-cloud-trace-context": header}, "p")
