@@ -104,7 +104,7 @@ def test_bad_settings_stop_with_one_message_naming_the_variable(cli, monkeypatch
     monkeypatch.setenv("RUNONCE_DISPATCH_TIMEOUT_SECONDS", "5")
     result = cli("runs", "list")
     assert result.exit_code == 1
-    assert "RUNONCE_DISPATCH_TIMEOUT_SECONDS (5) must be below RUNONCE_LEASE_SECONDS (4)" in result.output
+    assert "RUNONCE_LEASE_SECONDS (4) must be at least RUNONCE_DISPATCH_TIMEOUT_SECONDS (5)" in result.output
 
 
 def test_bad_store_url_is_refused(cli, monkeypatch: pytest.MonkeyPatch) -> None:
