@@ -141,25 +141,55 @@ def runs_release(run_id: str) -> None:
     click.echo(f"released {run_id}: the next delivery takes over (attempt {record.attempts + 1})")
 
 
+_KEY_FLAGS = {
+    "X-CloudScheduler-JobName": "--job",
+    "X-CloudScheduler-ScheduleTime": "--schedule-time",
+    "X-CloudTasks-QueueName": "--queue",
+    "X-CloudTasks-TaskName": "--task",
+    "query.project": "--project",
+    "query.location": "--location",
+}
+"""The flag of `runonce key` that stands for each part of a delivery, to name it in errors."""
+
+
+def _key_error(field: str, reason: str) -> click.UsageError:
+    """A parse error of `runonce key` in terms of its flags (header names only mean something over HTTP)."""
+    for name, flag in _KEY_FLAGS.items():
+        reason = reason.replace(name, flag)
+    return click.UsageError(f"{_KEY_FLAGS.get(field, field)}: {reason}")
+
+
 @main.command()
-@click.option("--route", required=True, help="Route name.")
+@click.option("--route", required=True, help="Route name, as in the routes file (RUNONCE_ROUTES_FILE or RUNONCE_ROUTES).")
 @click.option("--job", help="Scheduler job ID (X-CloudScheduler-JobName).")
 @click.option("--schedule-time", help="X-CloudScheduler-ScheduleTime, RFC 3339.")
 @click.option("--forced", is_flag=True, help="Key of a force run (source scheduler-forced).")
 @click.option("--queue", help="Cloud Tasks queue (X-CloudTasks-QueueName).")
 @click.option("--task", help="Cloud Tasks task (X-CloudTasks-TaskName).")
-@click.option("--project", default="", help="Namespace project (query parameter or route namespace).")
-@click.option("--location", default="", help="Namespace location.")
+@click.option("--project", default="", help="Namespace project (as the query parameter)  [default: the route's namespace]")
+@click.option("--location", default="", help="Namespace location  [default: the route's namespace]")
 @click.option("--canonical", is_flag=True, help="Also print the canonical string that is hashed.")
 def key(
     route: str, job: str | None, schedule_time: str | None, forced: bool, queue: str | None,
     task: str | None, project: str, location: str, canonical: bool,
 ) -> None:
-    """Compute the run_id of a delivery, as the proxy would."""
+    """Compute the run_id of a delivery, as the proxy would, from the routes the proxy reads."""
     import httpx
 
     from .delivery import InvalidDelivery, parse_delivery, parse_namespace
+    from .routes import load_routes
 
+    settings = _settings()
+    try:
+        routes = load_routes(settings)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+    config = routes.get(route)
+    if config is None:
+        origin = settings.routes_file or "RUNONCE_ROUTES"
+        raise click.UsageError(f"--route: no route {route!r} in {origin}; it has {', '.join(sorted(routes)) or 'none'}")
+    if forced and config.forced_runs == "reject":
+        raise click.UsageError(f"--forced: route {route!r} refuses force runs (forced_runs: reject), so they have no run_id")
     headers = httpx.Headers()
     if job is not None:
         headers["x-cloudscheduler-jobname"] = job
@@ -171,13 +201,14 @@ def key(
         headers["x-cloudtasks-taskname"] = task
     query = {name: [value] for name, value in (("project", project), ("location", location)) if value}
     try:
-        namespace = parse_namespace(query, None)
+        namespace = parse_namespace(query, config.namespace)
         delivery = parse_delivery(route, headers, namespace, _now(), timedelta(0))
         if delivery.source != "tasks":
-            # The receipt time is not known here: the flag says which key is wanted.
-            delivery = replace(delivery, source="scheduler-forced" if forced else "scheduler")
+            # The receipt time is not known here: the flag says which key is wanted, as the route would.
+            separate = forced and config.forced_runs == "separate"
+            delivery = replace(delivery, source="scheduler-forced" if separate else "scheduler")
     except InvalidDelivery as exc:
-        raise click.UsageError(f"{exc.field}: {exc.reason}") from exc
+        raise _key_error(exc.field, exc.reason) from exc
     click.echo(delivery.run_id)
     if canonical:
         click.echo(delivery.canonical)

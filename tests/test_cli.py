@@ -46,7 +46,25 @@ def seed(db: Path, *, finished: bool) -> str:
     return asyncio.run(go())
 
 
-def test_key_prints_the_run_id_of_a_scheduler_delivery(cli) -> None:
+KEY_ROUTES = """
+routes:
+  etl: {target: {type: log}}
+  billing:
+    target: {type: log}
+    namespace: {project: billing-project, location: europe-west1}
+  deduped: {target: {type: log}, forced_runs: dedupe}
+"""
+
+
+@pytest.fixture
+def routes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    path = tmp_path / "routes.yaml"
+    path.write_text(KEY_ROUTES)
+    monkeypatch.setenv("RUNONCE_ROUTES_FILE", str(path))
+    return path
+
+
+def test_key_prints_the_run_id_of_a_scheduler_delivery(cli, routes: Path) -> None:
     result = cli("key", "--route", "etl", "--job", "nightly", "--schedule-time", "2026-10-16T05:00:00-07:00",
                  "--project", "proj-1", "--location", "us-central1", "--canonical")
     canonical = "runonce/v1|scheduler|proj-1|us-central1|etl|nightly|2026-10-16T12:00:00Z"
@@ -54,17 +72,42 @@ def test_key_prints_the_run_id_of_a_scheduler_delivery(cli) -> None:
     assert result.output.splitlines() == [hashlib.sha256(canonical.encode()).hexdigest(), canonical]
 
 
-def test_key_of_a_forced_run_and_of_a_task(cli) -> None:
+def test_key_of_a_forced_run_and_of_a_task(cli, routes: Path) -> None:
     forced = cli("key", "--route", "etl", "--job", "nightly", "--schedule-time", "2026-10-16T12:00:00Z", "--forced", "--canonical")
     task = cli("key", "--route", "etl", "--queue", "exports", "--task", "t-1", "--canonical")
     assert forced.output.splitlines()[1] == "runonce/v1|scheduler-forced|||etl|nightly|2026-10-16T12:00:00Z"
     assert task.output.splitlines()[1] == "runonce/v1|tasks|||etl|exports|t-1"
 
 
-def test_key_with_a_bad_time_exits_2_naming_the_field(cli) -> None:
+def test_key_with_a_bad_value_exits_2_naming_the_flag(cli, routes: Path) -> None:
     result = cli("key", "--route", "etl", "--job", "nightly", "--schedule-time", "noon")
     assert result.exit_code == 2
-    assert "X-CloudScheduler-ScheduleTime" in result.output and "RFC 3339" in result.output
+    assert "--schedule-time" in result.output and "RFC 3339" in result.output and "X-Cloud" not in result.output
+    result = cli("key", "--route", "etl", "--job", "night ly", "--schedule-time", "2026-10-16T12:00:00Z")
+    assert result.exit_code == 2 and "--job" in result.output and "X-Cloud" not in result.output
+    result = cli("key", "--route", "etl", "--job", "nightly", "--schedule-time", "2026-10-16T12:00:00Z", "--project", "P")
+    assert result.exit_code == 2 and "--project" in result.output and "query" not in result.output
+    result = cli("key", "--route", "etl", "--schedule-time", "2026-10-16T12:00:00Z")
+    assert result.exit_code == 2 and "--job" in result.output and "X-Cloud" not in result.output
+
+
+def test_key_uses_the_routes_namespace_like_the_server(cli, routes: Path) -> None:
+    result = cli("key", "--route", "billing", "--job", "nightly", "--schedule-time", "2026-10-16T12:00:00Z", "--canonical")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[1] == "runonce/v1|scheduler|billing-project|europe-west1|billing|nightly|2026-10-16T12:00:00Z"
+    flags = cli("key", "--route", "billing", "--job", "nightly", "--schedule-time", "2026-10-16T12:00:00Z",
+                "--project", "other-project", "--canonical")  # as the query string overrides the route
+    assert flags.output.splitlines()[1].startswith("runonce/v1|scheduler|other-project|europe-west1|billing|")
+
+
+def test_key_refuses_a_route_the_routes_file_does_not_have(cli, routes: Path) -> None:
+    result = cli("key", "--route", "nope", "--job", "nightly", "--schedule-time", "2026-10-16T12:00:00Z")
+    assert result.exit_code == 2 and "--route" in result.output and str(routes) in result.output
+
+
+def test_key_of_a_force_run_on_a_deduping_route_is_the_scheduled_run(cli, routes: Path) -> None:
+    args = ("--job", "nightly", "--schedule-time", "2026-10-16T12:00:00Z", "--canonical")
+    assert cli("key", "--route", "deduped", "--forced", *args).output.splitlines()[1].startswith("runonce/v1|scheduler|")
 
 
 def test_runs_show_and_list(cli) -> None:
