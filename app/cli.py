@@ -46,6 +46,8 @@ def _with_store(settings: Settings, use: Callable[[Any], Awaitable[T]]) -> T:
         return asyncio.run(go())
     except StoreUnavailable as exc:
         raise click.ClickException(f"claim store unavailable: {exc}") from exc
+    except ConfigError as exc:  # e.g. Firestore without credentials
+        raise click.ClickException(str(exc)) from exc
 
 
 def _now() -> datetime:
@@ -60,7 +62,7 @@ def main() -> None:
 
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
-@click.option("--port", type=int, default=None, help="Port to listen on  [default: $PORT or 8080]")
+@click.option("--port", type=click.IntRange(0, 65535), default=None, help="Port to listen on  [default: $PORT or 8080]")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Worker processes.")
 def serve(host: str, port: int | None, workers: int) -> None:
     """Run the proxy (uvicorn)."""
@@ -74,7 +76,7 @@ def serve(host: str, port: int | None, workers: int) -> None:
 
     settings = _settings()
     configure_logging(settings.log_format)
-    port = port if port is not None else int(os.environ.get("PORT", "8080"))
+    port = port if port is not None else _port_from_environment()
     try:
         if workers == 1:
             app: Any = create_app(settings)
@@ -97,6 +99,14 @@ def serve(host: str, port: int | None, workers: int) -> None:
         uvicorn.run(app, workers=workers, factory=True, **options)
         return
     DrainingServer(uvicorn.Config(app, **options), on_exit=app.state.drain).run()
+
+
+def _port_from_environment() -> int:
+    """$PORT (Cloud Run sets it), else 8080."""
+    text = os.environ.get("PORT", "8080")
+    if not (text.isascii() and text.isdigit() and 1 <= int(text) <= 65535):
+        raise click.ClickException(f"PORT must be a port number from 1 to 65535, got {text!r}")
+    return int(text)
 
 
 @main.group()

@@ -130,6 +130,7 @@ def load_settings(**overrides: object) -> Settings:
     except ValidationError as exc:
         problems = []
         for error in exc.errors():
-            name = "RUNONCE_" + str(error["loc"][0]).upper() if error["loc"] else "settings"
-            problems.append(f"{name}: {error['msg'].removeprefix('Value error, ')}")
+            message = error["msg"].removeprefix("Value error, ")
+            # A rule across settings (no loc) names its settings itself.
+            problems.append(f"RUNONCE_{str(error['loc'][0]).upper()}: {message}" if error["loc"] else message)
         raise ConfigError("bad settings: " + "; ".join(problems)) from exc

@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
+import subprocess
+import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -15,6 +18,7 @@ from app.cli import main
 from app.stores import Finish
 from app.stores.base import COMPLETED
 from app.stores.sqlite import SQLiteStore
+from tests.support.procs import REPO
 from tests.test_stores import LEASE, RETENTION, new_run
 
 
@@ -189,3 +193,39 @@ def test_uvicorn_factory_reports_bad_config_in_one_line(monkeypatch: pytest.Monk
     with pytest.raises(SystemExit) as stopped:
         app_from_environment()
     assert str(stopped.value).startswith("runonce: RUNONCE_ROUTES: field 'routes'")
+
+
+def run_cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """`runonce ARGS` in a subprocess with only `env` as settings, no Google credentials anywhere (no
+    ADC file, no emulator, no metadata server), and a deadline: a command that should refuse to
+    start but starts anyway fails the test instead of hanging it."""
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("RUNONCE_", "GOOGLE_", "FIRESTORE_", "GCE_", "CLOUDSDK_")) and k != "PORT"}
+    gcloud = tmp_path / "gcloud-config"
+    gcloud.mkdir(exist_ok=True)
+    base.update(CLOUDSDK_CONFIG=str(gcloud), GCE_METADATA_HOST="127.0.0.1:9", GCE_METADATA_IP="127.0.0.1:9",
+                RUNONCE_AUTH="none", RUNONCE_ROUTES='{"routes": {"demo": {"target": {"type": "log"}}}}', **env)
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=tmp_path, env={**base, "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("args", [("serve", "--port", "0"), ("runs", "list"), ("runs", "show", "0" * 64)])
+def test_firestore_without_credentials_says_how_to_fix_it_in_one_line(tmp_path: Path, args: tuple[str, ...]) -> None:
+    done = run_cli(tmp_path, *args, RUNONCE_STORE="firestore")
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "gcloud auth application-default login" in done.stderr and "FIRESTORE_EMULATOR_HOST" in done.stderr
+
+
+@pytest.mark.parametrize("port", ["abc", "70000", "-1"])
+def test_a_bad_port_variable_is_one_line(tmp_path: Path, port: str) -> None:
+    done = run_cli(tmp_path, "serve", PORT=port, RUNONCE_STORE=f"sqlite:///{tmp_path / 'runs.db'}")
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert "PORT" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_rule_across_settings_is_reported_without_a_doubled_prefix(cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUNONCE_RETENTION_SECONDS", "10")
+    result = cli("runs", "list")
+    assert result.exit_code == 1
+    assert "bad settings: RUNONCE_RETENTION_SECONDS (10)" in result.output and "settings: settings" not in result.output
