@@ -26,8 +26,20 @@ def _settings() -> Settings:
         raise click.ClickException(str(exc)) from exc
 
 
+class _NoStore(click.ClickException):
+    """The SQLite file named by RUNONCE_STORE does not exist: nothing has run, and reading must not create it."""
+
+    def __init__(self, path: str):
+        super().__init__(f"no store at {path} yet (nothing has run with RUNONCE_STORE={'sqlite:///' + path})")
+
+
 def _with_store(settings: Settings, use: Callable[[Any], Awaitable[T]]) -> T:
+    """Run `use(store)` on the configured store, which must already exist (a SQLite file is never
+    created here: `runs` commands read, or release what exists)."""
     from .stores import StoreUnavailable, open_store
+
+    if settings.store.startswith("sqlite:///") and not os.path.exists(settings.store.removeprefix("sqlite:///")):
+        raise _NoStore(settings.store.removeprefix("sqlite:///"))
 
     async def go() -> T:
         store = open_store(
@@ -118,6 +130,7 @@ def runs() -> None:
 @click.argument("run_id")
 def runs_show(run_id: str) -> None:
     """Print one run record as JSON."""
+    _check_run_id(run_id)
     record = _with_store(_settings(), lambda store: store.get(run_id, _now()))
     if record is None:
         raise click.ClickException(f"no run {run_id} (never seen, or past its retention)")
@@ -131,20 +144,40 @@ def runs_show(run_id: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON record per line.")
 def runs_list(route: str | None, status: str | None, limit: int, as_json: bool) -> None:
     """List recent runs, newest first."""
-    records = _with_store(_settings(), lambda store: store.list(_now(), route=route, status=status, limit=limit))
+    try:
+        records = _with_store(_settings(), lambda store: store.list(_now(), route=route, status=status, limit=limit))
+    except _NoStore as exc:
+        click.echo(exc.message, err=True)  # an empty list, said so: not an error
+        return
+    if not as_json:
+        click.echo(_row("RUN_ID", "STATUS", "ROUTE", "JOB", "SCHEDULE_TIME/TASK", "RESOURCE"))
     for record in records:
         if as_json:
             click.echo(json.dumps(record.to_json()))
         else:
             resource = (record.target or {}).get("resource") or "-"
             when = record.schedule_time or record.task or "-"
-            click.echo(f"{record.run_id}  {record.status:<11}  {record.route}  {record.job}  {when}  {resource}")
+            click.echo(_row(record.run_id, record.status, record.route, record.job, when, resource))
+
+
+def _row(run_id: str, status: str, route: str, job: str, when: str, resource: str) -> str:
+    return f"{run_id:<64}  {status:<11}  {route:<20}  {job:<20}  {when:<27}  {resource}"
+
+
+def _check_run_id(run_id: str) -> None:
+    from .delivery import InvalidDelivery, check_run_id
+
+    try:
+        check_run_id(run_id)
+    except InvalidDelivery as exc:
+        raise click.BadParameter(exc.reason, param_hint="RUN_ID") from exc
 
 
 @runs.command("release")
 @click.argument("run_id")
 def runs_release(run_id: str) -> None:
     """End the lease of an in_progress run now: the next delivery takes over and reconciles."""
+    _check_run_id(run_id)
     record = _with_store(_settings(), lambda store: store.release(run_id, _now()))
     if record is None:
         raise click.ClickException(f"run {run_id} holds no live lease (absent, expired, completed or failed)")

@@ -120,12 +120,16 @@ def test_runs_show_and_list(cli) -> None:
     assert shown.exit_code == 0 and json.loads(shown.output)["status"] == "completed"
     listed = cli("runs", "list", "--status", "completed")
     assert listed.exit_code == 0 and run_id in listed.output and "log/x" in listed.output
-    assert cli("runs", "list", "--status", "failed").output == ""
+    header, row = listed.output.splitlines()
+    assert header.split() == ["RUN_ID", "STATUS", "ROUTE", "JOB", "SCHEDULE_TIME/TASK", "RESOURCE"]
+    assert row.index("completed") == header.index("STATUS")  # the columns line up
+    assert cli("runs", "list", "--status", "failed").output.splitlines() == [header]
     as_json = cli("runs", "list", "--json")
     assert json.loads(as_json.output.splitlines()[0])["run_id"] == run_id
 
 
 def test_runs_show_unknown_run_fails(cli) -> None:
+    seed(cli.db, finished=True)
     result = cli("runs", "show", "0" * 64)
     assert result.exit_code == 1 and "no run" in result.output
 
@@ -229,3 +233,19 @@ def test_a_rule_across_settings_is_reported_without_a_doubled_prefix(cli, monkey
     result = cli("runs", "list")
     assert result.exit_code == 1
     assert "bad settings: RUNONCE_RETENTION_SECONDS (10)" in result.output and "settings: settings" not in result.output
+
+
+@pytest.mark.parametrize("args", [("runs", "list"), ("runs", "list", "--json"), ("runs", "show", "0" * 64),
+                                  ("runs", "release", "0" * 64)])
+def test_reading_runs_never_creates_a_store(cli, args: tuple[str, ...]) -> None:
+    result = cli(*args)
+    assert not cli.db.exists()
+    assert f"no store at {cli.db}" in result.output
+    assert result.exit_code == (0 if args[1] == "list" else 1)
+
+
+@pytest.mark.parametrize("run_id", ["__x__", "..", "A" * 64])
+def test_runs_show_refuses_what_is_not_a_run_id(cli, run_id: str) -> None:
+    seed(cli.db, finished=True)
+    result = cli("runs", "show", run_id)
+    assert result.exit_code == 2 and "64 lowercase hex" in result.output
