@@ -7,13 +7,18 @@ JSON kind and none (non-finite numbers, lone surrogates, invalid UTF-8, deep nes
 keys, huge integers). Every answer must be a JSON row of the README's status table, and after the
 run the store holds a record for exactly the requests that were answered 200.
 
+A third property sends tokens of every shape (any JSON as header or claims, claims of the wrong
+type, signed with the real key or not) to a server with RUNONCE_AUTH=oidc.
+
 Budget: RUNONCE_FUZZ_EXAMPLES (default 3000) requests on SQLite, a third of that for the body cases
-on the Firestore emulator. RUNONCE_FUZZ_SEED replays a run; the seed is printed either way.
+on the Firestore emulator, a sixth for the tokens. RUNONCE_FUZZ_SEED replays a run; the seed is
+printed either way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import random
@@ -220,6 +225,14 @@ class Fuzz:
         assert "Traceback" not in log and "Exception in ASGI application" not in log, log[-3000:]
 
 
+def stored_run_ids(db: Path) -> set[str]:
+    """The run_ids in a SQLite store, read-only (a store that was never written to is empty)."""
+    if not db.exists():
+        return set()
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        return {row[0] for row in conn.execute("SELECT run_id FROM runs")}
+
+
 def serve(tmp_path: Path, store_env: dict[str, str]) -> ServerProcess:
     env = {"RUNONCE_AUTH": "none", "RUNONCE_ROUTES": json.dumps(ROUTES), "RUNONCE_LOG_FORMAT": "json", **store_env}
     return start_server(env, tmp_path)
@@ -238,9 +251,7 @@ def test_any_request_gets_a_json_answer_from_the_table_and_only_accepted_ones_le
         fuzz.report(capsys, "sqlite", seconds)
         server.stop()
         fuzz.close()
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-        stored = {row[0] for row in conn.execute("SELECT run_id FROM runs")}
-    assert stored == fuzz.accepted
+    assert stored_run_ids(db) == fuzz.accepted
 
 
 def test_fuzzed_bodies_on_firestore_get_table_answers_and_rejected_ones_leave_no_record(
@@ -271,3 +282,65 @@ def test_fuzzed_bodies_on_firestore_get_table_answers_and_rejected_ones_leave_no
             await store.close()
 
     assert asyncio.run(stored()) == fuzz.accepted
+
+
+# -- tokens: RUNONCE_AUTH=oidc ---------------------------------------------------------------------
+
+AUDIENCE = "https://runonce.example"
+CALLER = "scheduler@fuzz-project.iam.gserviceaccount.com"
+
+
+def b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+@st.composite
+def bearer_tokens(draw: st.DrawFn, key: "oidc.SigningKey") -> bytes:
+    """Tokens from well-formed and Google-signed to garbage: any JSON as header or claims (claims of
+    the wrong types, non-finite or huge times), signed with the real key or not."""
+    now = int(time.time())
+    header: object = {"alg": "RS256", "kid": key.kid, "typ": "JWT"}
+    if not draw(st.integers(0, 3)):
+        header = draw(st.fixed_dictionaries({"alg": st.sampled_from(["RS256", "none", "HS256"]) | st.text(max_size=8),
+                                             "kid": st.just(key.kid) | json_values}) | json_values)
+    good = {"iss": "https://accounts.google.com", "aud": AUDIENCE, "iat": now, "exp": now + 3600,
+            "email": CALLER, "email_verified": True, "sub": "1"}
+    claims: object = dict(good)
+    for name in draw(st.lists(st.sampled_from(sorted(good)), max_size=3)):
+        if draw(st.booleans()):
+            claims.pop(name, None)
+        else:
+            claims[name] = draw(json_leaves | st.sampled_from([1e400, -1e400, 2**70, [AUDIENCE], "now"]))
+    if not draw(st.integers(0, 5)):
+        claims = draw(json_values)
+    signing_input = f"{b64(dump(header, True))}.{b64(dump(claims, True).replace(b'Infinity', b'1e400'))}"
+    signature = b64(key.signer.sign(signing_input.encode())) if draw(st.integers(0, 3)) else draw(st.text(max_size=20))
+    token = f"{signing_input}.{signature}" if draw(st.integers(0, 5)) else draw(st.text(max_size=60))
+    scheme = "Bearer" if draw(st.integers(0, 5)) else draw(st.sampled_from(["bearer", "Basic", ""]))
+    return header_value(f"{scheme} {token}".encode("utf-8", "surrogatepass"))
+
+
+def test_any_token_gets_a_json_answer_from_the_table(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from tests.support import oidc
+
+    key = oidc.make_key()
+    db = tmp_path / "runs.db"
+    with oidc.CertsServer([key]) as certs:
+        server = start_server({
+            "RUNONCE_AUTH": "oidc", "RUNONCE_AUDIENCE": AUDIENCE, "RUNONCE_ALLOWED_CALLERS": CALLER,
+            "RUNONCE_OIDC_CERTS_URL": certs.url, "RUNONCE_ROUTES": json.dumps(ROUTES),
+            "RUNONCE_STORE": f"sqlite:///{db}", "RUNONCE_LOG_FORMAT": "json",
+        }, tmp_path)
+        fuzz = Fuzz(server)
+        seconds = 0.0
+        requests = st.builds(
+            lambda job, token, header: ("/v1/routes/etl:run", {JOB: job.encode(), TIME: b"2026-10-16T12:00:00Z", header: token}, b""),
+            names, bearer_tokens(key), st.sampled_from(["Authorization", "X-Serverless-Authorization"]),
+        )
+        try:
+            seconds = fuzz.run(requests, max(10, EXAMPLES // 6))
+        finally:
+            fuzz.report(capsys, "oidc tokens", seconds)
+            server.stop()
+            fuzz.close()
+    assert stored_run_ids(db) == fuzz.accepted
