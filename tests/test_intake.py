@@ -4,16 +4,28 @@ version against a real server is tests/test_fuzz.py."""
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import httpx
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
+from app import errors
+from app.delivery import Delivery
+from app.logs import SPAN_ID, trace_fields
 from app.main import create_app
+from app.protocol import Runner
 from app.settings import Settings
+from app.stores.base import FAILED
 from app.stores.memory import MemoryStore
+from app.targets import Target
+from app.targets.http import HttpTarget, HttpTargetConfig
 from app.targets.scripted import ScriptedTarget
 from tests.conftest import Clock
+from tests.support.downstream import Downstream
 
 ROUTES = "routes:\n  etl:\n    target: {type: log}\n    namespace: {project: route-project, location: europe-west1}\n"
 JOB = {"X-CloudScheduler-JobName": "nightly", "X-CloudScheduler-ScheduleTime": "2026-10-16T12:00:00Z"}
@@ -77,9 +89,6 @@ async def test_a_run_id_that_is_not_64_lowercase_hex_is_400_and_the_store_is_nev
 
 
 def delivery_series(app) -> set[tuple[str, str]]:
-    from prometheus_client.parser import text_string_to_metric_families
-    from prometheus_client import generate_latest
-
     text = generate_latest(app.state.metrics.registry).decode()
     return {
         (sample.labels["route"], sample.labels["outcome"])
@@ -89,8 +98,6 @@ def delivery_series(app) -> set[tuple[str, str]]:
 
 
 async def test_random_route_names_add_no_metric_series(client: Client) -> None:
-    import secrets
-
     app = client.http._transport.app  # type: ignore[attr-defined]
     await client.deliver()
     for _ in range(50):
@@ -114,6 +121,15 @@ async def test_nothing_is_labelled_by_route_before_authentication() -> None:
 # -- defect 2: a body that parses but cannot be sent ----------------------------------------------
 
 
+def delivery_at(clock: Clock) -> Delivery:
+    return Delivery(source="scheduler", project="", location="", route="etl", job="nightly", schedule_time=clock())
+
+
+def runner_for(target: Target, clock: Clock) -> Runner:
+    return Runner(MemoryStore(), {"etl": target}, lease=timedelta(seconds=300), retention=timedelta(days=1),
+                  dispatch_timeout=timedelta(seconds=30), clock=clock)
+
+
 @pytest.mark.parametrize("content", [b'{"x": 1e400}', b'{"x": [-1e999]}', b'{"a": {"b": 2e308}}'])
 async def test_a_body_no_target_could_send_is_400_and_nothing_is_claimed(client: Client, content: bytes) -> None:
     body = assert_invalid(await client.deliver(content=content), "body")
@@ -121,51 +137,28 @@ async def test_a_body_no_target_could_send_is_400_and_nothing_is_claimed(client:
     assert client.store.calls == [] and client.target.dispatched == []
 
 
-async def test_an_unsendable_payload_reaching_the_runner_fails_and_releases_the_claim(clock: Clock, tmp_path) -> None:
+async def test_an_unsendable_payload_reaching_the_runner_fails_and_releases_the_claim(clock: Clock) -> None:
     """The http target's JSON encoder refuses inf before a byte leaves: that is `failed` (502, claim
     released, nothing called), never `unknown` (504, claim kept through lease after lease)."""
-    from datetime import timedelta
-
-    from app import errors
-    from app.delivery import Delivery
-    from app.protocol import Runner
-    from app.stores.base import FAILED
-    from app.targets.http import HttpTarget, HttpTargetConfig
-    from tests.support.downstream import Downstream
-
-    delivery = Delivery(source="scheduler", project="", location="", route="etl", job="nightly",
-                        schedule_time=clock())
     with Downstream() as downstream:
         async with httpx.AsyncClient() as http:
-            target = HttpTarget(HttpTargetConfig(type="http", url=f"{downstream.url}/etl"), http)
-            store = MemoryStore()
-            runner = Runner(store, {"etl": target}, lease=timedelta(seconds=300), retention=timedelta(days=1),
-                            dispatch_timeout=timedelta(seconds=30), clock=clock)
+            runner = runner_for(HttpTarget(HttpTargetConfig(type="http", url=f"{downstream.url}/etl"), http), clock)
             with pytest.raises(errors.Failed):
-                await runner.run(delivery, {"x": float("inf")}, "0" * 64)
+                await runner.run(delivery_at(clock), {"x": float("inf")}, "0" * 64)
         assert downstream.calls == {}
-    assert (await store.get(delivery.run_id, clock())).status == FAILED
+    assert (await runner.store.get(delivery_at(clock).run_id, clock())).status == FAILED
 
 
 @pytest.mark.parametrize("raised", [httpx.ConnectError("refused"), httpx.PoolTimeout("pool full")])
 async def test_a_raw_error_raised_before_sending_is_failed_not_unknown(clock: Clock, raised: Exception) -> None:
-    from datetime import timedelta
-
-    from app import errors
-    from app.delivery import Delivery
-    from app.protocol import Runner
-    from app.stores.base import FAILED
 
     async def never_connects(request):
         raise raised
 
-    delivery = Delivery(source="scheduler", project="", location="", route="etl", job="nightly", schedule_time=clock())
-    store = MemoryStore()
-    runner = Runner(store, {"etl": ScriptedTarget(never_connects)}, lease=timedelta(seconds=300),
-                    retention=timedelta(days=1), dispatch_timeout=timedelta(seconds=30), clock=clock)
+    runner = runner_for(ScriptedTarget(never_connects), clock)
     with pytest.raises(errors.Failed, match="nothing was sent"):
-        await runner.run(delivery, {}, "0" * 64)
-    assert (await store.get(delivery.run_id, clock())).status == FAILED
+        await runner.run(delivery_at(clock), {}, "0" * 64)
+    assert (await runner.store.get(delivery_at(clock).run_id, clock())).status == FAILED
 
 
 # -- defect 4: no 500 on bad input; every refusal names its field ---------------------------------
@@ -265,6 +258,4 @@ async def test_a_wrong_method_is_a_json_405(client: Client) -> None:
     [f"{'a' * 32}/{'٣' * 3};o=1", f"{'a' * 32}/{'9' * 30};o=1", f"{'a' * 32}/18446744073709551616", f"{'a' * 32}/1\n"],
 )
 def test_a_trace_span_id_is_logged_only_when_it_is_a_64_bit_decimal(header: str) -> None:
-    from app.logs import SPAN_ID, trace_fields
-
     assert SPAN_ID not in trace_fields({"x-cloud-trace-context": header}, "p")
