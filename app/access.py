@@ -5,8 +5,10 @@ after the response writes one line with Cloud Logging's `httpRequest`. For a del
 leaves its outcome in `scope["state"]["outcome"]`, so there is exactly one line per delivery that
 holds both — the line an operator filters on (`jsonPayload.outcome`).
 
-Never logged: headers other than the user agent, the query string (a token pasted into a URL must
-not reach the logs), bodies.
+Nothing the caller sends is logged unless it was validated: the path only once it names a
+configured route or a well-formed run_id (else the endpoint's template, e.g. `/v1/routes/{route}:run`),
+the user agent only when it is Cloud Scheduler's or Cloud Tasks', never the query string (a token
+pasted into a URL must not reach the logs), other headers or bodies.
 """
 
 from __future__ import annotations
@@ -21,6 +23,11 @@ from . import logs
 from .metrics import Metrics
 
 logger = logging.getLogger("runonce.access")
+
+KNOWN_USER_AGENTS = ("Google-Cloud-Scheduler", "Google-Cloud-Tasks")
+UNKNOWN_ROUTE = "_unknown"
+"""The `route` label of deliveries refused before their route was known to be configured (and the
+caller authenticated): one series however many route names callers make up."""
 
 
 class AccessLog:
@@ -53,25 +60,42 @@ class AccessLog:
 
     def _log(self, scope: Scope, headers: dict[str, str], status: int, seconds: float) -> None:
         client = scope.get("client") or ("", 0)
+        path = _logged_path(scope)
+        user_agent = headers.get("user-agent", "")
         http_request = {
-            "requestMethod": scope["method"],
-            "requestUrl": scope["path"],  # no query string: see the module docstring
+            "requestMethod": scope["method"] if scope["method"] in _METHODS else "OTHER",
+            "requestUrl": path,  # no query string: see the module docstring
             "status": status,
             "latency": f"{seconds:.6f}s",
-            "userAgent": headers.get("user-agent", ""),
+            "userAgent": user_agent if user_agent in KNOWN_USER_AGENTS else "",
             "remoteIp": client[0],
             "protocol": f"HTTP/{scope.get('http_version', '1.1')}",
         }
         outcome: dict[str, Any] | None = scope["state"].get("outcome")
         if outcome is None:
-            if scope["path"] in ("/healthz", "/readyz", "/metrics") and status < 400:
+            if path in _PROBES and status < 400:
                 return  # probes and scrapes every few seconds would drown the deliveries
-            logger.info("%s %s %d", scope["method"], scope["path"], status, extra={"fields": {"httpRequest": http_request}})
+            logger.info("%s %s %d", http_request["requestMethod"], path, status, extra={"fields": {"httpRequest": http_request}})
             return
-        self.metrics.deliveries.labels(outcome.get("route") or "-", outcome["outcome"]).inc()
+        self.metrics.deliveries.labels(outcome.get("route") or UNKNOWN_ROUTE, outcome["outcome"]).inc()
         fields = {**outcome, "http_status": status, "latency_ms": round(seconds * 1000, 3), "httpRequest": http_request}
         level = logging.WARNING if status >= 500 else logging.INFO
         logger.log(
             level, "delivery %s: %s (%d)", outcome.get("run_id") or "-", outcome["outcome"], status,
             extra={"fields": fields},
         )
+
+
+_PROBES = ("/healthz", "/readyz", "/metrics")
+_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
+
+
+def _logged_path(scope: Scope) -> str:
+    """The request path as it may be logged (see the module docstring)."""
+    if scope["state"].get("logged_path"):
+        return scope["state"]["logged_path"]
+    route = scope.get("route")  # the endpoint the router matched (FastAPI leaves it in the scope)
+    template = getattr(route, "path", None)
+    if template is not None and "{" not in template:
+        return template
+    return template or "(no such path)"

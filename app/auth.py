@@ -45,11 +45,18 @@ TOKEN_HEADERS = ("authorization", "x-serverless-authorization")
 
 SIGNATURE_REMOVED = "SIGNATURE_REMOVED_BY_GOOGLE"
 
-_HINTS = {  # what to do, by google-auth's message
-    "Token expired": "; send a fresh token (Cloud Scheduler mints one per attempt)",
-    "wrong audience": "; the token's audience (the job's --oidc-token-audience) must be one of RUNONCE_AUDIENCE",
-    "Could not verify token signature": " It was not signed by Google, or was altered after signing.",
+_REASONS = {  # google-auth's message -> ours: what is wrong and what to do, quoting neither the token's
+    # values nor the configuration (google-auth's "wrong audience" lists every accepted audience)
+    "Token expired": "Token expired; send a fresh token (Cloud Scheduler mints one per attempt)",
+    "Token used too early": "Token used too early: its iat is ahead of this server's clock by more than "
+    "RUNONCE_OIDC_CLOCK_SKEW_SECONDS",
+    "wrong audience": "the token has the wrong audience: the job's --oidc-token-audience must be one of "
+    "RUNONCE_AUDIENCE",
+    "Could not verify token signature": "Could not verify token signature. It was not signed by Google, or "
+    "was altered after signing.",
 }
+_KNOWN_ALGS = {"none", "HS256", "HS384", "HS512", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256", "PS384", "PS512", "EdDSA"}
+"""JWS algorithms a refusal may name (anything else in a token's header is the caller's text)."""
 
 _EMAIL = re.compile(EMAIL_PATTERN)
 
@@ -107,7 +114,8 @@ class OidcAuthenticator(Authenticator):
             raise _rejected(f"the token in {header_name} is not a JWT (three base64url segments); {_HOW_TO_SEND}") from None
         alg, kid = header.get("alg"), header.get("kid")
         if alg != "RS256":
-            raise _rejected(f"the token is signed with alg {alg!r}; Google ID tokens are RS256")
+            named = f"alg {alg!r}" if alg in _KNOWN_ALGS else "an unknown alg"
+            raise _rejected(f"the token is signed with {named}; Google ID tokens are RS256")
         if not isinstance(kid, str) or not kid:
             raise _rejected("the token header names no key (kid); Google ID tokens always do")
         if token.endswith("." + SIGNATURE_REMOVED):
@@ -123,13 +131,12 @@ class OidcAuthenticator(Authenticator):
             logger.error("cannot verify tokens: %s", exc)
             raise errors.Unavailable(f"cannot verify the token right now: {exc}; retry later") from exc
         if cert is None:
-            raise _rejected(f"the token is signed with key {kid!r}, which is not one of Google's current signing keys")
+            raise _rejected("the token is signed with a key (kid) that is not one of Google's current signing keys")
         try:
             claims = jwt.decode(token, certs={kid: cert}, audience=self.audience, clock_skew_in_seconds=self.clock_skew)
         except (google_exceptions.GoogleAuthError, ValueError, TypeError, KeyError) as exc:
-            reason = str(exc).replace(token, "<token>")  # never echo or log a token
-            hint = next((hint for text, hint in _HINTS.items() if text in reason), "")
-            raise _rejected(f"the token does not verify: {reason}{hint}") from None
+            reason = next((ours for text, ours in _REASONS.items() if text in str(exc)), type(exc).__name__)
+            raise _rejected(f"the token does not verify: {reason}") from None
         return _caller_email(claims)
 
     def authorize(self, caller: str, allowed: list[str], what: str) -> None:
@@ -154,7 +161,7 @@ def _caller_email(claims: Mapping[str, object]) -> str:
     """The caller's email from a Google ID token's claims, after the issuer and email checks."""
     issuer = claims.get("iss")
     if issuer not in GOOGLE_ISSUERS:
-        raise _rejected(f"the token's issuer is {issuer!r}, not Google (https://accounts.google.com)")
+        raise _rejected("the token's issuer is not Google (https://accounts.google.com)")
     email = claims.get("email")
     if not isinstance(email, str) or not email:
         raise _rejected(
@@ -162,7 +169,7 @@ def _caller_email(claims: Mapping[str, object]) -> str:
             "(Cloud Scheduler: --oidc-service-account-email)"
         )
     if claims.get("email_verified") is not True:
-        raise _rejected(f"the token's email {email} is not verified (email_verified is not true)")
+        raise _rejected("the token's email is not verified (email_verified is not true)")
     return email
 
 

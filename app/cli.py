@@ -26,8 +26,20 @@ def _settings() -> Settings:
         raise click.ClickException(str(exc)) from exc
 
 
+class _NoStore(click.ClickException):
+    """The SQLite file named by RUNONCE_STORE does not exist: nothing has run, and reading must not create it."""
+
+    def __init__(self, path: str):
+        super().__init__(f"no store at {path} yet (nothing has run with RUNONCE_STORE={'sqlite:///' + path})")
+
+
 def _with_store(settings: Settings, use: Callable[[Any], Awaitable[T]]) -> T:
+    """Run `use(store)` on the configured store, which must already exist (a SQLite file is never
+    created here: `runs` commands read, or release what exists)."""
     from .stores import StoreUnavailable, open_store
+
+    if settings.store.startswith("sqlite:///") and not os.path.exists(settings.store.removeprefix("sqlite:///")):
+        raise _NoStore(settings.store.removeprefix("sqlite:///"))
 
     async def go() -> T:
         store = open_store(
@@ -46,6 +58,8 @@ def _with_store(settings: Settings, use: Callable[[Any], Awaitable[T]]) -> T:
         return asyncio.run(go())
     except StoreUnavailable as exc:
         raise click.ClickException(f"claim store unavailable: {exc}") from exc
+    except ConfigError as exc:  # e.g. Firestore without credentials
+        raise click.ClickException(str(exc)) from exc
 
 
 def _now() -> datetime:
@@ -60,7 +74,7 @@ def main() -> None:
 
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
-@click.option("--port", type=int, default=None, help="Port to listen on  [default: $PORT or 8080]")
+@click.option("--port", type=click.IntRange(0, 65535), default=None, help="Port to listen on  [default: $PORT or 8080]")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Worker processes.")
 def serve(host: str, port: int | None, workers: int) -> None:
     """Run the proxy (uvicorn)."""
@@ -74,7 +88,7 @@ def serve(host: str, port: int | None, workers: int) -> None:
 
     settings = _settings()
     configure_logging(settings.log_format)
-    port = port if port is not None else int(os.environ.get("PORT", "8080"))
+    port = port if port is not None else _port_from_environment()
     try:
         if workers == 1:
             app: Any = create_app(settings)
@@ -99,6 +113,14 @@ def serve(host: str, port: int | None, workers: int) -> None:
     DrainingServer(uvicorn.Config(app, **options), on_exit=app.state.drain).run()
 
 
+def _port_from_environment() -> int:
+    """$PORT (Cloud Run sets it), else 8080."""
+    text = os.environ.get("PORT", "8080")
+    if not (text.isascii() and text.isdigit() and 1 <= int(text) <= 65535):
+        raise click.ClickException(f"PORT must be a port number from 1 to 65535, got {text!r}")
+    return int(text)
+
+
 @main.group()
 def runs() -> None:
     """Inspect and release run records in the configured store."""
@@ -108,6 +130,7 @@ def runs() -> None:
 @click.argument("run_id")
 def runs_show(run_id: str) -> None:
     """Print one run record as JSON."""
+    _check_run_id(run_id)
     record = _with_store(_settings(), lambda store: store.get(run_id, _now()))
     if record is None:
         raise click.ClickException(f"no run {run_id} (never seen, or past its retention)")
@@ -121,45 +144,95 @@ def runs_show(run_id: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON record per line.")
 def runs_list(route: str | None, status: str | None, limit: int, as_json: bool) -> None:
     """List recent runs, newest first."""
-    records = _with_store(_settings(), lambda store: store.list(_now(), route=route, status=status, limit=limit))
+    try:
+        records = _with_store(_settings(), lambda store: store.list(_now(), route=route, status=status, limit=limit))
+    except _NoStore as exc:
+        click.echo(exc.message, err=True)  # an empty list, said so: not an error
+        return
+    if not as_json:
+        click.echo(_row("RUN_ID", "STATUS", "ROUTE", "JOB", "SCHEDULE_TIME/TASK", "RESOURCE"))
     for record in records:
         if as_json:
             click.echo(json.dumps(record.to_json()))
         else:
             resource = (record.target or {}).get("resource") or "-"
             when = record.schedule_time or record.task or "-"
-            click.echo(f"{record.run_id}  {record.status:<11}  {record.route}  {record.job}  {when}  {resource}")
+            click.echo(_row(record.run_id, record.status, record.route, record.job, when, resource))
+
+
+def _row(run_id: str, status: str, route: str, job: str, when: str, resource: str) -> str:
+    return f"{run_id:<64}  {status:<11}  {route:<20}  {job:<20}  {when:<27}  {resource}"
+
+
+def _check_run_id(run_id: str) -> None:
+    from .delivery import InvalidDelivery, check_run_id
+
+    try:
+        check_run_id(run_id)
+    except InvalidDelivery as exc:
+        raise click.BadParameter(exc.reason, param_hint="RUN_ID") from exc
 
 
 @runs.command("release")
 @click.argument("run_id")
 def runs_release(run_id: str) -> None:
     """End the lease of an in_progress run now: the next delivery takes over and reconciles."""
+    _check_run_id(run_id)
     record = _with_store(_settings(), lambda store: store.release(run_id, _now()))
     if record is None:
         raise click.ClickException(f"run {run_id} holds no live lease (absent, expired, completed or failed)")
     click.echo(f"released {run_id}: the next delivery takes over (attempt {record.attempts + 1})")
 
 
+_KEY_FLAGS = {
+    "X-CloudScheduler-JobName": "--job",
+    "X-CloudScheduler-ScheduleTime": "--schedule-time",
+    "X-CloudTasks-QueueName": "--queue",
+    "X-CloudTasks-TaskName": "--task",
+    "query.project": "--project",
+    "query.location": "--location",
+}
+"""The flag of `runonce key` that stands for each part of a delivery, to name it in errors."""
+
+
+def _key_error(field: str, reason: str) -> click.UsageError:
+    """A parse error of `runonce key` in terms of its flags (header names only mean something over HTTP)."""
+    for name, flag in _KEY_FLAGS.items():
+        reason = reason.replace(name, flag)
+    return click.UsageError(f"{_KEY_FLAGS.get(field, field)}: {reason}")
+
+
 @main.command()
-@click.option("--route", required=True, help="Route name.")
+@click.option("--route", required=True, help="Route name, as in the routes file (RUNONCE_ROUTES_FILE or RUNONCE_ROUTES).")
 @click.option("--job", help="Scheduler job ID (X-CloudScheduler-JobName).")
 @click.option("--schedule-time", help="X-CloudScheduler-ScheduleTime, RFC 3339.")
 @click.option("--forced", is_flag=True, help="Key of a force run (source scheduler-forced).")
 @click.option("--queue", help="Cloud Tasks queue (X-CloudTasks-QueueName).")
 @click.option("--task", help="Cloud Tasks task (X-CloudTasks-TaskName).")
-@click.option("--project", default="", help="Namespace project (query parameter or route namespace).")
-@click.option("--location", default="", help="Namespace location.")
+@click.option("--project", default="", help="Namespace project (as the query parameter)  [default: the route's namespace]")
+@click.option("--location", default="", help="Namespace location  [default: the route's namespace]")
 @click.option("--canonical", is_flag=True, help="Also print the canonical string that is hashed.")
 def key(
     route: str, job: str | None, schedule_time: str | None, forced: bool, queue: str | None,
     task: str | None, project: str, location: str, canonical: bool,
 ) -> None:
-    """Compute the run_id of a delivery, as the proxy would."""
+    """Compute the run_id of a delivery, as the proxy would, from the routes the proxy reads."""
     import httpx
 
     from .delivery import InvalidDelivery, parse_delivery, parse_namespace
+    from .routes import load_routes
 
+    settings = _settings()
+    try:
+        routes = load_routes(settings)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+    config = routes.get(route)
+    if config is None:
+        origin = settings.routes_file or "RUNONCE_ROUTES"
+        raise click.UsageError(f"--route: no route {route!r} in {origin}; it has {', '.join(sorted(routes)) or 'none'}")
+    if forced and config.forced_runs == "reject":
+        raise click.UsageError(f"--forced: route {route!r} refuses force runs (forced_runs: reject), so they have no run_id")
     headers = httpx.Headers()
     if job is not None:
         headers["x-cloudscheduler-jobname"] = job
@@ -171,13 +244,14 @@ def key(
         headers["x-cloudtasks-taskname"] = task
     query = {name: [value] for name, value in (("project", project), ("location", location)) if value}
     try:
-        namespace = parse_namespace(query, None)
+        namespace = parse_namespace(query, config.namespace)
         delivery = parse_delivery(route, headers, namespace, _now(), timedelta(0))
         if delivery.source != "tasks":
-            # The receipt time is not known here: the flag says which key is wanted.
-            delivery = replace(delivery, source="scheduler-forced" if forced else "scheduler")
+            # The receipt time is not known here: the flag says which key is wanted, as the route would.
+            separate = forced and config.forced_runs == "separate"
+            delivery = replace(delivery, source="scheduler-forced" if separate else "scheduler")
     except InvalidDelivery as exc:
-        raise click.UsageError(f"{exc.field}: {exc.reason}") from exc
+        raise _key_error(exc.field, exc.reason) from exc
     click.echo(delivery.run_id)
     if canonical:
         click.echo(delivery.canonical)

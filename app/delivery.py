@@ -29,6 +29,8 @@ JOB_PATTERN = r"^[A-Za-z0-9_-]+$"  # Scheduler job IDs: letters, digits, hyphens
 QUEUE_PATTERN = r"^[A-Za-z0-9-]+$"
 TASK_PATTERN = r"^[A-Za-z0-9_-]+$"
 MAX_HEADER_LENGTH = 500
+RUN_ID_PATTERN = r"[0-9a-f]{64}"
+"""A run_id: the lowercase hex sha256 of the canonical string (below)."""
 
 # Header names as documented; every look-up is case-insensitive (HTTP/2 lower-cases them).
 SCHEDULER_JOB = "X-CloudScheduler-JobName"
@@ -41,8 +43,20 @@ TASKS_EXECUTION_COUNT = "X-CloudTasks-TaskExecutionCount"
 Source = Literal["scheduler", "scheduler-forced", "tasks"]
 
 _RFC3339 = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})$"
+    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})", re.ASCII
 )
+EARLIEST_SCHEDULE_TIME = datetime(1970, 1, 1, tzinfo=timezone.utc)
+LATEST_SCHEDULE_TIME = datetime(9999, 1, 1, tzinfo=timezone.utc)
+"""Schedule times outside [1970, 9999) are refused: nothing schedules there, and at datetime's own
+edges (years 1 and 9999) converting an offset to UTC overflows."""
+MAX_COUNTER = 2**63 - 1
+"""Cloud Tasks' counters are int64, as are SQLite's and Firestore's integers."""
+
+
+def matches(pattern: str, value: str) -> bool:
+    """`value` matches the whole of `pattern`, in ASCII (`$` alone would let a final newline through,
+    and `\\d` would accept every script's digits)."""
+    return re.fullmatch(pattern, value, flags=re.ASCII) is not None
 
 
 class InvalidDelivery(Exception):
@@ -120,47 +134,63 @@ def format_schedule_time(value: datetime) -> str:
 
 def parse_rfc3339(text: str, field: str) -> datetime:
     """A timestamp with an offset (`2026-10-16T05:00:00-07:00`), to the microsecond."""
-    match = _RFC3339.match(text)
+    match = _RFC3339.fullmatch(text)
     if not match:
-        raise InvalidDelivery(field, f"{text!r} is not an RFC 3339 timestamp (e.g. 2026-10-16T12:00:00Z)")
+        raise InvalidDelivery(field, "is not an RFC 3339 timestamp (e.g. 2026-10-16T12:00:00Z)")
     year, month, day, hour, minute, second, fraction, offset = match.groups()
     fraction = fraction or ""
     if fraction[6:].strip("0"):
-        raise InvalidDelivery(field, f"{text!r}: sub-microsecond precision is not supported")
+        raise InvalidDelivery(field, "has sub-microsecond precision, which is not supported")
     if offset in ("Z", "z"):
         tz = timezone.utc
     else:
         sign = -1 if offset[0] == "-" else 1
         hours, minutes = int(offset[1:3]), int(offset[4:6])
         if hours > 23 or minutes > 59:
-            raise InvalidDelivery(field, f"{text!r}: offset {offset} is out of range")
+            raise InvalidDelivery(field, "has an offset out of range (at most 23:59)")
         tz = timezone(sign * timedelta(hours=hours, minutes=minutes))
     try:
-        return datetime(
+        value = datetime(
             int(year), int(month), int(day), int(hour), int(minute), int(second),
             int(fraction[:6].ljust(6, "0")), tzinfo=tz,
         )
     except ValueError as exc:  # month 13, Feb 30, second 60 (leap seconds are not schedulable)
-        raise InvalidDelivery(field, f"{text!r}: {exc}") from exc
+        raise InvalidDelivery(field, f"is not a date and time that exists ({exc})") from exc
+    # The year test first: at years 1 and 9999 even comparing across offsets can overflow.
+    if not (1 < value.year < 9999 and EARLIEST_SCHEDULE_TIME <= value < LATEST_SCHEDULE_TIME):
+        raise InvalidDelivery(field, "is outside the years 1970 to 9998 that runonce schedules")
+    return value
+
+
+def check_run_id(run_id: str, field: str = "run_id") -> str:
+    """`run_id` if it is one; anything else could only be a store key no delivery makes."""
+    if not re.fullmatch(RUN_ID_PATTERN, run_id, flags=re.ASCII):
+        raise InvalidDelivery(field, "a run_id is 64 lowercase hex characters (the sha256 that runonce key prints)")
+    return run_id
 
 
 def _header(headers: Mapping[str, str], name: str, pattern: str | None = None) -> str | None:
     value = headers.get(name)
     if value is None:
         return None
-    value = value.strip()
+    value = value.strip(" \t")  # HTTP's own whitespace; str.strip() would also eat U+00A0 and U+0085
     if not value:
         raise InvalidDelivery(name, "is empty")
     if len(value) > MAX_HEADER_LENGTH:
         raise InvalidDelivery(name, f"is {len(value)} characters long; at most {MAX_HEADER_LENGTH}")
-    if pattern and not re.match(pattern, value):
-        raise InvalidDelivery(name, f"{value!r} does not match {pattern}")
+    if pattern and not matches(pattern, value):
+        raise InvalidDelivery(name, f"does not match {pattern}")
     return value
 
 
 def _counter(headers: Mapping[str, str], name: str) -> int | None:
-    value = headers.get(name)
-    return int(value) if value is not None and value.strip().isdigit() else None
+    """Cloud Tasks' retry and execution counts: informative, but never a 500 or a value no store holds."""
+    value = _header(headers, name)
+    if value is None:
+        return None
+    if not matches(r"[0-9]{1,19}", value) or int(value) > MAX_COUNTER:
+        raise InvalidDelivery(name, f"must be a count of ASCII digits from 0 to {MAX_COUNTER}")
+    return int(value)
 
 
 def parse_namespace(query: Mapping[str, list[str]], default: object | None) -> tuple[str, str]:
@@ -175,8 +205,8 @@ def parse_namespace(query: Mapping[str, list[str]], default: object | None) -> t
         if len(given) > 1:
             raise InvalidDelivery(f"query.{name}", "given more than once")
         if given:
-            if not re.match(pattern, given[0]):
-                raise InvalidDelivery(f"query.{name}", f"{given[0]!r} does not match {pattern}")
+            if not matches(pattern, given[0]):
+                raise InvalidDelivery(f"query.{name}", f"does not match {pattern}")
             values[name] = given[0]
         else:
             values[name] = getattr(default, name) if default else ""

@@ -32,19 +32,21 @@ LABELS = "logging.googleapis.com/labels"
 
 _context: ContextVar[dict[str, Any] | None] = ContextVar("runonce_log_context", default=None)
 
-_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
-_CLOUD_TRACE = re.compile(r"^([0-9a-fA-F]{32})(?:/(\d+))?(?:;o=([01]))?$")
+# Matched whole (fullmatch), in ASCII: only what matches is logged (a span id is at most 64 bits).
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+_CLOUD_TRACE = re.compile(r"([0-9a-fA-F]{32})(?:/([0-9]{1,20}))?(?:;o=([01]))?")
 
 
 def trace_fields(headers: Any, project: str | None) -> dict[str, Any]:
     """The trace fields for a request, from W3C `traceparent` or `X-Cloud-Trace-Context`."""
     trace_id = span_id = None
     sampled = False
-    if match := _TRACEPARENT.match(headers.get("traceparent", "").strip()):
+    if match := _TRACEPARENT.fullmatch(headers.get("traceparent", "").strip(" \t")):
         trace_id, span_id, sampled = match.group(1), match.group(2), int(match.group(3), 16) & 1 == 1
-    elif match := _CLOUD_TRACE.match(headers.get("x-cloud-trace-context", "").strip()):
+    elif match := _CLOUD_TRACE.fullmatch(headers.get("x-cloud-trace-context", "").strip(" \t")):
         trace_id, sampled = match.group(1).lower(), match.group(3) == "1"
-        span_id = f"{int(match.group(2)):016x}" if match.group(2) else None  # decimal there, hex here
+        span = int(match.group(2)) if match.group(2) else None  # decimal there, hex here
+        span_id = f"{span:016x}" if span is not None and span < 2**64 else None
     if trace_id is None or trace_id == "0" * 32:
         return {}
     fields: dict[str, Any] = {TRACE: f"projects/{project}/traces/{trace_id}" if project else trace_id}

@@ -24,13 +24,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from . import errors, logs
 from .access import AccessLog
 from .auth import Authenticator, build_authenticator
-from .delivery import ForcedRunRefused, InvalidDelivery, parse_delivery, parse_namespace
+from .delivery import ForcedRunRefused, InvalidDelivery, check_run_id, parse_delivery, parse_namespace
 from .metrics import Metrics
 from .protocol import Runner, RunResult, utcnow
 from .routes import Route, load_routes
 from .settings import ConfigError, Settings
 from .stores import RunStore, StoreUnavailable, open_store
-from .targets import Target, TargetContext, build_target
+from .targets import PayloadNotSendable, Target, TargetContext, build_target, encode_json
 
 logger = logging.getLogger("runonce")
 
@@ -110,6 +110,7 @@ def create_app(
         summary="Idempotent proxy: one downstream execution per scheduled run.",
         version="0.1.0",
         lifespan=lifespan,
+        redirect_slashes=False,  # a 307 with no JSON body is not an answer Scheduler can act on: 404
     )
     app.state.settings = settings
     app.state.routes = routes
@@ -151,7 +152,9 @@ def create_app(
     )
     async def deliver(route: str, request: Request) -> JSONResponse:
         # The delivery's one outcome line (access.py) is filled in as we learn things.
-        outcome: dict[str, Any] = {"outcome": None, "run_id": None, "route": route}
+        # `route` is filled in once the caller is authenticated and the route is configured: the
+        # path is the caller's text until then (never logged, never a metric label).
+        outcome: dict[str, Any] = {"outcome": None, "run_id": None, "route": None}
         request.state.outcome = outcome
         try:
             result = await _deliver(route, request, outcome)
@@ -178,11 +181,13 @@ def create_app(
         outcome["caller"] = caller
         config: Route | None = routes.get(route)
         if config is None:
-            raise errors.NotFound(
-                f"no route {route!r} is configured; this instance has {len(routes)} route(s): check the "
+            raise errors.NotFound(  # the name is the caller's text: it is in the answer's `route`, never logged
+                f"no route of that name is configured; this instance has {len(routes)} route(s): check the "
                 "job's URI (/v1/routes/ROUTE:run) against RUNONCE_ROUTES_FILE",
                 route=route,
             )
+        request.state.logged_path = f"/v1/routes/{route}:run"
+        outcome["route"] = route
         auth.authorize(caller, config.allowed_callers or settings.allowed_callers, f"route {route!r}")
         try:
             namespace = parse_namespace(_query(request), config.namespace)
@@ -212,6 +217,11 @@ def create_app(
         auth: Authenticator = request.app.state.auth
         caller = await auth.authenticate(request.headers)
         auth.authorize(caller, settings.admin_callers, "the runs API")
+        try:
+            check_run_id(run_id)
+        except InvalidDelivery as exc:  # never a store key: Firestore refuses some ids with an error
+            raise errors.Invalid(exc.reason, field=exc.field) from exc
+        request.state.logged_path = f"/v1/runs/{run_id}"
         try:
             record = await store.get(run_id, clock())
         except StoreUnavailable as exc:
@@ -266,9 +276,9 @@ async def _read_payload(request: Request, route: str, run_id: str) -> tuple[dict
     """The JSON object body (empty body = `{}`) and the sha256 of its canonical form, so that
     retries with re-ordered keys or other whitespace count as the same body."""
     context = {"route": route, "run_id": run_id}
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise errors.PayloadTooLarge(f"body is {declared} bytes; at most {MAX_BODY_BYTES}", field="body", **context)
+    declared = request.headers.get("content-length", "")
+    if declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise errors.PayloadTooLarge(f"body is over {MAX_BODY_BYTES} bytes (Content-Length)", field="body", **context)
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
@@ -280,16 +290,46 @@ async def _read_payload(request: Request, route: str, run_id: str) -> tuple[dict
         payload: Any = {}
     else:
         try:
-            payload = json.loads(raw, parse_constant=_reject_constant)
-        except (UnicodeDecodeError, ValueError) as exc:
+            text = raw.decode("utf-8")  # strict: json.loads(bytes) would also guess UTF-16 and UTF-32
+        except UnicodeDecodeError as exc:
+            raise errors.Invalid("body is not valid UTF-8", field="body", **context) from exc
+        try:
+            payload = json.loads(
+                text, parse_constant=_reject_constant, parse_int=_short_int, object_pairs_hook=_unique_keys
+            )
+        except json.JSONDecodeError as exc:  # its message holds a position, never the text
             raise errors.Invalid(f"body is not valid JSON: {exc}", field="body", **context) from exc
+        except RecursionError as exc:
+            raise errors.Invalid("body nests objects and arrays too deeply", field="body", **context) from exc
+        except ValueError as exc:  # the rules of the hooks below
+            raise errors.Invalid(f"body is not accepted JSON: {exc}", field="body", **context) from exc
         if not isinstance(payload, dict):
             raise errors.Invalid(
                 f"body must be a JSON object, got {type(payload).__name__}", field="body", **context
             )
+        try:
+            encode_json(payload)  # what every target sends: refuse now what none could send later
+        except PayloadNotSendable as exc:
+            raise errors.Invalid(f"body: {exc.message}", field="body", **context) from exc
     canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return payload, hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object; a key given twice is refused, as the two could mean different runs' payloads."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        raise ValueError("an object has the same key twice")
+    return value
+
+
+def _short_int(digits: str) -> int:
+    """An integer of at most 20 characters (int64 has 19 digits; encode_json checks the range), so
+    Python's 4300-digit limit, whose error quotes the number, is never reached."""
+    if len(digits) > 20:
+        raise ValueError("an integer is beyond 64 bits")
+    return int(digits)

@@ -27,11 +27,13 @@ from .metrics import Metrics
 from .stores import Claim, Decision, Fenced, Finish, NewRun, RunRecord, RunStore, StoreUnavailable
 from .stores.base import COMPLETED, FAILED, IN_PROGRESS
 from .targets import (
+    NOTHING_SENT,
     DispatchRequest,
     Target,
     TargetFailed,
     TargetOutcomeUnknown,
     TargetThrottled,
+    encode_json,
 )
 
 logger = logging.getLogger("runonce.protocol")
@@ -258,6 +260,7 @@ class Runner:
         previous = claim.previous
         must_reconcile = previous is not None and previous.status == IN_PROGRESS
         try:
+            encode_json(payload)  # checked at intake too: a payload no target can send is `failed` here
             resource = await self._call_target(target, request, previous if must_reconcile else None)
         except TimeoutError as exc:
             step = "reconciliation" if must_reconcile else "dispatch"
@@ -266,6 +269,9 @@ class Runner:
             return await self._finish_error(claim, target, outcome, cause=exc)
         except (TargetThrottled, TargetFailed, TargetOutcomeUnknown) as exc:
             return await self._finish_error(claim, target, exc)
+        except NOTHING_SENT as exc:  # raised before a byte left (see targets/base.py): nothing was created
+            outcome = TargetFailed(f"{target.type} target: nothing was sent ({type(exc).__name__})")
+            return await self._finish_error(claim, target, outcome, cause=exc)
         except Exception as exc:  # an adapter bug: we cannot know what happened downstream
             logger.exception("run %s: %s target raised unexpectedly", held.run_id, target.type)
             outcome = TargetOutcomeUnknown(f"{target.type} target raised {type(exc).__name__}: {exc}")

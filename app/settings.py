@@ -21,6 +21,12 @@ class ConfigError(Exception):
 EMAIL_PATTERN = r"^[^@\s,]+@[^@\s,]+$"
 """A caller's email, as in allow-lists (routes' `allowed_callers`, RUNONCE_*_CALLERS)."""
 
+LEASE_MARGIN_SECONDS = 1.0
+"""What a lease must cover beyond the dispatch timeout and two store timeouts (see `_no_overlap`):
+clock skew between instances (Cloud Run's clocks agree to well under a second) and event-loop delays."""
+MAX_DURATION_SECONDS = 10 * 365 * 86400
+"""Ten years: any duration setting beyond it is a typo (and would overflow date arithmetic)."""
+
 CsvList = Annotated[list[str], NoDecode]
 """A list given in the environment as `a,b,c`."""
 
@@ -39,18 +45,19 @@ class Settings(BaseSettings):
 
     store: str = Field("sqlite:///runonce.db", description="`sqlite:///PATH` or `firestore`.")
     store_timeout_seconds: float = Field(
-        5.0, gt=0, description="Longest wait for one claim-store operation before answering 503."
+        5.0, gt=0, le=MAX_DURATION_SECONDS, description="Longest wait for one claim-store operation before answering 503."
     )
     firestore_project: str | None = None
     firestore_database: str = "(default)"
     firestore_collection: str = "runonce_runs"
 
-    lease_seconds: float = Field(300, gt=0)
-    retention_seconds: float = Field(86400, gt=0)
-    dispatch_timeout_seconds: float = Field(30, gt=0)
-    forced_run_tolerance_seconds: float = Field(5, ge=0)
+    lease_seconds: float = Field(300, gt=0, le=MAX_DURATION_SECONDS)
+    retention_seconds: float = Field(86400, gt=0, le=MAX_DURATION_SECONDS)
+    dispatch_timeout_seconds: float = Field(30, gt=0, le=MAX_DURATION_SECONDS)
+    forced_run_tolerance_seconds: float = Field(5, ge=0, le=MAX_DURATION_SECONDS)
     shutdown_grace_seconds: float = Field(
-        7, ge=0, description="On SIGTERM, how long dispatches in flight may still run (Cloud Run kills at 10 s)."
+        7, ge=0, le=MAX_DURATION_SECONDS,
+        description="On SIGTERM, how long dispatches in flight may still run (Cloud Run kills at 10 s).",
     )
 
     auth: Literal["oidc", "none", "cloud_run_iam"] = "oidc"
@@ -92,12 +99,26 @@ class Settings(BaseSettings):
         raise ValueError("must be 'firestore' or 'sqlite:///PATH' (e.g. sqlite:///runonce.db)")
 
     @model_validator(mode="after")
-    def _timeout_below_lease(self) -> Settings:
-        if self.dispatch_timeout_seconds >= self.lease_seconds:
+    def _no_overlap(self) -> Settings:
+        """The one rule under which two attempts of a run never dispatch at once.
+
+        An attempt's lease runs from just before its claim. By the time its lease ends it must be
+        done: the claim (up to one store timeout), the reconcile + dispatch (the dispatch timeout),
+        the finish (one more store timeout), plus the margin. And a record must outlive its lease,
+        or a run in flight "expires" and is claimed afresh.
+        """
+        lease, dispatch, store = self.lease_seconds, self.dispatch_timeout_seconds, self.store_timeout_seconds
+        needed = dispatch + 2 * store + LEASE_MARGIN_SECONDS
+        if lease < needed:
             raise ValueError(
-                f"RUNONCE_DISPATCH_TIMEOUT_SECONDS ({self.dispatch_timeout_seconds:g}) must be below "
-                f"RUNONCE_LEASE_SECONDS ({self.lease_seconds:g}): a dispatch that outlives its lease "
-                "could run twice"
+                f"RUNONCE_LEASE_SECONDS ({lease:g}) must be at least RUNONCE_DISPATCH_TIMEOUT_SECONDS ({dispatch:g}) "
+                f"+ 2 x RUNONCE_STORE_TIMEOUT_SECONDS ({store:g}) + {LEASE_MARGIN_SECONDS:g}s = {needed:g}: "
+                "an attempt still dispatching or finishing after its lease could overlap the next one"
+            )
+        if self.retention_seconds <= lease:
+            raise ValueError(
+                f"RUNONCE_RETENTION_SECONDS ({self.retention_seconds:g}) must be above RUNONCE_LEASE_SECONDS "
+                f"({lease:g}): a run in flight would expire and be claimed again"
             )
         return self
 
@@ -109,6 +130,7 @@ def load_settings(**overrides: object) -> Settings:
     except ValidationError as exc:
         problems = []
         for error in exc.errors():
-            name = "RUNONCE_" + str(error["loc"][0]).upper() if error["loc"] else "settings"
-            problems.append(f"{name}: {error['msg'].removeprefix('Value error, ')}")
+            message = error["msg"].removeprefix("Value error, ")
+            # A rule across settings (no loc) names its settings itself.
+            problems.append(f"RUNONCE_{str(error['loc'][0]).upper()}: {message}" if error["loc"] else message)
         raise ConfigError("bad settings: " + "; ".join(problems)) from exc

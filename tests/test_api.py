@@ -191,6 +191,12 @@ async def test_bad_identity_headers_are_400_with_the_field_and_change_nothing(ap
         ("location=us%7Ccentral1", "query.location"),
         ("projet=typo-project", "query.projet"),
         ("project=proj-one&project=proj-two", "query.project"),
+        ("project=my-project%0A", "query.project"),  # `$` alone matches before a final newline
+        ("location=us-central1%0A", "query.location"),
+        ("project=my-pr%C3%B6ject", "query.project"),
+        ("project=%FF%FE", "query.project"),
+        ("project", "query.project"),
+        ("location=", "query.location"),
     ],
 )
 async def test_bad_query_is_400_naming_the_parameter(api: Harness, query: str, field: str) -> None:

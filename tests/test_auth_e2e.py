@@ -312,3 +312,13 @@ async def _all_records(store_url: str) -> list:
         return await store.list(datetime.now(timezone.utc), limit=1000)
     finally:
         await store.close()
+
+
+def test_a_wrong_audience_is_named_without_listing_the_accepted_audiences(server: ServerProcess, google_key: oidc.SigningKey) -> None:
+    response = httpx.post(
+        f"{server.url}/v1/routes/nightly:run",
+        headers={**delivery_headers("wrong-audience-echo"), **bearer(token(google_key, audience="https://other.example"))},
+    )
+    assert response.status_code == 401 and "wrong audience" in response.json()["error"]["message"]
+    assert AUDIENCE not in response.text and CUSTOM_AUDIENCE not in response.text and "other.example" not in response.text
+    assert CUSTOM_AUDIENCE not in server.output().split("authentication: Google ID tokens", 1)[-1].split("\n", 1)[-1]

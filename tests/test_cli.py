@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
+import subprocess
+import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -15,6 +18,7 @@ from app.cli import main
 from app.stores import Finish
 from app.stores.base import COMPLETED
 from app.stores.sqlite import SQLiteStore
+from tests.support.procs import REPO
 from tests.test_stores import LEASE, RETENTION, new_run
 
 
@@ -46,7 +50,25 @@ def seed(db: Path, *, finished: bool) -> str:
     return asyncio.run(go())
 
 
-def test_key_prints_the_run_id_of_a_scheduler_delivery(cli) -> None:
+KEY_ROUTES = """
+routes:
+  etl: {target: {type: log}}
+  billing:
+    target: {type: log}
+    namespace: {project: billing-project, location: europe-west1}
+  deduped: {target: {type: log}, forced_runs: dedupe}
+"""
+
+
+@pytest.fixture
+def routes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    path = tmp_path / "routes.yaml"
+    path.write_text(KEY_ROUTES)
+    monkeypatch.setenv("RUNONCE_ROUTES_FILE", str(path))
+    return path
+
+
+def test_key_prints_the_run_id_of_a_scheduler_delivery(cli, routes: Path) -> None:
     result = cli("key", "--route", "etl", "--job", "nightly", "--schedule-time", "2026-10-16T05:00:00-07:00",
                  "--project", "proj-1", "--location", "us-central1", "--canonical")
     canonical = "runonce/v1|scheduler|proj-1|us-central1|etl|nightly|2026-10-16T12:00:00Z"
@@ -54,17 +76,42 @@ def test_key_prints_the_run_id_of_a_scheduler_delivery(cli) -> None:
     assert result.output.splitlines() == [hashlib.sha256(canonical.encode()).hexdigest(), canonical]
 
 
-def test_key_of_a_forced_run_and_of_a_task(cli) -> None:
+def test_key_of_a_forced_run_and_of_a_task(cli, routes: Path) -> None:
     forced = cli("key", "--route", "etl", "--job", "nightly", "--schedule-time", "2026-10-16T12:00:00Z", "--forced", "--canonical")
     task = cli("key", "--route", "etl", "--queue", "exports", "--task", "t-1", "--canonical")
     assert forced.output.splitlines()[1] == "runonce/v1|scheduler-forced|||etl|nightly|2026-10-16T12:00:00Z"
     assert task.output.splitlines()[1] == "runonce/v1|tasks|||etl|exports|t-1"
 
 
-def test_key_with_a_bad_time_exits_2_naming_the_field(cli) -> None:
+def test_key_with_a_bad_value_exits_2_naming_the_flag(cli, routes: Path) -> None:
     result = cli("key", "--route", "etl", "--job", "nightly", "--schedule-time", "noon")
     assert result.exit_code == 2
-    assert "X-CloudScheduler-ScheduleTime" in result.output and "RFC 3339" in result.output
+    assert "--schedule-time" in result.output and "RFC 3339" in result.output and "X-Cloud" not in result.output
+    result = cli("key", "--route", "etl", "--job", "night ly", "--schedule-time", "2026-10-16T12:00:00Z")
+    assert result.exit_code == 2 and "--job" in result.output and "X-Cloud" not in result.output
+    result = cli("key", "--route", "etl", "--job", "nightly", "--schedule-time", "2026-10-16T12:00:00Z", "--project", "P")
+    assert result.exit_code == 2 and "--project" in result.output and "query" not in result.output
+    result = cli("key", "--route", "etl", "--schedule-time", "2026-10-16T12:00:00Z")
+    assert result.exit_code == 2 and "--job" in result.output and "X-Cloud" not in result.output
+
+
+def test_key_uses_the_routes_namespace_like_the_server(cli, routes: Path) -> None:
+    result = cli("key", "--route", "billing", "--job", "nightly", "--schedule-time", "2026-10-16T12:00:00Z", "--canonical")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[1] == "runonce/v1|scheduler|billing-project|europe-west1|billing|nightly|2026-10-16T12:00:00Z"
+    flags = cli("key", "--route", "billing", "--job", "nightly", "--schedule-time", "2026-10-16T12:00:00Z",
+                "--project", "other-project", "--canonical")  # as the query string overrides the route
+    assert flags.output.splitlines()[1].startswith("runonce/v1|scheduler|other-project|europe-west1|billing|")
+
+
+def test_key_refuses_a_route_the_routes_file_does_not_have(cli, routes: Path) -> None:
+    result = cli("key", "--route", "nope", "--job", "nightly", "--schedule-time", "2026-10-16T12:00:00Z")
+    assert result.exit_code == 2 and "--route" in result.output and str(routes) in result.output
+
+
+def test_key_of_a_force_run_on_a_deduping_route_is_the_scheduled_run(cli, routes: Path) -> None:
+    args = ("--job", "nightly", "--schedule-time", "2026-10-16T12:00:00Z", "--canonical")
+    assert cli("key", "--route", "deduped", "--forced", *args).output.splitlines()[1].startswith("runonce/v1|scheduler|")
 
 
 def test_runs_show_and_list(cli) -> None:
@@ -73,12 +120,16 @@ def test_runs_show_and_list(cli) -> None:
     assert shown.exit_code == 0 and json.loads(shown.output)["status"] == "completed"
     listed = cli("runs", "list", "--status", "completed")
     assert listed.exit_code == 0 and run_id in listed.output and "log/x" in listed.output
-    assert cli("runs", "list", "--status", "failed").output == ""
+    header, row = listed.output.splitlines()
+    assert header.split() == ["RUN_ID", "STATUS", "ROUTE", "JOB", "SCHEDULE_TIME/TASK", "RESOURCE"]
+    assert row.index("completed") == header.index("STATUS")  # the columns line up
+    assert cli("runs", "list", "--status", "failed").output.splitlines() == [header]
     as_json = cli("runs", "list", "--json")
     assert json.loads(as_json.output.splitlines()[0])["run_id"] == run_id
 
 
 def test_runs_show_unknown_run_fails(cli) -> None:
+    seed(cli.db, finished=True)
     result = cli("runs", "show", "0" * 64)
     assert result.exit_code == 1 and "no run" in result.output
 
@@ -104,7 +155,7 @@ def test_bad_settings_stop_with_one_message_naming_the_variable(cli, monkeypatch
     monkeypatch.setenv("RUNONCE_DISPATCH_TIMEOUT_SECONDS", "5")
     result = cli("runs", "list")
     assert result.exit_code == 1
-    assert "RUNONCE_DISPATCH_TIMEOUT_SECONDS (5) must be below RUNONCE_LEASE_SECONDS (4)" in result.output
+    assert "RUNONCE_LEASE_SECONDS (4) must be at least RUNONCE_DISPATCH_TIMEOUT_SECONDS (5)" in result.output
 
 
 def test_bad_store_url_is_refused(cli, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -146,3 +197,55 @@ def test_uvicorn_factory_reports_bad_config_in_one_line(monkeypatch: pytest.Monk
     with pytest.raises(SystemExit) as stopped:
         app_from_environment()
     assert str(stopped.value).startswith("runonce: RUNONCE_ROUTES: field 'routes'")
+
+
+def run_cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """`runonce ARGS` in a subprocess with only `env` as settings, no Google credentials anywhere (no
+    ADC file, no emulator, no metadata server), and a deadline: a command that should refuse to
+    start but starts anyway fails the test instead of hanging it."""
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("RUNONCE_", "GOOGLE_", "FIRESTORE_", "GCE_", "CLOUDSDK_")) and k != "PORT"}
+    gcloud = tmp_path / "gcloud-config"
+    gcloud.mkdir(exist_ok=True)
+    base.update(CLOUDSDK_CONFIG=str(gcloud), GCE_METADATA_HOST="127.0.0.1:9", GCE_METADATA_IP="127.0.0.1:9",
+                RUNONCE_AUTH="none", RUNONCE_ROUTES='{"routes": {"demo": {"target": {"type": "log"}}}}', **env)
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=tmp_path, env={**base, "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("args", [("serve", "--port", "0"), ("runs", "list"), ("runs", "show", "0" * 64)])
+def test_firestore_without_credentials_says_how_to_fix_it_in_one_line(tmp_path: Path, args: tuple[str, ...]) -> None:
+    done = run_cli(tmp_path, *args, RUNONCE_STORE="firestore")
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "gcloud auth application-default login" in done.stderr and "FIRESTORE_EMULATOR_HOST" in done.stderr
+
+
+@pytest.mark.parametrize("port", ["abc", "70000", "-1"])
+def test_a_bad_port_variable_is_one_line(tmp_path: Path, port: str) -> None:
+    done = run_cli(tmp_path, "serve", PORT=port, RUNONCE_STORE=f"sqlite:///{tmp_path / 'runs.db'}")
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert "PORT" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_rule_across_settings_is_reported_without_a_doubled_prefix(cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUNONCE_RETENTION_SECONDS", "10")
+    result = cli("runs", "list")
+    assert result.exit_code == 1
+    assert "bad settings: RUNONCE_RETENTION_SECONDS (10)" in result.output and "settings: settings" not in result.output
+
+
+@pytest.mark.parametrize("args", [("runs", "list"), ("runs", "list", "--json"), ("runs", "show", "0" * 64),
+                                  ("runs", "release", "0" * 64)])
+def test_reading_runs_never_creates_a_store(cli, args: tuple[str, ...]) -> None:
+    result = cli(*args)
+    assert not cli.db.exists()
+    assert f"no store at {cli.db}" in result.output
+    assert result.exit_code == (0 if args[1] == "list" else 1)
+
+
+@pytest.mark.parametrize("run_id", ["__x__", "..", "A" * 64])
+def test_runs_show_refuses_what_is_not_a_run_id(cli, run_id: str) -> None:
+    seed(cli.db, finished=True)
+    result = cli("runs", "show", run_id)
+    assert result.exit_code == 2 and "64 lowercase hex" in result.output

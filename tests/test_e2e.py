@@ -21,7 +21,7 @@ from tests.support.procs import ServerProcess, start_firestore_emulator, start_s
 
 pytestmark = pytest.mark.e2e
 
-LEASE_SECONDS = 3
+LEASE_SECONDS = 6  # at least DISPATCH_TIMEOUT_SECONDS + 2 x the store timeout (2 s on Firestore) + 1 s
 DISPATCH_TIMEOUT_SECONDS = 1
 
 
@@ -63,6 +63,7 @@ def server(request: pytest.FixtureRequest, downstream: Downstream, tmp_path_fact
             "RUNONCE_STORE": "firestore",
             "RUNONCE_FIRESTORE_PROJECT": FIRESTORE_PROJECT,
             "RUNONCE_FIRESTORE_COLLECTION": f"e2e_{uuid.uuid4().hex[:8]}",
+            "RUNONCE_STORE_TIMEOUT_SECONDS": "2",  # 64 concurrent claims on the emulator need more than 0.5 s
             "FIRESTORE_EMULATOR_HOST": emulator.host,
         }
     proc = start_server(server_env(downstream, store_env), logs)
@@ -216,7 +217,8 @@ async def test_firestore_stopped_is_503_and_no_downstream_call(downstream: Downs
 
 
 async def test_sqlite_with_several_worker_processes_calls_once(downstream: Downstream, tmp_path: Path) -> None:
-    server = start_server(server_env(downstream, {"RUNONCE_STORE": f"sqlite:///{tmp_path / 'runs.db'}"}), tmp_path, workers=3)
+    store_env = {"RUNONCE_STORE": f"sqlite:///{tmp_path / 'runs.db'}", "RUNONCE_STORE_TIMEOUT_SECONDS": "2"}
+    server = start_server(server_env(downstream, store_env), tmp_path, workers=3)
     try:
         before = downstream.calls["/ok"]
         outcomes = await deliver_many(server.url, "ok", f"workers-{uuid.uuid4().hex[:6]}", 64)

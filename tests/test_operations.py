@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import sqlite3
 import time
@@ -234,3 +235,84 @@ async def test_sigterm_releases_a_claim_not_yet_dispatched(downstream: Downstrea
         "SELECT status, last_error FROM runs WHERE run_id = ?", (response.json()["run_id"],)
     ).fetchone()
     assert row == ("failed", "runonce shut down before dispatching")  # claimable at once by the retry
+
+
+SENTINEL = "zqx{}qxz"
+"""A sentinel per position; `zqx7qxz` in the logs says which value leaked."""
+
+
+def sentinel_requests(url: str, tokens: dict[str, str]) -> list[httpx.Response]:
+    """One request per place a caller can put a value, each carrying its own sentinel, most of them
+    refused (so the value reaches an error message) and some accepted (so it reaches the outcome line)."""
+    s = [SENTINEL.format(i) for i in range(40)]
+    valid = job("nightly")
+    cases: list[tuple[str, dict, dict | None, bytes | None]] = [  # (path+query, headers, json, raw body)
+        (f"/v1/routes/{s[0]}:run", valid, None, None),  # unknown route
+        (f"/v1/routes/ok:run?project={s[1]}_", valid, None, None),  # invalid query values
+        (f"/v1/routes/ok:run?location={s[2]}_", valid, None, None),
+        (f"/v1/routes/ok:run?{s[3]}=x", valid, None, None),  # unknown query parameter
+        (f"/v1/routes/ok:run?project=ops-project&token={s[4]}", valid, None, None),
+        ("/v1/routes/ok:run", {**valid, "X-CloudScheduler-JobName": f"{s[5]} bad"}, None, None),
+        ("/v1/routes/ok:run", {**valid, "X-CloudScheduler-ScheduleTime": s[6]}, None, None),
+        ("/v1/routes/ok:run", {"X-CloudTasks-QueueName": "q", "X-CloudTasks-TaskName": f"{s[7]}!"}, None, None),
+        ("/v1/routes/ok:run", {"X-CloudTasks-QueueName": f"{s[8]}.", "X-CloudTasks-TaskName": "t"}, None, None),
+        ("/v1/routes/ok:run", {"X-CloudTasks-QueueName": "q", "X-CloudTasks-TaskName": "t1",
+                               "X-CloudTasks-TaskRetryCount": s[9]}, None, None),
+        ("/v1/routes/ok:run", {**job("body-1"), "User-Agent": s[10], "X-Custom": s[11], "Content-Type": s[12],
+                               "traceparent": s[13], "X-Cloud-Trace-Context": s[14], "Cookie": s[15]}, {"k": s[16]}, None),
+        ("/v1/routes/ok:run", job("body-2"), None, f'{{"k": "{s[17]}"'.encode()),  # not JSON
+        ("/v1/routes/ok:run", job("body-3"), None, f'{{"{s[18]}": 1, "{s[18]}": 2}}'.encode()),  # duplicate key
+        ("/v1/routes/ok:run", job("body-4"), None, f'{{"k": "{s[19]}", "n": 1e400}}'.encode()),
+        ("/v1/routes/ok:run", job("body-5"), None, f'["{s[20]}"]'.encode()),
+        ("/v1/routes/ok:run", job("body-1"), {"k": s[21]}, None),  # same run, other body: 422
+        (f"/v1/runs/{s[22]}", {}, None, None),
+        (f"/{s[23]}", {}, None, None),  # no such path
+        ("/v1/routes/ok:run", {**valid, "X-CloudScheduler-ScheduleTime": f"2026-10-16T12:00:00Z{s[24]}"}, None, None),
+    ]
+    responses = []
+    with httpx.Client(base_url=url) as client:
+        for target, headers, body, raw in cases:
+            method = "GET" if target.startswith(("/v1/runs", f"/{s[23]}")) else "POST"
+            try:
+                responses.append(client.request(method, target, headers=headers, json=body, content=raw))
+            except httpx.LocalProtocolError:  # httpx refused to send it: nothing reached the server
+                continue
+        for name, token in tokens.items():
+            responses.append(client.post("/v1/routes/ok:run", headers={**job(f"auth-{name}"), "Authorization": f"Bearer {token}"}))
+    return responses
+
+
+def test_no_value_a_caller_sends_reaches_the_logs_unless_validated(downstream: Downstream, tmp_path: Path) -> None:
+    """Only validated values (route, job, schedule time, namespace, run_id, a verified caller) are
+    logged; query values, other headers, bodies, tokens and refused values never are, in JSON or text."""
+    from tests.support import oidc
+
+    key = oidc.make_key()
+    audience = "https://runonce.example"
+    caller = "scheduler@ops-project.iam.gserviceaccount.com"
+    s = [SENTINEL.format(i) for i in range(40, 60)]
+    tokens = {
+        "kid": oidc.sign(key, oidc.claims(audience=audience, email=caller), kid=s[0]),
+        "alg": oidc.unsigned(oidc.claims(audience=audience, email=caller), s[1]),
+        "audience": oidc.sign(key, oidc.claims(audience=f"https://{s[2]}.example", email=caller)),
+        "issuer": oidc.sign(key, oidc.claims(audience=audience, email=caller, issuer=f"https://{s[3]}.example")),
+        "unverified": oidc.sign(key, oidc.claims(audience=audience, email=f"{s[4]}@x.example", email_verified=False)),
+        "garbage": s[5],
+    }
+    with oidc.CertsServer([key]) as certs:
+        for log_format, auth in (("json", "none"), ("text", "none"), ("json", "oidc")):
+            extra = {"RUNONCE_LOG_FORMAT": log_format, "RUNONCE_AUTH": auth}
+            if auth == "oidc":
+                extra.update(RUNONCE_AUDIENCE=f"{audience},https://configured-only.example", RUNONCE_ALLOWED_CALLERS=caller,
+                             RUNONCE_ADMIN_CALLERS=caller, RUNONCE_OIDC_CERTS_URL=certs.url)
+            (tmp_path / f"{log_format}-{auth}").mkdir()
+            server = start_server(env(downstream, tmp_path / f"{log_format}-{auth}", **extra), tmp_path)
+            try:
+                responses = sentinel_requests(server.url, tokens if auth == "oidc" else {})
+            finally:
+                server.stop()
+            assert len(responses) > 15 and all(r.headers["content-type"] == "application/json" for r in responses)
+            assert not any("configured-only" in r.text for r in responses)  # a 401 does not list the audiences
+            leaked = sorted(set(re.findall(r"zqx\d+qxz", server.output())))
+            lines = [line for line in server.output().splitlines() if "zqx" in line]
+            assert leaked == [], f"{log_format}/{auth}: {leaked} reached the logs:\n" + "\n".join(lines)

@@ -29,14 +29,24 @@ def open_store(
 
         return SQLiteStore.from_url(url, timeout_seconds)
     if url == "firestore":
+        from google.auth.exceptions import DefaultCredentialsError
+
         from .firestore import FirestoreStore  # imports grpc: only when configured
 
-        return FirestoreStore(
-            project=firestore_project,
-            database=firestore_database,
-            collection=firestore_collection,
-            timeout_seconds=timeout_seconds,
-        )
+        try:
+            return FirestoreStore(
+                project=firestore_project,
+                database=firestore_database,
+                collection=firestore_collection,
+                timeout_seconds=timeout_seconds,
+            )
+        except DefaultCredentialsError as exc:
+            from ..settings import ConfigError
+
+            raise ConfigError(
+                "RUNONCE_STORE=firestore found no Google credentials: run `gcloud auth application-default "
+                "login` (or set GOOGLE_APPLICATION_CREDENTIALS), or set FIRESTORE_EMULATOR_HOST to use an emulator"
+            ) from exc
     if url == "memory":
         from .memory import MemoryStore
 

@@ -9,12 +9,15 @@ import httpx
 from pydantic import Field
 
 from .base import (
+    NOTHING_SENT,
     DispatchRequest,
+    PayloadNotSendable,
     Target,
     TargetError,
     TargetFailed,
     TargetOutcomeUnknown,
     TargetThrottled,
+    encode_json,
 )
 from .cloud_build_trigger import CloudBuildTriggerTarget, CloudBuildTriggerTargetConfig
 from .cloud_run_job import CloudRunJobTarget, CloudRunJobTargetConfig
@@ -62,7 +65,9 @@ def build_target(config: TargetConfig, context: TargetContext) -> Target:
 
 
 __all__ = [
+    "NOTHING_SENT",
     "DispatchRequest",
+    "PayloadNotSendable",
     "Target",
     "TargetConfig",
     "TargetContext",
@@ -71,4 +76,5 @@ __all__ = [
     "TargetOutcomeUnknown",
     "TargetThrottled",
     "build_target",
+    "encode_json",
 ]

@@ -10,14 +10,25 @@ happens to the claim and what Scheduler is told:
 
 Adapters translate their client's errors into these in one place (like httpx's
 `map_httpcore_exceptions`) and chain the original with `from exc`.
+
+The one rule for errors no adapter translated: an error raised *before anything was sent*
+(`NOTHING_SENT`: no connection made, or a payload that cannot be encoded) is `TargetFailed`, since
+nothing can have been created; any other unexpected error is `TargetOutcomeUnknown`.
 """
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+import httpx
+
+MAX_PAYLOAD_DEPTH = 64
+"""Deepest nesting of objects and arrays in a payload: well below the recursion limits of Python's
+JSON encoder and of protobuf (100), leaving room for the envelope each target wraps around it."""
 
 
 class TargetError(Exception):
@@ -43,6 +54,40 @@ class TargetFailed(TargetError):
 class TargetOutcomeUnknown(TargetError):
     """The request may have reached the target (timeout, reset after sending, 504), or a
     reconciliation could not tell. The claim is kept; a later attempt reconciles."""
+
+
+class PayloadNotSendable(TargetFailed):
+    """The payload cannot be encoded as the JSON every target sends: nothing was sent."""
+
+
+NOTHING_SENT: tuple[type[Exception], ...] = (
+    httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol, PayloadNotSendable,
+)
+"""Errors raised before a byte of the request left: nothing can have been created downstream."""
+
+
+def encode_json(value: Any) -> str:
+    """`value` as the JSON text targets send, or `PayloadNotSendable` saying which rule it breaks
+    (never the value itself: payloads are not logged). The web layer applies the same check at
+    intake, so a body accepted there can always be sent."""
+    level, depth = [value], 0
+    while containers := [v for v in level if isinstance(v, (dict, list))]:
+        depth += 1
+        if depth > MAX_PAYLOAD_DEPTH:
+            raise PayloadNotSendable(f"the payload nests objects and arrays deeper than {MAX_PAYLOAD_DEPTH} levels")
+        level = [item for v in containers for item in (v.values() if isinstance(v, dict) else v)]
+        if any(isinstance(v, int) and not -(2**63) <= v < 2**63 for v in level):
+            raise PayloadNotSendable("the payload holds an integer beyond 64 bits (Google's APIs take int64)")
+    try:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise PayloadNotSendable("the payload holds a string that is not valid Unicode (a lone surrogate)") from exc
+    except ValueError as exc:
+        raise PayloadNotSendable("the payload holds a number that is not finite (JSON has no Infinity or NaN)") from exc
+    except TypeError as exc:
+        raise PayloadNotSendable(f"the payload holds a value JSON cannot represent ({type(exc).__name__})") from exc
+    return text
 
 
 @dataclass(frozen=True)

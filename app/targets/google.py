@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from .base import TargetError, TargetFailed, TargetOutcomeUnknown, TargetThrottled
+from .base import NOTHING_SENT, TargetError, TargetFailed, TargetOutcomeUnknown, TargetThrottled
 from .http import parse_retry_after
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
@@ -50,6 +50,26 @@ LABEL_VALUE_PATTERN = r"^[a-z0-9_-]{0,63}$"
 def resource_pattern(collection: str, resource_id: str) -> str:
     """`^projects/P/locations/L/{collection}/ID$` with `resource_id` the regex of the last part."""
     return rf"^projects/{PROJECT}/locations/{LOCATION}/{collection}/{resource_id}$"
+
+
+def resource_name_problem(name: str, collection: str, resource_id: str, id_rule: str) -> str | None:
+    """What is wrong with `name` as `projects/P/locations/L/{collection}/ID`, naming the part at fault
+    (a bad project ID is not reported as "not a full name"); None if nothing. `id_rule` describes
+    `resource_id`, e.g. "workflow ID must be 1-64 characters of …"."""
+    parts = name.split("/")
+    if len(parts) != 6 or parts[0::2] != ["projects", "locations", collection]:
+        singular = collection.removesuffix("s")
+        return f"must be a {singular}'s full name, projects/PROJECT/locations/LOCATION/{collection}/{singular.upper()} (got {name!r})"
+    project, location, resource = parts[1::2]
+    if not re.fullmatch(PROJECT, project, flags=re.ASCII):
+        return (f"the project {project!r} is not a project ID (6-30 characters of a-z 0-9 -, starting with a "
+                "letter, optionally domain-scoped as example.com:my-project) or number")
+    if not re.fullmatch(LOCATION, location, flags=re.ASCII):
+        return f"the location {location!r} is not a location (e.g. us-central1)"
+    if not re.fullmatch(resource_id, resource, flags=re.ASCII):
+        label, _, rule = id_rule.partition(" must ")
+        return f"the {label} {resource!r} must {rule}"
+    return None
 
 
 def resource_parts(name: str) -> dict[str, str]:
@@ -187,7 +207,7 @@ def outcome_for_response(action: str, response: httpx.Response) -> TargetError:
 
 def outcome_for_transport_error(action: str, exc: httpx.TransportError) -> TargetError:
     """httpx raised before an answer came back."""
-    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)):
+    if isinstance(exc, NOTHING_SENT):
         return TargetFailed(f"{action}: could not connect, nothing was sent: {exc!r}")
     return TargetOutcomeUnknown(f"{action}: no answer (timeout or connection lost after sending): {exc!r}")
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Literal
 import httpx
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
 
-from .base import DispatchRequest, Target, TargetFailed, TargetOutcomeUnknown, TargetThrottled
+from .base import NOTHING_SENT, DispatchRequest, Target, TargetFailed, TargetOutcomeUnknown, TargetThrottled, encode_json
 
 if TYPE_CHECKING:
     from .google import GoogleAuth
@@ -70,12 +70,13 @@ class HttpTarget(Target):
         }
         if request.task is not None:
             body["task"] = request.task
-        headers = {"Idempotency-Key": request.run_id}
+        content = encode_json(body).encode("utf-8")
+        headers = {"Idempotency-Key": request.run_id, "Content-Type": "application/json"}
         if self.config.audience:
             headers["Authorization"] = f"Bearer {await self._id_token(self.config.audience)}"
         try:
-            response = await self._client.post(self.url, json=body, headers=headers)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol) as exc:
+            response = await self._client.post(self.url, content=content, headers=headers)
+        except NOTHING_SENT as exc:
             # Raised before a byte of the request left: nothing can have been created.
             raise TargetFailed(f"POST {self.url}: could not connect: {exc!r}") from exc
         except httpx.TransportError as exc:

@@ -23,7 +23,7 @@ from .google import (
     GoogleAuth,
     grpc_target,
     reconciling,
-    resource_pattern,
+    resource_name_problem,
     translated,
 )
 
@@ -33,7 +33,7 @@ DEFAULT_HOST = "workflowexecutions.googleapis.com"
 RUN_ID_LABEL = "runonce-run-id"
 MAX_ARGUMENT_BYTES = 32 * 1024  # the API's limit on `argument`
 MAX_LABELS = 64
-WORKFLOW_PATTERN = resource_pattern("workflows", r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+WORKFLOW_ID = r"[A-Za-z][A-Za-z0-9_-]{0,63}"
 ARGUMENT_KEY_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
@@ -55,12 +55,11 @@ class WorkflowsTargetConfig(BaseModel):
     @field_validator("workflow")
     @classmethod
     def _workflow(cls, value: str) -> str:
-        if not re.match(WORKFLOW_PATTERN, value):
-            raise PydanticCustomError(
-                "resource_name",
-                "must be a workflow's full name, projects/PROJECT/locations/LOCATION/workflows/WORKFLOW (got {value})",
-                {"value": repr(value)},
-            )
+        problem = resource_name_problem(
+            value, "workflows", WORKFLOW_ID, "workflow ID must be 1-64 characters of A-Z a-z 0-9 _ -, starting with a letter"
+        )
+        if problem:
+            raise PydanticCustomError("resource_name", "{problem}", {"problem": problem})
         return value
 
     @field_validator("key_field")

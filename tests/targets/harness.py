@@ -68,6 +68,7 @@ def server_env(tmp_path: Path, metadata: FakeMetadataServer, fakes: dict[str, An
         "RUNONCE_ROUTES_FILE": str(routes_file),
         "RUNONCE_LEASE_SECONDS": str(LEASE_SECONDS),
         "RUNONCE_DISPATCH_TIMEOUT_SECONDS": str(DISPATCH_TIMEOUT_SECONDS),
+        "RUNONCE_STORE_TIMEOUT_SECONDS": "0.5",  # the lease must cover 2 s + 2 x 0.5 s + 1 s (settings.py)
         "RUNONCE_LOG_FORMAT": "text",
         "RUNONCE_WORKFLOWS_ENDPOINT": fakes["workflows"].url,
         "RUNONCE_RUN_ENDPOINT": fakes["cloud_run_job"].url,

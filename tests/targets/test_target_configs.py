@@ -45,6 +45,15 @@ def test_valid_configs_load() -> None:
     [
         ("{type: workflows, workflow: etl}",
          "field 'target.workflow': must be a workflow's full name, projects/PROJECT/locations/LOCATION/workflows/WORKFLOW (got 'etl')"),
+        ("{type: workflows, workflow: projects/My_Project/locations/us-central1/workflows/etl}",
+         "field 'target.workflow': the project 'My_Project' is not a project ID (6-30 characters of a-z 0-9 -, "
+         "starting with a letter, optionally domain-scoped as example.com:my-project) or number"),
+        ("{type: workflows, workflow: projects/my-project/locations/US/workflows/etl}",
+         "field 'target.workflow': the location 'US' is not a location (e.g. us-central1)"),
+        ("{type: workflows, workflow: projects/my-project/locations/us-central1/workflows/9etl}",
+         "field 'target.workflow': the workflow ID '9etl' must be 1-64 characters of A-Z a-z 0-9 _ -, starting with a letter"),
+        ("{type: workflows, workflow: projects/my-project/regions/us-central1/workflows/etl}",
+         "field 'target.workflow': must be a workflow's full name, projects/PROJECT/locations/LOCATION/workflows/WORKFLOW"),
         (f"{{type: workflows, workflow: {WORKFLOW}, labels: {{Team: x}}}}",
          "field 'target.labels': label key 'Team': 1-63 characters of a-z 0-9 _ -, starting with a letter"),
         (f"{{type: workflows, workflow: {WORKFLOW}, labels: {{team: Data}}}}",
