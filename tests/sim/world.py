@@ -40,7 +40,7 @@ from app.delivery import ForcedRunRefused, InvalidDelivery, parse_delivery, pars
 from app.main import create_app
 from app.protocol import Runner
 from app.routes import load_routes
-from app.settings import Settings
+from app.settings import LEASE_MARGIN_SECONDS, Settings
 from app.stores import Claim, Fenced, Finish, NewRun, RunRecord, RunStore, StoreUnavailable
 from app.stores.base import RunStatus
 from app.stores.memory import MemoryStore
@@ -150,9 +150,9 @@ def draw_config(seed: int, store: str) -> Config:
     dispatch_timeout = rng.choice([0.5, 1.0, 2.0])
     max_skew = rng.choice([0.0, 0.1, 0.5])
     lag = rng.uniform(0, store_timeout)
-    # The settings rule: lease covers the dispatch, the store calls around it, both clocks' skew and
-    # a downstream that acts late (lag).
-    lease = dispatch_timeout + 2 * store_timeout + 2 * max_skew + lag + rng.choice([0.2, 1.0, 3.0])
+    # The settings rule (app/settings.py, which refuses less): lease covers the dispatch, the store
+    # calls around it and its margin; here also both clocks' skew and a downstream that acts late (lag).
+    lease = dispatch_timeout + 2 * store_timeout + 2 * max_skew + lag + LEASE_MARGIN_SECONDS + rng.choice([0.0, 0.5, 2.0])
     tolerance = rng.choice([2.0, 5.0])
     attempt_deadline = rng.choice([dispatch_timeout * 0.8, dispatch_timeout + 2 * store_timeout + 0.5, 15.0])
 
