@@ -95,8 +95,7 @@ for pair in "LEASE_SECONDS:$LEASE_SECONDS" "DISPATCH_TIMEOUT_SECONDS:$DISPATCH_T
   "MIN_INSTANCES:$MIN_INSTANCES" "MAX_INSTANCES:$MAX_INSTANCES"; do
   require_int "${pair#*:}" "${pair%%:*}"
 done
-(( DISPATCH_TIMEOUT_SECONDS < LEASE_SECONDS )) ||
-  usage_error "--dispatch-timeout-seconds ($DISPATCH_TIMEOUT_SECONDS) must be below --lease-seconds ($LEASE_SECONDS)"
+check_lease_rule "$LEASE_SECONDS" "$DISPATCH_TIMEOUT_SECONDS" "$RETENTION_SECONDS"
 [[ "$INGRESS" =~ ^(all|internal|internal-and-cloud-load-balancing)$ ]] ||
   usage_error "--ingress must be all, internal or internal-and-cloud-load-balancing"
 [[ "$IMAGE" == *@sha256:* || "$IMAGE" =~ ^[a-z0-9-]+-docker\.pkg\.dev/ ]] ||

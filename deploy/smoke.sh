@@ -136,7 +136,10 @@ else
     --format='value(name)' >/dev/null
 fi
 SCHEDULE_TIME="$(gc scheduler jobs describe ${JOB_ARGS[@]+"${JOB_ARGS[@]}"} --format='value(scheduleTime)')"
-RUN_ID="$("$RUNONCE" key --route "$ROUTE" --job "$JOB" --schedule-time "$SCHEDULE_TIME" --forced \
+# `runonce key` reads routes as `serve` does; the deployed routes are not here, so describe the one
+# log route the job calls (the namespace is given explicitly, as the job's URI gives it).
+RUN_ID="$(RUNONCE_ROUTES_FILE='' RUNONCE_ROUTES="{\"routes\": {\"$ROUTE\": {\"target\": {\"type\": \"log\"}}}}" \
+  "$RUNONCE" key --route "$ROUTE" --job "$JOB" --schedule-time "$SCHEDULE_TIME" --forced \
   --project "$PROJECT_ID" --location "$LOCATION")"
 log "a forced run carries X-CloudScheduler-ScheduleTime $SCHEDULE_TIME: run_id $RUN_ID"
 

@@ -17,7 +17,7 @@
  * The two windows are app/scheduler_retry.py's (the one implementation; a test holds this copy to
  * it): `shortest` = the last retry's start when every attempt is answered at once, `longest` = the
  * last attempt's end when every attempt takes the whole deadline.
- * And for the service: dispatch timeout < lease (a dispatch never outlives its claim).
+ * And for the service: lease >= dispatch timeout + 2 x store timeout + margin (app/settings.py's rule).
  */
 
 locals {
@@ -94,9 +94,15 @@ locals {
   # those is the margin an attempt needs on top of the dispatch timeout.
   store_margin_seconds = 15
 
+  # The service's own start-up rule (app/settings.py: lease >= dispatch timeout + 2 x store timeout
+  # + LEASE_MARGIN_SECONDS), with RUNONCE_STORE_TIMEOUT_SECONDS at its default; a test holds both
+  # numbers to the code.
+  store_timeout_seconds = 5
+  lease_margin_seconds  = 1
+
   rule_violations = concat(
-    var.dispatch_timeout_seconds < var.lease_seconds ? [] : [
-      "dispatch_timeout_seconds (${var.dispatch_timeout_seconds}) must be below lease_seconds (${var.lease_seconds}): a dispatch that outlives its lease could run twice."
+    var.lease_seconds >= var.dispatch_timeout_seconds + 2 * local.store_timeout_seconds + local.lease_margin_seconds ? [] : [
+      "lease_seconds (${var.lease_seconds}) must be at least dispatch_timeout_seconds (${var.dispatch_timeout_seconds}) + 2 x the store timeout (${local.store_timeout_seconds}) + ${local.lease_margin_seconds} = ${var.dispatch_timeout_seconds + 2 * local.store_timeout_seconds + local.lease_margin_seconds}: an attempt still dispatching or finishing after its lease could overlap the next one."
     ],
     flatten([for name, job in var.jobs : concat(
       contains(keys(var.routes), job.route) ? [] : [

@@ -119,6 +119,18 @@ ensure_custom_role() {
     --permissions="$permissions" --stage=GA --format='value(name)' >/dev/null
 }
 
+# The service's start-up rule (app/settings.py): lease >= dispatch timeout + 2 x store timeout +
+# margin, and retention > lease; with RUNONCE_STORE_TIMEOUT_SECONDS at its default. A test holds
+# these two numbers to the code.
+RUNONCE_STORE_TIMEOUT_DEFAULT=5
+RUNONCE_LEASE_MARGIN=1
+check_lease_rule() { # LEASE DISPATCH_TIMEOUT RETENTION
+  local lease=$1 dispatch=$2 retention=$3 needed
+  needed=$(( dispatch + 2 * RUNONCE_STORE_TIMEOUT_DEFAULT + RUNONCE_LEASE_MARGIN ))
+  (( lease >= needed )) || usage_error "--lease-seconds ($lease) must be at least --dispatch-timeout-seconds ($dispatch) + 2 x the store timeout ($RUNONCE_STORE_TIMEOUT_DEFAULT) + $RUNONCE_LEASE_MARGIN = $needed: an attempt still dispatching or finishing after its lease could overlap the next one"
+  (( retention > lease )) || usage_error "--retention-seconds ($retention) must exceed --lease-seconds ($lease): a record must outlive its lease"
+}
+
 # The retry rule (README, "Deploy"): Scheduler's attempts and retries against runonce's lease.
 # The retry window comes from app/scheduler_retry.py, the one implementation that lint and
 # Terraform's rules are held to. Prints "SHORTEST LONGEST" (seconds); exits 2 naming the broken rule.
@@ -128,7 +140,7 @@ check_retry_rule() { # ATTEMPT_DEADLINE RETRY_COUNT MIN_BACKOFF MAX_BACKOFF MAX_
   (( deadline >= 15 && deadline <= 1800 )) || usage_error "--attempt-deadline must be between 15 and 1800 seconds (Cloud Scheduler's limits), got $deadline"
   (( count <= 5 )) || usage_error "--retry-count must be 0-5 (Cloud Scheduler's limit), got $count"
   (( min <= max )) || usage_error "--min-backoff ($min) must not exceed --max-backoff ($max)"
-  (( dispatch < lease )) || usage_error "--dispatch-timeout-seconds ($dispatch) must be below --lease-seconds ($lease): a dispatch that outlives its lease could run twice"
+  check_lease_rule "$lease" "$dispatch" "$retention"
   window="$("$PYTHON" "$RUNONCE_APP/scheduler_retry.py" --attempt-deadline="$deadline" --retry-count="$count" \
     --min-backoff="$min" --max-backoff="$max" --max-doublings="$doublings" --max-retry-duration="$max_duration")" ||
     usage_error "cannot compute the retry window with $PYTHON"

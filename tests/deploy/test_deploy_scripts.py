@@ -156,10 +156,16 @@ def test_help_documents_every_flag_the_script_parses(deploy, script: str) -> Non
          "--project must be a project ID"),
         ("deploy-service.sh", ["--project", PROJECT, "--region", REGION, "--image", "docker.io/me/runonce:1",
                                "--routes-file", "ROUTES"], "--image must be in Artifact Registry"),
+        ("deploy-service.sh", ["--project", PROJECT, "--region", REGION, "--image", IMAGE, "--routes-file", "ROUTES",
+                               "--lease-seconds", "40"],
+         "--lease-seconds (40) must be at least --dispatch-timeout-seconds (30) + 2 x the store timeout (5) + 1 = 41"),
+        ("scheduler-job.sh", ["--project", PROJECT, "--location", REGION, "--job", "j", "--route", "etl",
+                              "--schedule", "0 3 * * *", "--lease-seconds", "100", "--dispatch-timeout-seconds", "95"],
+         "--lease-seconds (100) must be at least --dispatch-timeout-seconds (95) + 2 x the store timeout (5) + 1 = 106"),
     ],
     ids=["missing-project", "missing-image", "six-field-cron", "retries-shorter-than-lease", "short-deadline",
          "body-not-object", "unknown-flag", "retention-below-longest-window", "database-with-yaml",
-         "project-not-an-id", "tag-outside-artifact-registry"],
+         "project-not-an-id", "tag-outside-artifact-registry", "deploy-lease-rule", "job-lease-rule"],
 )
 def test_bad_input_exits_2_with_a_precise_message_and_touches_nothing(
     deploy, fake: FakeGoogle, routes_file: Path, script: str, args: list[str], message: str
@@ -514,3 +520,15 @@ def test_setup_brings_a_custom_role_with_other_permissions_back_to_exactly_its_o
     (patch,) = fake.find("iam.projects.roles.patch")
     assert sorted(fake.state.roles[name]["includedPermissions"]) == [
         "cloudbuild.builds.create", "cloudbuild.builds.get", "cloudbuild.builds.list"]
+
+
+def test_the_scripts_lease_rule_uses_the_services_own_numbers() -> None:
+    """deploy/lib/common.sh repeats app/settings.py's lease rule: its store timeout is the setting's
+    default and its margin the service's, so a deploy passes exactly when the service would start."""
+    from app.settings import LEASE_MARGIN_SECONDS, Settings
+
+    text = (REPO / "deploy" / "lib" / "common.sh").read_text()
+    store_timeout = float(re.search(r"^RUNONCE_STORE_TIMEOUT_DEFAULT=(\S+)", text, re.M).group(1))
+    margin = float(re.search(r"^RUNONCE_LEASE_MARGIN=(\S+)", text, re.M).group(1))
+    assert store_timeout == Settings.model_fields["store_timeout_seconds"].default
+    assert margin == LEASE_MARGIN_SECONDS

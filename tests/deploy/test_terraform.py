@@ -361,7 +361,7 @@ def test_grants_follow_the_routes_targets(rules_module: Path, tmp_path: Path) ->
         ({"retention_seconds": 3600, "jobs": {"n": {"route": "etl", "schedule": "0 3 * * *",
           "retry": {"min_backoff_seconds": 600, "max_backoff_seconds": 3600}}}},
          "jobs.n: retention_seconds (3600) must exceed the longest retry window (11760 s"),
-        ({"dispatch_timeout_seconds": 300}, "dispatch_timeout_seconds (300) must be below lease_seconds (300)"),
+        ({"dispatch_timeout_seconds": 290}, "lease_seconds (300) must be at least dispatch_timeout_seconds (290) + 2 x the store timeout (5) + 1 = 301"),
         ({"region": "us-central1-a"}, "region must be a Google Cloud region"),
         ({"image": "europe-west1-docker.pkg.dev/p/runonce/runonce:0.1.0"}, "image must name a digest"),
         ({"routes": {"Bad Name": {"target": {"type": "log"}}}}, "every route name must be 1-63 lower-case"),
@@ -418,3 +418,15 @@ def test_checkov_runonce_policies_catch_public_invoker_missing_oidc_and_open_ing
         ("CKV_RUNONCE_2", "google_cloud_scheduler_job.no_oidc"),
         ("CKV_RUNONCE_3", "google_cloud_run_v2_service.open"),
     ]
+
+
+def test_the_lease_rule_uses_the_services_own_numbers() -> None:
+    """rules.tf repeats app/settings.py's lease rule in HCL: its store timeout is the setting's
+    default and its margin the service's, so a plan passes exactly when the service would start."""
+    from app.settings import LEASE_MARGIN_SECONDS, Settings
+
+    text = (REPO / "terraform" / "rules.tf").read_text()
+    store_timeout = float(re.search(r"^\s*store_timeout_seconds\s*=\s*(\S+)", text, re.M).group(1))
+    margin = float(re.search(r"^\s*lease_margin_seconds\s*=\s*(\S+)", text, re.M).group(1))
+    assert store_timeout == Settings.model_fields["store_timeout_seconds"].default
+    assert margin == LEASE_MARGIN_SECONDS
