@@ -27,6 +27,9 @@ PROJECT_PATTERN = r"^(?:[a-z][a-z0-9.-]{0,62}:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$"
 LOCATION_PATTERN = r"^[a-z][a-z0-9-]{0,62}$"
 JOB_PATTERN = r"^[A-Za-z0-9_-]+$"  # Scheduler job IDs: letters, digits, hyphens, underscores
 QUEUE_PATTERN = r"^[A-Za-z0-9-]+$"
+"""A queue id (`exports`): Cloud Tasks' queue ids are letters, digits and hyphens."""
+QUEUE_RESOURCE_PATTERN = r"^projects/([^/]+)/locations/([^/]+)/queues/([^/]+)$"
+"""A queue's resource name (`projects/P/locations/L/queues/Q`), which some dispatchers send instead."""
 TASK_PATTERN = r"^[A-Za-z0-9_-]+$"
 MAX_HEADER_LENGTH = 500
 
@@ -176,6 +179,36 @@ def parse_namespace(query: Mapping[str, list[str]], default: object | None) -> t
     return values["project"], values["location"]
 
 
+def parse_queue(value: str, namespace: tuple[str, str]) -> tuple[str, str, str]:
+    """(queue id, project, location) from `X-CloudTasks-QueueName`, which is the queue id (`Q`) or
+    its resource name (`projects/P/locations/L/queues/Q`): both key the same run in namespace P/L.
+
+    A resource name carries its own namespace. A namespace part already named by the query or the
+    route must agree with it, else the delivery is refused: runs of two projects are never merged.
+    """
+    resource = re.match(QUEUE_RESOURCE_PATTERN, value)
+    if resource is None:
+        if not re.match(QUEUE_PATTERN, value):
+            raise InvalidDelivery(
+                TASKS_QUEUE, f"is neither a queue id ({QUEUE_PATTERN}) nor a queue's resource name "
+                "(projects/PROJECT/locations/LOCATION/queues/QUEUE)",
+            )
+        return value, namespace[0], namespace[1]
+    named = dict(zip(("project", "location", "queue"), resource.groups(), strict=True))
+    for part, pattern in (("project", PROJECT_PATTERN), ("location", LOCATION_PATTERN), ("queue", QUEUE_PATTERN)):
+        if not re.match(pattern, named[part]):
+            raise InvalidDelivery(TASKS_QUEUE, f"the {part} in the queue's resource name does not match {pattern}")
+    for part, given in zip(("project", "location"), namespace, strict=True):
+        if given and given != named[part]:
+            raise InvalidDelivery(
+                TASKS_QUEUE,
+                f"the queue is in {part} {named[part]!r}, but this delivery's namespace (query parameter "
+                f"{part}, else the route's namespace) says {given!r}; runs of different {part}s are never "
+                f"merged: send {part}={named[part]}, or none",
+            )
+    return named["queue"], named["project"], named["location"]
+
+
 def parse_delivery(
     route: str,
     headers: Mapping[str, str],
@@ -192,10 +225,11 @@ def parse_delivery(
     policy = policy or SchedulePolicy()
     project, location = namespace
     job = _header(headers, SCHEDULER_JOB, JOB_PATTERN)
-    queue = _header(headers, TASKS_QUEUE, QUEUE_PATTERN)
+    queue = _header(headers, TASKS_QUEUE)
     if job and queue:
         raise InvalidDelivery("X-CloudScheduler-JobName", "a delivery is from Cloud Scheduler or Cloud Tasks, not both")
     if queue:
+        queue, project, location = parse_queue(queue, (project, location))
         task = _header(headers, TASKS_TASK, TASK_PATTERN)
         if task is None:
             raise InvalidDelivery("X-CloudTasks-TaskName", "missing (Cloud Tasks sends it with every task)")
