@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+# gcloud-tasks-emulator pins protobuf < 5: it gets a venv of its own (tests/support/tasks_emulator.py).
+TASKS_EMULATOR := .tools/tasks-emulator/.installed
 
 .PHONY: run test test-core test-deploy bench clean
 
@@ -11,7 +13,7 @@ run: $(VENV)/.installed ## Run the proxy on 127.0.0.1:8080: SQLite store, demo r
 
 test: test-core test-deploy ## The whole test suite: the service, then the deployment artifacts.
 
-test-core: $(VENV)/.installed ## The service's tests (starts its own Firestore emulator).
+test-core: $(VENV)/.installed $(TASKS_EMULATOR) ## The service's tests (start their own Firestore and Cloud Tasks emulators).
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 test-deploy: $(VENV)/.installed ## Image, deploy scripts and Terraform, checked offline (installs its tools).
@@ -24,6 +26,11 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+$(TASKS_EMULATOR):
+	test -x $(dir $@)bin/python || $(PYTHON) -m venv $(dir $@)
+	$(dir $@)bin/python -m pip install --quiet gcloud-tasks-emulator==0.6.2
 	touch $@
 
 clean:
