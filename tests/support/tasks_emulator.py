@@ -8,27 +8,16 @@ It sends `X-CloudTasks-QueueName` as the queue's resource name.
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.procs import REPO, free_port, wait_for
+from tests.support.procs import REPO, EmulatorProcess, free_port, listening, wait_for
 
 EMULATOR = REPO / ".tools" / "tasks-emulator" / "bin" / "gcloud-tasks-emulator"
 
 
-@dataclass
-class TasksEmulator:
-    proc: subprocess.Popen
-    port: int
-    log: Path
-
-    @property
-    def host(self) -> str:
-        return f"127.0.0.1:{self.port}"
+class TasksEmulator(EmulatorProcess):
+    """gcloud-tasks-emulator's gRPC API on 127.0.0.1:`port`."""
 
     def client(self):
         """A `google.cloud.tasks_v2.CloudTasksClient` talking to the emulator (insecure channel)."""
@@ -37,21 +26,6 @@ class TasksEmulator:
         from google.cloud.tasks_v2.services.cloud_tasks.transports import CloudTasksGrpcTransport
 
         return CloudTasksClient(transport=CloudTasksGrpcTransport(channel=grpc.insecure_channel(self.host)))
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-
-
-def _accepts(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.2)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 def start_tasks_emulator(log_dir: Path, max_retries: int = 5) -> TasksEmulator:
@@ -71,7 +45,7 @@ def start_tasks_emulator(log_dir: Path, max_retries: int = 5) -> TasksEmulator:
         )
     emulator = TasksEmulator(proc, port, log)
     try:
-        wait_for(lambda: _accepts(port), 30, "gcloud-tasks-emulator", proc, log)
+        wait_for(lambda: listening(port), 30, "gcloud-tasks-emulator", proc, log)
     except Exception:
         emulator.stop()
         raise
