@@ -224,14 +224,14 @@ class Runner:
 
     async def _call_target(self, target: Target, request: DispatchRequest, previous: RunRecord | None) -> str:
         """Reconcile (when `previous` may have created something), else dispatch; all within one
-        deadline, which a shutdown may shorten (`drain`)."""
+        deadline, which a shutdown may shorten (`drain`). The reconciliation searches by run_id:
+        an in_progress record never names a resource (`target` is written only with completed)."""
         async with asyncio.timeout(self.dispatch_timeout.total_seconds()) as deadline:
             self._dispatch_deadlines.add(deadline)
             try:
                 with self.metrics.dispatching(target.type):
                     if previous is not None:
-                        earlier = (previous.target or {}).get("resource")
-                        resource = await target.reconcile(request, earlier)
+                        resource = await target.reconcile(request)
                         if resource is not None:
                             logger.info("run %s: reconciled with %s, nothing dispatched", request.run_id, resource)
                             return resource
