@@ -121,13 +121,13 @@ def parse_rfc3339(text: str, field: str) -> datetime:
         raise InvalidDelivery(field, f"{text!r} is not an RFC 3339 timestamp (e.g. 2026-10-16T12:00:00Z)")
     year, month, day, hour, minute, second, fraction, offset = match.groups()
     fraction = fraction or ""
-    if fraction[6:].strip("0"):
+    if int(fraction[6:] or "0"):  # digits past the microsecond that are not all zero
         raise InvalidDelivery(field, f"{text!r}: sub-microsecond precision is not supported")
     if offset in ("Z", "z"):
         tz = timezone.utc
     else:
         sign = -1 if offset[0] == "-" else 1
-        hours, minutes = int(offset[1:3]), int(offset[4:6])
+        hours, minutes = int(offset[1:3]), int(offset[4:])
         if hours > 23 or minutes > 59:
             raise InvalidDelivery(field, f"{text!r}: offset {offset} is out of range")
         tz = timezone(sign * timedelta(hours=hours, minutes=minutes))
@@ -194,19 +194,19 @@ def parse_queue(value: str, namespace: tuple[str, str]) -> tuple[str, str, str]:
                 "(projects/PROJECT/locations/LOCATION/queues/QUEUE)",
             )
         return value, namespace[0], namespace[1]
-    named = dict(zip(("project", "location", "queue"), resource.groups(), strict=True))
-    for part, pattern in (("project", PROJECT_PATTERN), ("location", LOCATION_PATTERN), ("queue", QUEUE_PATTERN)):
-        if not re.match(pattern, named[part]):
+    project, location, queue = resource.groups()
+    parts = (("project", project, PROJECT_PATTERN, namespace[0]), ("location", location, LOCATION_PATTERN, namespace[1]))
+    for part, named, pattern, given in (*parts, ("queue", queue, QUEUE_PATTERN, "")):
+        if not re.match(pattern, named):
             raise InvalidDelivery(TASKS_QUEUE, f"the {part} in the queue's resource name does not match {pattern}")
-    for part, given in zip(("project", "location"), namespace, strict=True):
-        if given and given != named[part]:
+        if given and given != named:
             raise InvalidDelivery(
                 TASKS_QUEUE,
-                f"the queue is in {part} {named[part]!r}, but this delivery's namespace (query parameter "
+                f"the queue is in {part} {named!r}, but this delivery's namespace (query parameter "
                 f"{part}, else the route's namespace) says {given!r}; runs of different {part}s are never "
-                f"merged: send {part}={named[part]}, or none",
+                f"merged: send {part}={named}, or none",
             )
-    return named["queue"], named["project"], named["location"]
+    return queue, project, location
 
 
 def parse_delivery(

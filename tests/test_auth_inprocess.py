@@ -5,7 +5,7 @@ is left out, so a broken rule fails here in milliseconds."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 
 import httpx
@@ -16,25 +16,10 @@ from app.main import create_app
 from app.settings import Settings
 from app.stores.memory import MemoryStore
 from tests.support import oidc
-from tests.test_auth_e2e import (
-    ACCEPTED, ADMIN, AUDIENCE, CUSTOM_AUDIENCE, REJECTED, ROUTES, SCHEDULER, Case, bearer, delivery_headers, token,
+from tests.test_auth_e2e import (  # noqa: F401 - certs, google_key, rogue_key: the fixtures
+    ACCEPTED, ADMIN, AUDIENCE, CUSTOM_AUDIENCE, REJECTED, ROUTES, SCHEDULER, Case, bearer, certs, delivery_headers,
+    google_key, rogue_key, token,
 )
-
-
-@pytest.fixture(scope="module")
-def google_key() -> oidc.SigningKey:
-    return oidc.make_key()
-
-
-@pytest.fixture(scope="module")
-def rogue_key(google_key: oidc.SigningKey) -> oidc.SigningKey:
-    return oidc.make_key(google_key.kid)
-
-
-@pytest.fixture(scope="module")
-def certs(google_key: oidc.SigningKey) -> Iterator[oidc.CertsServer]:
-    with oidc.CertsServer([google_key]) as server:
-        yield server
 
 
 class App:
