@@ -48,44 +48,52 @@ async def test_query_matching_the_resource_name_is_accepted(api: Harness) -> Non
 
 
 @pytest.mark.parametrize(
-    ("route", "query", "queue", "named", "given"),
+    ("route", "query", "queue", "says"),
     [
-        ("etl", "", "projects/other-project/locations/europe-west1/queues/exports", "'other-project'", "'route-project'"),
-        ("etl", "", "projects/route-project/locations/us-east1/queues/exports", "'us-east1'", "'europe-west1'"),
-        ("bare", "?project=query-project", "projects/other-project/locations/us-east1/queues/q", "'other-project'", "'query-project'"),
-        ("bare", "?location=asia-east1", "projects/other-project/locations/us-east1/queues/q", "'us-east1'", "'asia-east1'"),
+        ("etl", "", "projects/other-project/locations/europe-west1/queues/exports",
+         "the queue is in project 'other-project', but this delivery's namespace (query parameter project, else the "
+         "route's namespace) says 'route-project'"),
+        ("etl", "", "projects/route-project/locations/us-east1/queues/exports",
+         "the queue is in location 'us-east1', but this delivery's namespace (query parameter location, else the "
+         "route's namespace) says 'europe-west1'"),
+        ("bare", "?project=query-project", "projects/other-project/locations/us-east1/queues/q",
+         "project 'other-project', but this delivery's namespace (query parameter project, else the route's "
+         "namespace) says 'query-project'; runs of different projects are never merged: send project=other-project"),
+        ("bare", "?location=asia-east1", "projects/other-project/locations/us-east1/queues/q",
+         "says 'asia-east1'; runs of different locations are never merged: send location=us-east1, or none"),
     ],
     ids=["route-project", "route-location", "query-project", "query-location"],
 )
 async def test_resource_name_in_another_namespace_is_400_naming_both(
-    api: Harness, route: str, query: str, queue: str, named: str, given: str
+    api: Harness, route: str, query: str, queue: str, says: str
 ) -> None:
     response = await api.client.post(f"/v1/routes/{route}:run{query}", headers=task(queue))
     assert response.status_code == 400
     body = response.json()
     assert body["status"] == "invalid" and body["route"] == route
     assert body["error"]["field"] == "X-CloudTasks-QueueName"
-    assert named in body["error"]["message"] and given in body["error"]["message"]
+    assert says in body["error"]["message"]
     assert api.target.dispatched == [] and await api.store.list(api.clock()) == []
 
 
 @pytest.mark.parametrize(
-    "queue",
+    ("queue", "says"),
     [
-        "projects/route-project/locations/europe-west1/queues/",
-        "projects/route-project/locations/europe-west1/queues/a_b",
-        "projects/route-project/locations/europe-west1/queue/exports",
-        "projects/123/locations/europe-west1/queues/exports",  # a number, not a project id
-        "projects/route-project/locations/Europe/queues/exports",
-        "projects/route-project/locations/europe-west1/queues/exports/tasks/t",
-        "locations/europe-west1/queues/exports",
-        "exports|x",
+        ("projects/route-project/locations/europe-west1/queues/", "neither a queue id"),
+        ("projects/route-project/locations/europe-west1/queues/a_b", "the queue in the queue's resource name"),
+        ("projects/route-project/locations/europe-west1/queue/exports", "neither a queue id"),
+        ("projects/123/locations/europe-west1/queues/exports", "the project in"),  # a number, not a project id
+        ("projects/route-project/locations/Europe/queues/exports", "the location in"),
+        ("projects/route-project/locations/europe-west1/queues/exports/tasks/t", "neither a queue id"),
+        ("locations/europe-west1/queues/exports", "neither a queue id"),
+        ("exports|x", "neither a queue id"),
     ],
 )
-async def test_malformed_queue_names_are_400(api: Harness, queue: str) -> None:
+async def test_malformed_queue_names_are_400(api: Harness, queue: str, says: str) -> None:
     response = await api.deliver(headers=task(queue))
     assert response.status_code == 400
     assert response.json()["error"]["field"] == "X-CloudTasks-QueueName"
+    assert says in response.json()["error"]["message"]
     assert api.target.dispatched == []
 
 
