@@ -3,6 +3,7 @@ locking, and each store's failure when its backend is gone."""
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import sqlite3
 from datetime import datetime, timedelta
@@ -81,13 +82,19 @@ async def test_firestore_claim_finds_its_own_lost_create() -> None:
 
 @pytest.mark.usefixtures("firestore_emulator")
 async def test_firestore_unreachable_is_unavailable_within_the_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client would retry a refused connection for a minute; the store gives up at its own
+    deadline. Measured on the event loop's clock, the one `asyncio.timeout` is scheduled on."""
     monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", f"127.0.0.1:{free_port()}")  # nothing listens
     store = firestore_store(timeout_seconds=0.5)
+    loop = asyncio.get_running_loop()
     try:
-        with pytest.raises(StoreUnavailable):
-            await claim(store)
-        with pytest.raises(StoreUnavailable):
-            await store.ping()
+        for call in (lambda: claim(store), store.ping):
+            started = loop.time()
+            with pytest.raises(StoreUnavailable) as unavailable:
+                await call()
+            waited = loop.time() - started
+            assert isinstance(unavailable.value.__cause__, TimeoutError)  # our deadline, not the client's
+            assert 0.5 <= waited < 10, waited  # not before the deadline; nowhere near the client's minute
     finally:
         await store.close()
 

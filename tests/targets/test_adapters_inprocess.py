@@ -16,6 +16,7 @@ from app.targets.workflows import WorkflowsTarget, WorkflowsTargetConfig
 from tests.fakes.cloud_build import GET_TRIGGER
 from tests.fakes.cloud_build import LIST as BUILDS_LIST
 from tests.fakes.cloud_run import LIST as EXECUTIONS_LIST
+from tests.fakes.workflows import CREATE
 
 from .harness import JOB, TRIGGER, WORKFLOW
 
@@ -78,6 +79,7 @@ async def test_cloud_build_payload_must_be_substitutions(http, metadata, fakes) 
     build = await target.dispatch(good)
     [created] = [c for c in fake.created if c.resource == build]
     assert created.data["body"]["source"]["substitutions"]["_MODE"] == "full"
+    assert fake.violations == []  # what was sent is a RunBuildTriggerRequest Google accepts
 
 
 async def test_cloud_build_trigger_by_name_is_resolved_once(http, metadata, fakes) -> None:
@@ -99,9 +101,12 @@ async def test_workflows_argument_over_the_api_limit_creates_nothing(metadata, f
     target = WorkflowsTarget(WorkflowsTargetConfig(type="workflows", workflow=WORKFLOW),
                              MetadataTokenAuth(metadata.host), fake.url)
     request = request_for("huge", {"blob": "x" * 33000})
+    creates = fake.calls[CREATE]
     try:
         with pytest.raises(TargetFailed, match="over the API's 32768 bytes"):
             await target.dispatch(request)
     finally:
         await target.aclose()
     assert fake.created_for(request.run_id) == []
+    assert fake.calls[CREATE] == creates  # refused before sending: nothing reached the API
+    assert fake.violations == []
