@@ -12,6 +12,9 @@ import httpx
 import pytest
 from google.auth import crypt, jwt
 
+from app import errors
+from app.auth import OidcAuthenticator
+from app.certs import CertCache
 from app.main import create_app
 from app.settings import Settings
 from app.stores.memory import MemoryStore
@@ -130,3 +133,19 @@ async def test_the_runs_api_needs_an_admin_token(app: App, google_key: oidc.Sign
     anonymous = await app.client.get(f"/v1/runs/{run_id}")
     assert (as_scheduler.status_code, as_admin.status_code, anonymous.status_code) == (403, 200, 401)
     assert as_admin.json()["run_id"] == run_id
+
+
+async def test_a_plain_mapping_of_headers_is_read_like_starlettes(certs, google_key: oidc.SigningKey) -> None:
+    """`authenticate` takes any mapping (the CLI and tests pass dicts); one value per header then."""
+    async with httpx.AsyncClient() as http:
+        auth = OidcAuthenticator(
+            Settings(routes=ROUTES, audience=[AUDIENCE], allowed_callers=[SCHEDULER]), CertCache(certs.url, http)
+        )
+        assert await auth.authenticate({"authorization": f"Bearer {token(google_key)}"}) == SCHEDULER
+        assert await auth.authenticate({"x-serverless-authorization": f"Bearer {token(google_key)}"}) == SCHEDULER
+        with pytest.raises(errors.Unauthenticated, match="no bearer token") as missing:
+            await auth.authenticate({})
+        assert missing.value.headers() == {"WWW-Authenticate": "Bearer"}
+        with pytest.raises(errors.Unauthenticated, match="not a JWT") as bad:
+            await auth.authenticate({"authorization": "Bearer x"})
+        assert bad.value.headers() == {"WWW-Authenticate": 'Bearer error="invalid_token"'}

@@ -456,3 +456,34 @@ def test_retry_after_is_a_whole_number_of_seconds_never_below_one(seconds: float
 
 def test_fenced_names_the_record_that_won() -> None:
     assert "no record" in str(Fenced(None))
+
+
+# -- shutdown ---------------------------------------------------------------------------------------
+
+
+def hangs_for(seconds: float):
+    async def handler(request: DispatchRequest) -> str:
+        await asyncio.sleep(seconds)
+        return "late"
+
+    return handler
+
+
+async def test_drain_cuts_a_dispatch_to_the_grace_and_answers_unknown(clock: Clock) -> None:
+    r = make_runner(clock, ScriptedTarget(hangs_for(10)), dispatch_timeout=30)
+    task = asyncio.create_task(answer(r))
+    await asyncio.sleep(0.02)
+    r.drain(0.02)
+    got = await asyncio.wait_for(task, 5)  # not the 30 s deadline
+    assert got == Answer(504, error("unknown", target=NOT_CREATED), {"Retry-After": "300"}, got.message)
+    assert got.message.startswith("dispatch took longer than the shutdown grace")
+    assert r._dispatch_deadlines == set()
+
+
+async def test_drain_never_lengthens_a_deadline_that_ends_sooner(clock: Clock) -> None:
+    r = make_runner(clock, ScriptedTarget(hangs_for(10)), dispatch_timeout=0.05)
+    task = asyncio.create_task(answer(r))
+    await asyncio.sleep(0.01)
+    r.drain(60)
+    got = await asyncio.wait_for(task, 5)  # the 0.05 s deadline stands, not the 60 s grace
+    assert got.http == 504 and (await stored(r)).status == IN_PROGRESS
