@@ -88,7 +88,7 @@ class Runner:
         self.dispatch_timeout = dispatch_timeout
         self.clock = clock
         self.metrics = metrics or Metrics()
-        self.draining = False
+        self.draining = False  # pragma: no mutate - the mutant (None) is as falsy as False: equivalent
         self._dispatch_deadlines: set[asyncio.Timeout] = set()
 
     def drain(self, grace_seconds: float) -> None:
@@ -97,8 +97,7 @@ class Runner:
         self.draining = True
         cutoff = asyncio.get_running_loop().time() + grace_seconds
         for deadline in self._dispatch_deadlines:
-            if deadline.when() is None or deadline.when() > cutoff:
-                deadline.reschedule(cutoff)
+            deadline.reschedule(min(deadline.when() or cutoff, cutoff))  # sooner, never later
         logger.warning(
             "shutting down: refusing new deliveries (503), %d dispatch(es) in flight get %gs to finish",
             len(self._dispatch_deadlines), grace_seconds,

@@ -187,6 +187,18 @@ def test_snap_keys_the_latest_fire_time_in_utc_when_the_route_names_no_zone() ->
     assert (sent.snapped, sent.run_id) == (False, snapped.run_id)  # the header and the snap agree
 
 
+def test_a_snapped_schedule_time_is_utc_whatever_the_machine_time_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    policy = SchedulePolicy(missing_schedule_time="snap", schedule=parse_schedule("0 */6 * * *"))
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    try:
+        snapped = deliver({"X-CloudScheduler-JobName": "nightly"}, received_at=NOON + timedelta(hours=3), policy=policy)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert snapped.schedule_time.utcoffset() == timedelta(0)
+
+
 def test_snap_uses_the_route_zone() -> None:
     policy = SchedulePolicy(
         missing_schedule_time="snap", schedule=parse_schedule("0 9 * * *"), zone=ZoneInfo("America/New_York")

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from app import errors
+from app.delivery import Delivery
 from app.protocol import ROUTE_BUSY_RETRY_AFTER_SECONDS, THROTTLE_BACKOFF_SECONDS, Runner
 from app.stores import Fenced, NewRun
 from app.stores.base import COMPLETED, FAILED, IN_PROGRESS
@@ -95,6 +96,31 @@ async def test_processed(clock: Clock) -> None:
     assert (record.status, record.target, record.attempts, record.last_error) == (COMPLETED, CREATED, 1, None)
 
 
+async def test_processed_cloud_tasks_run_hands_the_task_downstream_and_records_it(clock: Clock) -> None:
+    tasks = Delivery(source="tasks", project="proj-1", location="us-central1", route="etl", job="exports", task="t-1")
+    target = ScriptedTarget()
+    r = make_runner(clock, target)
+    got = await answer(r, tasks, payload={"n": 1})
+    assert got == Answer(200, {"run_id": tasks.run_id, "status": "processed", "route": "etl",
+                               "target": {"type": "scripted", "resource": f"scripted/{tasks.run_id}"}}, {})
+    assert target.dispatched == [DispatchRequest(
+        run_id=tasks.run_id, route="etl", job="exports", schedule_time=None, source="tasks",
+        payload={"n": 1}, task="t-1", attempt=1, created_at=clock(),
+    )]
+    record = await stored(r, tasks.run_id)
+    assert (record.job, record.task, record.schedule_time, record.source) == ("exports", "t-1", None, "tasks")
+
+
+async def test_each_store_call_and_dispatch_is_timed_under_its_label(clock: Clock) -> None:
+    r = make_runner(clock)
+    await answer(r)
+    sample = r.metrics.registry.get_sample_value
+    assert sample("runonce_store_seconds_count", {"operation": "claim"}) == 1
+    assert sample("runonce_store_seconds_count", {"operation": "finish"}) == 1
+    assert sample("runonce_dispatch_seconds_count", {"target_type": "scripted"}) == 1
+    assert sample("runonce_dispatches_in_flight", {}) == 0
+
+
 async def test_duplicate_replays_the_stored_target_without_a_call(clock: Clock) -> None:
     target = ScriptedTarget()
     r = make_runner(clock, target)
@@ -127,7 +153,9 @@ async def test_store_down_after_the_dispatch_still_answers_processed_with_the_ta
     store.fail_finish = True
     target = ScriptedTarget()
     r = make_runner(clock, target, store)
-    assert await answer(r) == Answer(200, {"run_id": RUN, "status": "processed", "route": "etl", "target": CREATED}, {})
+    result = await r.run(DELIVERY, {}, BODY)
+    assert result.body() == {"run_id": RUN, "status": "processed", "route": "etl", "target": CREATED}
+    assert (result.record.status, result.record.target, result.record.attempts) == (COMPLETED, CREATED, 1)  # as it happened
     record = await stored(r)
     assert record.status == IN_PROGRESS and record.target is None  # the next attempt reconciles
 
@@ -354,8 +382,23 @@ async def test_draining_after_the_claim_gives_the_run_back(clock: Clock) -> None
     r = make_runner(clock, target, DrainsDuringClaim())
     got = await answer(r)
     assert got == Answer(503, error("unavailable"), {}, got.message)
-    assert "the claim was released before dispatching" in got.message
+    assert got.message == "runonce is shutting down; the claim was released before dispatching, retry"
     assert (await stored(r)).status == FAILED and target.dispatched == []
+
+
+async def test_giving_a_run_back_after_losing_it_answers_in_progress(clock: Clock) -> None:
+    class DrainsThenLoses(TakenOverDuringDispatch):
+        async def claim(self, new, now, lease, retention):
+            claim = await super().claim(new, now, lease, retention)
+            r.draining = True
+            return claim
+
+    store = DrainsThenLoses()
+    store.clock = clock
+    r = make_runner(clock, ScriptedTarget(), store)
+    got = await answer(r)
+    assert got == Answer(409, error("in_progress"), {"Retry-After": "280"}, got.message)
+    assert "lost the run to another attempt" in got.message
 
 
 async def test_draining_with_the_store_down_says_the_retry_waits_for_the_lease(clock: Clock) -> None:
@@ -388,9 +431,10 @@ OUTCOMES = {
 async def test_a_limit_of_one_admits_a_run_and_frees_the_route_after_every_outcome(clock: Clock, outcome: str) -> None:
     target = ScriptedTarget(OUTCOMES[outcome])
     r = make_runner(clock, target, limit=1)
-    first = await answer(r)
+    first = await answer(r, payload={"mode": "full"})
     assert first.http != 429 or outcome == "throttled"
-    assert len(target.dispatched) == 1  # the first delivery on an idle route is never refused
+    [sent] = target.dispatched  # the first delivery on an idle route is never refused
+    assert sent.payload == {"mode": "full"}
     assert r.in_flight == {"etl": 0}
     target.on_dispatch = ScriptedTarget().on_dispatch
     assert (await answer(r, OTHER)).http == 200  # and the route is not left busy
@@ -487,3 +531,29 @@ async def test_drain_never_lengthens_a_deadline_that_ends_sooner(clock: Clock) -
     r.drain(60)
     got = await asyncio.wait_for(task, 5)  # the 0.05 s deadline stands, not the 60 s grace
     assert got.http == 504 and (await stored(r)).status == IN_PROGRESS
+
+
+# -- what each error is chained to (the traceback an operator reads) --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raised", "answered"),
+    [
+        (TargetFailed("HTTP 400"), errors.Failed),
+        (TargetThrottled("HTTP 429"), errors.Throttled),
+        (TargetOutcomeUnknown("reset"), errors.OutcomeUnknown),
+        (KeyError("adapter bug"), errors.OutcomeUnknown),
+    ],
+)
+async def test_an_error_answer_is_chained_to_what_the_target_raised(clock: Clock, raised: Exception, answered) -> None:
+    r = make_runner(clock, ScriptedTarget(raising(raised)))
+    with pytest.raises(answered) as caught:
+        await r.run(DELIVERY, {}, BODY)
+    assert caught.value.__cause__ is raised
+
+
+async def test_a_timeout_is_chained_to_the_timeout(clock: Clock) -> None:
+    r = make_runner(clock, ScriptedTarget(hangs_for(10)), dispatch_timeout=0.02)
+    with pytest.raises(errors.OutcomeUnknown) as caught:
+        await r.run(DELIVERY, {}, BODY)
+    assert isinstance(caught.value.__cause__, TimeoutError)
