@@ -85,6 +85,8 @@ INPROCESS_REJECTED: dict[str, tuple[Case, int, str]] = {
     "x-serverless-garbage": (
         Case(lambda g, r: x_serverless("Bearer garbage")), 401, "the token in X-Serverless-Authorization is not a JWT",
     ),
+    "empty-email": (Case(lambda g, r: bearer(token(g, email=""))), 401, "no email claim"),
+    "numeric-email": (Case(lambda g, r: bearer(token(g, email=12345))), 401, "no email claim"),
     "x-serverless-no-email": (
         Case(lambda g, r: x_serverless(f"Bearer {token(g, email=None)}")), 401, "no email claim",
     ),
@@ -149,3 +151,22 @@ async def test_a_plain_mapping_of_headers_is_read_like_starlettes(certs, google_
         with pytest.raises(errors.Unauthenticated, match="not a JWT") as bad:
             await auth.authenticate({"authorization": "Bearer x"})
         assert bad.value.headers() == {"WWW-Authenticate": 'Bearer error="invalid_token"'}
+
+
+async def test_two_spaces_after_the_scheme_still_carry_the_token(app: App, google_key: oidc.SigningKey) -> None:
+    response = await app.client.post(
+        "/v1/routes/nightly:run", headers={**delivery_headers("spaces"), "Authorization": f"Bearer  {token(google_key)}"}
+    )
+    assert response.status_code == 200
+
+
+async def test_certificates_are_fetched_as_runonce_and_the_client_closed_with_the_app(certs, google_key) -> None:
+    from app.auth import build_authenticator
+
+    auth = build_authenticator(
+        Settings(routes=ROUTES, audience=[AUDIENCE], allowed_callers=[SCHEDULER], oidc_certs_url=certs.url), {}
+    )
+    assert await auth.authenticate({"authorization": f"Bearer {token(google_key)}"}) == SCHEDULER
+    assert certs.user_agent == "runonce/0.1"
+    await auth.aclose()
+    assert auth.certs._http.is_closed

@@ -5,6 +5,7 @@ record still retained or past its retention. What each decision writes is checke
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
@@ -87,3 +88,57 @@ async def test_a_record_past_its_retention_counts_as_absent(store: RunStore, sta
     )
     assert (record.target, record.last_error, record.body_sha256) == (None, None, sha)
     assert await store.get("a" * 64, now) == record
+
+
+# -- what finish and release write, and where they stop ----------------------------------------------
+
+
+async def test_finish_and_release_stamp_the_time_they_wrote(store: RunStore) -> None:
+    first = await claim(store)
+    done = await store.finish(first, Finish(COMPLETED, target=TARGET), T0 + timedelta(seconds=7))
+    assert (done.updated_at, done.created_at, done.target) == (T0 + timedelta(seconds=7), T0, TARGET)
+    second = await claim(store, T0, new_run(run_id="e" * 64))
+    released = await store.release(second.record.run_id, T0 + timedelta(seconds=9))
+    assert (released.updated_at, released.lease_expires) == (T0 + timedelta(seconds=9), T0 + timedelta(seconds=9))
+    assert await store.get("e" * 64, T0 + timedelta(seconds=9)) == released
+
+
+async def test_release_stops_where_the_lease_or_the_record_ends(store: RunStore) -> None:
+    await claim(store)
+    assert await store.release("a" * 64, T0 + LEASE) is None  # the lease has just ended: nothing to release
+    assert (await store.release("a" * 64, T0 + LEASE - JUST)).lease_expires == T0 + LEASE - JUST
+    long_lease = await store.claim(new_run(run_id="f" * 64), T0, RETENTION * 2, RETENTION)  # lease past retention
+    assert await store.release(long_lease.record.run_id, T0 + RETENTION) is None  # the record itself has expired
+
+
+async def test_list_answers_fifty_by_default(store: RunStore) -> None:
+    for n in range(51):
+        await claim(store, T0 + timedelta(seconds=n), new_run(run_id=f"{n:064x}"))
+    listed = await store.list(T0 + timedelta(minutes=1))
+    assert len(listed) == 50 and listed[0].run_id == f"{50:064x}"
+
+
+def test_a_takeover_without_a_delivery_keeps_the_task_counters() -> None:
+    from app.stores.base import fresh_record, takeover_record
+
+    found = fresh_record(replace(new_run(), task_retry_count=3, task_execution_count=2), T0, LEASE, RETENTION)
+    taken = takeover_record(found, T0 + LEASE, LEASE)
+    assert (taken.task_retry_count, taken.task_execution_count, taken.attempts) == (3, 2, 2)
+    by_delivery = takeover_record(found, T0 + LEASE, LEASE, replace(new_run(), task_retry_count=4, task_execution_count=3))
+    assert (by_delivery.task_retry_count, by_delivery.task_execution_count) == (4, 3)
+
+
+def test_record_times_are_shown_in_utc_whatever_the_machine_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from app.stores.base import fresh_record
+
+    record = fresh_record(new_run(), T0, LEASE, RETENTION)
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    try:
+        shown = record.to_json()
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert shown["created_at"] == "2026-10-16T12:00:00.000000Z"

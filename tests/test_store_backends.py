@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import sqlite3
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -161,3 +162,59 @@ async def test_sqlite_unusable_path_is_unavailable(tmp_path: Path) -> None:
     with pytest.raises(StoreUnavailable, match="unable to open"):
         await store.claim(new_run(), T0, LEASE, RETENTION)
     await store.close()
+
+
+async def test_sqlite_waits_for_a_lock_as_long_as_its_timeout(tmp_path: Path) -> None:
+    store = SQLiteStore.from_url(f"sqlite:///{tmp_path / 'runs.db'}", timeout_seconds=0.25)
+    try:
+        await store.ping()
+        assert store._conn.execute("PRAGMA busy_timeout").fetchone()[0] == 250
+    finally:
+        await store.close()
+
+
+async def test_sqlite_ping_fails_while_another_process_holds_the_write_lock(tmp_path: Path) -> None:
+    path = str(tmp_path / "runs.db")
+    store = SQLiteStore(path, timeout_seconds=0.1)
+    await store.ping()
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StoreUnavailable, match="locked"):
+            await store.ping()  # /readyz: the store could not take a claim now
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    await store.ping()
+    await store.close()
+
+
+async def test_sqlite_file_from_before_the_task_counters_gets_them(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    old = sqlite3.connect(path)
+    schema = "CREATE TABLE runs (" + ", ".join(
+        f"{name} TEXT" for name in ("run_id", "status", "attempt_id", "lease_expires", "expire_at", "created_at",
+                                    "updated_at", "route", "source", "project", "location", "job", "schedule_time",
+                                    "task", "body_sha256", "target", "last_error")
+    ) + ", attempts INTEGER)"
+    old.execute(schema)
+    old.commit()
+    old.close()
+    store = SQLiteStore(str(path))
+    try:
+        won = await store.claim(replace(new_run(), task_retry_count=2, task_execution_count=1), T0, LEASE, RETENTION)
+        got = await store.get(won.record.run_id, T0)
+        assert (got.task_retry_count, got.task_execution_count) == (2, 1)
+    finally:
+        await store.close()
+
+
+async def test_sqlite_keeps_no_target_as_null(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    store = SQLiteStore(str(path))
+    try:
+        await claim(store)
+    finally:
+        await store.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT target IS NULL FROM runs").fetchone() == (1,)

@@ -35,7 +35,9 @@ MESSAGE_ARG = {
 }
 MESSAGE_KEYWORDS = {"message", "reason"}
 LOG_OBJECTS = {"logger", "logging"}
-MESSAGE_VARIABLES = {"message", "note", "store_note", "claim_note", "hint", "display", "step", "limit", "holder"}
+MESSAGE_VARIABLES = {
+    "message", "note", "store_note", "claim_note", "hint", "display", "step", "limit", "holder", "reason", "fields",
+}
 """Local variables that only ever feed a message (checked by reading each module's uses)."""
 
 PLACEHOLDER = ast.Constant("<message>")
@@ -58,11 +60,25 @@ class _Messages(ast.NodeTransformer):
                 keyword.value = PLACEHOLDER
         return node
 
+    def visit_If(self, node: ast.If) -> ast.AST:
+        """A branch that only logs (a warning when some setting is on) is text too, test and all."""
+        if not node.orelse and all(_is_log_call(statement) for statement in node.body):
+            return ast.Expr(PLACEHOLDER)
+        return self.generic_visit(node)
+
     def visit_Assign(self, node: ast.Assign) -> ast.AST:
         if all(isinstance(t, ast.Name) and t.id in MESSAGE_VARIABLES for t in node.targets):
             node.value = PLACEHOLDER
             return node
         return self.generic_visit(node)
+
+
+def _is_log_call(statement: ast.stmt) -> bool:
+    return (
+        isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)
+        and isinstance(statement.value.func, ast.Attribute) and isinstance(statement.value.func.value, ast.Name)
+        and statement.value.func.value.id in LOG_OBJECTS
+    )
 
 
 def _normalised(function: ast.FunctionDef) -> str:
