@@ -42,9 +42,11 @@ class _Abort(Exception):
 
 
 def _output_only() -> tuple[str, ...]:
-    """The Execution fields the discovery document marks output-only, as proto field names."""
+    """The Execution fields the discovery document marks output-only, as proto field names (those
+    the client's proto has: a request cannot carry the others at all)."""
     properties = load_document("workflowexecutions.v1")["schemas"]["Execution"]["properties"]
-    return tuple(re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower() for name, spec in properties.items() if output_only(spec))
+    names = (re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower() for name, spec in properties.items() if output_only(spec))
+    return tuple(name for name in names if name in types.Execution.meta.fields)
 
 
 def _patterns() -> dict[str, str]:

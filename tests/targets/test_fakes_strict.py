@@ -62,7 +62,7 @@ def test_an_output_only_field_marked_only_in_its_description_is_refused() -> Non
 
 def test_the_workflows_fake_takes_its_output_only_fields_from_the_discovery_document(fakes) -> None:
     fake: FakeWorkflows = fakes["workflows"]
-    assert {"create_time", "state", "result", "name", "workflow_revision_id"} <= set(fake.output_only)
+    assert {"state", "result", "name", "workflow_revision_id", "start_time"} <= set(fake.output_only)
 
 
 # -- timestamps ------------------------------------------------------------------------------------
