@@ -94,6 +94,7 @@ async def test_processed(clock: Clock) -> None:
     )]
     record = await stored(r)
     assert (record.status, record.target, record.attempts, record.last_error) == (COMPLETED, CREATED, 1, None)
+    assert record.updated_at == clock()  # the finish is stamped with the runner's clock
 
 
 async def test_processed_cloud_tasks_run_hands_the_task_downstream_and_records_it(clock: Clock) -> None:
@@ -557,3 +558,12 @@ async def test_a_timeout_is_chained_to_the_timeout(clock: Clock) -> None:
     with pytest.raises(errors.OutcomeUnknown) as caught:
         await r.run(DELIVERY, {}, BODY)
     assert isinstance(caught.value.__cause__, TimeoutError)
+
+
+async def test_drain_lets_a_dispatch_that_ends_within_the_grace_finish(clock: Clock) -> None:
+    r = make_runner(clock, ScriptedTarget(hangs_for(0.05)), dispatch_timeout=30)
+    task = asyncio.create_task(answer(r))
+    await asyncio.sleep(0.01)
+    r.drain(5)
+    got = await asyncio.wait_for(task, 5)
+    assert got.http == 200 and got.body["status"] == "processed"
