@@ -165,12 +165,16 @@ async def test_sqlite_unusable_path_is_unavailable(tmp_path: Path) -> None:
 
 
 async def test_sqlite_waits_for_a_lock_as_long_as_its_timeout(tmp_path: Path) -> None:
-    store = SQLiteStore.from_url(f"sqlite:///{tmp_path / 'runs.db'}", timeout_seconds=0.25)
-    try:
-        await store.ping()
-        assert store._conn.execute("PRAGMA busy_timeout").fetchone()[0] == 250
-    finally:
-        await store.close()
+    for store, waits_ms in (
+        (SQLiteStore.from_url(f"sqlite:///{tmp_path / 'runs.db'}", timeout_seconds=0.25), 250),
+        (SQLiteStore.from_url(f"sqlite:///{tmp_path / 'runs.db'}"), 5000),  # the documented default
+        (SQLiteStore(str(tmp_path / "runs.db")), 5000),
+    ):
+        try:
+            await store.ping()
+            assert store._conn.execute("PRAGMA busy_timeout").fetchone()[0] == waits_ms
+        finally:
+            await store.close()
 
 
 async def test_sqlite_ping_fails_while_another_process_holds_the_write_lock(tmp_path: Path) -> None:
