@@ -217,7 +217,7 @@ def _bearer_token(headers: Mapping[str, str]) -> tuple[str, str]:
             raise _rejected(f"the {display} header must be 'Bearer <ID token>'")
         return display, token
     missing = _rejected(f"no bearer token: {_HOW_TO_SEND}")
-    missing.token_sent = False
+    missing.token_sent = False  # pragma: no mutate - None is as falsy as False for headers()
     raise missing
 
 

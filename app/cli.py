@@ -207,7 +207,10 @@ def _key_error(field: str, reason: str) -> click.UsageError:
 @click.option("--job", help="Scheduler job ID (X-CloudScheduler-JobName).")
 @click.option("--schedule-time", help="X-CloudScheduler-ScheduleTime, RFC 3339.")
 @click.option("--forced", is_flag=True, help="Key of a force run (source scheduler-forced).")
-@click.option("--queue", help="Cloud Tasks queue (X-CloudTasks-QueueName).")
+@click.option(
+    "--queue",
+    help="Cloud Tasks queue (X-CloudTasks-QueueName): its id, or projects/P/locations/L/queues/Q (which sets the namespace).",
+)
 @click.option("--task", help="Cloud Tasks task (X-CloudTasks-TaskName).")
 @click.option("--project", default="", help="Namespace project (as the query parameter)  [default: the route's namespace]")
 @click.option("--location", default="", help="Namespace location  [default: the route's namespace]")

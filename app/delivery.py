@@ -27,6 +27,9 @@ PROJECT_PATTERN = r"^(?:[a-z][a-z0-9.-]{0,62}:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$"
 LOCATION_PATTERN = r"^[a-z][a-z0-9-]{0,62}$"
 JOB_PATTERN = r"^[A-Za-z0-9_-]+$"  # Scheduler job IDs: letters, digits, hyphens, underscores
 QUEUE_PATTERN = r"^[A-Za-z0-9-]+$"
+"""A queue id (`exports`): Cloud Tasks' queue ids are letters, digits and hyphens."""
+QUEUE_RESOURCE_PATTERN = r"^projects/([^/]+)/locations/([^/]+)/queues/([^/]+)$"
+"""A queue's resource name (`projects/P/locations/L/queues/Q`), which some dispatchers send instead."""
 TASK_PATTERN = r"^[A-Za-z0-9_-]+$"
 MAX_HEADER_LENGTH = 500
 RUN_ID_PATTERN = r"[0-9a-f]{64}"
@@ -139,13 +142,13 @@ def parse_rfc3339(text: str, field: str) -> datetime:
         raise InvalidDelivery(field, "is not an RFC 3339 timestamp (e.g. 2026-10-16T12:00:00Z)")
     year, month, day, hour, minute, second, fraction, offset = match.groups()
     fraction = fraction or ""
-    if fraction[6:].strip("0"):
+    if int(fraction[6:] or "0"):  # digits past the microsecond that are not all zero
         raise InvalidDelivery(field, "has sub-microsecond precision, which is not supported")
     if offset in ("Z", "z"):
         tz = timezone.utc
     else:
         sign = -1 if offset[0] == "-" else 1
-        hours, minutes = int(offset[1:3]), int(offset[4:6])
+        hours, minutes = int(offset[1:3]), int(offset[4:])
         if hours > 23 or minutes > 59:
             raise InvalidDelivery(field, "has an offset out of range (at most 23:59)")
         tz = timezone(sign * timedelta(hours=hours, minutes=minutes))
@@ -213,6 +216,36 @@ def parse_namespace(query: Mapping[str, list[str]], default: object | None) -> t
     return values["project"], values["location"]
 
 
+def parse_queue(value: str, namespace: tuple[str, str]) -> tuple[str, str, str]:
+    """(queue id, project, location) from `X-CloudTasks-QueueName`, which is the queue id (`Q`) or
+    its resource name (`projects/P/locations/L/queues/Q`): both key the same run in namespace P/L.
+
+    A resource name carries its own namespace. A namespace part already named by the query or the
+    route must agree with it, else the delivery is refused: runs of two projects are never merged.
+    """
+    resource = re.match(QUEUE_RESOURCE_PATTERN, value)
+    if resource is None:
+        if not re.match(QUEUE_PATTERN, value):
+            raise InvalidDelivery(
+                TASKS_QUEUE, f"is neither a queue id ({QUEUE_PATTERN}) nor a queue's resource name "
+                "(projects/PROJECT/locations/LOCATION/queues/QUEUE)",
+            )
+        return value, namespace[0], namespace[1]
+    project, location, queue = resource.groups()
+    parts = (("project", project, PROJECT_PATTERN, namespace[0]), ("location", location, LOCATION_PATTERN, namespace[1]))
+    for part, named, pattern, given in (*parts, ("queue", queue, QUEUE_PATTERN, "")):
+        if not re.match(pattern, named):
+            raise InvalidDelivery(TASKS_QUEUE, f"the {part} in the queue's resource name does not match {pattern}")
+        if given and given != named:
+            raise InvalidDelivery(
+                TASKS_QUEUE,
+                f"the queue is in {part} {named!r}, but this delivery's namespace (query parameter "
+                f"{part}, else the route's namespace) says {given!r}; runs of different {part}s are never "
+                f"merged: send {part}={named}, or none",
+            )
+    return queue, project, location
+
+
 def parse_delivery(
     route: str,
     headers: Mapping[str, str],
@@ -229,10 +262,11 @@ def parse_delivery(
     policy = policy or SchedulePolicy()
     project, location = namespace
     job = _header(headers, SCHEDULER_JOB, JOB_PATTERN)
-    queue = _header(headers, TASKS_QUEUE, QUEUE_PATTERN)
+    queue = _header(headers, TASKS_QUEUE)
     if job and queue:
         raise InvalidDelivery("X-CloudScheduler-JobName", "a delivery is from Cloud Scheduler or Cloud Tasks, not both")
     if queue:
+        queue, project, location = parse_queue(queue, (project, location))
         task = _header(headers, TASKS_TASK, TASK_PATTERN)
         if task is None:
             raise InvalidDelivery("X-CloudTasks-TaskName", "missing (Cloud Tasks sends it with every task)")

@@ -103,7 +103,7 @@ class Runner:
         self.dispatch_timeout = dispatch_timeout
         self.clock = clock
         self.metrics = metrics or Metrics()
-        self.draining = False
+        self.draining = False  # pragma: no mutate - the mutant (None) is as falsy as False: equivalent
         self._dispatch_deadlines: set[asyncio.Timeout] = set()
 
     def drain(self, grace_seconds: float) -> None:
@@ -112,8 +112,7 @@ class Runner:
         self.draining = True
         cutoff = asyncio.get_running_loop().time() + grace_seconds
         for deadline in self._dispatch_deadlines:
-            if deadline.when() is None or deadline.when() > cutoff:
-                deadline.reschedule(cutoff)
+            deadline.reschedule(min(deadline.when() or cutoff, cutoff))  # sooner, never later
         logger.warning(
             "shutting down: refusing new deliveries (503), %d dispatch(es) in flight get %gs to finish",
             len(self._dispatch_deadlines), grace_seconds,
@@ -298,14 +297,14 @@ class Runner:
 
     async def _call_target(self, target: Target, request: DispatchRequest, previous: RunRecord | None) -> str:
         """Reconcile (when `previous` may have created something), else dispatch; all within one
-        deadline, which a shutdown may shorten (`drain`)."""
+        deadline, which a shutdown may shorten (`drain`). The reconciliation searches by run_id:
+        an in_progress record never names a resource (`target` is written only with completed)."""
         async with asyncio.timeout(self.dispatch_timeout.total_seconds()) as deadline:
             self._dispatch_deadlines.add(deadline)
             try:
                 with self.metrics.dispatching(target.type):
                     if previous is not None:
-                        earlier = (previous.target or {}).get("resource")
-                        resource = await target.reconcile(request, earlier)
+                        resource = await target.reconcile(request)
                         if resource is not None:
                             logger.info("run %s: reconciled with %s, nothing dispatched", request.run_id, resource)
                             return resource

@@ -13,9 +13,26 @@ import pytest
 from app.stores import RunStore
 from app.stores.memory import MemoryStore
 from app.stores.sqlite import SQLiteStore
+from tests.fakes.google_api import LIVE_FAKES
 from tests.support.procs import FirestoreEmulator, start_firestore_emulator
 
 FIRESTORE_PROJECT = "runonce-test"
+
+
+def recorded_violations() -> list[str]:
+    return [f"{type(fake).__name__}: {v}" for fake in list(LIVE_FAKES) for v in list(fake.violations)]
+
+
+@pytest.fixture(autouse=True)
+def strict_fakes() -> Iterator[None]:
+    """A request Google would refuse fails the test that sent it, whichever fake saw it; and every
+    test starts with clean (session-scoped) fakes, so no test inherits another's violations."""
+    for fake in list(LIVE_FAKES):
+        fake.reset()
+    yield
+    found = recorded_violations()
+    if found:
+        pytest.fail("requests Google's API would reject:\n  " + "\n  ".join(found), pytrace=False)
 
 
 @pytest.fixture(scope="session")

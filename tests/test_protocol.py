@@ -147,7 +147,7 @@ async def test_unknown_outcome_keeps_the_claim_then_reconciles_after_the_lease(c
     with pytest.raises(errors.InProgress):  # retries during the lease are told to wait
         await r.run(DELIVERY, {}, BODY)
 
-    async def found(request: DispatchRequest, previous: str | None) -> str:
+    async def found(request: DispatchRequest) -> str:
         return "executions/created-by-attempt-1"
 
     target.on_reconcile = found
@@ -173,7 +173,7 @@ async def test_takeover_dispatches_when_reconciliation_finds_nothing(clock: Cloc
 
 
 async def test_inconclusive_reconciliation_never_dispatches_blind(clock: Clock) -> None:
-    async def cannot_tell(request: DispatchRequest, previous: str | None) -> str | None:
+    async def cannot_tell(request: DispatchRequest) -> str | None:
         raise TargetOutcomeUnknown("list executions: HTTP 503")
 
     target = ScriptedTarget(raising(TargetOutcomeUnknown("timeout")), reconcile=cannot_tell)

@@ -3,8 +3,10 @@ locking, and each store's failure when its backend is gone."""
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import sqlite3
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -144,13 +146,19 @@ async def test_firestore_release_whose_answer_was_lost_reports_the_release() -> 
 
 @pytest.mark.usefixtures("firestore_emulator")
 async def test_firestore_unreachable_is_unavailable_within_the_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client would retry a refused connection for a minute; the store gives up at its own
+    deadline. Measured on the event loop's clock, the one `asyncio.timeout` is scheduled on."""
     monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", f"127.0.0.1:{free_port()}")  # nothing listens
     store = firestore_store(timeout_seconds=0.5)
+    loop = asyncio.get_running_loop()
     try:
-        with pytest.raises(StoreUnavailable):
-            await claim(store)
-        with pytest.raises(StoreUnavailable):
-            await store.ping()
+        for call in (lambda: claim(store), store.ping):
+            started = loop.time()
+            with pytest.raises(StoreUnavailable) as unavailable:
+                await call()
+            waited = loop.time() - started
+            assert isinstance(unavailable.value.__cause__, TimeoutError)  # our deadline, not the client's
+            assert 0.5 <= waited < 10, waited  # not before the deadline; nowhere near the client's minute
     finally:
         await store.close()
 
@@ -254,3 +262,63 @@ async def test_firestore_fresh_scheduled_run_reads_the_force_run_beside_its_clai
         assert most == 2  # create and get at once
     finally:
         await store.close()
+
+
+async def test_sqlite_waits_for_a_lock_as_long_as_its_timeout(tmp_path: Path) -> None:
+    for store, waits_ms in (
+        (SQLiteStore.from_url(f"sqlite:///{tmp_path / 'runs.db'}", timeout_seconds=0.25), 250),
+        (SQLiteStore.from_url(f"sqlite:///{tmp_path / 'runs.db'}"), 5000),  # the documented default
+        (SQLiteStore(str(tmp_path / "runs.db")), 5000),
+    ):
+        try:
+            await store.ping()
+            assert store._conn.execute("PRAGMA busy_timeout").fetchone()[0] == waits_ms
+        finally:
+            await store.close()
+
+
+async def test_sqlite_ping_fails_while_another_process_holds_the_write_lock(tmp_path: Path) -> None:
+    path = str(tmp_path / "runs.db")
+    store = SQLiteStore(path, timeout_seconds=0.1)
+    await store.ping()
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StoreUnavailable, match="locked"):
+            await store.ping()  # /readyz: the store could not take a claim now
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    await store.ping()
+    await store.close()
+
+
+async def test_sqlite_file_from_before_the_task_counters_gets_them(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    old = sqlite3.connect(path)
+    schema = "CREATE TABLE runs (" + ", ".join(
+        f"{name} TEXT" for name in ("run_id", "status", "attempt_id", "lease_expires", "expire_at", "created_at",
+                                    "updated_at", "route", "source", "project", "location", "job", "schedule_time",
+                                    "task", "body_sha256", "target", "last_error")
+    ) + ", attempts INTEGER)"
+    old.execute(schema)
+    old.commit()
+    old.close()
+    store = SQLiteStore(str(path))
+    try:
+        won = await store.claim(replace(new_run(), task_retry_count=2, task_execution_count=1), T0, LEASE, RETENTION)
+        got = await store.get(won.record.run_id, T0)
+        assert (got.task_retry_count, got.task_execution_count) == (2, 1)
+    finally:
+        await store.close()
+
+
+async def test_sqlite_keeps_no_target_as_null(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    store = SQLiteStore(str(path))
+    try:
+        await claim(store)
+    finally:
+        await store.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT target IS NULL FROM runs").fetchone() == (1,)

@@ -120,6 +120,15 @@ async def test_same_run_with_another_body_is_a_mismatch_in_every_state(store: Ru
     assert found.decision is Decision.MISMATCH and found.record.status == COMPLETED
 
 
+async def test_a_failed_run_delivered_with_another_body_is_a_mismatch_and_stays_failed(store: RunStore) -> None:
+    first = await claim(store)
+    failed = await store.finish(first, Finish(FAILED, last_error="HTTP 500"), T0)
+    found = await claim(store, T0 + timedelta(seconds=1), new_run(body="c" * 64))
+    assert found.decision is Decision.MISMATCH and found.record == failed
+    assert await store.get(failed.run_id, T0) == failed  # not taken over: the retry with the first body still can
+    assert (await claim(store, T0 + timedelta(seconds=2))).decision is Decision.TAKEOVER
+
+
 async def test_expired_record_counts_as_absent(store: RunStore) -> None:
     first = await claim(store)
     await store.finish(first, Finish(COMPLETED, target={"type": "log", "resource": "x"}), T0)

@@ -171,7 +171,7 @@ def claimed_record(
     """The record a store writes for a CREATE or TAKEOVER decision."""
     if decision is Decision.CREATE:
         return fresh_record(new, now, lease, retention)
-    assert found is not None and decision is Decision.TAKEOVER
+    assert found is not None and decision is Decision.TAKEOVER  # pragma: no mutate - an assertion of what claimed_record's callers guarantee
     return takeover_record(found, now, lease, new)
 
 
@@ -223,7 +223,7 @@ def finished_record(held: RunRecord, finish: Finish, now: datetime) -> RunRecord
     return replace(
         held,
         status=finish.status,
-        target=finish.target if finish.target is not None else held.target,
+        target=finish.target if finish.target is not None else held.target,  # pragma: no mutate - held.target is always None here: only completed records have a target, and they are never held
         last_error=finish.last_error,
         updated_at=now,
     )

@@ -126,8 +126,10 @@ class Target(ABC):
         `TargetFailed` or `TargetOutcomeUnknown` as documented at the top of this module.
         """
 
-    async def reconcile(self, request: DispatchRequest, previous_resource: str | None) -> str | None:
-        """Called before dispatching a run whose earlier attempt may have created something.
+    async def reconcile(self, request: DispatchRequest) -> str | None:
+        """Called before dispatching a run whose earlier attempt may have created something (its
+        lease ran out, or its outcome was unknown); that attempt recorded no resource, so find it
+        downstream by `request.run_id`.
 
         Return the resource that earlier attempt created, or None when there is none — or when the
         downstream dedupes on the token itself, so dispatching again is safe (the default).

@@ -175,7 +175,7 @@ class CloudBuildTriggerTarget(Target):
             return str(operation["name"])
         raise TargetOutcomeUnknown(f"{action}: the answer names neither a build nor an operation")
 
-    async def reconcile(self, request: DispatchRequest, previous_resource: str | None) -> str | None:
+    async def reconcile(self, request: DispatchRequest) -> str | None:
         parent = f"projects/{self._project}/locations/{self._location}"
         with reconciling(f"look up trigger {self.config.trigger}"):
             trigger_id = await self._resolve_trigger_id()

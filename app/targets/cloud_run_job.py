@@ -5,9 +5,8 @@
 had a body). The answer is a long-running operation whose metadata is the new Execution: its name
 is the resource, known at once; runonce never waits for the operation.
 
-Executions cannot carry per-run labels, so reconciliation looks up the execution an earlier attempt
-recorded, else lists the job's executions (newest first) back to when the run was first claimed and
-matches the env override.
+Executions cannot carry per-run labels, so reconciliation lists the job's executions (newest first)
+back to when the run was first claimed and matches the env override.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from .base import DispatchRequest, Target, TargetFailed, TargetOutcomeUnknown
-from .google import GoogleAuth, call_rest, json_of, reconciling, resource_pattern, rest_base_url, send_rest
+from .google import GoogleAuth, call_rest, reconciling, resource_pattern, rest_base_url
 
 logger = logging.getLogger("runonce.target.cloud_run_job")
 
@@ -147,11 +146,7 @@ class CloudRunJobTarget(Target):
             return str(operation["name"])
         raise TargetOutcomeUnknown(f"{action}: the answer names neither an execution nor an operation")
 
-    async def reconcile(self, request: DispatchRequest, previous_resource: str | None) -> str | None:
-        if previous_resource and "/executions/" in previous_resource:
-            with reconciling(f"get {previous_resource}"):
-                if await self._exists(previous_resource):
-                    return previous_resource
+    async def reconcile(self, request: DispatchRequest) -> str | None:
         since = request.created_at - CLOCK_SKEW if request.created_at else None
         action = f"list executions of {self.config.job}"
         found: list[str] = []
@@ -176,15 +171,6 @@ class CloudRunJobTarget(Target):
         if len(found) > 1:
             logger.warning("run %s has %d executions: %s", request.run_id, len(found), ", ".join(found))
         return found[-1] if found else None
-
-    async def _exists(self, name: str) -> bool:
-        """Does the execution exist? False only on 404; any other failure raises."""
-        action = f"get {name}"
-        response = await send_rest(self._http, self._auth, "GET", f"{self._base}/v2/{name}", action)
-        if response.status_code == 404:
-            return False
-        json_of(action, response)
-        return True
 
     def _carries(self, execution: dict[str, Any], run_id: str) -> bool:
         containers = (execution.get("template") or {}).get("containers") or []

@@ -8,14 +8,14 @@ from collections.abc import Awaitable, Callable
 from .base import DispatchRequest, Target
 
 Handler = Callable[[DispatchRequest], Awaitable[str]]
-Reconciler = Callable[[DispatchRequest, str | None], Awaitable[str | None]]
+Reconciler = Callable[[DispatchRequest], Awaitable[str | None]]
 
 
 async def _created(request: DispatchRequest) -> str:
     return f"scripted/{request.run_id}"
 
 
-async def _nothing_found(request: DispatchRequest, previous_resource: str | None) -> str | None:
+async def _nothing_found(request: DispatchRequest) -> str | None:
     return None
 
 
@@ -32,6 +32,6 @@ class ScriptedTarget(Target):
         self.dispatched.append(request)
         return await self.on_dispatch(request)
 
-    async def reconcile(self, request: DispatchRequest, previous_resource: str | None) -> str | None:
+    async def reconcile(self, request: DispatchRequest) -> str | None:
         self.reconciled.append(request)
-        return await self.on_reconcile(request, previous_resource)
+        return await self.on_reconcile(request)

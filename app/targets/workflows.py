@@ -150,7 +150,7 @@ class WorkflowsTarget(Target):
             )
         return created.name
 
-    async def reconcile(self, request: DispatchRequest, previous_resource: str | None) -> str | None:
+    async def reconcile(self, request: DispatchRequest) -> str | None:
         from google.cloud.workflows.executions_v1.types import ExecutionView, ListExecutionsRequest
 
         label = run_id_label(request.run_id)

@@ -9,9 +9,12 @@ fields). Any mismatch raises `Violation`, which the fakes answer with 400 and re
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -47,8 +50,40 @@ class Method:
 
 
 _DURATION = re.compile(r"^-?[0-9]+(\.[0-9]{1,9})?s$")
-_DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$")
+_DATETIME = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.\d{1,9})?(?:Z|[+-](\d{2}):(\d{2}))$"
+)
+_BASE64 = re.compile(r"^[A-Za-z0-9+/_-]*={0,2}$")
 _SYSTEM_QUERY = {"alt", "$.xgafv", "prettyPrint"}
+
+
+def output_only(field: dict[str, Any]) -> bool:
+    """Discovery documents mark output-only fields with `readOnly`, or only in the description."""
+    return bool(field.get("readOnly")) or field.get("description", "").lstrip().startswith("Output only")
+
+
+def rfc3339(value: str) -> bool:
+    """`google-datetime`: RFC 3339 with a real date and time (no month 13, no 25:00), and an offset."""
+    match = _DATETIME.match(value)
+    if match is None:
+        return False
+    year, month, day, hour, minute, second, off_hours, off_minutes = (int(g) if g else 0 for g in match.groups())
+    try:
+        datetime(year, month, day, hour, minute, min(second, 59))  # RFC 3339 allows a leap second (60)
+    except ValueError:
+        return False
+    return second <= 60 and off_hours <= 23 and off_minutes <= 59
+
+
+def decodable_base64(value: str) -> bool:
+    """`byte`: base64, standard or URL-safe alphabet (Google accepts both), padding optional."""
+    if not _BASE64.match(value) or len(value.rstrip("=")) % 4 == 1:
+        return False
+    try:
+        base64.urlsafe_b64decode(value.replace("+", "-").replace("/", "_") + "=" * (-len(value) % 4))
+    except (binascii.Error, ValueError):
+        return False
+    return True
 
 
 def _walk_methods(resource: dict[str, Any]) -> list[dict[str, Any]]:
@@ -114,7 +149,9 @@ class Discovery:
             if name in _SYSTEM_QUERY:
                 continue
             if spec is None or spec.get("location") != "query":
-                raise Violation(f"{method.id}: unknown query parameter {name!r}")
+                raise Violation(f"{method.id}: query parameter {name!r} is not one the method lists")
+            if len(values) > 1 and not spec.get("repeated"):
+                raise Violation(f"{method.id}: query parameter {name!r} given {len(values)} times; it is not repeated")
             for value in values:
                 self._check_query_value(method.id, name, value, spec)
         request_ref = method.spec.get("request", {}).get("$ref")
@@ -150,7 +187,7 @@ class Discovery:
             for key, item in value.items():
                 if properties is not None and key in properties:
                     field = properties[key]
-                    if request and field.get("readOnly"):
+                    if request and output_only(field):
                         raise Violation(f"{where}.{key}: output-only field in a request")
                     self.check(item, field, f"{where}.{key}", request)
                 elif extra is not None:
@@ -176,8 +213,10 @@ class Discovery:
                 raise Violation(f"{where}: expected a string, got {type(value).__name__} {value!r}")
             if fmt == "google-duration" and not _DURATION.match(value):
                 raise Violation(f"{where}: {value!r} is not a duration like '3.5s'")
-            if fmt == "google-datetime" and not _DATETIME.match(value):
+            if fmt == "google-datetime" and not rfc3339(value):
                 raise Violation(f"{where}: {value!r} is not an RFC 3339 timestamp")
+            if fmt == "byte" and not decodable_base64(value):
+                raise Violation(f"{where}: {value!r} is not base64")
             if "enum" in schema and value not in schema["enum"]:
                 raise Violation(f"{where}: {value!r} is not one of {schema['enum']}")
         elif kind == "integer":

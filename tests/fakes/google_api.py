@@ -14,6 +14,7 @@ Scripted steps, consumed one per call of the named method:
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,10 +56,16 @@ class Created:
     data: dict[str, Any] = field(default_factory=dict)
 
 
+LIVE_FAKES: weakref.WeakSet = weakref.WeakSet()
+"""Every fake alive in this test session. tests/conftest.py resets them before each test and fails
+the test if one recorded a violation. Any fake with `violations` (a list) and `reset()` may join."""
+
+
 class FakeGoogleApi:
     """State and script of one fake API; thread-safe (REST fakes serve from many threads)."""
 
     def __init__(self) -> None:
+        LIVE_FAKES.add(self)
         self.lock = threading.RLock()
         self._script: dict[str, deque[Step]] = {}
         self.violations: list[str] = []
@@ -107,7 +114,22 @@ class FakeGoogleApi:
         with self.lock:
             return sum(len(q) for q in self._script.values())
 
+    def reset(self) -> None:
+        """A clean slate for the next test (the fakes are session-scoped): no violations, no script
+        left over, no create delay, nothing held. What was created stays: runs never share a token."""
+        with self.lock:
+            self.violations.clear()
+            self._script.clear()
+            self.create_delay = 0.0
+        self._gate.set()
+
     # --- records ---
+    def take_violations(self) -> list[str]:
+        """The violations so far, cleared: for a test that provokes one on purpose."""
+        with self.lock:
+            taken, self.violations = self.violations, []
+        return taken
+
     def violation(self, message: str) -> None:
         with self.lock:
             self.violations.append(message)

@@ -24,7 +24,7 @@ from google.protobuf import any_pb2, duration_pb2, timestamp_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from .discovery import load_document
+from .discovery import load_document, output_only
 from .google_api import FakeGoogleApi, Step
 from .metadata import FakeMetadataServer
 
@@ -33,13 +33,20 @@ CREATE, LIST, GET = "CreateExecution", "ListExecutions", "GetExecution"
 LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
 FILTER_TERM = re.compile(r'^labels\.([a-z][a-z0-9_-]{0,62})="([a-z0-9_-]{0,63})"$')
-OUTPUT_ONLY = ("name", "start_time", "end_time", "duration", "state", "result", "error", "workflow_revision_id", "status", "state_error")
 
 
 class _Abort(Exception):
     def __init__(self, code: str, message: str, retry_delay: float | None = None):
         super().__init__(message)
         self.code, self.message, self.retry_delay = code, message, retry_delay
+
+
+def _output_only() -> tuple[str, ...]:
+    """The Execution fields the discovery document marks output-only, as proto field names (those
+    the client's proto has: a request cannot carry the others at all)."""
+    properties = load_document("workflowexecutions.v1")["schemas"]["Execution"]["properties"]
+    names = (re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower() for name, spec in properties.items() if output_only(spec))
+    return tuple(name for name in names if name in types.Execution.meta.fields)
 
 
 def _patterns() -> dict[str, str]:
@@ -58,6 +65,7 @@ class FakeWorkflows(FakeGoogleApi):
         self.metadata = metadata
         self.token_field = "idempotency_key"
         self.patterns = _patterns()
+        self.output_only = _output_only()
         self.workflows: set[str] = set()
         self.executions: list[types.Execution] = []  # oldest first
         self.list_views: list[str] = []
@@ -190,7 +198,7 @@ class FakeWorkflows(FakeGoogleApi):
             self._check_name(CREATE, request.parent)
             self._workflow(request.parent)
             execution = request.execution
-            for field in OUTPUT_ONLY:
+            for field in self.output_only:
                 if field in execution and getattr(execution, field):
                     self.violation(f"{CREATE}: output-only field {field} set in the request")
             if len(execution.argument.encode()) > 32 * 1024:

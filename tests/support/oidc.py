@@ -145,6 +145,7 @@ class CertsServer:
     status: int = 200
     raw_body: bytes | None = None
     fetches: int = 0
+    user_agent: str | None = None  # of the last fetch
     _server: ThreadingHTTPServer | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -163,6 +164,7 @@ class CertsServer:
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 with owner._lock:
                     owner.fetches += 1
+                    owner.user_agent = self.headers.get("User-Agent")
                 if self.path != "/oauth2/v1/certs" or owner.status != 200:
                     self.send_response(404 if owner.status == 200 else owner.status)
                     self.send_header("Content-Length", "0")

@@ -87,7 +87,9 @@ def start_server(env: dict[str, str], log_dir: Path, *, workers: int = 1, extra_
 
 
 @dataclass
-class FirestoreEmulator:
+class EmulatorProcess:
+    """An emulator on 127.0.0.1:`port`, started in its own process group (`start_new_session`)."""
+
     proc: subprocess.Popen
     port: int
     log: Path
@@ -97,7 +99,7 @@ class FirestoreEmulator:
         return f"127.0.0.1:{self.port}"
 
     def stop(self) -> None:
-        """Stop gcloud and its Java child, and return only once the port refuses connections."""
+        """Stop it and its children (gcloud's Java), and return only once the port refuses connections."""
         for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
                 os.killpg(self.proc.pid, sig)
@@ -105,12 +107,16 @@ class FirestoreEmulator:
                 pass
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
-                if self.proc.poll() is not None and not _listening(self.port):
+                if self.proc.poll() is not None and not listening(self.port):
                     return
                 time.sleep(0.05)
 
 
-def _listening(port: int) -> bool:
+class FirestoreEmulator(EmulatorProcess):
+    """The Firestore emulator: gcloud and its Java child."""
+
+
+def listening(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.2)
         return sock.connect_ex(("127.0.0.1", port)) == 0

@@ -15,8 +15,8 @@ from app.targets.google import GoogleAuth
 from app.targets.workflows import WorkflowsTarget, WorkflowsTargetConfig
 from tests.fakes.cloud_build import GET_TRIGGER
 from tests.fakes.cloud_build import LIST as BUILDS_LIST
-from tests.fakes.cloud_run import GET as EXECUTIONS_GET
 from tests.fakes.cloud_run import LIST as EXECUTIONS_LIST
+from tests.fakes.workflows import CREATE
 
 from .harness import JOB, TRIGGER, WORKFLOW
 
@@ -51,20 +51,16 @@ async def http() -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
-async def test_cloud_run_reconciles_with_a_recorded_execution_without_listing(http, metadata, fakes) -> None:
+async def test_cloud_run_reconciles_by_listing_the_job_executions(http, metadata, fakes) -> None:
     fake = fakes["cloud_run_job"]
     target = CloudRunJobTarget(CloudRunJobTargetConfig(type="cloud_run_job", job=JOB), http,
                                MetadataTokenAuth(metadata.host), fake.url)
-    request = request_for("recorded")
+    request = request_for("listed")
     created = await target.dispatch(request)
     lists = fake.calls[EXECUTIONS_LIST]
-    assert await target.reconcile(request, created) == created
-    assert fake.calls[EXECUTIONS_LIST] == lists and fake.calls[EXECUTIONS_GET] >= 1
-
-    # A recorded execution that no longer exists: fall back to listing, which finds nothing else.
-    gone = f"{JOB}/executions/nightly-gone1"
-    assert await target.reconcile(request_for("other"), gone) is None
-    assert fake.calls[EXECUTIONS_LIST] == lists + 1
+    assert await target.reconcile(request) == created
+    assert await target.reconcile(request_for("other")) is None  # another run's token: nothing
+    assert fake.calls[EXECUTIONS_LIST] == lists + 2
     assert fake.violations == []
 
 
@@ -83,6 +79,7 @@ async def test_cloud_build_payload_must_be_substitutions(http, metadata, fakes) 
     build = await target.dispatch(good)
     [created] = [c for c in fake.created if c.resource == build]
     assert created.data["body"]["source"]["substitutions"]["_MODE"] == "full"
+    assert fake.violations == []  # what was sent is a RunBuildTriggerRequest Google accepts
 
 
 async def test_cloud_build_trigger_by_name_is_resolved_once(http, metadata, fakes) -> None:
@@ -93,7 +90,7 @@ async def test_cloud_build_trigger_by_name_is_resolved_once(http, metadata, fake
     )
     gets = fake.calls[GET_TRIGGER]
     for name in ("first", "second"):
-        assert await target.reconcile(request_for(name), None) is None
+        assert await target.reconcile(request_for(name)) is None
     assert fake.calls[GET_TRIGGER] == gets + 1
     assert fake.calls[BUILDS_LIST] >= 2
     assert fake.violations == []
@@ -104,9 +101,12 @@ async def test_workflows_argument_over_the_api_limit_creates_nothing(metadata, f
     target = WorkflowsTarget(WorkflowsTargetConfig(type="workflows", workflow=WORKFLOW),
                              MetadataTokenAuth(metadata.host), fake.url)
     request = request_for("huge", {"blob": "x" * 33000})
+    creates = fake.calls[CREATE]
     try:
         with pytest.raises(TargetFailed, match="over the API's 32768 bytes"):
             await target.dispatch(request)
     finally:
         await target.aclose()
     assert fake.created_for(request.run_id) == []
+    assert fake.calls[CREATE] == creates  # refused before sending: nothing reached the API
+    assert fake.violations == []
