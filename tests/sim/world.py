@@ -446,7 +446,7 @@ class SimTarget(Target):
         await self.instance.boundary("crash_after" if fault == "crash_after" else None)
         return resource
 
-    async def reconcile(self, request: DispatchRequest, previous_resource: str | None) -> str | None:
+    async def reconcile(self, request: DispatchRequest) -> str | None:
         if self.downstream.kind == "dedupes":
             return None  # the default: the downstream honours the token, dispatching again is safe
         key, fault = self.world.faults.pick("reconcile", request.run_id, RECONCILE_FAULTS)
