@@ -149,16 +149,28 @@ async def test_processed_by_reconciliation_names_what_the_earlier_attempt_create
     assert len(target.dispatched) == 1 and target.reconciled[0].attempt == 2
 
 
-async def test_store_down_after_the_dispatch_still_answers_processed_with_the_target(clock: Clock) -> None:
+async def test_store_down_after_the_dispatch_answers_unknown_with_the_target_and_keeps_the_claim(clock: Clock) -> None:
+    """The execution exists but is not recorded: a 200 would end Scheduler's retries and leave the
+    record in_progress for good, so the answer is 504 with the resource, and the retry after the
+    lease reconciles and records it."""
     store = BrokenStore()
     store.fail_finish = True
     target = ScriptedTarget()
     r = make_runner(clock, target, store)
-    result = await r.run(DELIVERY, {}, BODY)
-    assert result.body() == {"run_id": RUN, "status": "processed", "route": "etl", "target": CREATED}
-    assert (result.record.status, result.record.target, result.record.attempts) == (COMPLETED, CREATED, 1)  # as it happened
+    got = await answer(r)
+    assert got == Answer(504, error("unknown", target=CREATED), {"Retry-After": "300"}, got.message)
+    assert f"dispatched as scripted/{RUN}" in got.message
     record = await stored(r)
     assert record.status == IN_PROGRESS and record.target is None  # the next attempt reconciles
+    store.fail_finish = False
+    clock.advance(301)
+    again = await answer(r)
+    assert again == Answer(200, {"run_id": RUN, "status": "processed", "route": "etl", "target": CREATED}, {})
+    # The retry asked the target first (this scripted one keeps no executions, so it found none and
+    # re-sent the same token, which a real downstream dedupes); the run is now recorded.
+    assert [request.attempt for request in target.reconciled] == [2]
+    assert {request.run_id for request in target.dispatched} == {RUN}
+    assert (await stored(r)).status == COMPLETED
 
 
 # -- 409 -------------------------------------------------------------------------------------------
@@ -451,7 +463,7 @@ async def test_the_route_is_freed_when_the_dispatch_is_fenced_or_the_store_fails
     broken = BrokenStore()
     broken.fail_finish = True
     r = make_runner(clock, ScriptedTarget(), broken, limit=1)
-    assert (await answer(r)).http == 200
+    assert (await answer(r)).http == 504
     assert r.in_flight == {"etl": 0}
 
 

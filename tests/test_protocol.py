@@ -260,7 +260,7 @@ async def test_store_down_at_finish_after_success_answers_unknown_so_a_retry_rec
 
     store.fail_finish = False
     clock.advance(LEASE.total_seconds() + 1)
-    found = ScriptedTarget(reconcile=lambda request, previous: _found(f"scripted/{request.run_id}"))
+    found = ScriptedTarget(reconcile=lambda request: _found(f"scripted/{request.run_id}"))
     r.targets = {"etl": found}
     result = await r.run(DELIVERY, {}, BODY)
     assert result.status == "processed" and found.dispatched == []  # reconciled, not sent again
