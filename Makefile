@@ -29,7 +29,7 @@ bench: $(VENV)/.installed ## Claim-path benchmark against the Firestore emulator
 # Mutation testing (README, Development): by hand before a change to the core lands, not in CI.
 # `make mutate MUTANTS='app.delivery*'` runs one module's mutants while iterating.
 MUTANTS ?=
-IN_PROCESS := -p no:cacheprovider -m "not deploy and not e2e" -k "not firestore"
+IN_PROCESS := -p no:cacheprovider -m "not deploy and not e2e" -k "not firestore" --ignore=tests/sim --ignore=tests/guard
 mutate: $(VENV)/.installed $(VENV)/.mutate-installed ## Mutation score of the exactly-once core (~30 min on 2 cores).
 	$(BIN)/pytest -q $(IN_PROCESS)
 	rm -rf mutants  # a fresh run: mutmut maps tests to functions once, new tests would go unseen
