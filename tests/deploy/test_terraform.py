@@ -327,7 +327,7 @@ def test_terraform_retry_window_is_app_scheduler_retry(rules_module: Path, tmp_p
                          "max_doublings": doublings, "max_retry_duration_seconds": duration}}
         for name, (deadline, count, low, high, doublings, duration) in RETRY_TABLE.items()
     }
-    variables = {**BASE_VARS, "jobs": jobs, "lease_seconds": 10, "dispatch_timeout_seconds": 1,
+    variables = {**BASE_VARS, "jobs": jobs, "lease_seconds": 12, "dispatch_timeout_seconds": 1,
                  "retention_seconds": 10**7}
     outputs = evaluate(rules_module, tmp_path, variables)
     for name, (deadline, count, low, high, doublings, duration) in RETRY_TABLE.items():
