@@ -49,6 +49,7 @@ from .base import (
 )
 
 KEY_PREFIX = "runonce:run:"
+MAX_CONNECTIONS = 32  # per process; Memorystore allows 65,000 clients
 _TIME_FIELDS = ("lease_expires", "expire_at", "created_at", "updated_at")
 _FIELDS = [f.name for f in fields(RunRecord)]
 
@@ -136,14 +137,17 @@ class RedisStore(RunStore):
     def __init__(self, url: RedisURL, timeout_seconds: float = 5.0):
         self.url = url
         self._timeout = timeout_seconds
-        self._client = aioredis.Redis(
+        tls = {"connection_class": aioredis.SSLConnection, "ssl_ca_certs": url.ca_file} if url.tls else {}
+        # A bounded pool that waits (up to the store timeout) for a free connection: a storm of
+        # deliveries queues for the pool instead of failing with "too many connections".
+        pool = aioredis.BlockingConnectionPool(
             host=url.host, port=url.port, db=url.db, username=url.username, password=url.password,
-            ssl=url.tls, ssl_ca_certs=url.ca_file,
             socket_timeout=timeout_seconds, socket_connect_timeout=timeout_seconds,
-            # No silent resend: a claim resent after a lost reply would find its own write and
-            # answer busy. A failed call is a 503, and Scheduler's retry is the resend.
-            retry=Retry(NoBackoff(), 0),
+            max_connections=MAX_CONNECTIONS, timeout=timeout_seconds, **tls,
         )
+        # No silent resend: a claim resent after a lost reply would find its own write and answer
+        # busy. A failed call is a 503, and Scheduler's retry is the resend.
+        self._client = aioredis.Redis(connection_pool=pool, retry=Retry(NoBackoff(), 0))
         self._claim = self._client.register_script(_CLAIM)
         self._finish = self._client.register_script(_FINISH)
         self._release = self._client.register_script(_RELEASE)
@@ -234,4 +238,4 @@ class RedisStore(RunStore):
         await self._call("ping", self._client.ping())
 
     async def close(self) -> None:
-        await self._client.aclose()
+        await self._client.aclose(close_connection_pool=True)  # ours: passed in, so not closed by default

@@ -79,7 +79,7 @@ checks they agree). `target` is JSON text, as in SQLite, so every store reads it
 _COLUMNS = [f.name for f in fields(RunRecord)]
 _TIME_COLUMNS = ("lease_expires", "expire_at", "created_at", "updated_at")
 
-_DROPPED = re.compile(r"Transaction not found|Invalid transaction ID")
+_DROPPED = re.compile(r"Transaction not found|Invalid transaction ID|after it has been committed or rolledback")
 
 # Errors that say the store could not answer; Aborted is retried inside run_in_transaction.
 _UNAVAILABLE = (gexc.GoogleAPIError, TimeoutError, OSError)
