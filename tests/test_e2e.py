@@ -163,6 +163,35 @@ async def test_hang_past_the_timeout_is_504_keeps_the_claim_then_redispatches_af
     assert len(set(downstream.keys["/hang"][-2:])) == 1
 
 
+async def test_kill_9_mid_dispatch_then_the_next_delivery_after_the_lease_completes_the_run(
+    server: ServerProcess, downstream: Downstream, tmp_path: Path
+) -> None:
+    """A crash between claim and finish: the claim stays, retries get 409 until the lease ends, then
+    one takes over and re-sends the same token (the http target cannot reconcile; its downstream dedupes)."""
+    job = f"crash-{uuid.uuid4().hex[:6]}"
+    victim = start_server(server_env(downstream, server.store_env), tmp_path)  # type: ignore[attr-defined]
+    downstream.set("/hang", 200, delay=30)
+    before = downstream.calls["/hang"]
+    async with httpx.AsyncClient(timeout=30) as client:
+        started = time.monotonic()
+        in_flight = asyncio.ensure_future(client.post(f"{victim.url}/v1/routes/hang:run", headers=headers(job)))
+        while downstream.calls["/hang"] == before and time.monotonic() - started < 10:
+            await asyncio.sleep(0.02)
+        victim.kill()
+        with pytest.raises(httpx.HTTPError):
+            await in_flight
+        downstream.set("/hang", 200)
+        busy = await client.post(f"{server.url}/v1/routes/hang:run", headers=headers(job))
+        lease = float(server.env["RUNONCE_LEASE_SECONDS"])
+        await asyncio.sleep(max(0.0, lease + 0.3 - (time.monotonic() - started)))
+        after_lease = await client.post(f"{server.url}/v1/routes/hang:run", headers=headers(job))
+
+    assert busy.status_code == 409 and busy.json()["status"] == "in_progress"
+    assert after_lease.status_code == 200 and after_lease.json()["status"] == "processed"
+    assert downstream.calls["/hang"] - before == 2
+    assert len(set(downstream.keys["/hang"][-2:])) == 1
+
+
 async def test_same_run_with_another_body_is_422_without_a_call(server: ServerProcess, downstream: Downstream) -> None:
     job = f"mismatch-{uuid.uuid4().hex[:6]}"
     async with httpx.AsyncClient(base_url=server.url) as client:
