@@ -33,12 +33,12 @@ class _NoStore(click.ClickException):
         super().__init__(f"no store at {path} yet (nothing has run with RUNONCE_STORE={'sqlite:///' + path})")
 
 
-def _with_store(settings: Settings, use: Callable[[Any], Awaitable[T]]) -> T:
-    """Run `use(store)` on the configured store, which must already exist (a SQLite file is never
-    created here: `runs` commands read, or release what exists)."""
+def _with_store(settings: Settings, use: Callable[[Any], Awaitable[T]], *, create: bool = False) -> T:
+    """Run `use(store)` on the configured store, which must already exist unless `create` (a SQLite
+    file is created only by `store init`: `runs` commands read, or release what exists)."""
     from .stores import StoreUnavailable, open_store
 
-    if settings.store.startswith("sqlite:///") and not os.path.exists(settings.store.removeprefix("sqlite:///")):
+    if not create and settings.store.startswith("sqlite:///") and not os.path.exists(settings.store.removeprefix("sqlite:///")):
         raise _NoStore(settings.store.removeprefix("sqlite:///"))
 
     async def go() -> T:
@@ -158,6 +158,43 @@ def runs_list(route: str | None, status: str | None, limit: int, as_json: bool) 
             resource = (record.target or {}).get("resource") or "-"
             when = record.schedule_time or record.task or "-"
             click.echo(_row(record.run_id, record.status, record.route, record.job, when, resource))
+
+
+@main.group()
+def store() -> None:
+    """Set up the claim store named by RUNONCE_STORE."""
+
+
+@store.command("init")
+def store_init() -> None:
+    """Create what the store needs (idempotent: a second run changes nothing), or say what to do."""
+    from .stores import backend_for
+
+    settings = _settings()
+    scheme = backend_for(settings.store).scheme
+    if scheme == "firestore":
+        project = settings.firestore_project or "PROJECT"
+        click.echo(
+            "firestore: documents need no schema; nothing to create. Old runs are deleted only with a TTL "
+            f"policy on expire_at, once per collection:\n  gcloud firestore fields ttls update expire_at "
+            f"--collection-group={settings.firestore_collection} --enable-ttl "
+            f"--database='{settings.firestore_database}' --project={project}"
+        )
+        return
+    if scheme in ("redis", "rediss"):
+        _with_store(settings, lambda s: s.ping())
+        click.echo(f"{scheme}: reachable; nothing to create (each run key carries its own TTL)")
+        return
+    if scheme == "sqlite":
+        path = settings.store.removeprefix("sqlite:///")
+        existed = os.path.exists(path)
+        _with_store(settings, lambda s: s.ping(), create=True)  # opening creates the file, schema and WAL
+        click.echo(f"sqlite: {path} {'exists; schema checked' if existed else 'created'}")
+        return
+    if scheme == "spanner":
+        _with_store(settings, lambda s: asyncio.to_thread(s.init, click.echo))
+        return
+    raise click.ClickException(f"store init: nothing known about {scheme}")
 
 
 def _row(run_id: str, status: str, route: str, job: str, when: str, resource: str) -> str:

@@ -43,7 +43,7 @@ class Settings(BaseSettings):
     routes_file: str | None = Field(None, description="Path of the routes file (YAML or JSON).")
     routes: str | None = Field(None, description="Routes inline (YAML or JSON), instead of a file.")
 
-    store: str = Field("sqlite:///runonce.db", description="`sqlite:///PATH` or `firestore`.")
+    store: str = Field("sqlite:///runonce.db", description="`sqlite:///PATH`, `firestore`, `spanner://projects/P/instances/I/databases/D` or `redis://HOST:PORT/DB` (see app/stores).")
     store_timeout_seconds: float = Field(
         5.0, gt=0, le=MAX_DURATION_SECONDS, description="Longest wait for one claim-store operation before answering 503."
     )
@@ -94,9 +94,9 @@ class Settings(BaseSettings):
     @field_validator("store")
     @classmethod
     def _store_url(cls, value: str) -> str:
-        if value == "firestore" or (value.startswith("sqlite:///") and len(value) > len("sqlite:///")):
-            return value
-        raise ValueError("must be 'firestore' or 'sqlite:///PATH' (e.g. sqlite:///runonce.db)")
+        from .stores import check_store_url  # the registry: the same table open_store reads
+
+        return check_store_url(value)
 
     @model_validator(mode="after")
     def _no_overlap(self) -> Settings:

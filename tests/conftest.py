@@ -1,4 +1,4 @@
-"""Session-wide fixtures: the real Firestore emulator, stores, a controllable clock."""
+"""Session-wide fixtures: the real Firestore and Spanner emulators, redis-server, stores, a controllable clock."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from app.stores import RunStore
+from app.stores import RunStore, open_store
 from app.stores.memory import MemoryStore
 from app.stores.sqlite import SQLiteStore
 from tests.fakes.google_api import LIVE_FAKES
+from tests.support.backends import Server, create_spanner_database, start_redis, start_spanner_emulator
 from tests.support.procs import FirestoreEmulator, start_firestore_emulator
 
 FIRESTORE_PROJECT = "runonce-test"
@@ -60,30 +61,79 @@ def firestore_store(collection: str | None = None, timeout_seconds: float = 5.0)
     )
 
 
-STORE_KINDS = ["memory", "sqlite", "firestore"]
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One real redis-server per session (no persistence); tests flush it before use."""
+    server = start_redis(tmp_path_factory.mktemp("redis"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def spanner_database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The real Spanner emulator, an instance and a database set up by `runonce store init`;
+    yields the database's RUNONCE_STORE URL. Tests take a table each (`?table=`)."""
+    previous = os.environ.get("SPANNER_EMULATOR_HOST")
+    emulator = start_spanner_emulator(tmp_path_factory.mktemp("spanner"))
+    yield create_spanner_database("runonce")
+    emulator.stop()
+    if previous is None:
+        os.environ.pop("SPANNER_EMULATOR_HOST", None)
+    else:
+        os.environ["SPANNER_EMULATOR_HOST"] = previous
+
+
+def spanner_table_url(database_url: str) -> str:
+    """A new table in the session's database (created as `store init` does), as a store URL."""
+    from app.stores import open_store
+
+    url = f"{database_url}?table=runs_{uuid.uuid4().hex[:12]}"
+    store = open_store(url)
+    store.init(lambda line: None)  # type: ignore[attr-defined]
+    return url
+
+
+def redis_url(server: Server) -> str:
+    import redis
+
+    with redis.Redis(host="127.0.0.1", port=server.port) as client:
+        client.flushall()
+    return f"redis://127.0.0.1:{server.port}/0"
+
+
+STORE_KINDS = ["memory", "sqlite", "firestore", "spanner", "redis"]
+_STORE_SERVERS = {"firestore": "firestore_emulator", "spanner": "spanner_database", "redis": "redis_server"}
 
 
 @pytest.fixture(params=STORE_KINDS, ids=STORE_KINDS)
 def store_kind(request: pytest.FixtureRequest) -> str:
-    if request.param == "firestore":
-        request.getfixturevalue("firestore_emulator")
+    if request.param in _STORE_SERVERS:
+        request.getfixturevalue(_STORE_SERVERS[request.param])
     return request.param
 
 
 @pytest.fixture
-def make_store(store_kind: str, tmp_path: Path):
+def make_store(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest):
     """A factory: every call opens another handle on the SAME underlying store (a new SQLite
     connection on the same file, a new Firestore client on the same collection), as separate
     processes would."""
     opened: list[RunStore] = []
     shared = MemoryStore()
     collection = f"runs_{uuid.uuid4().hex[:12]}"
+    url = None
+    if store_kind == "spanner":
+        url = spanner_table_url(request.getfixturevalue("spanner_database"))
+    elif store_kind == "redis":
+        url = redis_url(request.getfixturevalue("redis_server"))
 
     def make() -> RunStore:
         if store_kind == "memory":
             store: RunStore = shared
         elif store_kind == "sqlite":
             store = SQLiteStore(str(tmp_path / "runs.db"))
+        elif url is not None:
+            # Spanner: the emulator runs one transaction at a time, so 100 racing claims queue longer.
+            store = open_store(url, timeout_seconds=60 if store_kind == "spanner" else 5)
         else:
             store = firestore_store(collection)
         opened.append(store)

@@ -1,10 +1,11 @@
 """End to end: the real `runonce serve` process, over HTTP like Cloud Scheduler, against each real
-store, calling a real local downstream that counts what it receives."""
+store (SQLite, the Firestore and Spanner emulators, redis-server), calling a real local downstream that counts what it receives."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sqlite3
 import time
 import uuid
@@ -15,7 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import FIRESTORE_PROJECT
+from tests.conftest import FIRESTORE_PROJECT, redis_url, spanner_table_url
+from tests.support.backends import start_redis
 from tests.support.downstream import Downstream
 from tests.support.procs import ServerProcess, start_firestore_emulator, start_server
 
@@ -52,11 +54,22 @@ def downstream() -> Iterator[Downstream]:
         yield service
 
 
-@pytest.fixture(scope="module", params=["sqlite", "firestore"])
+@pytest.fixture(scope="module", params=["sqlite", "firestore", "spanner", "redis"])
 def server(request: pytest.FixtureRequest, downstream: Downstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     logs = tmp_path_factory.mktemp(f"e2e-{request.param}")
     if request.param == "sqlite":
         store_env = {"RUNONCE_STORE": f"sqlite:///{logs / 'runs.db'}", "RUNONCE_STORE_TIMEOUT_SECONDS": "0.5"}
+    elif request.param == "spanner":
+        store_env = {
+            "RUNONCE_STORE": spanner_table_url(request.getfixturevalue("spanner_database")),
+            # The emulator runs one transaction at a time: 64 racing claims queue for seconds.
+            "RUNONCE_STORE_TIMEOUT_SECONDS": "5",
+            "RUNONCE_LEASE_SECONDS": str(DISPATCH_TIMEOUT_SECONDS + 2 * 5 + 1),
+            "SPANNER_EMULATOR_HOST": os.environ["SPANNER_EMULATOR_HOST"],
+        }
+    elif request.param == "redis":
+        store_env = {"RUNONCE_STORE": redis_url(request.getfixturevalue("redis_server")),
+                     "RUNONCE_STORE_TIMEOUT_SECONDS": "0.5"}
     else:
         emulator = request.getfixturevalue("firestore_emulator")
         store_env = {
@@ -137,16 +150,57 @@ async def test_hang_past_the_timeout_is_504_keeps_the_claim_then_redispatches_af
         unknown = await client.post("/v1/routes/hang:run", headers=headers(job))
         busy = await client.post("/v1/routes/hang:run", headers=headers(job))
         downstream.set("/hang", 200)
-        await asyncio.sleep(max(0.0, LEASE_SECONDS + 0.3 - (time.monotonic() - started)))
+        lease = float(server.env["RUNONCE_LEASE_SECONDS"])
+        await asyncio.sleep(max(0.0, lease + 0.3 - (time.monotonic() - started)))
         after_lease = await client.post("/v1/routes/hang:run", headers=headers(job))
 
     assert unknown.status_code == 504 and unknown.json()["status"] == "unknown"
-    assert 1 <= int(unknown.headers["retry-after"]) <= LEASE_SECONDS
+    assert 1 <= int(unknown.headers["retry-after"]) <= lease
     assert busy.status_code == 409 and busy.json()["status"] == "in_progress"
     # the http target cannot reconcile: it re-sends with the same key and the downstream dedupes
     assert after_lease.status_code == 200 and after_lease.json()["status"] == "processed"
     assert downstream.calls["/hang"] - before == 2
     assert len(set(downstream.keys["/hang"][-2:])) == 1
+
+
+async def test_kill_9_mid_dispatch_then_the_next_delivery_after_the_lease_completes_the_run(
+    server: ServerProcess, downstream: Downstream, tmp_path: Path
+) -> None:
+    """A crash between claim and finish: the claim stays, retries get 409 until the lease ends, then
+    one takes over and re-sends the same token (the http target cannot reconcile; its downstream dedupes)."""
+    job = f"crash-{uuid.uuid4().hex[:6]}"
+    victim = start_server(server_env(downstream, server.store_env), tmp_path)  # type: ignore[attr-defined]
+    downstream.set("/hang", 200, delay=30)
+    before = downstream.calls["/hang"]
+    async with httpx.AsyncClient(timeout=30) as client:
+        started = time.monotonic()
+        in_flight = asyncio.ensure_future(client.post(f"{victim.url}/v1/routes/hang:run", headers=headers(job)))
+        while downstream.calls["/hang"] == before and time.monotonic() - started < 10:
+            await asyncio.sleep(0.02)
+        victim.kill()
+        with pytest.raises(httpx.HTTPError):
+            await in_flight
+        downstream.set("/hang", 200)
+        busy = await client.post(f"{server.url}/v1/routes/hang:run", headers=headers(job))
+        lease = float(server.env["RUNONCE_LEASE_SECONDS"])
+        await asyncio.sleep(max(0.0, lease + 0.3 - (time.monotonic() - started)))
+        after_lease = await client.post(f"{server.url}/v1/routes/hang:run", headers=headers(job))
+
+    assert busy.status_code == 409 and busy.json()["status"] == "in_progress"
+    assert after_lease.status_code == 200 and after_lease.json()["status"] == "processed"
+    assert downstream.calls["/hang"] - before == 2
+    assert len(set(downstream.keys["/hang"][-2:])) == 1
+
+
+async def test_same_run_with_another_body_is_422_without_a_call(server: ServerProcess, downstream: Downstream) -> None:
+    job = f"mismatch-{uuid.uuid4().hex[:6]}"
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        first = await client.post("/v1/routes/ok:run", headers=headers(job), json={"n": 1})
+        calls = downstream.calls["/ok"]
+        other = await client.post("/v1/routes/ok:run", headers=headers(job), json={"n": 2})
+    assert first.json()["status"] == "processed"
+    assert other.status_code == 422
+    assert downstream.calls["/ok"] == calls
 
 
 async def test_run_record_is_readable_over_http(server: ServerProcess) -> None:
@@ -226,3 +280,25 @@ async def test_sqlite_with_several_worker_processes_calls_once(downstream: Downs
         server.stop()
     assert downstream.calls["/ok"] - before == 1
     assert outcomes[(200, "processed")] == 1
+
+
+async def test_redis_killed_is_503_and_no_downstream_call(downstream: Downstream, tmp_path: Path) -> None:
+    redis = start_redis(tmp_path)  # our own: this test kills it
+    store_env = {"RUNONCE_STORE": f"redis://127.0.0.1:{redis.port}/0", "RUNONCE_STORE_TIMEOUT_SECONDS": "0.5"}
+    server = start_server(server_env(downstream, store_env), tmp_path)
+    try:
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+            assert (await client.post("/v1/routes/locked:run", headers=headers("redis-up"))).status_code == 200
+            redis.kill()
+            before = downstream.calls["/locked"]
+            response = await client.post("/v1/routes/locked:run", headers=headers("redis-down"))
+            ready = await client.get("/readyz")
+            redis = start_redis(tmp_path, port=redis.port)  # back, empty (no persistence)
+            recovered = await client.post("/v1/routes/locked:run", headers=headers("redis-down"))
+    finally:
+        server.stop()
+        redis.stop()
+    assert response.status_code == 503 and response.json()["status"] == "unavailable"
+    assert ready.status_code == 503
+    assert downstream.calls["/locked"] - before == 1  # only the delivery after recovery
+    assert recovered.json()["status"] == "processed"

@@ -1,4 +1,4 @@
-"""One conformance suite for every claim store (memory, SQLite, Firestore on the real emulator).
+"""One conformance suite for every claim store (memory, SQLite, Firestore and Spanner on the real emulators, Redis on a real redis-server).
 
 Each test is a rule of DESIGN.md's run protocol. Time is injected: no test sleeps for a lease.
 """

@@ -1,0 +1,241 @@
+"""Redis / Memorystore claim store (`RUNONCE_STORE=redis://HOST:PORT/DB`, `rediss://…`).
+
+One key per run, `runonce:run:{run_id}`, holding the record as JSON. `claim`, `finish` and
+`release` are each ONE Lua script: Redis runs a script atomically, so read → decide → write cannot
+interleave with another client's, and a fresh run costs two round trips (claim, finish).
+
+The rules are written twice, in `base.py` (Python) and in the scripts below (Lua); the conformance
+suite in tests/test_stores.py holds the scripts to the same rules as every other store.
+
+Time: record times are RFC 3339 UTC text of fixed width, so the scripts compare them as strings.
+TTL: a created key gets `PEXPIRE expire_at - now` (the same instant as `PEXPIREAT expire_at` when the
+caller's clock agrees with Redis', and measured on the clock that decides, as every other rule);
+later writes keep it (`KEEPTTL`).
+
+Durability: a reply means the primary applied the write. With `?wait_replicas=N` every write is
+followed by `WAIT N` on the same connection; when fewer replicas acknowledge in the store timeout
+the operation raises `StoreUnavailable` (503, nothing dispatched) rather than dispatching on a claim
+a failover could lose. The write itself stays on the primary: its lease holds retries off, and the
+delivery after the lease takes over and reconciles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import fields
+from datetime import datetime, timedelta
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis import exceptions as rexc
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from . import RedisURL
+from .base import (
+    Claim,
+    Decision,
+    Fenced,
+    Finish,
+    NewRun,
+    RunRecord,
+    RunStatus,
+    RunStore,
+    StoreUnavailable,
+    fresh_record,
+    new_attempt_id,
+    rfc3339,
+)
+
+KEY_PREFIX = "runonce:run:"
+MAX_CONNECTIONS = 32  # per process; Memorystore allows 65,000 clients
+_TIME_FIELDS = ("lease_expires", "expire_at", "created_at", "updated_at")
+_FIELDS = [f.name for f in fields(RunRecord)]
+
+# base.decide and base.takeover_record, in Lua. ARGV: now, body_sha256, fresh record JSON,
+# its TTL in ms, new attempt_id, lease_expires, task_retry_count, task_execution_count (JSON).
+# Returns {decision, record written or found, record replaced (or false)}.
+_CLAIM = """
+local raw = redis.call('GET', KEYS[1])
+local now = ARGV[1]
+local found = raw and cjson.decode(raw)
+if not found or found.expire_at <= now then
+  redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
+  return {'create', ARGV[3], raw}
+end
+if found.body_sha256 ~= ARGV[2] then return {'mismatch', raw, false} end
+if found.status == 'completed' then return {'replay', raw, false} end
+if found.status == 'in_progress' and found.lease_expires > now then return {'busy', raw, false} end
+found.status = 'in_progress'
+found.attempt_id = ARGV[5]
+found.attempts = found.attempts + 1
+found.lease_expires = ARGV[6]
+found.updated_at = now
+found.task_retry_count = cjson.decode(ARGV[7])
+found.task_execution_count = cjson.decode(ARGV[8])
+local written = cjson.encode(found)
+redis.call('SET', KEYS[1], written, 'KEEPTTL')
+return {'takeover', written, raw}
+"""
+
+# base.holds and base.finished_record. ARGV: attempt_id, status, target JSON (null keeps the
+# stored one), last_error JSON, updated_at. Returns {'ok', written} or {'fenced', found or false}.
+_FINISH = """
+local raw = redis.call('GET', KEYS[1])
+local found = raw and cjson.decode(raw)
+if not found or found.attempt_id ~= ARGV[1] or found.status ~= 'in_progress' then
+  return {'fenced', raw}
+end
+found.status = ARGV[2]
+local target = cjson.decode(ARGV[3])
+if target ~= cjson.null then found.target = target end
+found.last_error = cjson.decode(ARGV[4])
+found.updated_at = ARGV[5]
+local written = cjson.encode(found)
+redis.call('SET', KEYS[1], written, 'KEEPTTL')
+return {'ok', written}
+"""
+
+# base.releasable. ARGV: now. Returns the written record, or false when there is nothing to release.
+_RELEASE = """
+local raw = redis.call('GET', KEYS[1])
+local now = ARGV[1]
+local found = raw and cjson.decode(raw)
+if not found or found.expire_at <= now or found.status ~= 'in_progress' or found.lease_expires <= now then
+  return false
+end
+found.lease_expires = now
+found.updated_at = now
+local written = cjson.encode(found)
+redis.call('SET', KEYS[1], written, 'KEEPTTL')
+return written
+"""
+
+
+def _to_json(record: RunRecord) -> str:
+    values = record.as_dict()
+    for name in _TIME_FIELDS:
+        values[name] = rfc3339(values[name])
+    return json.dumps(values, separators=(",", ":"))
+
+
+def _from_json(raw: bytes | str) -> RunRecord:
+    values = json.loads(raw)
+    for name in _TIME_FIELDS:
+        values[name] = datetime.fromisoformat(values[name])
+    # cjson writes integers it decoded as numbers (2, not 2.0) and an empty map as [].
+    for name in ("attempts", "task_retry_count", "task_execution_count"):
+        if isinstance(values.get(name), float):
+            values[name] = int(values[name])
+    if values.get("target") == []:
+        values["target"] = {}
+    return RunRecord(**{name: values.get(name) for name in _FIELDS})
+
+
+class RedisStore(RunStore):
+    def __init__(self, url: RedisURL, timeout_seconds: float = 5.0):
+        self.url = url
+        self._timeout = timeout_seconds
+        tls = {"connection_class": aioredis.SSLConnection, "ssl_ca_certs": url.ca_file} if url.tls else {}
+        # A bounded pool that waits (up to the store timeout) for a free connection: a storm of
+        # deliveries queues for the pool instead of failing with "too many connections".
+        pool = aioredis.BlockingConnectionPool(
+            host=url.host, port=url.port, db=url.db, username=url.username, password=url.password,
+            socket_timeout=timeout_seconds, socket_connect_timeout=timeout_seconds,
+            max_connections=MAX_CONNECTIONS, timeout=timeout_seconds, **tls,
+        )
+        # No silent resend: a claim resent after a lost reply would find its own write and answer
+        # busy. A failed call is a 503, and Scheduler's retry is the resend.
+        self._client = aioredis.Redis(connection_pool=pool, retry=Retry(NoBackoff(), 0))
+        self._claim = self._client.register_script(_CLAIM)
+        self._finish = self._client.register_script(_FINISH)
+        self._release = self._client.register_script(_RELEASE)
+        self.round_trips = 0
+        """Requests sent (a script plus its WAIT go in one pipeline: one round trip)."""
+
+    def _key(self, run_id: str) -> str:
+        return KEY_PREFIX + run_id
+
+    async def _call(self, op: str, coro: Any) -> Any:
+        self.round_trips += 1
+        try:
+            async with asyncio.timeout(self._timeout):
+                return await coro
+        except (TimeoutError, rexc.RedisError, OSError) as exc:
+            raise StoreUnavailable(f"redis {op}: {type(exc).__name__}: {exc}") from exc
+
+    async def _write(self, op: str, script: Any, run_id: str, args: list[Any]) -> Any:
+        """Run a write script; with wait_replicas, WAIT on the same connection (one pipeline)."""
+        if not self.url.wait_replicas:
+            return await self._call(op, script(keys=[self._key(run_id)], args=args))
+        async with self._client.pipeline(transaction=False) as pipe:
+            pipe.eval(script.script, 1, self._key(run_id), *args)
+            pipe.wait(self.url.wait_replicas, max(1, int(self._timeout * 1000 / 2)))
+            result, acked = await self._call(op, pipe.execute())
+        if acked < self.url.wait_replicas:
+            raise StoreUnavailable(
+                f"redis {op}: only {acked} of {self.url.wait_replicas} replica(s) acknowledged the write "
+                "(wait_replicas): a failover could lose it, so it is not relied on"
+            )
+        return result
+
+    # -- RunStore -----------------------------------------------------------------------------
+
+    async def claim(self, new: NewRun, now: datetime, lease: timedelta, retention: timedelta) -> Claim:
+        fresh = fresh_record(new, now, lease, retention)
+        ttl_ms = max(1, int(retention.total_seconds() * 1000))
+        args = [
+            rfc3339(now), new.body_sha256, _to_json(fresh), ttl_ms, new_attempt_id(), rfc3339(now + lease),
+            json.dumps(new.task_retry_count), json.dumps(new.task_execution_count),
+        ]
+        decision, record, previous = await self._write("claim", self._claim, new.run_id, args)
+        return Claim(
+            Decision(decision.decode()), _from_json(record),
+            previous=_from_json(previous) if previous else None,
+        )
+
+    async def finish(self, claim: Claim, finish: Finish, now: datetime) -> RunRecord:
+        args = [
+            claim.record.attempt_id, finish.status, json.dumps(finish.target), json.dumps(finish.last_error),
+            rfc3339(now),
+        ]
+        outcome, record = await self._write("finish", self._finish, claim.record.run_id, args)
+        if outcome == b"fenced":
+            raise Fenced(_from_json(record) if record else None)
+        return _from_json(record)
+
+    async def get(self, run_id: str, now: datetime) -> RunRecord | None:
+        raw = await self._call("get", self._client.get(self._key(run_id)))
+        found = _from_json(raw) if raw else None
+        return found if found is not None and found.expire_at > now else None
+
+    async def list(
+        self, now: datetime, route: str | None = None, status: RunStatus | None = None, limit: int = 50
+    ) -> list[RunRecord]:
+        """Scans the prefix (an admin command, not a delivery path): fine for thousands of runs."""
+
+        async def scan() -> list[RunRecord]:
+            records = []
+            async for key in self._client.scan_iter(match=KEY_PREFIX + "*", count=500):
+                raw = await self._client.get(key)
+                if raw:
+                    records.append(_from_json(raw))
+            return records
+
+        records = await self._call("list", scan())
+        live = [
+            r for r in records
+            if r.expire_at > now and (route is None or r.route == route) and (status is None or r.status == status)
+        ]
+        return sorted(live, key=lambda r: r.created_at, reverse=True)[:limit]
+
+    async def release(self, run_id: str, now: datetime) -> RunRecord | None:
+        written = await self._write("release", self._release, run_id, [rfc3339(now)])
+        return _from_json(written) if written else None
+
+    async def ping(self) -> None:
+        await self._call("ping", self._client.ping())
+
+    async def close(self) -> None:
+        await self._client.aclose(close_connection_pool=True)  # ours: passed in, so not closed by default

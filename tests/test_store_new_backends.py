@@ -1,0 +1,174 @@
+"""The Spanner and Redis stores beyond the conformance suite (tests/test_stores.py): the registry,
+`runonce store init`, wait_replicas, TTL, and a backend that goes away."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from app.cli import main
+from app.settings import ConfigError, load_settings
+from app.stores import Finish, StoreUnavailable, open_store, parse_redis_url, parse_spanner_url
+from app.stores.base import COMPLETED
+from tests.conftest import redis_url, spanner_table_url
+from tests.support.backends import run_store_init, start_redis
+from tests.support.procs import REPO
+from tests.test_stores import RETENTION, T0, claim
+
+# -- the registry ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", [
+    "firestore", "sqlite:///x.db", "spanner://projects/my-proj/instances/main/databases/jobs",
+    "spanner://projects/my-proj/instances/main/databases/jobs?table=runs_2", "redis://10.0.0.3:6379/0",
+    "redis://:s3cret@10.0.0.3:6379/2?wait_replicas=1", "rediss://10.0.0.3:6378/0?ca_file=/etc/ca.pem",
+])
+def test_settings_accept_every_backend_url(url: str) -> None:
+    assert load_settings(store=url).store == url
+
+
+@pytest.mark.parametrize(("url", "reason"), [
+    ("postgres://db/x", "unknown store 'postgres://db/x'"),
+    ("memory", "unknown store 'memory'"),
+    ("sqlite:///", "must be sqlite:///PATH"),
+    ("spanner://projects/p/instances/i", "must be spanner://projects/PROJECT/instances/INSTANCE/databases/DATABASE"),
+    ("spanner://projects/my-proj/instances/main/databases/jobs?table=1x", "is not a Spanner table name"),
+    ("spanner://projects/my-proj/instances/main/databases/jobs?tabel=x", "unknown option 'tabel'"),
+    ("redis://h:6379/0?ca_file=/x", "unknown option 'ca_file'"),  # plaintext: a CA file means nothing
+    ("redis://h:6379/zero", "database number must be an integer"),
+    ("redis://h:6379/0?wait_replicas=-1", "wait_replicas must be an integer from 0 to 16"),
+    ("redis:///0", "a host is required"),
+])
+def test_settings_refuse_bad_store_urls_precisely(url: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_settings(store=url)
+    assert "RUNONCE_STORE" in str(refused.value) and reason in str(refused.value)
+
+
+def test_store_urls_carry_the_backend_options() -> None:
+    assert parse_spanner_url("spanner://projects/my-proj/instances/main/databases/jobs?table=t1").table == "t1"
+    parsed = parse_redis_url("rediss://user:p%40ss@h.example:6378/3?wait_replicas=2&ca_file=/ca.pem")
+    assert (parsed.host, parsed.port, parsed.db, parsed.username, parsed.password) == ("h.example", 6378, 3, "user", "p@ss")
+    assert (parsed.tls, parsed.ca_file, parsed.wait_replicas) == (True, "/ca.pem", 2)
+
+
+def test_the_service_does_not_import_optional_drivers() -> None:
+    """Cold start: a store never configured costs nothing."""
+    code = "import sys, app.main; print(sorted(m for m in sys.modules if m.split('.')[0] == 'redis' or 'spanner' in m))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+# -- runonce store init ------------------------------------------------------------------------
+
+
+def test_store_init_spanner_twice_changes_nothing(spanner_database: str) -> None:
+    url = f"{spanner_database}?table=init_twice"
+    first = run_store_init(url).stdout
+    second = run_store_init(url).stdout
+    assert "created" in first and "init_twice" in first
+    assert "exists" in second and "OLDER_THAN(expire_at, INTERVAL 0 DAY)" in second
+
+
+def test_store_init_sqlite_creates_then_says_it_exists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUNONCE_STORE", f"sqlite:///{tmp_path / 'runs.db'}")
+    first = CliRunner().invoke(main, ["store", "init"])
+    assert first.exit_code == 0 and "created" in first.output
+    assert (tmp_path / "runs.db").exists()
+    second = CliRunner().invoke(main, ["store", "init"])
+    assert second.exit_code == 0 and "exists" in second.output
+
+
+def test_store_init_firestore_prints_the_ttl_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUNONCE_STORE", "firestore")
+    monkeypatch.setenv("RUNONCE_FIRESTORE_PROJECT", "my-proj")
+    done = CliRunner().invoke(main, ["store", "init"])
+    assert done.exit_code == 0
+    assert "gcloud firestore fields ttls update expire_at --collection-group=runonce_runs --enable-ttl" in done.output
+
+
+def test_store_init_redis_has_nothing_to_do(redis_server, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUNONCE_STORE", redis_url(redis_server))
+    done = CliRunner().invoke(main, ["store", "init"])
+    assert done.exit_code == 0 and "nothing to create" in done.output
+
+
+# -- Redis -------------------------------------------------------------------------------------
+
+
+async def test_redis_key_has_the_prefix_and_expires_with_the_record(redis_server) -> None:
+    import redis
+
+    store = open_store(redis_url(redis_server))
+    try:
+        first = await claim(store)
+        with redis.Redis(port=redis_server.port) as client:
+            key = f"runonce:run:{first.record.run_id}"
+            ttl_ms = client.pttl(key)
+            assert RETENTION.total_seconds() * 1000 - 5000 < ttl_ms <= RETENTION.total_seconds() * 1000
+            await store.finish(first, Finish(COMPLETED, target={"type": "log", "resource": "x"}), T0)
+            assert 0 < client.pttl(key) <= ttl_ms  # finishing keeps the TTL
+    finally:
+        await store.close()
+
+
+async def test_redis_wait_replicas_unmet_is_unavailable(redis_server) -> None:
+    """No replica acknowledges (this server has none): the claim is not relied on, nothing dispatches."""
+    store = open_store(redis_url(redis_server) + "?wait_replicas=1", timeout_seconds=0.5)
+    try:
+        with pytest.raises(StoreUnavailable, match="only 0 of 1 replica"):
+            await claim(store)
+    finally:
+        await store.close()
+
+
+async def test_redis_killed_is_unavailable(tmp_path: Path) -> None:
+    server = start_redis(tmp_path)
+    store = open_store(f"redis://127.0.0.1:{server.port}/0", timeout_seconds=1)
+    try:
+        await store.ping()
+        server.kill()
+        with pytest.raises(StoreUnavailable):
+            await claim(store)
+        with pytest.raises(StoreUnavailable):
+            await store.ping()
+    finally:
+        server.stop()
+        await store.close()
+
+
+# -- Spanner -----------------------------------------------------------------------------------
+
+
+async def test_spanner_fresh_run_is_two_transactions(spanner_database: str) -> None:
+    store = open_store(spanner_table_url(spanner_database))
+    try:
+        first = await claim(store)
+        await store.finish(first, Finish(COMPLETED, target={"type": "log", "resource": "x"}), T0)
+        assert dict(store.transactions) == {"claim": 1, "finish": 1}  # type: ignore[attr-defined]
+    finally:
+        await store.close()
+
+
+async def test_spanner_unreachable_is_unavailable_within_the_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.support.procs import free_port
+
+    monkeypatch.setenv("SPANNER_EMULATOR_HOST", f"127.0.0.1:{free_port()}")  # nothing listens
+    store = open_store("spanner://projects/runonce-test/instances/none/databases/none", timeout_seconds=1)
+    try:
+        with pytest.raises(StoreUnavailable):
+            await claim(store)
+    finally:
+        await store.close()
+
+
+def test_missing_driver_says_which_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "redis.asyncio", None)  # as if runonce[redis] were not installed
+    monkeypatch.delitem(sys.modules, "app.stores.redis", raising=False)
+    with pytest.raises(ConfigError, match=r"pip install 'runonce\[redis\]'"):
+        open_store("redis://127.0.0.1:1/0")
