@@ -9,7 +9,7 @@ PIP_TOOLS := .tools/pip-tools/bin
 PIP_COMPILE = $(PIP_TOOLS)/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras \
 	--no-emit-index-url --no-emit-find-links --all-build-deps $(PIP_COMPILE_ARGS)
 
-.PHONY: run test test-core test-deploy bench mutate clean lock
+.PHONY: run test test-core test-deploy bench mutate clean lock redis-server
 
 run: $(VENV)/.installed ## Run the proxy on 127.0.0.1:8080: SQLite store, demo route, auth off.
 	RUNONCE_AUTH=none RUNONCE_ROUTES_FILE=examples/demo-routes.yaml RUNONCE_STORE=sqlite:///runonce.db \
@@ -17,7 +17,7 @@ run: $(VENV)/.installed ## Run the proxy on 127.0.0.1:8080: SQLite store, demo r
 
 test: test-core test-deploy ## The whole test suite: the service, then the deployment artifacts.
 
-test-core: $(VENV)/.installed $(TASKS_EMULATOR) ## The service's tests (start their own Firestore and Cloud Tasks emulators).
+test-core: $(VENV)/.installed $(TASKS_EMULATOR) redis-server ## The service's tests (start their own Firestore, Spanner and Cloud Tasks emulators and redis-server).
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 test-deploy: $(VENV)/.installed ## Image, deploy scripts and Terraform, checked offline (installs its tools).
@@ -54,6 +54,15 @@ lock: ## Re-lock requirements/*.txt (with hashes) after changing pyproject.toml'
 	$(PIP_COMPILE) --extra test -o requirements/test.txt pyproject.toml
 	$(PIP_COMPILE) -c requirements/test.txt --extra spanner --extra redis -o requirements/runtime.txt pyproject.toml  # the image carries every store's driver
 	$(PYTHON) requirements/stamp.py --write
+
+# The Redis store's tests run a real redis-server (Debian's package); the Firestore and Spanner
+# emulators come with gcloud.
+redis-server:
+	@command -v redis-server >/dev/null || { \
+	  echo "installing redis-server (Debian package) for the Redis store's tests" >&2; \
+	  if [ "$$(id -u)" = 0 ]; then sudo=; else sudo=sudo; fi; \
+	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq redis-server >/dev/null; \
+	} || { echo "redis-server is missing and could not be installed: run apt-get install -y redis-server" >&2; exit 1; }
 
 $(TASKS_EMULATOR):
 	test -x $(dir $@)bin/python || $(PYTHON) -m venv $(dir $@)
