@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.procs import REPO, FirestoreEmulator, _listening, free_port, wait_for
+from tests.support.procs import REPO, FirestoreEmulator, listening, free_port, wait_for
 
 SPANNER_PROJECT = "runonce-test"
 SPANNER_INSTANCE = "runonce"
@@ -49,7 +49,7 @@ def start_redis(log_dir: Path, port: int | None = None) -> Server:
     proc = _spawn([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], log)
     server = Server(proc, port, log)
     try:
-        wait_for(lambda: _listening(port), 20, "redis-server", proc, log)
+        wait_for(lambda: listening(port), 20, "redis-server", proc, log)
     except Exception:
         server.stop()
         raise
@@ -71,7 +71,7 @@ def start_spanner_emulator(log_dir: Path) -> Server:
     proc = _spawn([binary, "--host_port", f"127.0.0.1:{port}", "--override_max_databases_per_instance", "1000"], log)
     server = Server(proc, port, log)
     try:
-        wait_for(lambda: _listening(port), 30, "Spanner emulator", proc, log)
+        wait_for(lambda: listening(port), 30, "Spanner emulator", proc, log)
         _create_instance(server.host)
     except Exception:
         server.stop()
