@@ -135,6 +135,9 @@ EOT
     var.store != "redis" || var.create_redis_instance || can(regex("^rediss?://", var.redis_url)) ? [] : [
       "store = \"redis\" with create_redis_instance = false needs redis_url = \"redis://HOST:PORT/DB\" or \"rediss://HOST:PORT/DB?ca_file=PATH\"."
     ],
+    var.store != "redis" || !var.create_redis_instance || length(var.service_name) <= 40 ? [] : [
+      "store = \"redis\": the Memorystore instance is named after service_name, which must then be at most 40 characters (it has ${length(var.service_name)})."
+    ],
     var.subnetwork == null || var.network != null ? [] : [
       "subnetwork is set but network is not: Direct VPC egress needs both."
     ],

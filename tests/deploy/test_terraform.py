@@ -375,13 +375,15 @@ def test_grants_follow_the_routes_targets(rules_module: Path, tmp_path: Path) ->
         ({"store": "redis", "network": "default", "create_redis_instance": False},
          'store = "redis" with create_redis_instance = false needs redis_url = "redis://HOST:PORT/DB"'),
         ({"subnetwork": "runonce"}, "subnetwork is set but network is not"),
+        ({"store": "redis", "network": "default", "service_name": "r" * 41},
+         "the Memorystore instance is named after service_name, which must then be at most 40 characters (it has 41)"),
         ({"store": "mysql"}, "store must be one of: firestore, spanner, redis."),
         ({"store": "redis", "network": "default", "redis_transit_encryption_mode": "ON"},
          "redis_transit_encryption_mode must be SERVER_AUTHENTICATION or DISABLED."),
     ],
     ids=["short-retries", "short-deadline", "unknown-route", "retention", "timeout-vs-lease", "zone-not-region", "image-by-tag",
          "route-name", "target-type", "job-name-format", "empty-schedule", "six-field-cron", "body-not-object",
-         "redis-without-network", "redis-without-url", "subnetwork-without-network", "unknown-store", "redis-tls-mode"],
+         "redis-without-network", "redis-without-url", "subnetwork-without-network", "redis-instance-name", "unknown-store", "redis-tls-mode"],
 )
 def test_broken_configuration_stops_the_plan_with_a_precise_message(
     rules_module: Path, tmp_path: Path, change: dict, message: str
