@@ -407,6 +407,16 @@ def test_spanner_database_ddl_is_the_stores_ddl_and_its_url_opens_that_table(rul
     assert (url.project, url.instance, url.database, url.table) == ("my-project", "claims", "runs-db", "my_runs")
 
 
+@pytest.mark.parametrize("change", [
+    {"store": "redis", "network": "default"},
+    {"store": "redis", "network": "projects/net-proj/global/networks/shared", "subnetwork": "runonce",
+     "create_redis_instance": False, "redis_url": "redis://10.0.0.3:6379/0"},
+    {"store": "spanner", "create_spanner_instance": False, "create_spanner_database": False},
+], ids=["redis-created", "redis-existing", "spanner-existing"])
+def test_complete_store_settings_pass_the_rules(rules_module: Path, tmp_path: Path, change: dict) -> None:
+    evaluate(rules_module, tmp_path, {**BASE_VARS, **change})
+
+
 def test_store_choice_wires_database_grant_vpc_egress_and_env(hcl_trees: dict[str, dict]) -> None:
     resources = _resources(hcl_trees)
     database = resources["google_spanner_database.this"]
