@@ -21,6 +21,12 @@ Options (each also read from the environment variable in brackets):
   --service NAME                Cloud Run service (default: runonce)               [SERVICE]
   --runtime-sa ID|EMAIL         runtime account (default: runonce)                 [RUNTIME_SA]
   --invoker-sa ID|EMAIL         the only account allowed to call (default: runonce-invoker) [INVOKER_SA]
+  --store URL                   RUNONCE_STORE: firestore (default), spanner://projects/P/instances/I/databases/D[?table=T]
+                                or redis[s]://[:PASSWORD@]HOST:PORT/DB[?ca_file=PATH] (a Memorystore
+                                instance: needs --network)                         [STORE]
+  --network NETWORK             Direct VPC egress through this VPC network, private ranges only
+                                (required for Memorystore, which has only a private address) [NETWORK]
+  --subnet SUBNET               the network's subnet for the egress (default: Cloud Run's choice) [SUBNET]
   --firestore-database NAME     default: (default)                                [FIRESTORE_DATABASE]
   --firestore-collection NAME   default: runonce_runs                              [FIRESTORE_COLLECTION]
   --lease-seconds N             RUNONCE_LEASE_SECONDS (default: 300)               [LEASE_SECONDS]
@@ -48,6 +54,9 @@ ROUTES_FILE="${ROUTES_FILE:-}"
 SERVICE="${SERVICE:-runonce}"
 RUNTIME_SA="${RUNTIME_SA:-runonce}"
 INVOKER_SA="${INVOKER_SA:-runonce-invoker}"
+STORE="${STORE:-firestore}"
+NETWORK="${NETWORK:-}"
+SUBNET="${SUBNET:-}"
 FIRESTORE_DATABASE="${FIRESTORE_DATABASE:-(default)}"
 FIRESTORE_COLLECTION="${FIRESTORE_COLLECTION:-runonce_runs}"
 LEASE_SECONDS="${LEASE_SECONDS:-300}"
@@ -69,6 +78,9 @@ while [[ $# -gt 0 ]]; do
     --service) SERVICE="$(flag_value "$@")"; shift 2 ;;
     --runtime-sa) RUNTIME_SA="$(flag_value "$@")"; shift 2 ;;
     --invoker-sa) INVOKER_SA="$(flag_value "$@")"; shift 2 ;;
+    --store) STORE="$(flag_value "$@")"; shift 2 ;;
+    --network) NETWORK="$(flag_value "$@")"; shift 2 ;;
+    --subnet) SUBNET="$(flag_value "$@")"; shift 2 ;;
     --firestore-database) FIRESTORE_DATABASE="$(flag_value "$@")"; shift 2 ;;
     --firestore-collection) FIRESTORE_COLLECTION="$(flag_value "$@")"; shift 2 ;;
     --lease-seconds) LEASE_SECONDS="$(flag_value "$@")"; shift 2 ;;
@@ -102,6 +114,14 @@ check_lease_rule "$LEASE_SECONDS" "$DISPATCH_TIMEOUT_SECONDS" "$RETENTION_SECOND
   usage_error "--image must be in Artifact Registry (REGION-docker.pkg.dev/...) or name a digest (IMAGE@sha256:...): a re-pushed tag would not be deployed"
 [[ "$AUTH" =~ ^(oidc|cloud_run_iam)$ ]] || usage_error "--auth must be oidc or cloud_run_iam"
 check_names "$PROJECT_ID" "$FIRESTORE_DATABASE" "$FIRESTORE_COLLECTION"
+check_store "$STORE"
+[[ "$STORE" =~ $REDIS_STORE && -z "$NETWORK" ]] &&
+  usage_error "--store redis://... needs --network: Cloud Run reaches Memorystore only through Direct VPC egress on the instance's authorized network"
+[[ -n "$SUBNET" && -z "$NETWORK" ]] && usage_error "--subnet needs --network (Direct VPC egress)"
+for name in "$NETWORK" "$SUBNET"; do
+  [[ -z "$name" || "$name" =~ ^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$ || "$name" =~ ^projects/[^/[:space:]]+/(global|regions/[a-z0-9-]+)/(networks|subnetworks)/[a-z]([-a-z0-9]{0,61}[a-z0-9])?$ ]] ||
+    usage_error "--network and --subnet must be a name (e.g. default) or projects/P/global/networks/N | projects/P/regions/R/subnetworks/S, got '$name'"
+done
 "$PYTHON" "$DEPLOY_LIB/routes_iam.py" "$ROUTES_FILE" >/dev/null # validates the routes file
 
 RUNTIME_EMAIL="$(sa_email "$RUNTIME_SA" "$PROJECT_ID")"
@@ -112,11 +132,14 @@ WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 ENV_FILE="$WORK/env.yaml"
 # Written by Python's JSON encoder (JSON is YAML): every value quoted and escaped, whatever it holds.
-"$PYTHON" - "$ENV_FILE" "$ROUTES_FILE" \
-  "RUNONCE_STORE=firestore" \
-  "RUNONCE_FIRESTORE_PROJECT=$PROJECT_ID" \
-  "RUNONCE_FIRESTORE_DATABASE=$FIRESTORE_DATABASE" \
-  "RUNONCE_FIRESTORE_COLLECTION=$FIRESTORE_COLLECTION" \
+# The Firestore settings only with the Firestore store.
+STORE_ENV=("RUNONCE_STORE=$STORE")
+[[ "$STORE" == "firestore" ]] && STORE_ENV+=(
+  "RUNONCE_FIRESTORE_PROJECT=$PROJECT_ID"
+  "RUNONCE_FIRESTORE_DATABASE=$FIRESTORE_DATABASE"
+  "RUNONCE_FIRESTORE_COLLECTION=$FIRESTORE_COLLECTION"
+)
+"$PYTHON" - "$ENV_FILE" "$ROUTES_FILE" ${STORE_ENV[@]+"${STORE_ENV[@]}"} \
   "RUNONCE_AUTH=$AUTH" \
   "RUNONCE_AUDIENCE=$URL" \
   "RUNONCE_ALLOWED_CALLERS=$INVOKER_EMAIL" \
@@ -155,6 +178,9 @@ DEPLOY_FLAGS=(
   --max-instances="$MAX_INSTANCES"
   --cpu-boost
 )
+# Direct VPC egress: only private ranges through the network; Google APIs keep the default path.
+[[ -n "$NETWORK" ]] && DEPLOY_FLAGS+=(--network="$NETWORK" --vpc-egress=private-ranges-only)
+[[ -n "$SUBNET" ]] && DEPLOY_FLAGS+=(--subnet="$SUBNET")
 # Label values allow [a-z0-9_-]{0,63}: the first 32 hex digits of the configuration's sha256.
 FINGERPRINT="$({ printf '%s\n' "$SERVICE" ${DEPLOY_FLAGS[@]+"${DEPLOY_FLAGS[@]}"}; cat "$ENV_FILE"; } | sha256sum | cut -c1-32)"
 DEPLOY_FLAGS+=(--env-vars-file="$ENV_FILE") # its temporary path stays out of the fingerprint

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# runonce's project-side setup: service accounts, the Firestore claim store with its TTL policy,
-# and the runtime account's least-privilege grants for the routes' targets. Idempotent: every step
+# runonce's project-side setup: service accounts, the claim store (Firestore with its TTL policy, or
+# roles/spanner.databaseUser on a Spanner database), and the runtime account's least-privilege grants for the routes' targets. Idempotent: every step
 # reads first and changes only what is missing, so a second run changes nothing.
 case "${BASH_VERSION:-}" in "" | [12].* | 3.[01].*) echo "$0: needs bash 3.2 or later (macOS's /bin/bash is 3.2), not ${BASH_VERSION:-sh}" >&2; exit 1 ;; esac
 set -euo pipefail
@@ -12,7 +12,8 @@ usage() {
 Usage: $(basename "$0") --project PROJECT_ID --region REGION --routes-file FILE [options]
 
 Creates (if absent) runonce's runtime and invoker service accounts and its Firestore database with a
-TTL policy on the run records' expire_at, then grants the runtime account what its routes' targets
+TTL policy on the run records' expire_at (with --store spanner://...: grants roles/spanner.databaseUser
+on that database instead; with --store redis://...: nothing, Memorystore has no IAM for data), then grants the runtime account what its routes' targets
 need (README's IAM table), with custom roles in the targets' projects where no predefined role is
 narrow enough (creating them needs iam.roles.create there, e.g. roles/iam.roleAdmin). The invoker's roles/run.invoker on the service is granted by
 deploy-service.sh, once the service exists.
@@ -23,6 +24,8 @@ Options (each also read from the environment variable in brackets):
   --routes-file FILE             routes file (YAML or JSON) the service will serve   [ROUTES_FILE]
   --runtime-sa ID|EMAIL          runtime service account (default: runonce)          [RUNTIME_SA]
   --invoker-sa ID|EMAIL          Scheduler's invoker account (default: runonce-invoker) [INVOKER_SA]
+  --store URL                    claim store: firestore (default), spanner://projects/P/instances/I/databases/D[?table=T]
+                                 (create its table with 'runonce store init') or redis[s]://HOST:PORT/DB  [STORE]
   --firestore-database NAME      default: (default)                                 [FIRESTORE_DATABASE]
   --firestore-location LOCATION  for a new database; default: the region            [FIRESTORE_LOCATION]
   --firestore-collection NAME    run records' collection (default: runonce_runs)     [FIRESTORE_COLLECTION]
@@ -43,6 +46,7 @@ REGION="${REGION:-}"
 ROUTES_FILE="${ROUTES_FILE:-}"
 RUNTIME_SA="${RUNTIME_SA:-runonce}"
 INVOKER_SA="${INVOKER_SA:-runonce-invoker}"
+STORE="${STORE:-firestore}"
 FIRESTORE_DATABASE="${FIRESTORE_DATABASE:-(default)}"
 FIRESTORE_LOCATION="${FIRESTORE_LOCATION:-}"
 FIRESTORE_COLLECTION="${FIRESTORE_COLLECTION:-runonce_runs}"
@@ -57,6 +61,7 @@ while [[ $# -gt 0 ]]; do
     --routes-file) ROUTES_FILE="$(flag_value "$@")"; shift 2 ;;
     --runtime-sa) RUNTIME_SA="$(flag_value "$@")"; shift 2 ;;
     --invoker-sa) INVOKER_SA="$(flag_value "$@")"; shift 2 ;;
+    --store) STORE="$(flag_value "$@")"; shift 2 ;;
     --firestore-database) FIRESTORE_DATABASE="$(flag_value "$@")"; shift 2 ;;
     --firestore-location) FIRESTORE_LOCATION="$(flag_value "$@")"; shift 2 ;;
     --firestore-collection) FIRESTORE_COLLECTION="$(flag_value "$@")"; shift 2 ;;
@@ -75,6 +80,7 @@ require "$ROUTES_FILE" "--routes-file (or ROUTES_FILE)"
 FIRESTORE_LOCATION="${FIRESTORE_LOCATION:-$REGION}"
 [[ "$CLOUD_BUILD_ROLE" =~ ^(custom|predefined)$ ]] || usage_error "--cloud-build-role must be custom or predefined"
 check_names "$PROJECT_ID" "$FIRESTORE_DATABASE" "$FIRESTORE_COLLECTION"
+check_store "$STORE"
 for service in ${DOWNSTREAM[@]+"${DOWNSTREAM[@]}"}; do
   [[ -z "$service" || "$service" =~ ^projects/[^/]+/locations/[^/]+/services/[^/]+$ ]] ||
     usage_error "--downstream-service must look like projects/P/locations/L/services/S, got '$service'"
@@ -103,28 +109,51 @@ ensure_service_account "$RUNTIME_EMAIL" "runonce runtime" \
 ensure_service_account "$INVOKER_EMAIL" "runonce invoker" \
   "Cloud Scheduler jobs sign their OIDC tokens as this account to call runonce."
 
-if gc firestore databases describe --database="$FIRESTORE_DATABASE" --project="$PROJECT_ID" \
-  --format='value(name)' >/dev/null 2>&1; then
-  log "= Firestore database $FIRESTORE_DATABASE exists"
-else
-  log "+ Firestore database $FIRESTORE_DATABASE in $FIRESTORE_LOCATION (delete protection on)"
-  gc firestore databases create --database="$FIRESTORE_DATABASE" --location="$FIRESTORE_LOCATION" \
-    --type=firestore-native --delete-protection --project="$PROJECT_ID" --format='value(name)' >/dev/null
-fi
+# Firestore: the database, the TTL policy on expire_at, and roles/datastore.user on that database only.
+ensure_firestore_store() {
+  if gc firestore databases describe --database="$FIRESTORE_DATABASE" --project="$PROJECT_ID" \
+    --format='value(name)' >/dev/null 2>&1; then
+    log "= Firestore database $FIRESTORE_DATABASE exists"
+  else
+    log "+ Firestore database $FIRESTORE_DATABASE in $FIRESTORE_LOCATION (delete protection on)"
+    gc firestore databases create --database="$FIRESTORE_DATABASE" --location="$FIRESTORE_LOCATION" \
+      --type=firestore-native --delete-protection --project="$PROJECT_ID" --format='value(name)' >/dev/null
+  fi
 
-TTL_FIELDS="$(gc firestore fields ttls list --database="$FIRESTORE_DATABASE" \
-  --collection-group="$FIRESTORE_COLLECTION" --project="$PROJECT_ID" --format='value(name)')"
-if grep -q "/collectionGroups/$FIRESTORE_COLLECTION/fields/expire_at$" <<<"$TTL_FIELDS"; then
-  log "= TTL policy on $FIRESTORE_COLLECTION.expire_at exists"
-else
-  log "+ TTL policy on $FIRESTORE_COLLECTION.expire_at"
-  gc firestore fields ttls update expire_at --collection-group="$FIRESTORE_COLLECTION" --enable-ttl \
-    --database="$FIRESTORE_DATABASE" --project="$PROJECT_ID" --format='value(name)' >/dev/null
-fi
+  TTL_FIELDS="$(gc firestore fields ttls list --database="$FIRESTORE_DATABASE" \
+    --collection-group="$FIRESTORE_COLLECTION" --project="$PROJECT_ID" --format='value(name)')"
+  if grep -q "/collectionGroups/$FIRESTORE_COLLECTION/fields/expire_at$" <<<"$TTL_FIELDS"; then
+    log "= TTL policy on $FIRESTORE_COLLECTION.expire_at exists"
+  else
+    log "+ TTL policy on $FIRESTORE_COLLECTION.expire_at"
+    gc firestore fields ttls update expire_at --collection-group="$FIRESTORE_COLLECTION" --enable-ttl \
+      --database="$FIRESTORE_DATABASE" --project="$PROJECT_ID" --format='value(name)' >/dev/null
+  fi
 
-# The claim store: only runonce's own database (IAM condition on the database's resource name).
-ensure_binding roles/datastore.user "$RUNTIME_MEMBER" "runonce-database-only" \
-  "resource.name == \"projects/$PROJECT_ID/databases/$FIRESTORE_DATABASE\"" projects -- "$PROJECT_ID"
+  # The claim store: only runonce's own database (IAM condition on the database's resource name).
+  ensure_binding roles/datastore.user "$RUNTIME_MEMBER" "runonce-database-only" \
+    "resource.name == \"projects/$PROJECT_ID/databases/$FIRESTORE_DATABASE\"" projects -- "$PROJECT_ID"
+  STORE_DONE="Firestore $FIRESTORE_DATABASE/$FIRESTORE_COLLECTION"
+}
+
+# Spanner: read and write rows of that one database (its table comes from `runonce store init`).
+ensure_spanner_store() {
+  [[ "$STORE" =~ $SPANNER_STORE ]]
+  local project="${BASH_REMATCH[1]}" instance="${BASH_REMATCH[2]}" database="${BASH_REMATCH[3]}"
+  ensure_binding roles/spanner.databaseUser "$RUNTIME_MEMBER" "" "" spanner databases -- "$database" \
+    --instance="$instance" --project="$project"
+  log "  the run table: RUNONCE_STORE='$STORE' runonce store init (creates it with its row deletion policy, once)"
+  STORE_DONE="Spanner projects/$project/instances/$instance/databases/$database"
+}
+
+case "$STORE" in
+  firestore) ensure_firestore_store ;;
+  spanner://*) ensure_spanner_store ;;
+  *)
+    log "= Redis store: no IAM grant (Memorystore data has none); deploy with deploy-service.sh --network for Direct VPC egress"
+    STORE_DONE="Redis"
+    ;;
+esac
 
 while IFS=$'\t' read -r role kind resource; do
   [[ -n "$role" ]] || continue
@@ -153,4 +182,4 @@ for service in ${DOWNSTREAM[@]+"${DOWNSTREAM[@]}"}; do
     --region="$svc_region" --project="$svc_project"
 done
 
-log "done: runtime $RUNTIME_EMAIL, invoker $INVOKER_EMAIL, Firestore $FIRESTORE_DATABASE/$FIRESTORE_COLLECTION"
+log "done: runtime $RUNTIME_EMAIL, invoker $INVOKER_EMAIL, store $STORE_DONE"

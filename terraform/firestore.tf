@@ -1,10 +1,10 @@
 /**
- * The claim store: a Firestore (native mode) database and a TTL policy that deletes run records
+ * The claim store when store = "firestore" (the default): a Firestore (native mode) database and a TTL policy that deletes run records
  * once their `expire_at` (created_at + retention) has passed.
  */
 
 resource "google_firestore_database" "this" {
-  count = var.create_firestore_database ? 1 : 0
+  count = var.store == "firestore" && var.create_firestore_database ? 1 : 0
 
   project     = var.project_id
   name        = var.firestore_database
@@ -21,6 +21,8 @@ resource "google_firestore_database" "this" {
 }
 
 resource "google_firestore_field" "expire_at_ttl" {
+  count = var.store == "firestore" ? 1 : 0
+
   project    = var.project_id
   database   = var.create_firestore_database ? google_firestore_database.this[0].name : var.firestore_database
   collection = var.firestore_collection

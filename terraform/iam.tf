@@ -12,10 +12,15 @@
  * |                     | roles/iam.serviceAccountUser           | each var.trigger_service_accounts  |
  * | http with audience  | roles/run.invoker                      | each var.downstream_services       |
  * | log                 | nothing                                |                                    |
+ *
+ * The claim store: roles/datastore.user on the Firestore database (below), roles/spanner.databaseUser
+ * on the Spanner database, or roles/secretmanager.secretAccessor on the Memorystore CA's secret (stores.tf).
  */
 
-# The claim store, limited by an IAM condition to runonce's own database.
+# The Firestore claim store (Spanner's grant is in stores.tf), limited by an IAM condition to runonce's own database.
 resource "google_project_iam_member" "runtime_datastore" {
+  count = var.store == "firestore" ? 1 : 0
+
   project = var.project_id
   role    = "roles/datastore.user"
   member  = google_service_account.runtime.member

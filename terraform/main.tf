@@ -3,7 +3,7 @@
  *
  * Scheduler jobs (scheduler.tf) call the service with an OIDC token of the invoker account; the
  * service runs as the runtime account, which holds only what its routes' targets need (iam.tf) and
- * its Firestore claim store (firestore.tf).
+ * its claim store: Firestore (firestore.tf), Cloud Spanner or Memorystore for Redis (stores.tf).
  */
 
 locals {
@@ -12,11 +12,20 @@ locals {
   # does not depend on its own output.
   service_url = "https://${var.service_name}-${data.google_project.this.number}.${var.region}.run.app"
 
-  runonce_env = {
-    RUNONCE_STORE                    = "firestore"
-    RUNONCE_FIRESTORE_PROJECT        = var.project_id
-    RUNONCE_FIRESTORE_DATABASE       = var.firestore_database
-    RUNONCE_FIRESTORE_COLLECTION     = var.firestore_collection
+  # RUNONCE_STORE from the store choice; the Firestore settings only with the Firestore store.
+  store_url = {
+    firestore = "firestore"
+    spanner   = local.spanner_store_url
+    redis     = local.redis_url
+  }[var.store]
+  firestore_env = var.store == "firestore" ? {
+    RUNONCE_FIRESTORE_PROJECT    = var.project_id
+    RUNONCE_FIRESTORE_DATABASE   = var.firestore_database
+    RUNONCE_FIRESTORE_COLLECTION = var.firestore_collection
+  } : {}
+
+  runonce_env = merge(local.firestore_env, {
+    RUNONCE_STORE                    = local.store_url
     RUNONCE_ROUTES                   = jsonencode({ routes = var.routes })
     RUNONCE_AUTH                     = var.auth
     RUNONCE_AUDIENCE                 = local.service_url
@@ -24,15 +33,19 @@ locals {
     RUNONCE_LEASE_SECONDS            = tostring(var.lease_seconds)
     RUNONCE_DISPATCH_TIMEOUT_SECONDS = tostring(var.dispatch_timeout_seconds)
     RUNONCE_RETENTION_SECONDS        = tostring(var.retention_seconds)
-  }
+  })
   container_env = merge(var.env, local.runonce_env)
 
-  apis = var.enable_apis ? toset([
+  store_apis = {
+    firestore = ["firestore.googleapis.com"]
+    spanner   = ["spanner.googleapis.com"]
+    redis     = ["redis.googleapis.com", "secretmanager.googleapis.com"]
+  }[var.store]
+  apis = var.enable_apis ? toset(concat([
     "cloudscheduler.googleapis.com",
-    "firestore.googleapis.com",
     "iam.googleapis.com",
     "run.googleapis.com",
-  ]) : toset([])
+  ], local.store_apis)) : toset([])
 }
 
 data "google_project" "this" {
@@ -85,11 +98,47 @@ resource "google_cloud_run_v2_service" "this" {
       max_instance_count = var.max_instances
     }
 
+    # Direct VPC egress: Memorystore has only a private address. Only private ranges go through the
+    # network; Google APIs and http targets keep the default path.
+    dynamic "vpc_access" {
+      for_each = var.network == null ? [] : [var.network]
+      content {
+        network_interfaces {
+          network    = vpc_access.value
+          subnetwork = var.subnetwork
+        }
+        egress = "PRIVATE_RANGES_ONLY"
+      }
+    }
+
+    # The Memorystore instance's CA (transit encryption), for the rediss:// URL's ca_file.
+    dynamic "volumes" {
+      for_each = local.redis_ca_secret ? ["redis-ca"] : []
+      content {
+        name = volumes.value
+        secret {
+          secret = google_secret_manager_secret.redis_ca[0].secret_id
+          items {
+            version = google_secret_manager_secret_version.redis_ca[0].version
+            path    = local.redis_ca_file_name
+          }
+        }
+      }
+    }
+
     containers {
       image = var.image
 
       ports {
         container_port = 8080
+      }
+
+      dynamic "volume_mounts" {
+        for_each = local.redis_ca_secret ? ["redis-ca"] : []
+        content {
+          name       = volume_mounts.value
+          mount_path = local.redis_ca_dir
+        }
       }
 
       dynamic "env" {
@@ -124,6 +173,8 @@ resource "google_cloud_run_v2_service" "this" {
     google_project_iam_member.runtime_datastore,
     google_project_iam_member.runtime_self_check,
     google_firestore_field.expire_at_ttl,
+    google_spanner_database_iam_member.runtime,
+    google_secret_manager_secret_iam_member.runtime_redis_ca,
     terraform_data.rules,
   ]
 }

@@ -19,8 +19,13 @@ output "invoker_service_account_email" {
 }
 
 output "firestore_database" {
-  description = "Firestore database holding the run records."
-  value       = google_firestore_field.expire_at_ttl.database
+  description = "Firestore database holding the run records (null unless store = \"firestore\")."
+  value       = one(google_firestore_field.expire_at_ttl[*].database)
+}
+
+output "store_url" {
+  description = "The service's RUNONCE_STORE: \"firestore\", spanner://projects/P/instances/I/databases/D?table=T, or the Memorystore instance's redis(s):// URL."
+  value       = local.store_url
 }
 
 output "scheduler_job_ids" {

@@ -97,10 +97,57 @@ locals {
   # The service's own start-up rule (app/settings.py: lease >= dispatch timeout + 2 x store timeout
   # + LEASE_MARGIN_SECONDS), with RUNONCE_STORE_TIMEOUT_SECONDS at its default; a test holds both
   # numbers to the code.
+  # The Spanner run table: app/stores/spanner.py's DDL, the text `runonce store init` applies (a test
+  # holds the two equal). Its row deletion policy deletes a record once expire_at has passed.
+  spanner_ddl = replace(chomp(<<EOT
+CREATE TABLE {table} (
+  run_id STRING(MAX) NOT NULL,
+  status STRING(16) NOT NULL,
+  attempt_id STRING(64) NOT NULL,
+  attempts INT64 NOT NULL,
+  lease_expires TIMESTAMP NOT NULL,
+  expire_at TIMESTAMP NOT NULL,
+  created_at TIMESTAMP NOT NULL,
+  updated_at TIMESTAMP NOT NULL,
+  route STRING(MAX) NOT NULL,
+  source STRING(MAX) NOT NULL,
+  project STRING(MAX) NOT NULL,
+  location STRING(MAX) NOT NULL,
+  job STRING(MAX) NOT NULL,
+  schedule_time STRING(MAX),
+  task STRING(MAX),
+  body_sha256 STRING(64) NOT NULL,
+  target STRING(MAX),
+  last_error STRING(MAX),
+  task_retry_count INT64,
+  task_execution_count INT64,
+) PRIMARY KEY (run_id),
+  ROW DELETION POLICY (OLDER_THAN(expire_at, INTERVAL 0 DAY))
+EOT
+  ), "{table}", var.spanner_table)
+
+  spanner_store_url = "spanner://projects/${var.project_id}/instances/${var.spanner_instance}/databases/${var.spanner_database}?table=${var.spanner_table}"
+
+  store_violations = concat(
+    var.store != "redis" || var.network != null ? [] : [
+      "store = \"redis\" needs network: Cloud Run reaches Memorystore only through Direct VPC egress, so set network (e.g. \"default\") to the VPC network the instance is authorized on."
+    ],
+    var.store != "redis" || var.create_redis_instance || can(regex("^rediss?://", var.redis_url)) ? [] : [
+      "store = \"redis\" with create_redis_instance = false needs redis_url = \"redis://HOST:PORT/DB\" or \"rediss://HOST:PORT/DB?ca_file=PATH\"."
+    ],
+    var.store != "redis" || !var.create_redis_instance || length(var.service_name) <= 40 ? [] : [
+      "store = \"redis\": the Memorystore instance is named after service_name, which must then be at most 40 characters (it has ${length(var.service_name)})."
+    ],
+    var.subnetwork == null || var.network != null ? [] : [
+      "subnetwork is set but network is not: Direct VPC egress needs both."
+    ],
+  )
+
   store_timeout_seconds = 5
   lease_margin_seconds  = 1
 
   rule_violations = concat(
+    local.store_violations,
     var.lease_seconds >= var.dispatch_timeout_seconds + 2 * local.store_timeout_seconds + local.lease_margin_seconds ? [] : [
       "lease_seconds (${var.lease_seconds}) must be at least dispatch_timeout_seconds (${var.dispatch_timeout_seconds}) + 2 x the store timeout (${local.store_timeout_seconds}) + ${local.lease_margin_seconds} = ${var.dispatch_timeout_seconds + 2 * local.store_timeout_seconds + local.lease_margin_seconds}: an attempt still dispatching or finishing after its lease could overlap the next one."
     ],

@@ -169,6 +169,126 @@ variable "invoker_service_account_id" {
   }
 }
 
+variable "store" {
+  description = "Claim store (RUNONCE_STORE): \"firestore\" (a Firestore database and TTL policy), \"spanner\" (a Cloud Spanner database whose table has a row deletion policy) or \"redis\" (a Memorystore for Redis instance, reached over Direct VPC egress on network)."
+  type        = string
+  default     = "firestore"
+
+  validation {
+    condition     = contains(["firestore", "spanner", "redis"], var.store)
+    error_message = "store must be one of: firestore, spanner, redis."
+  }
+}
+
+variable "network" {
+  description = "VPC network of the service's Direct VPC egress (e.g. \"default\" or \"projects/P/global/networks/N\"), and the network a created Memorystore instance is authorized on. Required when store = \"redis\"; null for no VPC egress."
+  type        = string
+  default     = null
+}
+
+variable "subnetwork" {
+  description = "Subnetwork of network in region the service's Direct VPC egress takes its addresses from; null lets Cloud Run pick the network's subnet of the same name as the region's."
+  type        = string
+  default     = null
+}
+
+variable "create_spanner_instance" {
+  description = "store = \"spanner\": create the Spanner instance spanner_instance. Set to false to use one that already exists."
+  type        = bool
+  default     = true
+}
+
+variable "spanner_instance" {
+  description = "store = \"spanner\": Spanner instance (ID) holding the database."
+  type        = string
+  default     = "runonce"
+
+  validation {
+    condition     = can(regex("^[a-z][-a-z0-9]{0,62}[a-z0-9]$", var.spanner_instance))
+    error_message = "spanner_instance must be 2-64 lower-case letters, digits and hyphens, starting with a letter."
+  }
+}
+
+variable "spanner_instance_config" {
+  description = "store = \"spanner\": configuration of a created instance (e.g. \"regional-europe-west1\", \"eur3\"); defaults to regional-<region>."
+  type        = string
+  default     = null
+}
+
+variable "spanner_processing_units" {
+  description = "store = \"spanner\": compute capacity of a created instance, in processing units (100 = 1/10 node)."
+  type        = number
+  default     = 100
+}
+
+variable "create_spanner_database" {
+  description = "store = \"spanner\": create the database spanner_database, with the run table and its row deletion policy. Set to false to use one that already exists (create its table with `runonce store init`)."
+  type        = bool
+  default     = true
+}
+
+variable "spanner_database" {
+  description = "store = \"spanner\": Spanner database holding the run table."
+  type        = string
+  default     = "runonce"
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9_-]{0,28}[a-z0-9]$", var.spanner_database))
+    error_message = "spanner_database must be 2-30 lower-case letters, digits, '_' and '-', starting with a letter."
+  }
+}
+
+variable "spanner_table" {
+  description = "store = \"spanner\": table of run records (the URL's ?table=)."
+  type        = string
+  default     = "runonce_runs"
+
+  validation {
+    condition     = can(regex("^[A-Za-z][A-Za-z0-9_]{0,127}$", var.spanner_table))
+    error_message = "spanner_table must be 1-128 letters, digits and '_', starting with a letter."
+  }
+}
+
+variable "create_redis_instance" {
+  description = "store = \"redis\": create a Memorystore for Redis instance. Set to false to use redis_url instead."
+  type        = bool
+  default     = true
+}
+
+variable "redis_url" {
+  description = "store = \"redis\" with create_redis_instance = false: the RUNONCE_STORE URL of an existing Redis (redis://HOST:PORT/DB or rediss://...?ca_file=PATH), reachable from network."
+  type        = string
+  default     = null
+}
+
+variable "redis_tier" {
+  description = "store = \"redis\": tier of a created instance: STANDARD_HA (a replica, automatic failover) or BASIC (one node: a restart loses the run records)."
+  type        = string
+  default     = "STANDARD_HA"
+
+  validation {
+    condition     = contains(["STANDARD_HA", "BASIC"], var.redis_tier)
+    error_message = "redis_tier must be STANDARD_HA or BASIC."
+  }
+}
+
+variable "redis_memory_size_gb" {
+  description = "store = \"redis\": memory of a created instance, in GiB."
+  type        = number
+  default     = 1
+}
+
+variable "redis_transit_encryption_mode" {
+  description = "store = \"redis\": SERVER_AUTHENTICATION (TLS; the service gets the instance's CA through Secret Manager, mounted as a file) or DISABLED."
+  type        = string
+  default     = "SERVER_AUTHENTICATION"
+
+  validation {
+    condition     = contains(["SERVER_AUTHENTICATION", "DISABLED"], var.redis_transit_encryption_mode)
+    error_message = "redis_transit_encryption_mode must be SERVER_AUTHENTICATION or DISABLED."
+  }
+}
+
 variable "create_firestore_database" {
   description = "Create the Firestore database. Set to false to use one that already exists (its name in firestore_database)."
   type        = bool
@@ -338,7 +458,7 @@ variable "downstream_services" {
 }
 
 variable "enable_apis" {
-  description = "Enable the APIs runonce needs (Cloud Run, Firestore, Cloud Scheduler, IAM). They are never disabled on destroy."
+  description = "Enable the APIs runonce needs (Cloud Run, Cloud Scheduler, IAM, and the store's: Firestore, Spanner, or Memorystore and Secret Manager). They are never disabled on destroy."
   type        = bool
   default     = true
 }

@@ -43,6 +43,15 @@ check_names() {
     usage_error "--firestore-collection must be 1-100 letters, digits, '-' or '_', got '$3'"
 }
 
+# check_store URL: RUNONCE_STORE in a form runonce opens (app/stores): firestore, a Spanner database,
+# or a Redis URL; checked before it reaches the env file or an IAM grant.
+SPANNER_STORE='^spanner://projects/([a-z][a-z0-9-]{4,28}[a-z0-9])/instances/([a-z][-a-z0-9]{0,62}[a-z0-9])/databases/([a-z][a-z0-9_-]{0,28}[a-z0-9])([?]table=[A-Za-z][A-Za-z0-9_]{0,127})?$'
+REDIS_STORE='^rediss?://[^/?#[:space:]]+(/[0-9]+)?([?][^[:space:]]*)?$'
+check_store() {
+  [[ "$1" == "firestore" || "$1" =~ $SPANNER_STORE || "$1" =~ $REDIS_STORE ]] ||
+    usage_error "--store must be firestore, spanner://projects/P/instances/I/databases/D[?table=T] or redis://[:PASSWORD@]HOST[:PORT][/DB] (rediss://...?ca_file=PATH for TLS), got '$1'"
+}
+
 sa_email() { # sa_email ACCOUNT_ID_OR_EMAIL PROJECT
   if [[ "$1" == *@* ]]; then printf '%s' "$1"; else printf '%s@%s.iam.gserviceaccount.com' "$1" "$2"; fi
 }

@@ -40,6 +40,7 @@ DOCUMENTS = {
     "serviceusage": "serviceusage.v1.json",
     "artifactregistry": "artifactregistry.v1.json",
     "iamcredentials": "iamcredentials.v1.json",
+    "spanner": "spanner.v1.json",
 }
 # Scheduler's answer for the next fire time of any job here (output-only `scheduleTime`): what a
 # forced run carries as X-CloudScheduler-ScheduleTime.

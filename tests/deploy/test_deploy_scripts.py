@@ -88,7 +88,7 @@ def deploy(fake: FakeGoogle, tmp_path: Path):
         "CLOUDSDK_PROXY_PORT": str(fake.port),
         "PYTHON": shutil.which("python3") or "python3",
     }
-    for api in ("cloudscheduler", "iam", "cloudresourcemanager", "firestore", "run", "serviceusage", "artifactregistry"):
+    for api in ("cloudscheduler", "iam", "cloudresourcemanager", "firestore", "run", "serviceusage", "artifactregistry", "spanner"):
         env[f"CLOUDSDK_API_ENDPOINT_OVERRIDES_{api.upper()}"] = f"http://{api}.fake.invalid/"
 
     def run(script: str, *args: str, extra_env: dict[str, str] | None = None, expect: int = 0):
@@ -162,10 +162,20 @@ def test_help_documents_every_flag_the_script_parses(deploy, script: str) -> Non
         ("scheduler-job.sh", ["--project", PROJECT, "--location", REGION, "--job", "j", "--route", "etl",
                               "--schedule", "0 3 * * *", "--lease-seconds", "100", "--dispatch-timeout-seconds", "95"],
          "--lease-seconds (100) must be at least --dispatch-timeout-seconds (95) + 2 x the store timeout (5) + 1 = 106"),
+        ("setup.sh", ["--project", PROJECT, "--region", REGION, "--routes-file", "ROUTES",
+                      "--store", "spanner://projects/demo-project/instances/i1"], "--store must be firestore, spanner://projects/P/instances/I/databases/D[?table=T] or redis://"),
+        ("deploy-service.sh", ["--project", PROJECT, "--region", REGION, "--image", IMAGE, "--routes-file", "ROUTES",
+                               "--store", "mysql://db/runs"], "--store must be firestore, spanner://"),
+        ("deploy-service.sh", ["--project", PROJECT, "--region", REGION, "--image", IMAGE, "--routes-file", "ROUTES",
+                               "--store", "rediss://10.0.0.3:6378/0?ca_file=/etc/ca.pem"],
+         "--store redis://... needs --network: Cloud Run reaches Memorystore only through Direct VPC egress"),
+        ("deploy-service.sh", ["--project", PROJECT, "--region", REGION, "--image", IMAGE, "--routes-file", "ROUTES",
+                               "--subnet", "runonce"], "--subnet needs --network (Direct VPC egress)"),
     ],
     ids=["missing-project", "missing-image", "six-field-cron", "retries-shorter-than-lease", "short-deadline",
          "body-not-object", "unknown-flag", "retention-below-longest-window", "database-with-yaml",
-         "project-not-an-id", "tag-outside-artifact-registry", "deploy-lease-rule", "job-lease-rule"],
+         "project-not-an-id", "tag-outside-artifact-registry", "deploy-lease-rule", "job-lease-rule",
+         "spanner-url-without-database", "unknown-store", "redis-without-network", "subnet-without-network"],
 )
 def test_bad_input_exits_2_with_a_precise_message_and_touches_nothing(
     deploy, fake: FakeGoogle, routes_file: Path, script: str, args: list[str], message: str
@@ -295,6 +305,24 @@ def test_setup_with_no_optional_lists_and_a_new_database_replaces_the_stale_cond
     fake.requests.clear()
     deploy("setup.sh", *common, "--firestore-database", "runs-b")
     assert fake.mutations() == []
+
+
+def test_setup_with_spanner_grants_database_user_on_that_database_only_and_no_firestore(
+    deploy, fake: FakeGoogle, tmp_path: Path
+) -> None:
+    routes = tmp_path / "routes.yaml"
+    routes.write_text("routes:\n  demo:\n    target: {type: log}\n")
+    args = ["--project", PROJECT, "--region", REGION, "--routes-file", str(routes),
+            "--store", "spanner://projects/store-proj/instances/claims/databases/runs?table=my_runs"]
+    result = deploy("setup.sh", *args)
+    assert not [r for r in fake.requests if r.api == "firestore"]
+    grants = {r.path.split(":")[0]: policy_bindings(r) for r in fake.mutations() if r.method_id.endswith("setIamPolicy")}
+    assert grants == {"v1/projects/store-proj/instances/claims/databases/runs": [
+        ("roles/spanner.databaseUser", (f"serviceAccount:{RUNTIME}",), None)]}
+    assert "runonce store init" in result.stderr
+    fake.requests.clear()
+    deploy("setup.sh", *args)
+    assert fake.mutations() == [], "a second run must change nothing"
 
 
 # --- deploy-service.sh -----------------------------------------------------------------------------
@@ -532,3 +560,29 @@ def test_the_scripts_lease_rule_uses_the_services_own_numbers() -> None:
     margin = float(re.search(r"^RUNONCE_LEASE_MARGIN=(\S+)", text, re.M).group(1))
     assert store_timeout == Settings.model_fields["store_timeout_seconds"].default
     assert margin == LEASE_MARGIN_SECONDS
+
+
+def test_deploy_service_passes_a_redis_store_through_with_direct_vpc_egress(
+    deploy, fake: FakeGoogle, routes_file: Path
+) -> None:
+    store = "rediss://10.0.0.3:6378/0?ca_file=/etc/runonce/redis-ca/ca.pem"
+    deploy("deploy-service.sh", "--project", PROJECT, "--region", REGION, "--image", IMAGE,
+           "--routes-file", str(routes_file), "--store", store, "--network", "default", "--subnet", "runonce")
+    (create,) = fake.find("run.namespaces.services.create")
+    env = _env(create.body)
+    assert env["RUNONCE_STORE"] == store
+    assert not [name for name in env if name.startswith("RUNONCE_FIRESTORE_")]
+    annotations = create.body["spec"]["template"]["metadata"]["annotations"]
+    assert json.loads(annotations["run.googleapis.com/network-interfaces"]) == [{"network": "default", "subnetwork": "runonce"}]
+    assert annotations["run.googleapis.com/vpc-access-egress"] == "private-ranges-only"
+
+
+def test_deploy_service_passes_a_spanner_store_through_without_vpc_egress(
+    deploy, fake: FakeGoogle, routes_file: Path
+) -> None:
+    store = f"spanner://projects/{PROJECT}/instances/claims/databases/runs"
+    deploy("deploy-service.sh", "--project", PROJECT, "--region", REGION, "--image", IMAGE,
+           "--routes-file", str(routes_file), "--store", store)
+    (create,) = fake.find("run.namespaces.services.create")
+    assert _env(create.body)["RUNONCE_STORE"] == store
+    assert "run.googleapis.com/network-interfaces" not in create.body["spec"]["template"]["metadata"]["annotations"]

@@ -275,7 +275,8 @@ def rules_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("rules")
     shutil.copy(TERRAFORM / "variables.tf", directory)
     shutil.copy(TERRAFORM / "rules.tf", directory)
-    outputs = ["retry_window_seconds", "retry_window_longest_seconds", "workflow_projects", "run_job_grants", "build_projects", "scheduler_region"]
+    outputs = ["retry_window_seconds", "retry_window_longest_seconds", "workflow_projects", "run_job_grants", "build_projects", "scheduler_region",
+               "spanner_ddl", "spanner_store_url"]
     (directory / "outputs.tf").write_text(
         "".join(f'output "{name}" {{\n  value = local.{name}\n}}\n' for name in outputs)
     )
@@ -370,9 +371,19 @@ def test_grants_follow_the_routes_targets(rules_module: Path, tmp_path: Path) ->
         ({"jobs": {"nightly": {"route": "etl", "schedule": "  "}}}, "must be a non-empty unix-cron expression"),
         ({"jobs": {"nightly": {"route": "etl", "schedule": "0 0 3 * * *"}}}, "must be a non-empty unix-cron expression"),
         ({"jobs": {"nightly": {"route": "etl", "schedule": "0 3 * * *", "body": "[1]"}}}, "body must be a JSON object"),
+        ({"store": "redis"}, 'store = "redis" needs network: Cloud Run reaches Memorystore only through Direct VPC egress'),
+        ({"store": "redis", "network": "default", "create_redis_instance": False},
+         'store = "redis" with create_redis_instance = false needs redis_url = "redis://HOST:PORT/DB"'),
+        ({"subnetwork": "runonce"}, "subnetwork is set but network is not"),
+        ({"store": "redis", "network": "default", "service_name": "r" * 41},
+         "the Memorystore instance is named after service_name, which must then be at most 40 characters (it has 41)"),
+        ({"store": "mysql"}, "store must be one of: firestore, spanner, redis."),
+        ({"store": "redis", "network": "default", "redis_transit_encryption_mode": "ON"},
+         "redis_transit_encryption_mode must be SERVER_AUTHENTICATION or DISABLED."),
     ],
     ids=["short-retries", "short-deadline", "unknown-route", "retention", "timeout-vs-lease", "zone-not-region", "image-by-tag",
-         "route-name", "target-type", "job-name-format", "empty-schedule", "six-field-cron", "body-not-object"],
+         "route-name", "target-type", "job-name-format", "empty-schedule", "six-field-cron", "body-not-object",
+         "redis-without-network", "redis-without-url", "subnetwork-without-network", "redis-instance-name", "unknown-store", "redis-tls-mode"],
 )
 def test_broken_configuration_stops_the_plan_with_a_precise_message(
     rules_module: Path, tmp_path: Path, change: dict, message: str
@@ -381,6 +392,53 @@ def test_broken_configuration_stops_the_plan_with_a_precise_message(
     assert result.returncode != 0
     assert message in " ".join(result.stderr.split()), result.stderr
     assert not (tmp_path / "terraform.tfstate").exists() or "terraform_data" not in (tmp_path / "terraform.tfstate").read_text()
+
+
+def test_spanner_database_ddl_is_the_stores_ddl_and_its_url_opens_that_table(rules_module: Path, tmp_path: Path) -> None:
+    """Terraform's database carries exactly the table `runonce store init` creates (the row deletion
+    policy included), and RUNONCE_STORE names that instance, database and table."""
+    from app.stores import parse_spanner_url
+    from app.stores.spanner import DDL
+
+    outputs = evaluate(rules_module, tmp_path, {**BASE_VARS, "store": "spanner", "spanner_instance": "claims",
+                                               "spanner_database": "runs-db", "spanner_table": "my_runs"})
+    assert outputs["spanner_ddl"] == DDL.format(table="my_runs")
+    url = parse_spanner_url(outputs["spanner_store_url"])
+    assert (url.project, url.instance, url.database, url.table) == ("my-project", "claims", "runs-db", "my_runs")
+
+
+@pytest.mark.parametrize("change", [
+    {"store": "redis", "network": "default"},
+    {"store": "redis", "network": "projects/net-proj/global/networks/shared", "subnetwork": "runonce",
+     "create_redis_instance": False, "redis_url": "redis://10.0.0.3:6379/0"},
+    {"store": "spanner", "create_spanner_instance": False, "create_spanner_database": False},
+], ids=["redis-created", "redis-existing", "spanner-existing"])
+def test_complete_store_settings_pass_the_rules(rules_module: Path, tmp_path: Path, change: dict) -> None:
+    evaluate(rules_module, tmp_path, {**BASE_VARS, **change})
+
+
+def test_store_choice_wires_database_grant_vpc_egress_and_env(hcl_trees: dict[str, dict]) -> None:
+    resources = _resources(hcl_trees)
+    database = resources["google_spanner_database.this"]
+    assert database["ddl"] == ["${local.spanner_ddl}"]
+    grant = resources["google_spanner_database_iam_member.runtime"]
+    assert string(grant["role"]) == "roles/spanner.databaseUser"
+    assert grant["database"] == "${local.spanner_database_name}"
+    assert grant["member"] == "${google_service_account.runtime.member}"
+    redis = resources["google_redis_instance.this"]
+    assert redis["authorized_network"] == "${var.network}"
+    assert redis["transit_encryption_mode"] == "${var.redis_transit_encryption_mode}"
+    template = resources["google_cloud_run_v2_service.this"]["template"][0]
+    dynamic = {unquote(label): body for entry in template["dynamic"] for label, body in items(entry)}
+    vpc = dynamic["vpc_access"]
+    content = vpc["content"][0]
+    assert string(content["egress"]) == "PRIVATE_RANGES_ONLY"
+    assert content["network_interfaces"][0]["network"] == "${vpc_access.value}"
+    for address in ("google_firestore_database.this", "google_firestore_field.expire_at_ttl",
+                    "google_project_iam_member.runtime_datastore"):
+        assert 'var.store == "firestore"' in resources[address]["count"], address
+    main = hcl_trees["terraform/main.tf"]["locals"][0]
+    assert main["runonce_env"].count("RUNONCE_STORE") == 1 and "local.store_url" in main["runonce_env"]
 
 
 # --- checkov -----------------------------------------------------------------------------------
@@ -406,7 +464,7 @@ def test_checkov_passes_on_the_module_including_runonce_policies() -> None:
     passed = {c["check_id"] for c in report["results"]["passed_checks"]}
     assert {"CKV_RUNONCE_1", "CKV_RUNONCE_2", "CKV_RUNONCE_3"} <= passed
     skipped = {(c["check_id"], c["resource"]) for c in report["results"].get("skipped_checks", [])}
-    assert {check for check, _ in skipped} <= {"CKV_GCP_49"}
+    assert {check for check, _ in skipped} <= {"CKV_GCP_49", "CKV_GCP_93", "CKV_GCP_95"}
 
 
 def test_checkov_runonce_policies_catch_public_invoker_missing_oidc_and_open_ingress() -> None:
