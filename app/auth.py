@@ -160,7 +160,7 @@ class OidcAuthenticator(Authenticator):
 def _caller_email(claims: Mapping[str, object]) -> str:
     """The caller's email from a Google ID token's claims, after the issuer and email checks."""
     issuer = claims.get("iss")
-    if issuer not in GOOGLE_ISSUERS:
+    if not isinstance(issuer, str) or issuer not in GOOGLE_ISSUERS:  # a list or object is no issuer (and unhashable)
         raise _rejected("the token's issuer is not Google (https://accounts.google.com)")
     email = claims.get("email")
     if not isinstance(email, str) or not email:

@@ -87,6 +87,9 @@ INPROCESS_REJECTED: dict[str, tuple[Case, int, str]] = {
     ),
     "empty-email": (Case(lambda g, r: bearer(token(g, email=""))), 401, "no email claim"),
     "numeric-email": (Case(lambda g, r: bearer(token(g, email=12345))), 401, "no email claim"),
+    # A signed token's claims are the caller's JSON: an issuer that is a list or an object was a 500.
+    "issuer-list": (Case(lambda g, r: bearer(token(g, issuer=["https://accounts.google.com"]))), 401, "issuer is not Google"),
+    "issuer-object": (Case(lambda g, r: bearer(token(g, issuer={"iss": "accounts.google.com"}))), 401, "issuer is not Google"),
     "x-serverless-no-email": (
         Case(lambda g, r: x_serverless(f"Bearer {token(g, email=None)}")), 401, "no email claim",
     ),
