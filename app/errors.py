@@ -8,6 +8,7 @@
      ├── NotFound           404 not_found         unknown route or run
      ├── InProgress         409 in_progress       another attempt holds a live lease  (Retry-After)
      ├── ForcedRunRefused   409 forced_run_refused a force run on a route with forced_runs: reject
+     ├── Waiting            409 waiting           overlap: the route's previous run still runs; claim released (Retry-After)
      ├── PayloadMismatch    422 payload_mismatch  same run_id, different body
      ├── Throttled          429 throttled         target or route limit; claim released (Retry-After)
      ├── Failed             502 failed            target failed, nothing created; claim released
@@ -105,6 +106,16 @@ class ForcedRunRefused(RunonceError):
 
     http_status, status = 409, "forced_run_refused"
     description = "A Scheduler force run on a route with forced_runs: reject; nothing was claimed."
+
+
+class Waiting(RunonceError):
+    """Not in ALL_ERRORS: it shares 409 with InProgress in the OpenAPI table."""
+
+    http_status, status = 409, "waiting"
+    description = (
+        "overlap: wait (or skip, when the state cannot be read): the route's previous execution is still "
+        "running; the claim was released, retry after Retry-After seconds."
+    )
 
 
 class PayloadMismatch(RunonceError):

@@ -94,6 +94,7 @@ def create_app(
             clock=clock,
             metrics=metrics,
             concurrency_limits={n: r.max_concurrent_dispatches for n, r in routes.items() if r.max_concurrent_dispatches},
+            guards={n: r.guard for n, r in routes.items()},
         )
         logger.info("runonce ready: %d route(s), store %s", len(routes), settings.store.split("?")[0])
         try:
@@ -147,7 +148,7 @@ def create_app(
 
     @app.post(
         "/v1/routes/{route}:run",
-        responses={**_RESPONSES, 200: {"description": "`processed` or `duplicate` (replayed)"}},
+        responses={**_RESPONSES, 200: {"description": "`processed`, `duplicate` (replayed) or `skipped` (with its `reason`)"}},
         summary="Deliver one scheduled run",
     )
     async def deliver(route: str, request: Request) -> JSONResponse:
@@ -168,12 +169,15 @@ def create_app(
         except Exception:
             outcome["outcome"] = "internal_error"
             raise
+        body = result.body()
         outcome.update(
             outcome=result.status, run_id=result.record.run_id, attempt=result.record.attempts,
             target=result.record.target,
         )
+        if "reason" in body:  # skipped: late or overlap
+            outcome.update(reason=body["reason"], message=body["message"])
         headers = {"Runonce-Replayed": "true"} if result.replayed else {}
-        return JSONResponse(result.body(), headers=headers)
+        return JSONResponse(body, headers=headers)
 
     async def _deliver(route: str, request: Request, outcome: dict[str, Any]) -> RunResult:
         auth: Authenticator = request.app.state.auth

@@ -1,9 +1,11 @@
 """One delivery, start to finish: claim → (reconcile) → dispatch → finish.
 
-    claim      CREATE/TAKEOVER: we hold the run       REPLAY: 200 duplicate
+    claim      CREATE/TAKEOVER: we hold the run       REPLAY: 200 duplicate (a skipped run: 200 skipped)
                BUSY: 409 in_progress                   MISMATCH: 422      store down: 503
     reconcile  only when the record we took over was in_progress (its attempt may have created
                an execution): found -> complete with it, can't tell -> 504 and keep the claim
+    guard      late, or the route's previous execution still running (guarantees.py): record
+               `skipped` (200), or give the claim back (409 waiting)
     dispatch   within one deadline (RUNONCE_DISPATCH_TIMEOUT_SECONDS < lease), so an attempt is
                always done before its lease runs out
     finish     fenced on attempt_id: success -> completed; throttled/failed -> failed (released);
@@ -16,16 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, NoReturn
 
-from . import errors
+from . import errors, guarantees
 from .delivery import Delivery
 from .metrics import Metrics
 from .stores import Claim, Decision, Fenced, Finish, NewRun, RunRecord, RunStore, StoreUnavailable
-from .stores.base import COMPLETED, FAILED, IN_PROGRESS
+from .stores.base import COMPLETED, FAILED, IN_PROGRESS, SKIPPED
 from .targets import (
     NOTHING_SENT,
     DispatchRequest,
@@ -63,7 +65,8 @@ def _store_down(exc: StoreUnavailable, context: dict[str, Any]) -> errors.Unavai
 
 @dataclass(frozen=True)
 class RunResult:
-    """A successful answer: `processed` (this attempt dispatched or reconciled) or `duplicate`."""
+    """A successful answer: `processed` (this attempt dispatched or reconciled), `duplicate`, or
+    `skipped` (not dispatched, with its reason; the same answer on every replay)."""
 
     status: str
     record: RunRecord
@@ -73,6 +76,8 @@ class RunResult:
         body: dict[str, Any] = {"run_id": self.record.run_id, "status": self.status, "route": self.record.route}
         if self.record.target is not None:
             body["target"] = self.record.target
+        if self.status == SKIPPED:
+            body["reason"], body["message"] = guarantees.skip_reason(self.record)
         return body
 
 
@@ -90,12 +95,14 @@ class Runner:
         clock: Callable[[], datetime] = utcnow,
         metrics: Metrics | None = None,
         concurrency_limits: Mapping[str, int] | None = None,
+        guards: Mapping[str, guarantees.RouteGuard] | None = None,
     ):
         if dispatch_timeout >= lease:
             raise ValueError("the dispatch timeout must be below the lease")
         # Route -> max dispatches in flight in this process (no await between check and count).
         self.concurrency_limits = dict(concurrency_limits or {})
         self.in_flight: dict[str, int] = {}
+        self.guards = {route: guard for route, guard in (guards or {}).items() if guard.active}
         self.store = store
         self.targets = targets
         self.lease = lease
@@ -118,7 +125,11 @@ class Runner:
             len(self._dispatch_deadlines), grace_seconds,
         )
 
-    async def run(self, delivery: Delivery, payload: dict[str, Any], body_sha256: str) -> RunResult:
+    async def run(
+        self, delivery: Delivery, payload: dict[str, Any], body_sha256: str, *, late_ok: bool = False
+    ) -> RunResult:
+        """`late_ok`: an operator's or a catch-up's explicit run of a past time, which the route's
+        max_lateness_seconds does not stop (its overlap policy still applies)."""
         route = delivery.route
         if self.draining:
             raise errors.Unavailable(
@@ -130,7 +141,7 @@ class Runner:
         run_id = found.run_id  # the force run's, when this delivery turned out to be its retry
         context = {"run_id": run_id, "route": route}
         if claim.decision is Decision.REPLAY:
-            return RunResult("duplicate", found, replayed=True)
+            return RunResult(SKIPPED if found.status == SKIPPED else "duplicate", found, replayed=True)
         if claim.decision is Decision.BUSY:
             raise errors.InProgress(
                 f"attempt {found.attempts} of this run holds the lease until {found.lease_expires:%Y-%m-%dT%H:%M:%SZ}; "
@@ -150,12 +161,12 @@ class Runner:
             raise errors.Unavailable(f"runonce is shutting down; {note}, retry", **context)
         limit = self.concurrency_limits.get(route)
         if limit is None:
-            return await self._dispatch(claim, payload)
+            return await self._dispatch(claim, payload, late_ok)
         if self.in_flight.get(route, 0) >= limit:
             return await self._route_busy(claim, limit)
         self.in_flight[route] = self.in_flight.get(route, 0) + 1
         try:
-            return await self._dispatch(claim, payload)
+            return await self._dispatch(claim, payload, late_ok)
         finally:
             self.in_flight[route] -= 1
 
@@ -248,9 +259,17 @@ class Runner:
         with self.metrics.store_timer("finish"):
             return await self.store.finish(claim, finish, self.clock())
 
-    async def _dispatch(self, claim: Claim, payload: dict[str, Any]) -> RunResult:
+    async def _dispatch(self, claim: Claim, payload: dict[str, Any], late_ok: bool = False) -> RunResult:
         held = claim.record
         target = self.targets[held.route]
+        rules = self.guards.get(held.route)
+        if rules is not None and late_ok:
+            rules = guarantees.RouteGuard(overlap=rules.overlap)
+
+        async def guard() -> None:
+            if rules is not None:
+                await guarantees.check(rules, held, target, self.store, self.clock())
+
         request = DispatchRequest(
             run_id=held.run_id, route=held.route, job=held.job, schedule_time=held.schedule_time,
             source=held.source, payload=payload, task=held.task, attempt=held.attempts,
@@ -260,7 +279,16 @@ class Runner:
         must_reconcile = previous is not None and previous.status == IN_PROGRESS
         try:
             encode_json(payload)  # checked at intake too: a payload no target can send is `failed` here
-            resource = await self._call_target(target, request, previous if must_reconcile else None)
+            resource = await self._call_target(target, request, previous if must_reconcile else None, guard if rules else None)
+        except guarantees.Skip as skip:
+            return await self._skip(claim, skip)
+        except guarantees.Wait as wait:
+            note = await self._give_back(claim, wait.message)
+            raise errors.Waiting(
+                f"{wait.message}; {note}, retry after Retry-After seconds",
+                retry_after=guarantees.WAIT_RETRY_AFTER_SECONDS, run_id=held.run_id, route=held.route,
+                target={"type": target.type, "resource": None},
+            ) from wait
         except TimeoutError as exc:
             step = "reconciliation" if must_reconcile else "dispatch"
             limit = "the shutdown grace" if self.draining else f"{self.dispatch_timeout.total_seconds():g}s"
@@ -295,22 +323,54 @@ class Runner:
             ) from exc
         return RunResult("processed", record)
 
-    async def _call_target(self, target: Target, request: DispatchRequest, previous: RunRecord | None) -> str:
-        """Reconcile (when `previous` may have created something), else dispatch; all within one
-        deadline, which a shutdown may shorten (`drain`). The reconciliation searches by run_id:
-        an in_progress record never names a resource (`target` is written only with completed)."""
-        async with asyncio.timeout(self.dispatch_timeout.total_seconds()) as deadline:
-            self._dispatch_deadlines.add(deadline)
-            try:
-                with self.metrics.dispatching(target.type):
-                    if previous is not None:
-                        resource = await target.reconcile(request)
-                        if resource is not None:
-                            logger.info("run %s: reconciled with %s, nothing dispatched", request.run_id, resource)
-                            return resource
-                    return await target.dispatch(request)
-            finally:
-                self._dispatch_deadlines.discard(deadline)
+    async def _skip(self, claim: Claim, skip: guarantees.Skip) -> RunResult:
+        """Record the run `skipped`: terminal, so every retry replays this answer."""
+        held = claim.record
+        try:
+            record = await self._finish(claim, Finish(status=SKIPPED, last_error=guarantees.skip_note(skip.reason, skip.message)))
+        except Fenced as exc:
+            raise self._fenced(claim, exc) from exc
+        except StoreUnavailable as exc:
+            # Nothing was dispatched; the claim stays until its lease ends, then a retry decides again.
+            raise errors.Unavailable(
+                f"{skip.message}, but the claim store could not record the skip ({exc}); the claim is kept and a "
+                f"retry after the lease, at {held.lease_expires:%Y-%m-%dT%H:%M:%SZ}, decides again",
+                retry_after=(held.lease_expires - self.clock()).total_seconds(), run_id=held.run_id, route=held.route,
+            ) from exc
+        logger.warning("run %s skipped (%s): %s", held.run_id, skip.reason, skip.message)
+        self.metrics.runs_skipped.labels(held.route, skip.reason).inc()
+        return RunResult(SKIPPED, record)
+
+    async def _call_target(
+        self, target: Target, request: DispatchRequest, previous: RunRecord | None,
+        guard: Callable[[], Awaitable[None]] | None = None,
+    ) -> str:
+        """Reconcile (when `previous` may have created something), else check the route's guard,
+        then dispatch; all within one deadline, which a shutdown may shorten (`drain`). The
+        reconciliation searches by run_id: an in_progress record never names a resource (`target`
+        is written only with completed). A guard that runs out of time is a `Wait`."""
+        guarding = False
+        try:
+            async with asyncio.timeout(self.dispatch_timeout.total_seconds()) as deadline:
+                self._dispatch_deadlines.add(deadline)
+                try:
+                    with self.metrics.dispatching(target.type):
+                        if previous is not None:
+                            resource = await target.reconcile(request)
+                            if resource is not None:
+                                logger.info("run %s: reconciled with %s, nothing dispatched", request.run_id, resource)
+                                return resource
+                        if guard is not None:
+                            guarding = True
+                            await guard()
+                            guarding = False
+                        return await target.dispatch(request)
+                finally:
+                    self._dispatch_deadlines.discard(deadline)
+        except TimeoutError as exc:
+            if guarding:
+                raise guarantees.Wait("the overlap check took longer than the dispatch timeout") from exc
+            raise
 
     async def _finish_error(
         self, claim: Claim, target: Target, outcome: Exception, cause: BaseException | None = None

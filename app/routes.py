@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 
+from .guarantees import RouteGuard
 from .delivery import LOCATION_PATTERN, PROJECT_PATTERN, SchedulePolicy
 from .schedules import ScheduleError, get_zone, parse_schedule
 from .settings import EMAIL_PATTERN, ConfigError, Settings
@@ -25,6 +27,8 @@ ROUTE_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 logger = logging.getLogger("runonce.routes")
 
 _TARGET_TYPES = {"log", "http", "workflows", "cloud_run_job", "cloud_build_trigger"}
+_READS_STATE = {"workflows", "cloud_run_job", "cloud_build_trigger"}
+"""Targets whose adapter implements `Target.is_running` (what `overlap: skip|wait` asks)."""
 
 RouteName = Annotated[str, StringConstraints(pattern=ROUTE_NAME_PATTERN)]
 Email = Annotated[str, StringConstraints(pattern=EMAIL_PATTERN)]
@@ -51,6 +55,12 @@ class Route(BaseModel):
     missing_schedule_time: Literal["reject", "snap"] = "reject"
     forced_runs: Literal["separate", "dedupe", "reject"] = "separate"
     max_concurrent_dispatches: int | None = Field(None, ge=1, description="Per process; over it: 429.")
+    overlap: Literal["allow", "skip", "wait"] = Field(
+        "allow", description="While the route's previous execution runs: dispatch, record skipped, or 409."
+    )
+    max_lateness_seconds: int | None = Field(
+        None, gt=0, strict=True, description="A run first claimed later than this after its schedule time is skipped."
+    )
 
     @field_validator("schedule")
     @classmethod
@@ -77,6 +87,21 @@ class Route(BaseModel):
         if self.missing_schedule_time == "snap" and self.schedule is None:
             raise ValueError("missing_schedule_time 'snap' needs the job's 'schedule' (and its 'time_zone')")
         return self
+
+    @model_validator(mode="after")
+    def _overlap_needs_state(self) -> Route:
+        if self.overlap != "allow" and self.target.type not in _READS_STATE:
+            raise ValueError(
+                f"overlap {self.overlap!r} asks the target whether the previous execution still runs, and a "
+                f"{self.target.type!r} target cannot tell; use {', '.join(sorted(_READS_STATE))}, or overlap: allow"
+            )
+        return self
+
+    @property
+    def guard(self) -> RouteGuard:
+        """What the Runner checks before dispatching (guarantees.py)."""
+        lateness = self.max_lateness_seconds
+        return RouteGuard(self.overlap, timedelta(seconds=lateness) if lateness is not None else None)
 
     @property
     def policy(self) -> SchedulePolicy:
