@@ -6,7 +6,7 @@ dispatched) and before dispatching. It raises `Skip` or `Wait`, or returns: disp
 
     lateness   the run's FIRST claim came more than max_lateness_seconds after its schedule time
                  -> Skip("late"); force runs and Cloud Tasks runs (no schedule time) are never late
-    overlap    the route's latest completed run, asked of its target (`Target.is_running`):
+    overlap    the route's earlier runs that may still run (`previous_state`), asked of the target:
                  still running      skip -> Skip("overlap")     wait -> Wait (409, claim released)
                  done, or none      dispatch
                  cannot tell        skip and wait -> Wait: never skipped on a guess (a skip is
@@ -17,14 +17,15 @@ A skip is recorded (`skipped`, terminal: every retry replays it) with `last_erro
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
 from .stores import RunRecord, RunStore, StoreUnavailable
-from .stores.base import COMPLETED
-from .targets import Target, TargetError
+from .stores.base import COMPLETED, IN_PROGRESS
+from .targets import DispatchRequest, Target, TargetError
 
 logger = logging.getLogger("runonce.guarantees")
 
@@ -95,30 +96,60 @@ def skip_reason(record: RunRecord) -> tuple[str, str]:
     return reason, message
 
 
-async def previous_state(
-    store: RunStore, target: Target, route: str, now: datetime
-) -> tuple[PreviousState, str | None]:
-    """The state of the execution of the route's latest completed run, and its resource.
+MAX_UNRESOLVED = 10
+"""In-progress runs of the route (newer than its latest completed one) that are looked into."""
 
-    Completed runs are the ones that name an execution. A run of another target type (the route
-    was re-pointed since) is not this target's to ask: `none`. A read that fails is `unknown`.
+
+async def previous_state(store: RunStore, target: Target, held: RunRecord, now: datetime) -> tuple[PreviousState, str]:
+    """Whether an earlier run of the route still runs, and which (or why it cannot tell).
+
+    The route's latest completed run names its execution. A newer run still `in_progress` (its
+    outcome unknown, perhaps given up by Scheduler) may have started one without naming it: while
+    its lease is live it is being dispatched (`unknown`); after, its execution is looked up by its
+    run_id as a reconciliation would. A run of another target type (the route was re-pointed since)
+    is not this target's to ask. `failed` and `skipped` runs started nothing.
     """
     try:
-        latest = await store.list(now, route=route, status=COMPLETED, limit=1)
+        completed, unresolved = await asyncio.gather(
+            store.list(now, route=held.route, status=COMPLETED, limit=1),
+            store.list(now, route=held.route, status=IN_PROGRESS, limit=MAX_UNRESOLVED),
+        )
     except StoreUnavailable as exc:
         return "unknown", f"the claim store could not list the route's runs ({exc})"
-    ran = latest[0].target if latest else None
-    if not ran or not ran.get("resource") or ran.get("type") != target.type:
-        return "none", None
-    resource = ran["resource"]
-    try:
-        running = await target.is_running(resource)
-    except TargetError as exc:
-        return "unknown", f"cannot tell whether {resource} still runs: {exc.message}"
-    except Exception as exc:  # an adapter bug: as unknown as a failed read
-        logger.exception("%s target: is_running(%s) raised unexpectedly", target.type, resource)
-        return "unknown", f"cannot tell whether {resource} still runs: {type(exc).__name__}: {exc}"
-    return ("running" if running else "done"), resource
+    since = completed[0].created_at if completed else None
+    earlier: list[tuple[RunRecord, str | None]] = [
+        (run, None) for run in unresolved if run.run_id != held.run_id and (since is None or run.created_at > since)
+    ]
+    ran = completed[0].target if completed else None
+    if ran and ran.get("resource") and ran.get("type") == target.type:
+        earlier.append((completed[0], ran["resource"]))
+    states: list[tuple[PreviousState, str]] = []
+    for run, resource in earlier:
+        if resource is None and run.lease_expires > now:
+            return "unknown", f"run {run.run_id} of the route is being dispatched now (its lease runs to {run.lease_expires:%Y-%m-%dT%H:%M:%SZ})"
+        try:
+            if resource is None:
+                resource = await target.reconcile(_request_of(run))
+                if resource is None:
+                    continue  # that attempt started nothing
+            states.append(("running" if await target.is_running(resource) else "done", resource))
+        except Exception as exc:  # noqa: BLE001 - TargetError, or an adapter bug: as unknown as a failed read
+            if not isinstance(exc, TargetError):
+                logger.exception("%s target: reading the state of run %s raised unexpectedly", target.type, run.run_id)
+            what = resource or f"run {run.run_id} of the route (looked up by its run_id)"
+            return "unknown", f"cannot tell whether {what} still runs: {getattr(exc, 'message', f'{type(exc).__name__}: {exc}')}"
+    for state, resource in states:
+        if state == "running":
+            return state, resource
+    return ("done", states[0][1]) if states else ("none", "")
+
+
+def _request_of(run: RunRecord) -> DispatchRequest:
+    """What a reconciliation of `run` searches by (its run_id, bounded by its first claim)."""
+    return DispatchRequest(
+        run_id=run.run_id, route=run.route, job=run.job, schedule_time=run.schedule_time, source=run.source,
+        task=run.task, attempt=run.attempts, created_at=run.created_at,
+    )
 
 
 async def check(guard: RouteGuard, held: RunRecord, target: Target, store: RunStore, now: datetime) -> None:
@@ -133,7 +164,7 @@ async def check(guard: RouteGuard, held: RunRecord, target: Target, store: RunSt
         )
     if guard.overlap == "allow":
         return
-    state, detail = await previous_state(store, target, held.route, now)
+    state, detail = await previous_state(store, target, held, now)
     decision = overlap_decision(guard.overlap, state)
     if decision == "skip":
         raise Skip("overlap", f"the route's previous execution {detail} is still running (overlap: skip); not dispatched")

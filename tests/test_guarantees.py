@@ -393,3 +393,80 @@ async def test_a_skipped_run_in_flight_is_fenced_when_another_attempt_took_over(
     with pytest.raises(errors.InProgress):
         await attempt
     assert (await stored(r, delivery(1).run_id)).status == IN_PROGRESS
+
+
+# -- a newer run whose outcome is unknown (Scheduler may have given up on it) ------------------------
+
+
+async def unresolved_run(store: FlakyStore, minute: int, at: datetime) -> None:
+    """A run whose attempt dispatched (or not) and never recorded how: in_progress."""
+    await store.claim(r_new(delivery(minute)), at, LEASE, timedelta(days=1))
+
+
+async def test_a_newer_run_being_dispatched_now_makes_the_next_one_wait(clock: Clock) -> None:
+    store = FlakyStore()
+    target = ScriptedTarget(running=Executions().is_running)
+    r = runner(target, clock, RouteGuard("skip"), store)
+    await unresolved_run(store, 0, clock())
+    clock.advance(60)
+    message = await waits(r, delivery(1))
+    assert f"run {delivery(0).run_id} of the route is being dispatched now" in message
+    assert target.dispatched == [] and target.state_reads == []
+
+
+@pytest.mark.parametrize(("found", "finished", "answer"), [
+    ("scripted/lost", False, "skipped"),  # its execution exists and runs: it is the one to wait for
+    ("scripted/lost", True, "processed"),
+    (None, False, "skipped"),  # it started nothing: the completed run before it decides (still running)
+])
+async def test_a_newer_run_left_in_progress_is_looked_up_by_its_run_id(clock: Clock, found, finished, answer) -> None:
+    store = FlakyStore()
+    executions = Executions()
+
+    async def lookup(request):
+        return found if request.run_id == delivery(1).run_id else None
+
+    target = ScriptedTarget(reconcile=lookup, running=executions.is_running)
+    r = runner(target, clock, RouteGuard("skip"), store)
+    first = await r.run(delivery(0), {}, BODY)
+    clock.advance(60)
+    await unresolved_run(store, 1, clock())
+    if finished:
+        executions.finished |= {found, first.record.target["resource"]}
+    clock.advance(LEASE.total_seconds() + 60)
+
+    result = await r.run(delivery(2), {}, BODY)
+    assert result.status == answer
+    assert [req.run_id for req in target.reconciled] == [delivery(1).run_id]
+    if answer == "skipped":
+        assert (found or first.record.target["resource"]) in result.body()["message"]
+
+
+async def test_an_unresolved_run_older_than_the_latest_completed_one_is_not_asked(clock: Clock) -> None:
+    store = FlakyStore()
+    executions = Executions()
+    target = ScriptedTarget(running=executions.is_running)
+    r = runner(target, clock, RouteGuard("wait"), store)
+    await unresolved_run(store, 0, clock())
+    clock.advance(LEASE.total_seconds() + 1)
+    first = await r.run(delivery(1), {}, BODY)  # the one before it started nothing (reconciled: none)
+    executions.finished.add(first.record.target["resource"])
+    target.reconciled.clear()
+    clock.advance(60)
+    assert (await r.run(delivery(2), {}, BODY)).status == "processed"
+    assert target.reconciled == []
+
+
+async def test_a_newer_run_whose_lookup_fails_makes_the_next_one_wait(clock: Clock) -> None:
+    store = FlakyStore()
+
+    async def cannot_tell(request):
+        raise TargetOutcomeUnknown("list executions: HTTP 503")
+
+    target = ScriptedTarget(reconcile=cannot_tell, running=Executions().is_running)
+    r = runner(target, clock, RouteGuard("skip"), store)
+    await unresolved_run(store, 0, clock())
+    clock.advance(LEASE.total_seconds() + 1)
+    message = await waits(r, delivery(1))
+    assert f"cannot tell whether run {delivery(0).run_id} of the route (looked up by its run_id) still runs" in message
+    assert "list executions: HTTP 503" in message and target.dispatched == []

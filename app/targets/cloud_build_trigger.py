@@ -210,7 +210,7 @@ class CloudBuildTriggerTarget(Target):
     async def is_running(self, resource: str) -> bool:
         """`builds.get`: PENDING, QUEUED or WORKING runs; a final status, or no build, does not."""
         if not re.match(BUILD_PATTERN, resource):
-            raise TargetOutcomeUnknown(f"cannot tell whether {resource} still runs: it is not a build's name")
+            raise TargetOutcomeUnknown(f"{resource} is not a build's name")
         build = await read_state(self._http, self._auth, f"{self._base}/v1/{resource}", resource)
         if build is None:
             return False
@@ -219,7 +219,7 @@ class CloudBuildTriggerTarget(Target):
             return True
         if status in FINAL_STATUSES:
             return False
-        raise TargetOutcomeUnknown(f"cannot tell whether {resource} still runs: its status is {status}")
+        raise TargetOutcomeUnknown(f"get {resource}: status {status}")
 
     async def _resolve_trigger_id(self) -> str:
         """Builds name their trigger by id; a trigger configured by name is looked up once."""

@@ -177,7 +177,7 @@ class CloudRunJobTarget(Target):
         """`executions.get`: an execution without `completionTime`, or with tasks still running
         (`runningCount`), runs; one that no longer exists does not."""
         if not re.match(EXECUTION_PATTERN, resource):
-            raise TargetOutcomeUnknown(f"cannot tell whether {resource} still runs: it is not an execution's name")
+            raise TargetOutcomeUnknown(f"{resource} is not an execution's name")
         execution = await read_state(self._http, self._auth, f"{self._base}/v2/{resource}", resource)
         if execution is None:
             return False

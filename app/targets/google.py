@@ -29,7 +29,7 @@ import json
 import re
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -257,16 +257,22 @@ def translated(action: str) -> Iterator[None]:
 
 
 @contextmanager
-def reconciling(action: str, question: str = "whether this run already started") -> Iterator[None]:
+def reading(action: str, doubt: str | None = None) -> Iterator[None]:
     """Around a read-only lookup (a reconciliation, an execution's state): any failure means
-    "cannot tell" `question`, which keeps the claim."""
+    "cannot tell", `TargetOutcomeUnknown`, which keeps the claim; an API's refusal is prefixed
+    with `doubt`."""
     try:
         with translated(action):
             yield
     except TargetOutcomeUnknown:
         raise
     except TargetError as exc:
-        raise TargetOutcomeUnknown(f"cannot tell {question}: {exc.message}") from exc
+        raise TargetOutcomeUnknown(f"{doubt}: {exc.message}" if doubt else exc.message) from exc
+
+
+def reconciling(action: str) -> AbstractContextManager[None]:
+    """Around a reconciliation."""
+    return reading(action, "cannot tell whether this run already started")
 
 
 async def read_state(
@@ -275,7 +281,7 @@ async def read_state(
     """GET an execution (REST) to read its state: the resource, or None when it no longer exists.
     Any other failure is `TargetOutcomeUnknown`."""
     action = f"get {resource}"
-    with reconciling(action, f"whether {resource} still runs"):
+    with reading(action):
         response = await send_rest(http, auth, "GET", url, action)
         if response.status_code == 404:
             return None

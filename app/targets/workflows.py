@@ -22,6 +22,7 @@ from .google import (
     LABEL_VALUE_PATTERN,
     GoogleAuth,
     grpc_target,
+    reading,
     reconciling,
     resource_name_problem,
     translated,
@@ -179,7 +180,7 @@ class WorkflowsTarget(Target):
         from google.cloud.workflows.executions_v1.types import Execution
 
         states = Execution.State
-        with reconciling(f"get execution {resource}", f"whether {resource} still runs"):
+        with reading(f"get {resource}"):
             try:
                 execution = await self._client.get_execution(name=resource, metadata=await self._metadata(), retry=None)
             except NotFound:
@@ -188,7 +189,7 @@ class WorkflowsTarget(Target):
             return True
         if execution.state in (states.SUCCEEDED, states.FAILED, states.CANCELLED):
             return False
-        raise TargetOutcomeUnknown(f"cannot tell whether {resource} still runs: its state is {execution.state.name}")
+        raise TargetOutcomeUnknown(f"get {resource}: state {execution.state.name}")
 
     def _carries(self, argument: str, run_id: str) -> bool:
         """Does this execution's argument carry `run_id` (or no token at all, only the label)?"""

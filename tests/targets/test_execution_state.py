@@ -76,7 +76,7 @@ async def test_an_execution_runs_until_it_is_done(case: Case) -> None:
     for move, running in case.states:
         move(case.fake, resource)
         if running is None:
-            with pytest.raises(TargetOutcomeUnknown, match=f"cannot tell whether {resource} still runs"):
+            with pytest.raises(TargetOutcomeUnknown, match=f"^get {resource}: (state UNAVAILABLE|status STATUS_UNKNOWN)$"):
                 await case.target.is_running(resource)
         else:
             assert await case.target.is_running(resource) is running
@@ -93,6 +93,16 @@ async def test_an_execution_that_no_longer_exists_is_not_running(case: Case) -> 
     assert await case.target.is_running(case.gone) is False
 
 
+@pytest.mark.parametrize("case", ["cloud_run_job", "cloud_build_trigger"], indirect=True)
+async def test_a_resource_that_names_no_execution_cannot_tell(case: Case) -> None:
+    """Cloud Run and Cloud Build record the operation's name when the answer named no execution."""
+    operation = f"projects/{PROJECT}/locations/us-central1/operations/0b7e8c1a-1111"
+    reads = case.fake.calls[case.get]
+    with pytest.raises(TargetOutcomeUnknown, match="is not an? (execution|build)'s name"):
+        await case.target.is_running(operation)
+    assert case.fake.calls[case.get] == reads  # nothing asked of the API
+
+
 @pytest.mark.parametrize(
     ("code", "message"),
     [("PERMISSION_DENIED", "Permission denied on the execution"), ("UNAVAILABLE", "The service is unavailable.")],
@@ -100,6 +110,6 @@ async def test_an_execution_that_no_longer_exists_is_not_running(case: Case) -> 
 async def test_a_failed_read_cannot_tell(case: Case, code: str, message: str) -> None:
     resource = await case.target.dispatch(request_for(f"unreadable-{case.target.type}-{code}"))
     case.fake.fail(case.get, code, message)
-    with pytest.raises(TargetOutcomeUnknown, match=f"cannot tell whether {resource} still runs") as raised:
+    with pytest.raises(TargetOutcomeUnknown, match=f"^get {resource}: ") as raised:
         await case.target.is_running(resource)
-    assert message in raised.value.message
+    assert code in raised.value.message and message in raised.value.message
