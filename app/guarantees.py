@@ -96,33 +96,37 @@ def skip_reason(record: RunRecord) -> tuple[str, str]:
     return reason, message
 
 
-MAX_UNRESOLVED = 10
-"""In-progress runs of the route (newer than its latest completed one) that are looked into."""
+MAX_RECENT = 20
+"""How many of the route's newest completed (and in-progress) runs are looked at."""
 
 
 async def previous_state(store: RunStore, target: Target, held: RunRecord, now: datetime) -> tuple[PreviousState, str]:
     """Whether an earlier run of the route still runs, and which (or why it cannot tell).
 
-    The route's latest completed run names its execution. A newer run still `in_progress` (its
-    outcome unknown, perhaps given up by Scheduler) may have started one without naming it: while
-    its lease is live it is being dispatched (`unknown`); after, its execution is looked up by its
-    run_id as a reconciliation would. A run of another target type (the route was re-pointed since)
-    is not this target's to ask. `failed` and `skipped` runs started nothing.
+    Each run was dispatched only once the one dispatched before it was done, so only the latest
+    dispatched execution can still run: the completed run that completed last (`updated_at`; a
+    run that waited long was claimed first, dispatched last). A run still `in_progress` whose
+    latest attempt came after that (its outcome unknown, perhaps given up by Scheduler) may have
+    started one without naming it: while its lease is live it is being dispatched (`unknown`);
+    after, its execution is looked up by its run_id as a reconciliation would. A run of another
+    target type (the route was re-pointed since) is not this target's to ask. `failed` and
+    `skipped` runs started nothing.
     """
     try:
         completed, unresolved = await asyncio.gather(
-            store.list(now, route=held.route, status=COMPLETED, limit=1),
-            store.list(now, route=held.route, status=IN_PROGRESS, limit=MAX_UNRESOLVED),
+            store.list(now, route=held.route, status=COMPLETED, limit=MAX_RECENT),
+            store.list(now, route=held.route, status=IN_PROGRESS, limit=MAX_RECENT),
         )
     except StoreUnavailable as exc:
         return "unknown", f"the claim store could not list the route's runs ({exc})"
-    since = completed[0].created_at if completed else None
+    last = max(completed, key=lambda run: run.updated_at) if completed else None
     earlier: list[tuple[RunRecord, str | None]] = [
-        (run, None) for run in unresolved if run.run_id != held.run_id and (since is None or run.created_at > since)
+        (run, None) for run in unresolved
+        if run.run_id != held.run_id and (last is None or run.updated_at > last.updated_at)
     ]
-    ran = completed[0].target if completed else None
-    if ran and ran.get("resource") and ran.get("type") == target.type:
-        earlier.append((completed[0], ran["resource"]))
+    ran = last.target if last else None
+    if last and ran and ran.get("resource") and ran.get("type") == target.type:
+        earlier.append((last, ran["resource"]))
     states: list[tuple[PreviousState, str]] = []
     for run, resource in earlier:
         if resource is None and run.lease_expires > now:

@@ -174,8 +174,8 @@ class Runner:
         """Claim the delivery's run. A delivery keyed as the scheduled run may be the retry of a
         force run for the same time (Scheduler retries with the same headers, and a retry can
         arrive inside the forced-run tolerance). Scheduler never has two executions of a job
-        outstanding, so until that force run completes (in_progress, or failed and retried) the
-        delivery is its retry.
+        outstanding, so until that force run completes or is skipped (while in_progress, or failed
+        and retried) the delivery is its retry.
         The force run's record is read beside the claim, so a fresh scheduled run still costs
         one round trip before dispatching."""
         context = {"run_id": delivery.run_id, "route": delivery.route}
@@ -197,8 +197,8 @@ class Runner:
             # Cannot tell which run this delivery is: hold nothing, let Scheduler retry.
             await self._undo(claimed, "could not tell whether this delivery retries a force run")
             raise forced_record
-        if forced_record is None or forced_record.status == COMPLETED:
-            return claimed
+        if forced_record is None or forced_record.status in (COMPLETED, SKIPPED):
+            return claimed  # no force run, or one resolved for good: the delivery is the scheduled run
         logger.info(
             "run %s: force run %s for the same time is unresolved; this delivery is its retry",
             delivery.run_id, forced.run_id,

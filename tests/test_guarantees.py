@@ -34,10 +34,10 @@ BODY = "0" * 64
 HOUR = timedelta(hours=1)
 
 
-def delivery(minute: int = 0, source: str = "scheduler") -> Delivery:
+def delivery(minute: int = 0, source: str = "scheduler", may_be_forced_retry: bool = False) -> Delivery:
     return Delivery(
         source=source, project="proj-1", location="us-central1", route="etl", job="nightly",  # type: ignore[arg-type]
-        schedule_time=T0 + timedelta(minutes=minute),
+        schedule_time=T0 + timedelta(minutes=minute), may_be_forced_retry=may_be_forced_retry,
     )
 
 
@@ -470,3 +470,41 @@ async def test_a_newer_run_whose_lookup_fails_makes_the_next_one_wait(clock: Clo
     message = await waits(r, delivery(1))
     assert f"cannot tell whether run {delivery(0).run_id} of the route (looked up by its run_id) still runs" in message
     assert "list executions: HTTP 503" in message and target.dispatched == []
+
+
+async def test_the_run_dispatched_last_is_asked_even_when_it_was_claimed_first(clock: Clock) -> None:
+    """A run that waited long (claimed first, dispatched last) is the one that may still run, not
+    the newest claim (found by the simulation, seed 20261257: a force run that waited, then its
+    scheduled run dispatched over it)."""
+    store = FlakyStore()
+    executions = Executions()
+    target = ScriptedTarget(running=executions.is_running)
+    r = runner(target, clock, RouteGuard("wait"), store)
+    waited = await store.claim(r_new(delivery(0)), clock(), LEASE, timedelta(days=1))
+    await store.finish(waited, Finish(FAILED, last_error="waiting"), clock())
+    clock.advance(10)
+    quick = await r.run(delivery(1), {}, BODY)  # claimed after it, done before it dispatches
+    executions.finished.add(quick.record.target["resource"])
+    clock.advance(10)
+    slow = await r.run(delivery(0), {}, BODY)
+    clock.advance(10)
+    message = await waits(r, delivery(2))
+    assert f"previous execution {slow.record.target['resource']} is still running" in message
+
+
+async def test_a_skipped_force_run_leaves_the_scheduled_run_its_own(clock: Clock) -> None:
+    """Like a completed force run, a skipped one is resolved: the scheduled delivery for the same
+    time is not its retry (found by the simulation, seed 20261590 on SQLite: taken for the force
+    run's retry, the scheduled run's own claim was left in_progress for good)."""
+    executions = Executions()
+    target = ScriptedTarget(running=executions.is_running)
+    r = runner(target, clock, RouteGuard("skip"))
+    previous = (await r.run(delivery(0), {}, BODY)).record.target["resource"]
+    forced = await r.run(delivery(10, source="scheduler-forced"), {}, BODY)
+    assert forced.status == SKIPPED
+
+    clock.advance(600)
+    scheduled = delivery(10, may_be_forced_retry=True)
+    executions.finished.add(previous)
+    result = await r.run(scheduled, {}, BODY)
+    assert (result.status, result.record.run_id, result.record.source) == ("processed", scheduled.run_id, "scheduler")
