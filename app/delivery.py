@@ -102,7 +102,6 @@ class Delivery:
     job: str  # Scheduler job ID, or Cloud Tasks queue name
     schedule_time: datetime | None = None  # Scheduler only
     task: str | None = None  # Cloud Tasks only
-    snapped: bool = False  # schedule_time came from the route's schedule, not the header
     retry_count: int | None = None  # Cloud Tasks' counters: informative, never part of the key
     execution_count: int | None = None
     may_be_forced_retry: bool = False
@@ -322,5 +321,5 @@ def _snapped(
         )
     return Delivery(
         source="scheduler", project=project, location=location, route=route, job=job,
-        schedule_time=fire.astimezone(timezone.utc), snapped=True,
+        schedule_time=fire.astimezone(timezone.utc),
     )
