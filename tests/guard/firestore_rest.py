@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from tests.fakes.discovery import Discovery, Violation
+from tests.support.discovery import Discovery, Violation
 from tests.guard.workflows_interp import EXPR, WorkflowError
 
 CONNECTOR = "googleapis.firestore.v1."

@@ -18,7 +18,7 @@ import yaml
 from runonce_guard import StepKey
 from runonce_guard.stores.firestore import FirestoreStepStore
 from tests.conftest import FIRESTORE_PROJECT
-from tests.fakes.discovery import Violation
+from tests.support.discovery import Violation
 from tests.fakes.http_server import LoopbackServer, Reply, Request
 from tests.guard.firestore_rest import CONNECTOR, check_args
 

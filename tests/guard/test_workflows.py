@@ -16,7 +16,7 @@ import yaml
 from runonce_guard import StepKey
 from runonce_guard.stores.firestore import FirestoreStepStore
 from tests.conftest import FIRESTORE_PROJECT
-from tests.fakes.discovery import Violation
+from tests.support.discovery import Violation
 from tests.guard.firestore_rest import CONNECTOR, FirestoreRest, check_args
 from tests.guard.workflows_interp import Interpreter, WorkflowError
 
