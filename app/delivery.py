@@ -20,11 +20,12 @@ from datetime import datetime, timedelta, timezone
 from typing import Literal
 from zoneinfo import ZoneInfo
 
+from . import names
 from .schedules import Schedule
 
-PROJECT_PATTERN = r"^(?:[a-z][a-z0-9.-]{0,62}:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$"
+PROJECT_PATTERN = rf"^{names.SCOPED_PROJECT_ID}$"
 """A project ID (`my-project`), optionally domain-scoped (`example.com:my-project`)."""
-LOCATION_PATTERN = r"^[a-z][a-z0-9-]{0,62}$"
+LOCATION_PATTERN = rf"^{names.LOCATION}$"
 JOB_PATTERN = r"^[A-Za-z0-9_-]+$"  # Scheduler job IDs: letters, digits, hyphens, underscores
 QUEUE_PATTERN = r"^[A-Za-z0-9-]+$"
 """A queue id (`exports`): Cloud Tasks' queue ids are letters, digits and hyphens."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from .. import names
 from .base import (
     Claim,
     Decision,
@@ -59,7 +60,7 @@ def _query(url: str, allowed: tuple[str, ...]) -> dict[str, str]:
     return params
 
 
-_SPANNER_PATH = re.compile(r"spanner://projects/([a-z][a-z0-9-]{4,28}[a-z0-9])/instances/([a-z][a-z0-9-]*[a-z0-9])"
+_SPANNER_PATH = re.compile(rf"spanner://projects/({names.PROJECT_ID})/instances/([a-z][a-z0-9-]*[a-z0-9])"
                            r"/databases/([a-z][a-z0-9_-]*[a-z0-9])(\?.*)?")
 _TABLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
 
