@@ -1,4 +1,4 @@
-"""The delivery endpoint's contract, row by row of DESIGN.md's status table, through the ASGI app
+"""The delivery endpoint's contract, row by row of the status table (docs/contract.md), through the ASGI app
 (the end-to-end suite repeats the important rows against a real server)."""
 
 from __future__ import annotations
