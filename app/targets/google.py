@@ -34,8 +34,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from .base import NOTHING_SENT, TargetError, TargetFailed, TargetOutcomeUnknown, TargetThrottled
-from .http import parse_retry_after
+from .base import NOTHING_SENT, TargetError, TargetFailed, TargetOutcomeUnknown, TargetThrottled, parse_retry_after
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 

@@ -26,6 +26,7 @@ from .google import (
     resource_name_problem,
     translated,
 )
+from .registry import Grant, TargetType
 
 logger = logging.getLogger("runonce.target.workflows")
 
@@ -182,3 +183,14 @@ class WorkflowsTarget(Target):
 
     async def aclose(self) -> None:
         await self._channel.close()
+
+
+TARGET = TargetType(
+    name="workflows",
+    config=WorkflowsTargetConfig,
+    adapter=WorkflowsTarget,
+    build=lambda config, context, endpoint: WorkflowsTarget(config, context.google_auth, endpoint),
+    endpoint="workflows",
+    resource_field="workflow",
+    grants=(Grant("roles/workflows.invoker", on="project"),),  # Workflows has no per-workflow IAM
+)
