@@ -16,6 +16,8 @@ from provider_schema import Block, provider_schema, schema
 from deploy_tools import REPO, provider_lib, provider_version, run, tool
 
 from app.scheduler_retry import RetryConfig, retry_window
+from app.targets import TARGET_TYPES
+from tests.support.target_grants import custom_roles
 
 pytestmark = pytest.mark.deploy
 
@@ -226,17 +228,32 @@ def test_only_the_invoker_account_may_call_the_service(hcl_trees: dict[str, dict
 def test_custom_roles_hold_only_what_runonce_calls(hcl_trees: dict[str, dict]) -> None:
     """Cloud Build: triggers.run needs builds.create (builds.editor would also edit and cancel any
     build); Cloud Run jobs: executions get/list (run.viewer reads far more); cloud_run_iam: its own
-    service and policy. The same permissions as deploy/lib/routes_iam.py's."""
-    sys.path.insert(0, str(REPO / "deploy" / "lib"))
-    from routes_iam import CUSTOM_ROLES
-
+    service and policy. The same permissions as the target registry's (app/targets), which
+    deploy/lib/routes_iam.py is held to as well (tests/targets/test_registry.py)."""
     resources = _resources(hcl_trees)
     roles = {string(body["role_id"]): [string(p) for p in body["permissions"]] for address, body in resources.items()
              if address.startswith("google_project_iam_custom_role.")}
-    assert roles == {**{role: list(permissions) for role, permissions in CUSTOM_ROLES.items()},
+    assert roles == {**{role: list(permissions) for role, permissions in custom_roles().items()},
                      "runonceServiceSelfCheck": ["run.services.get", "run.services.getIamPolicy"]}
     build = resources["google_project_iam_member.runtime_cloudbuild"]
     assert "google_project_iam_custom_role.build_runner" in build["role"] and "roles/cloudbuild.builds.editor" in build["role"]
+
+
+def test_terraform_takes_every_registered_target_type_and_grants_its_roles() -> None:
+    """HCL cannot import the target registry (app/targets): the routes variable's type list, its
+    resource-name rule per type, and the predefined roles granted must agree with it."""
+    variables = (TERRAFORM / "variables.tf").read_text()
+    listed = re.search(r"contains\(\[([^\]]*)\], try\(route\.target\.type", variables)
+    assert listed is not None
+    assert sorted(json.loads(f"[{listed.group(1)}]")) == sorted(TARGET_TYPES)
+    assert f"one of: {', '.join(TARGET_TYPES)}." in variables
+    grants_text = "\n".join((TERRAFORM / name).read_text() for name in ("iam.tf", "rules.tf"))
+    for name, entry in TARGET_TYPES.items():
+        if entry.resource_field is not None:
+            assert re.search(rf'"{name}" \? can\(regex\("[^"]+", route\.target\.{entry.resource_field}\)\)', variables), name
+        for grant in entry.grants:
+            if not grant.permissions:
+                assert f'"{grant.role}"' in grants_text, f"{name}: terraform grants no {grant.role}"
 
 
 def test_scheduler_jobs_carry_oidc_token_retry_config_and_namespace(hcl_trees: dict[str, dict]) -> None:

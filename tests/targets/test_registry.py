@@ -15,6 +15,7 @@ from app.settings import ConfigError, Settings, load_settings
 from app.targets import ENDPOINTS, TARGET_TYPES, TargetConfig, TargetContext, build_target
 from app.targets.google import GoogleAuth
 from tests.support.procs import REPO
+from tests.support.target_grants import custom_roles, registry_grants
 
 EXAMPLE_TARGETS = {
     "log": {"type": "log"},
@@ -93,3 +94,62 @@ def test_a_type_name_appears_in_app_only_in_its_own_module(name: str) -> None:
         if re.search(rf"[\"']{name}[\"']", line)
     ]
     assert elsewhere == [], f"{name!r} is named outside {own.relative_to(REPO)}"
+
+
+# --- what the registry's grants must agree with ----------------------------------------------------
+
+
+def routes_iam():
+    """deploy/lib/routes_iam.py, a standalone script (the deploy scripts run it without the app)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("routes_iam", REPO / "deploy" / "lib" / "routes_iam.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_routes_iam_declares_what_the_registry_declares() -> None:
+    script = routes_iam()
+    assert set(script.TARGETS) == set(TARGET_TYPES)
+    for name, entry in TARGET_TYPES.items():
+        declared = script.TARGETS[name]
+        if entry.resource_field is None:
+            assert declared is None, name
+            continue
+        field, _pattern, roles = declared
+        assert field == entry.resource_field, name
+        assert roles == [(grant.role, grant.on) for grant in entry.grants], name
+    assert {role: tuple(p) for role, p in script.CUSTOM_ROLES.items()} == custom_roles()
+
+
+def test_routes_iam_prints_the_registry_grants_for_a_route_of_every_type(capsys) -> None:
+    routes = {name: {"target": target} for name, target in EXAMPLE_TARGETS.items()}
+    lines = routes_iam().grants({"routes": routes}, "test")
+    definitions = {role.rsplit("/", 1)[1]: tuple(permissions.split(",")) for role, kind, permissions in lines
+                   if kind == "custom-role"}
+    assert [line for line in lines if line[1] != "custom-role"] == registry_grants(routes)
+    assert definitions == custom_roles()
+
+
+def readme_iam_rows() -> dict[str, str]:
+    """The IAM table's rows for target types, by type (`runtime account, `TYPE` routes …`)."""
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("### IAM per target"):]
+    section = section[: section.index("\n\n", section.index("|"))]
+    rows = {}
+    for line in section.splitlines():
+        match = re.match(r"\| runtime account, `([a-z_]+)` routes", line)
+        if match:
+            rows.setdefault(match.group(1), line)
+    return rows
+
+
+@pytest.mark.parametrize("name", sorted(TARGET_TYPES))
+def test_the_readme_iam_table_names_each_types_roles(name: str) -> None:
+    row = readme_iam_rows().get(name)
+    assert row is not None, f"README's IAM table has no row 'runtime account, `{name}` routes'"
+    for grant in TARGET_TYPES[name].grants:
+        assert f"`{grant.role}`" in row, f"{name}: the README's row lacks {grant.role}"
+        for permission in grant.permissions:
+            assert permission.rsplit(".", 1)[1] in row, f"{name}: the README's row lacks {permission}"
