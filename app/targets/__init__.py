@@ -11,7 +11,7 @@ from typing import Annotated, Union
 
 from pydantic import Field
 
-from . import cloud_build_trigger, cloud_run_job, http, log, workflows
+from . import bigquery_job, cloud_build_trigger, cloud_run_job, http, log, workflows
 from .base import (
     NOTHING_SENT,
     DispatchRequest,
@@ -27,7 +27,9 @@ from .registry import Grant, TargetContext, TargetType
 
 TARGET_TYPES: dict[str, TargetType] = {
     entry.name: entry
-    for entry in (log.TARGET, http.TARGET, workflows.TARGET, cloud_run_job.TARGET, cloud_build_trigger.TARGET)
+    for entry in (
+        log.TARGET, http.TARGET, workflows.TARGET, cloud_run_job.TARGET, cloud_build_trigger.TARGET, bigquery_job.TARGET,
+    )
 }
 """Every target type by its `type:` name (like httpx's `mounts`: a plain table, looked up once)."""
 

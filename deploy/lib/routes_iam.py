@@ -30,6 +30,7 @@ TARGETS: dict[str, tuple[str, str, list[tuple[str, str]]] | None] = {
     "cloud_run_job": ("job", NAME.format("jobs"),
                       [("roles/run.jobsExecutorWithOverrides", "run-job"), ("runonceExecutionReader", "run-job")]),
     "cloud_build_trigger": ("trigger", NAME.format("triggers"), [("runonceBuildRunner", "project")]),
+    "bigquery_job": ("project", r"^([a-z][a-z0-9.:-]*[a-z0-9]|[0-9]+)$", [("roles/bigquery.jobUser", "project")]),
 }
 # Custom roles, defined in the project of the resource they are granted on (the only place a
 # project-level custom role can be granted). Terraform's iam.tf defines the same ones.

@@ -281,6 +281,8 @@ ROUTES = {
     "build": {"target": {"type": "cloud_build_trigger", "trigger": "projects/cb-proj/locations/global/triggers/nightly"}},
     "hook": {"target": {"type": "http", "url": "https://hooks.example.com/run", "audience": "https://hooks.example.com"}},
     "demo": {"target": {"type": "log"}},
+    "rollup": {"target": {"type": "bigquery_job", "project": "bq-proj", "location": "US",
+                          "configuration": {"query": {"query": "SELECT 1"}}}},
 }
 BASE_VARS = {"project_id": "my-project", "region": "europe-west1", "image": "example.com/runonce@sha256:" + "a" * 64,
              "routes": ROUTES}
@@ -292,7 +294,7 @@ def rules_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("rules")
     shutil.copy(TERRAFORM / "variables.tf", directory)
     shutil.copy(TERRAFORM / "rules.tf", directory)
-    outputs = ["retry_window_seconds", "retry_window_longest_seconds", "workflow_projects", "run_job_grants", "build_projects", "scheduler_region",
+    outputs = ["retry_window_seconds", "retry_window_longest_seconds", "workflow_projects", "run_job_grants", "build_projects", "bigquery_projects", "scheduler_region",
                "spanner_ddl", "spanner_store_url"]
     (directory / "outputs.tf").write_text(
         "".join(f'output "{name}" {{\n  value = local.{name}\n}}\n' for name in outputs)
@@ -358,6 +360,7 @@ def test_grants_follow_the_routes_targets(rules_module: Path, tmp_path: Path) ->
     outputs = evaluate(rules_module, tmp_path, BASE_VARS)
     assert outputs["workflow_projects"] == ["wf-proj"]
     assert outputs["build_projects"] == ["cb-proj"]
+    assert outputs["bigquery_projects"] == ["bq-proj"]
     job = {"project": "job-proj", "location": "europe-west1", "name": "batch"}
     assert outputs["run_job_grants"] == {
         "projects/job-proj/locations/europe-west1/jobs/batch roles/run.jobsExecutorWithOverrides": {

@@ -4,11 +4,13 @@ appears nowhere else in app/."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import get_args
 
 import httpx
 import pytest
+import yaml
 
 from app.routes import parse_routes
 from app.settings import ConfigError, Settings, load_settings
@@ -17,17 +19,26 @@ from app.targets.google import GoogleAuth
 from tests.support.procs import REPO
 from tests.support.target_grants import custom_roles, registry_grants
 
-EXAMPLE_TARGETS = {
-    "log": {"type": "log"},
-    "http": {"type": "http", "url": "https://report.example.com/run"},
-    "workflows": {"type": "workflows", "workflow": "projects/p-123456/locations/us-central1/workflows/etl"},
-    "cloud_run_job": {"type": "cloud_run_job", "job": "projects/p-123456/locations/us-central1/jobs/export"},
-    "cloud_build_trigger": {"type": "cloud_build_trigger", "trigger": "projects/p-123456/locations/global/triggers/nightly"},
-}
+def readme_examples() -> dict[str, dict]:
+    """The target block of each YAML example in the README's Targets section, by type: every
+    registered type must have one, and each must be a valid route."""
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Targets"):]
+    section = section[: section.index("\n## ", 1)]
+    examples: dict[str, dict] = {}
+    for block in re.findall(r"```yaml\n(.*?)```", section, flags=re.S):
+        for route in yaml.safe_load(block)["routes"].values():
+            examples.setdefault(route["target"]["type"], route["target"])
+    return examples
 
 
-def test_every_registered_type_has_an_example_here() -> None:
-    assert set(EXAMPLE_TARGETS) == set(TARGET_TYPES)
+EXAMPLE_TARGETS = readme_examples()
+
+
+def test_the_readme_shows_a_valid_route_of_every_registered_type() -> None:
+    assert sorted(EXAMPLE_TARGETS) == sorted(TARGET_TYPES)
+    routes = {name: {"target": target} for name, target in EXAMPLE_TARGETS.items()}
+    assert set(parse_routes(json.dumps({"routes": routes}), "README")) == set(TARGET_TYPES)
 
 
 def test_the_routes_union_is_the_registry() -> None:
@@ -40,8 +51,6 @@ def test_the_routes_union_is_the_registry() -> None:
 
 @pytest.mark.parametrize("name", sorted(EXAMPLE_TARGETS))
 async def test_a_route_of_each_type_builds_its_adapter_with_its_endpoint(name: str) -> None:
-    import json
-
     route = parse_routes(json.dumps({"routes": {"r": {"target": EXAMPLE_TARGETS[name]}}}), "test")["r"]
     entry = TARGET_TYPES[name]
     override = f"http://127.0.0.1:9/{name}"
