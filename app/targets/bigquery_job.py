@@ -128,10 +128,9 @@ class BigQueryJobTargetConfig(BaseModel):
     def _configuration(cls, value: dict[str, Any]) -> dict[str, Any]:
         kinds = [kind for kind in JOB_KINDS if kind in value]
         if len(kinds) != 1:
-            raise _config_error("must hold exactly one of query, load, extract, copy (got {kinds})",
-                                kinds=", ".join(kinds) or "none")
+            raise _config_error(f"must hold exactly one of query, load, extract, copy (got {', '.join(kinds) or 'none'})")
         if not isinstance(value[kinds[0]], dict):
-            raise _config_error("configuration.{kind} must be a mapping", kind=kinds[0])
+            raise _config_error(f"configuration.{kinds[0]} must be a mapping")
         if value.get("dryRun"):
             raise _config_error("dryRun creates no job, so a run would start nothing")
         labels = value.get("labels", {})
@@ -184,8 +183,9 @@ class BigQueryJobTarget(Target):
             self._http, self._auth, "POST", self._job_url(self.config.project), action, body=self.job(request)
         )
         if response.status_code == 409:  # the run's job exists: an earlier attempt created it
-            with reconciling(f"{action}: it already exists; read it"):
-                job = await self._get(self.config.project, self.config.location, job_id, action)
+            read = f"{action}: it already exists; read it"
+            with reconciling(read):
+                job = await self._get(self.config.project, self.config.location, job_id, read)
             return self._resource(job, job_id)
         if not response.is_success:
             raise insert_outcome(action, response)
