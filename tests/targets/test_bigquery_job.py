@@ -288,3 +288,12 @@ async def test_an_endpoint_that_refuses_connections_is_a_failure_nothing_sent(ht
     target = BigQueryJobTarget(config, http, MetadataTokenAuth(metadata.host), f"http://127.0.0.1:{free_port()}")
     with pytest.raises(TargetFailed, match="nothing was sent"):
         await target.dispatch(new_request())
+
+
+def test_the_registry_says_it_reconciles_and_reads_state() -> None:
+    from app.targets import TARGET_TYPES
+
+    entry = TARGET_TYPES["bigquery_job"]
+    assert entry.can_reconcile and entry.reads_state
+    assert entry.endpoint == "bigquery" and entry.resource_field == "project"
+    assert [(g.role, g.on) for g in entry.grants] == [("roles/bigquery.jobUser", "project")]

@@ -162,3 +162,11 @@ def test_the_readme_iam_table_names_each_types_roles(name: str) -> None:
         assert f"`{grant.role}`" in row, f"{name}: the README's row lacks {grant.role}"
         for permission in grant.permissions:
             assert permission.rsplit(".", 1)[1] in row, f"{name}: the README's row lacks {permission}"
+
+
+def test_can_reconcile_and_reads_state_follow_what_the_adapter_implements() -> None:
+    """Derived from the adapter class, so an entry cannot claim what its adapter does not do."""
+    reconciling = {name for name, entry in TARGET_TYPES.items() if entry.can_reconcile}
+    assert {"workflows", "cloud_run_job", "cloud_build_trigger"} <= reconciling
+    assert not {"http", "log"} & reconciling
+    assert not TARGET_TYPES["http"].reads_state and not TARGET_TYPES["log"].reads_state
