@@ -23,10 +23,10 @@ from app.guarantees import (
 from app.protocol import Runner, _new_run
 from app.stores import Finish, NewRun, RunRecord, StoreUnavailable
 from app.stores.base import COMPLETED, FAILED, IN_PROGRESS, SKIPPED
-from app.stores.memory import MemoryStore
 from app.targets import TargetFailed, TargetOutcomeUnknown
 from app.targets.scripted import ScriptedTarget
-from tests.conftest import Clock
+from tests.support.clock import Clock
+from tests.support.runs import BrokenStore
 
 LEASE = timedelta(seconds=300)
 T0 = datetime(2026, 10, 16, 12, 0, tzinfo=timezone.utc)
@@ -111,28 +111,9 @@ def test_a_guard_is_active_only_when_the_route_asks() -> None:
 # -- the Runner ------------------------------------------------------------------------------------
 
 
-class FlakyStore(MemoryStore):
-    """Fails `list` or `finish` on command."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fail_list = False
-        self.fail_finish = False
-
-    async def list(self, *args, **kwargs):
-        if self.fail_list:
-            raise StoreUnavailable("list: deadline exceeded")
-        return await super().list(*args, **kwargs)
-
-    async def finish(self, *args, **kwargs):
-        if self.fail_finish:
-            raise StoreUnavailable("finish: connection reset")
-        return await super().finish(*args, **kwargs)
-
-
 def runner(target: ScriptedTarget, clock: Clock, guard: RouteGuard, store=None, dispatch_timeout: float = 30) -> Runner:
     return Runner(
-        store or FlakyStore(), {"etl": target}, lease=LEASE, retention=timedelta(days=1),
+        store or BrokenStore(), {"etl": target}, lease=LEASE, retention=timedelta(days=1),
         dispatch_timeout=timedelta(seconds=dispatch_timeout), clock=clock, guards={"etl": guard},
     )
 
@@ -225,7 +206,7 @@ async def test_a_late_force_run_retry_is_still_a_force_run(clock: Clock) -> None
 
 
 async def test_an_unrecorded_skip_keeps_the_claim_and_the_retry_after_the_lease_skips_again(clock: Clock) -> None:
-    store = FlakyStore()
+    store = BrokenStore()
     target = ScriptedTarget()
     r = runner(target, clock, RouteGuard(max_lateness=HOUR), store)
     clock.advance(7200)
@@ -252,7 +233,7 @@ async def test_a_late_takeover_whose_earlier_attempt_dispatched_completes_with_t
     async def found(request):
         return "scripted/earlier"
 
-    store = FlakyStore()
+    store = BrokenStore()
     r = runner(ScriptedTarget(reconcile=found), clock, RouteGuard(max_lateness=HOUR), store)
     await store.claim(r_new(delivery()), T0 + 2 * HOUR, LEASE, timedelta(days=1))  # an attempt that died
     clock.advance(2 * 3600 + LEASE.total_seconds())
@@ -328,7 +309,7 @@ async def test_a_failed_state_read_waits_and_never_skips_or_dispatches(clock: Cl
 
 
 async def test_a_store_that_cannot_list_the_route_waits(clock: Clock) -> None:
-    store = FlakyStore()
+    store = BrokenStore()
     target = ScriptedTarget(running=Executions().is_running)
     r = runner(target, clock, RouteGuard("skip"), store)
     store.fail_list = True
@@ -351,7 +332,7 @@ async def test_a_state_read_that_hangs_waits_and_releases_the_claim(clock: Clock
 
 
 async def test_a_wait_whose_release_fails_says_the_retry_waits_for_the_lease(clock: Clock) -> None:
-    store = FlakyStore()
+    store = BrokenStore()
     target = ScriptedTarget(running=Executions().is_running)
     r = runner(target, clock, RouteGuard("wait"), store)
     await r.run(delivery(0), {}, BODY)
@@ -361,7 +342,7 @@ async def test_a_wait_whose_release_fails_says_the_retry_waits_for_the_lease(clo
 
 
 async def test_the_previous_run_of_another_target_type_is_not_asked(clock: Clock) -> None:
-    store = FlakyStore()
+    store = BrokenStore()
     target = ScriptedTarget(running=Executions().is_running)
     r = runner(target, clock, RouteGuard("skip"), store)
     earlier = await store.claim(r_new(delivery(0)), T0, LEASE, timedelta(days=1))
@@ -373,7 +354,7 @@ async def test_the_previous_run_of_another_target_type_is_not_asked(clock: Clock
 
 async def test_a_skipped_run_in_flight_is_fenced_when_another_attempt_took_over(clock: Clock) -> None:
     """An attempt that lost its claim while deciding answers 409 and writes nothing."""
-    store = FlakyStore()
+    store = BrokenStore()
     started, release = asyncio.Event(), asyncio.Event()
 
     async def slow(resource: str) -> bool:
@@ -398,13 +379,13 @@ async def test_a_skipped_run_in_flight_is_fenced_when_another_attempt_took_over(
 # -- a newer run whose outcome is unknown (Scheduler may have given up on it) ------------------------
 
 
-async def unresolved_run(store: FlakyStore, minute: int, at: datetime) -> None:
+async def unresolved_run(store: BrokenStore, minute: int, at: datetime) -> None:
     """A run whose attempt dispatched (or not) and never recorded how: in_progress."""
     await store.claim(r_new(delivery(minute)), at, LEASE, timedelta(days=1))
 
 
 async def test_a_newer_run_being_dispatched_now_makes_the_next_one_wait(clock: Clock) -> None:
-    store = FlakyStore()
+    store = BrokenStore()
     target = ScriptedTarget(running=Executions().is_running)
     r = runner(target, clock, RouteGuard("skip"), store)
     await unresolved_run(store, 0, clock())
@@ -420,7 +401,7 @@ async def test_a_newer_run_being_dispatched_now_makes_the_next_one_wait(clock: C
     (None, False, "skipped"),  # it started nothing: the completed run before it decides (still running)
 ])
 async def test_a_newer_run_left_in_progress_is_looked_up_by_its_run_id(clock: Clock, found, finished, answer) -> None:
-    store = FlakyStore()
+    store = BrokenStore()
     executions = Executions()
 
     async def lookup(request):
@@ -443,7 +424,7 @@ async def test_a_newer_run_left_in_progress_is_looked_up_by_its_run_id(clock: Cl
 
 
 async def test_an_unresolved_run_older_than_the_latest_completed_one_is_not_asked(clock: Clock) -> None:
-    store = FlakyStore()
+    store = BrokenStore()
     executions = Executions()
     target = ScriptedTarget(running=executions.is_running)
     r = runner(target, clock, RouteGuard("wait"), store)
@@ -458,7 +439,7 @@ async def test_an_unresolved_run_older_than_the_latest_completed_one_is_not_aske
 
 
 async def test_a_newer_run_whose_lookup_fails_makes_the_next_one_wait(clock: Clock) -> None:
-    store = FlakyStore()
+    store = BrokenStore()
 
     async def cannot_tell(request):
         raise TargetOutcomeUnknown("list executions: HTTP 503")
@@ -476,7 +457,7 @@ async def test_the_run_dispatched_last_is_asked_even_when_it_was_claimed_first(c
     """A run that waited long (claimed first, dispatched last) is the one that may still run, not
     the newest claim (found by the simulation, seed 20261257: a force run that waited, then its
     scheduled run dispatched over it)."""
-    store = FlakyStore()
+    store = BrokenStore()
     executions = Executions()
     target = ScriptedTarget(running=executions.is_running)
     r = runner(target, clock, RouteGuard("wait"), store)

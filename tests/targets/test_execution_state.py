@@ -19,8 +19,9 @@ from tests.fakes.cloud_build import GET_BUILD
 from tests.fakes.cloud_run import GET as GET_EXECUTION
 from tests.fakes.workflows import GET as GET_WORKFLOW_EXECUTION
 
-from .harness import JOB, PROJECT, TRIGGER, WORKFLOW
-from .test_adapters_inprocess import MetadataTokenAuth, request_for
+from tests.fakes.metadata import MetadataTokenAuth
+
+from .harness import JOB, PROJECT, TRIGGER, WORKFLOW, request_for
 
 
 @dataclass
