@@ -24,6 +24,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
+from .errors import ForcedRunRefused, InvalidDelivery
 from .schedules import Schedule
 from .targets.base import PayloadNotSendable, encode_json
 
@@ -70,19 +71,6 @@ def matches(pattern: str, value: str) -> bool:
     """`value` matches the whole of `pattern`, in ASCII (`$` alone would let a final newline through,
     and `\\d` would accept every script's digits)."""
     return re.fullmatch(pattern, value, flags=re.ASCII) is not None
-
-
-class InvalidDelivery(Exception):
-    """The request does not identify a run: answered 400 `invalid`, nothing is claimed."""
-
-    def __init__(self, field: str, reason: str):
-        super().__init__(f"{field}: {reason}")
-        self.field = field
-        self.reason = reason
-
-
-class ForcedRunRefused(InvalidDelivery):
-    """A force run on a route with `forced_runs: reject`: answered 409, nothing is claimed."""
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,14 @@ import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
+from functools import partial
 
 import httpx
 from fastapi import FastAPI
 
 from . import logs
 from .access import AccessLog
+from .admission import Shutdown
 from .api import answers, deliveries, health, runs
 from .auth import build_authenticator
 from .metrics import Metrics
@@ -62,7 +64,8 @@ def create_app(
     state = app.state  # what deps.py hands the endpoints, and the lifespan builds on
     state.settings, state.routes, state.store, state.auth = settings, routes, store, authenticator
     state.metrics, state.clock, state.given_targets = metrics, clock, targets
-    state.drain = lambda: _drain(app)
+    state.shutdown = Shutdown()
+    state.drain = partial(state.shutdown.drain, settings.shutdown_grace_seconds)  # runonce serve, on SIGTERM
     app.add_middleware(AccessLog, metrics=metrics, project=logs.discover_project())
     for module in (deliveries, runs, health):
         app.include_router(module.router)
@@ -97,6 +100,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         clock=state.clock,
         metrics=state.metrics,
         concurrency_limits={n: r.max_concurrent_dispatches for n, r in routes.items() if r.max_concurrent_dispatches},
+        shutdown=state.shutdown,
     )
     logger.info("runonce ready: %d route(s), store %s", len(routes), settings.store.split("?")[0])
     try:
@@ -117,13 +121,6 @@ def _open_store(settings: Settings) -> RunStore:
         firestore_database=settings.firestore_database,
         firestore_collection=settings.firestore_collection,
     )
-
-
-def _drain(app: FastAPI) -> None:
-    """On SIGTERM (called on the event loop by `runonce serve`): see `Runner.drain`."""
-    runner = getattr(app.state, "runner", None)
-    if runner is not None:
-        runner.drain(app.state.settings.shutdown_grace_seconds)
 
 
 def app_from_environment() -> FastAPI:

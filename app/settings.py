@@ -13,8 +13,10 @@ from typing import Annotated, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from .errors import RunonceError
 
-class ConfigError(Exception):
+
+class ConfigError(RunonceError):
     """Bad configuration: start-up stops with this one message."""
 
 

@@ -13,19 +13,10 @@ from fastapi.responses import JSONResponse
 
 from .. import errors, logs
 from ..auth import Authenticator
-from ..delivery import (
-    MAX_BODY_BYTES,
-    ROUTE_PATH,
-    Delivery,
-    ForcedRunRefused,
-    InvalidDelivery,
-    parse_body,
-    parse_delivery,
-    parse_namespace,
-)
+from ..delivery import MAX_BODY_BYTES, ROUTE_PATH, Delivery, parse_body, parse_delivery, parse_namespace
 from ..routes import Route
 from ..settings import Settings
-from .answers import RESPONSES
+from .answers import RESPONSES, answer_for
 from .deps import AuthDep, ClockDep, RoutesDep, RunnerDep, SettingsDep
 
 router = APIRouter()
@@ -50,8 +41,8 @@ async def deliver(
         logs.bind(labels={"run_id": delivery.run_id, "route": route})
         payload, body_sha256 = await _read_body(request, route, delivery.run_id)
         result = await runner.run(delivery, payload, body_sha256)
-    except errors.RunonceError as exc:
-        outcome.update(outcome=exc.status, error=exc.message)
+    except errors.DeliveryError as exc:
+        outcome.update(outcome=answer_for(exc).status, error=exc.message)
         if exc.run_id:
             outcome["run_id"] = exc.run_id
         if exc.target is not None:
@@ -90,20 +81,15 @@ async def _identify(
     request.state.logged_path = ROUTE_PATH.format(route=route)
     outcome["route"] = route
     auth.authorize(caller, config.allowed_callers or settings.allowed_callers, f"route {route!r}")
-    try:
-        namespace = parse_namespace(_query(request), config.namespace)
-        delivery = parse_delivery(
-            route,
-            request.headers,
-            namespace,
-            received_at=clock(),
-            forced_run_tolerance=timedelta(seconds=settings.forced_run_tolerance_seconds),
-            policy=config.policy,
-        )
-    except ForcedRunRefused as exc:
-        raise errors.ForcedRunRefused(exc.reason, field=exc.field, route=route) from exc
-    except InvalidDelivery as exc:
-        raise errors.Invalid(exc.reason, field=exc.field, route=route) from exc
+    namespace = parse_namespace(_query(request), config.namespace)
+    delivery = parse_delivery(
+        route,
+        request.headers,
+        namespace,
+        received_at=clock(),
+        forced_run_tolerance=timedelta(seconds=settings.forced_run_tolerance_seconds),
+        policy=config.policy,
+    )
     outcome.update(
         run_id=delivery.run_id, source=delivery.source, job=delivery.job,
         schedule_time=delivery.schedule_time_text, task=delivery.task,
@@ -124,14 +110,15 @@ async def _read_body(request: Request, route: str, run_id: str) -> tuple[dict[st
     context = {"route": route, "run_id": run_id}
     declared = request.headers.get("content-length", "")
     if declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise errors.PayloadTooLarge(f"body is over {MAX_BODY_BYTES} bytes (Content-Length)", field="body", **context)
+        raise errors.PayloadTooLarge("body", f"body is over {MAX_BODY_BYTES} bytes (Content-Length)", **context)
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > MAX_BODY_BYTES:
-            raise errors.PayloadTooLarge(f"body is over {MAX_BODY_BYTES} bytes", field="body", **context)
+            raise errors.PayloadTooLarge("body", f"body is over {MAX_BODY_BYTES} bytes", **context)
         chunks.append(chunk)
     try:
         return parse_body(b"".join(chunks))
-    except InvalidDelivery as exc:
-        raise errors.Invalid(exc.reason, field=exc.field, **context) from exc
+    except errors.InvalidDelivery as exc:
+        exc.run_id = run_id  # the run is known by now: the answer names it
+        raise
