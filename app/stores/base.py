@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
+from ..errors import RunonceError
+
 RunStatus = Literal["in_progress", "completed", "failed", "skipped"]
 IN_PROGRESS: RunStatus = "in_progress"
 COMPLETED: RunStatus = "completed"
@@ -30,7 +32,7 @@ SKIPPED: RunStatus = "skipped"
 app/guarantees.py); `last_error` holds `REASON: text`."""
 
 
-class StoreError(Exception):
+class StoreError(RunonceError):
     """Base of claim-store errors."""
 
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from datetime import datetime, timedelta
 
-from app import errors
+from app.api.answers import ANSWERS
 from app.guarantees import skip_reason
 from app.stores import RunRecord
 from app.stores.base import COMPLETED, IN_PROGRESS, SKIPPED
@@ -19,7 +19,7 @@ OVERLAP = ("ovs", "ovw")
 
 # Every answer the status table allows: (HTTP status, body status).
 STATUS_TABLE = {(200, "processed"), (200, "duplicate"), (200, "skipped")} | {
-    (cls.http_status, cls.status) for cls in (*errors.ALL_ERRORS, errors.ForcedRunRefused, errors.Waiting)
+    (answer.http_status, answer.status) for answer in ANSWERS.values()
 }
 
 
