@@ -8,6 +8,7 @@ import asyncio
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
+import httpx
 import pytest
 
 from app import errors
@@ -24,7 +25,9 @@ from app.guarantees import (
     skip_note,
     skip_reason,
 )
+from app.main import create_app
 from app.protocol import Runner, _new_run
+from app.settings import Settings
 from app.stores import Finish, NewRun, RunRecord, StoreUnavailable
 from app.stores.base import COMPLETED, FAILED, IN_PROGRESS, SKIPPED
 from app.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown
@@ -561,3 +564,46 @@ async def test_a_lateness_only_route_never_reads_a_state(clock: Clock) -> None:
     clock.advance(60)
     assert (await r.run(delivery(1), {}, BODY)).status == "processed"
     assert target.state_reads == []
+
+
+# -- through the ASGI app: how the answers render ------------------------------------------------
+
+GUARDED_ROUTES = """
+routes:
+  late: {target: {type: log}, max_lateness_seconds: 60}
+  waits:
+    target: {type: workflows, workflow: projects/proj-12345/locations/us-central1/workflows/w}
+    overlap: wait
+"""
+
+
+def scheduled(minute: int) -> dict[str, str]:
+    return {"X-CloudScheduler-JobName": "nightly", "X-CloudScheduler-ScheduleTime": f"2026-10-16T12:{minute:02d}:00Z"}
+
+
+async def test_skipped_and_waiting_as_the_app_answers_them(clock: Clock) -> None:
+    executions = Executions()
+    targets = {"late": ScriptedTarget(), "waits": ScriptedTarget(running=executions.is_running)}
+    settings = Settings(routes=GUARDED_ROUTES, auth="none", store="sqlite:///unused.db")
+    app = create_app(settings, store=BrokenStore(), targets=targets, clock=clock)
+    clock.advance(3600)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://runonce"
+    ) as client:
+        late = await client.post("/v1/routes/late:run", headers=scheduled(0))
+        assert late.status_code == 200 and "Runonce-Replayed" not in late.headers
+        body = late.json()
+        assert set(body) == {"run_id", "status", "route", "reason", "message"}
+        assert (body["status"], body["route"], body["reason"]) == ("skipped", "late", "late")
+        again = await client.post("/v1/routes/late:run", headers=scheduled(0))
+        assert (again.status_code, again.headers["Runonce-Replayed"], again.json()) == (200, "true", body)
+
+        first = await client.post("/v1/routes/waits:run", headers=scheduled(1))
+        assert first.json()["status"] == "processed"
+        waiting = await client.post("/v1/routes/waits:run", headers=scheduled(2))
+        assert (waiting.status_code, waiting.headers["Retry-After"]) == (409, "10")
+        assert waiting.json()["status"] == "waiting" and waiting.json()["route"] == "waits"
+        assert waiting.json()["target"] == {"type": "scripted", "resource": None}
+        assert f"previous execution {first.json()['target']['resource']} is still running" in waiting.json()["error"]["message"]
+        spec = (await client.get("/openapi.json")).json()["paths"]["/v1/routes/{route}:run"]["post"]["responses"]
+        assert "`skipped`" in spec["200"]["description"] and spec["409"]["description"].startswith("`in_progress`")
