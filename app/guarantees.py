@@ -116,8 +116,11 @@ MAX_RECENT = 20
 cost, far above the runs a route can have outstanding."""
 
 
-async def previous_state(store: RunStore, target: Target, held: RunRecord, now: datetime) -> tuple[Previous, str]:
-    """Whether an earlier run of the route still runs, and which (or why it cannot tell).
+async def previous_state(
+    store: RunStore, target: Target, held: RunRecord, now: datetime
+) -> tuple[Previous, str | None]:
+    """Whether an earlier run of the route still runs, and which (or why it cannot tell; None
+    when idle).
 
     Each run was dispatched only once the one dispatched before it was done, so only the latest
     dispatched execution can still run: the completed run that completed last (`updated_at`; a
@@ -159,7 +162,7 @@ async def previous_state(store: RunStore, target: Target, held: RunRecord, now: 
             what = resource or f"run {run.run_id} of the route (looked up by its run_id)"
             why = exc.message if isinstance(exc, TargetError) else f"{type(exc).__name__}: {exc}"
             return Previous.UNKNOWN, f"cannot tell whether {what} still runs: {why}"
-    return Previous.IDLE, ""
+    return Previous.IDLE, None
 
 
 def _request_of(run: RunRecord) -> DispatchRequest:
