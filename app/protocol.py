@@ -321,7 +321,7 @@ class Runner:
         then dispatch; all within one deadline, which a shutdown may shorten (`Shutdown.drain`).
         The reconciliation searches by run_id: an in_progress record never names a resource
         (`target` is written only with completed). A guard that runs out of time is a `Wait`."""
-        guarding = False
+        guarding = False  # pragma: no mutate - None is as falsy as False: equivalent
         try:
             async with self.shutdown.deadline(self.dispatch_timeout.total_seconds()):
                 with self.metrics.dispatching(target.type):

@@ -157,7 +157,7 @@ async def stored(r: Runner, run_id: str) -> RunRecord:
     return found
 
 
-async def test_a_late_first_claim_is_skipped_and_every_retry_replays_it(clock: Clock) -> None:
+async def test_a_late_first_claim_is_skipped_and_every_retry_replays_it(clock: Clock, caplog: pytest.LogCaptureFixture) -> None:
     target = ScriptedTarget()
     r = runner(target, clock, RouteGuard(max_lateness=HOUR))
     clock.advance(3600 + 1)
@@ -172,6 +172,7 @@ async def test_a_late_first_claim_is_skipped_and_every_retry_replays_it(clock: C
     assert "target" not in body and target.dispatched == []
     assert (await stored(r, first.record.run_id)).status == SKIPPED
     assert r.metrics.runs_skipped.labels("etl", "late")._value.get() == 1
+    assert f"run {first.record.run_id} skipped (late): {body['message']}" in [r.getMessage() for r in caplog.records]
 
     clock.advance(86000)
     again = await r.run(delivery(), {}, BODY)
@@ -226,7 +227,9 @@ async def test_an_unrecorded_skip_keeps_the_claim_and_the_retry_after_the_lease_
     store.fail_finish = True
     with pytest.raises(errors.Unavailable) as raised:
         await r.run(delivery(), {}, BODY)
-    assert "could not record the skip" in raised.value.message
+    assert raised.value.message.startswith("first claimed 7200s after its schedule time 2026-10-16T12:00:00Z")
+    assert "but the claim store could not record the skip (deadline exceeded)" in raised.value.message
+    assert (raised.value.run_id, raised.value.route) == (delivery().run_id, "etl")
     assert raised.value.retry_after == LEASE.total_seconds()
     run_id = delivery().run_id
     assert (await stored(r, run_id)).status == IN_PROGRESS  # kept: a retry in the lease gets 409
@@ -292,6 +295,7 @@ async def test_overlap_wait_releases_the_claim_until_the_previous_execution_is_d
     assert (answer.http_status, answer.body["status"], answer.headers) == (409, "waiting", {"Retry-After": "10"})
     assert error.retry_after == WAIT_RETRY_AFTER_SECONDS
     assert previous in error.message and "the claim was released" in error.message
+    assert (error.run_id, error.route) == (delivery(1).run_id, "etl")
     assert (await stored(r, delivery(1).run_id)).status == FAILED  # claimable at once
     assert len(target.dispatched) == 1
 
