@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
@@ -173,8 +174,10 @@ def _request_of(run: RunRecord) -> DispatchRequest:
     )
 
 
-async def check(guard: RouteGuard, held: RunRecord, target: Target, store: RunStore, now: datetime) -> None:
-    """Raise `Skip` or `Wait` when the held run must not be dispatched now."""
+async def check(
+    guard: RouteGuard, held: RunRecord, target: Target, store: RunStore, clock: Callable[[], datetime]
+) -> None:
+    """Raise `Skip` or `Wait` when the held run must not be dispatched now (`clock`: the runner's)."""
     late = late_by(held, guard.max_lateness)
     if late is not None:
         assert guard.max_lateness is not None
@@ -185,7 +188,7 @@ async def check(guard: RouteGuard, held: RunRecord, target: Target, store: RunSt
         )
     if guard.overlap == "allow":
         return
-    previous, detail = await previous_state(store, target, held, now)
+    previous, detail = await previous_state(store, target, held, clock())
     decision = overlap_decision(guard.overlap, previous)
     if decision == "skip":
         raise Skip("overlap", f"the route's previous execution {detail} is still running (overlap: skip); not dispatched")

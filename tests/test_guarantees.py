@@ -211,6 +211,18 @@ async def test_late_ok_dispatches_a_past_run_that_the_limit_would_skip(clock: Cl
     assert result.status == "processed" and len(target.dispatched) == 1
 
 
+async def test_late_ok_still_applies_the_overlap_policy(clock: Clock) -> None:
+    executions = Executions()
+    target = ScriptedTarget(running=executions.is_running)
+    r = runner(target, clock, RouteGuard("skip", max_lateness=HOUR))
+    first = await r.run(delivery(0), {}, BODY)
+    clock.advance(7200)
+    result = await r.run(delivery(1), {}, BODY, late_ok=True)  # a catch-up of a past time
+    assert (result.status, result.body()["reason"]) == (SKIPPED, "overlap")
+    executions.finished.add(first.record.target["resource"])
+    assert (await r.run(delivery(2), {}, BODY, late_ok=True)).status == "processed"
+
+
 async def test_a_late_force_run_retry_is_still_a_force_run(clock: Clock) -> None:
     target = ScriptedTarget()
     r = runner(target, clock, RouteGuard(max_lateness=timedelta(seconds=1)))
@@ -296,7 +308,9 @@ async def test_overlap_wait_releases_the_claim_until_the_previous_execution_is_d
     assert error.retry_after == WAIT_RETRY_AFTER_SECONDS
     assert previous in error.message and "the claim was released" in error.message
     assert (error.run_id, error.route) == (delivery(1).run_id, "etl")
-    assert (await stored(r, delivery(1).run_id)).status == FAILED  # claimable at once
+    released = await stored(r, delivery(1).run_id)
+    assert released.status == FAILED  # claimable at once
+    assert released.last_error == f"the route's previous execution {previous} is still running (overlap: wait)"
     assert len(target.dispatched) == 1
 
     executions.finished.add(previous)
