@@ -249,15 +249,15 @@ def process_tree(pid: int) -> list[int]:
     return found
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of the process tree, in seconds."""
+def cpu_seconds(pid: int, *, kernel_only: bool = False) -> float:
+    """utime + stime of the process tree, in seconds (stime alone with `kernel_only`)."""
     ticks = 0
     for each in process_tree(pid):
         try:
             fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of proc(5))
+        ticks += (0 if kernel_only else int(fields[11])) + int(fields[12])  # utime, stime (fields 14, 15 of proc(5))
     return ticks / CLOCK_TICKS
 
 
