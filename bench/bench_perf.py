@@ -146,13 +146,21 @@ def start(contender: Contender, firestore: str, downstream: str, logs: Path) -> 
     return server
 
 
-async def first_answer(server: Server, log: Path, timeout: float = 60) -> None:
-    deadline = time.perf_counter() + timeout
-    while time.perf_counter() < deadline:
+async def first_answer(server: Server, log: Path) -> None:
+    def exited() -> None:
         if server.proc.poll() is not None:
             raise RuntimeError(f"{server.contender.name} exited with {server.proc.returncode}:\n{log.read_text()[-3000:]}")
+
+    await first_answer_on(server.port, server.contender.name, exited)
+
+
+async def first_answer_on(port: int, name: str, check_alive: Callable[[], None], timeout: float = 60) -> None:
+    """Poll with fresh deliveries until one is answered 200."""
+    deadline = time.perf_counter() + timeout
+    while time.perf_counter() < deadline:
+        check_alive()
         try:
-            connection = await Connection.open(server.port)
+            connection = await Connection.open(port)
         except OSError:
             await asyncio.sleep(0.005)
             continue
@@ -165,8 +173,8 @@ async def first_answer(server: Server, log: Path, timeout: float = 60) -> None:
             connection.close()
         if status == 200:
             return
-        raise RuntimeError(f"{server.contender.name}: first delivery answered {status}: {body[:300]!r}")
-    raise RuntimeError(f"{server.contender.name}: no answer after {timeout}s:\n{log.read_text()[-3000:]}")
+        raise RuntimeError(f"{name}: first delivery answered {status}: {body[:300]!r}")
+    raise RuntimeError(f"{name}: no answer after {timeout}s")
 
 
 # --- the load generator ---------------------------------------------------------------------
@@ -300,9 +308,10 @@ def rotated(servers: list[Server], round_no: int) -> list[Server]:
     return servers[shift:] + servers[:shift]
 
 
-def measure_rounds(servers: list[Server], figures: Figures, suffix: str, args: argparse.Namespace) -> None:
+def measure_rounds(servers: list[Server], emulator_pid: int, figures: Figures, suffix: str,
+                   args: argparse.Namespace) -> None:
     """Warm-up, then `args.rounds` rounds of: one at a time (latency, CPU) and 16 at once
-    (throughput, CPU), the contenders in a rotating order."""
+    (throughput, CPU; the emulator's CPU too), the contenders in a rotating order."""
     for server in servers:
         run(drive(server.port, args.warmup, args.concurrency))
     for round_no in range(args.rounds):
@@ -313,9 +322,11 @@ def measure_rounds(servers: list[Server], figures: Figures, suffix: str, args: a
             figures.add(name, f"cpu_seq_ms{suffix}", (cpu_seconds(server.pid) - cpu) * 1000 / args.latency_requests)
             figures.add(name, f"median_ms{suffix}", statistics.median(latencies))
             figures.add(name, f"p99_ms{suffix}", p99(latencies))
-            cpu = cpu_seconds(server.pid)
+            cpu, emulator_cpu = cpu_seconds(server.pid), cpu_seconds(emulator_pid)
             wall, _ = run(drive(server.port, args.throughput_requests, args.concurrency))
             figures.add(name, f"cpu_ms{suffix}", (cpu_seconds(server.pid) - cpu) * 1000 / args.throughput_requests)
+            figures.add(name, f"emulator_cpu_ms{suffix}",
+                        (cpu_seconds(emulator_pid) - emulator_cpu) * 1000 / args.throughput_requests)
             figures.add(name, f"throughput{suffix}", args.throughput_requests / wall)
 
 
@@ -351,14 +362,31 @@ def measure_cold_starts(contender_list: list[Contender], firestore: str, downstr
             server.stop()
 
 
-def container_cold_start(runs: int) -> tuple[float | None, str]:
-    """bench/image_cold_start.py (podman, SQLite store, log route): container start -> first 200 on /healthz."""
-    result = subprocess.run([sys.executable, str(REPO / "bench" / "image_cold_start.py"), "--runs", str(runs)],
-                            cwd=REPO, capture_output=True, text=True)
-    for line in result.stdout.splitlines():
-        if line.startswith("cold start") and "median" in line:
-            return float(line.split("median ")[1].split(" s")[0]), line
-    return None, f"image_cold_start.py failed ({result.returncode}): {(result.stderr or result.stdout)[-500:]}"
+IMAGE = "localhost/runonce:bench-perf"  # its own tag: the deploy tests' image may be in use meanwhile
+
+
+def measure_container_cold_starts(firestore: str, downstream: str, figures: Figures, runs: int) -> str:
+    """podman run -> first 200 on a fresh delivery, runonce's image with the same settings as the
+    process (host network: the emulator and the downstream are on loopback). Builds the image from
+    this checkout first (podman on a locally bootstrapped Debian base, as tests/deploy do)."""
+    sys.path.insert(0, str(REPO / "tests" / "deploy"))
+    from deploy_image import RUN_FLAGS, build, remove_container
+    from deploy_tools import tool
+
+    build(IMAGE)
+    for _ in range(runs):
+        port = free_port()
+        command = [tool("podman"), "run", "-d", *RUN_FLAGS, "--network=host", "-e", f"PORT={port}"]
+        for name, value in contenders()[0].env(firestore, downstream).items():
+            command += ["-e", f"{name}={value}"]
+        started = time.perf_counter()
+        container = subprocess.run([*command, IMAGE], capture_output=True, text=True, check=True).stdout.strip()
+        try:
+            run(first_answer_on(port, "container", lambda: None))
+            figures.add("runonce", "cold_start_container_s", time.perf_counter() - started)
+        finally:
+            remove_container(container)
+    return f"container cold start: podman run (runc, host network) of {IMAGE} -> first 200 on a fresh delivery"
 
 
 class LatencyProxy:
@@ -415,6 +443,7 @@ ROWS = [
     ("cpu_ms", "server CPU per fresh delivery, 16 concurrent (ms)", "{:.2f}"),
     ("cpu_seq_ms", "server CPU per fresh delivery, one at a time (ms)", "{:.2f}"),
     ("throughput", "throughput at 16 concurrent (deliveries/s)", "{:.0f}"),
+    ("emulator_cpu_ms", "  Firestore emulator's CPU per delivery, meanwhile (ms)", "{:.2f}"),
     ("median_ms", "median latency, loopback (ms)", "{:.2f}"),
     ("p99_ms", "p99 latency, loopback (ms)", "{:.2f}"),
     ("median_ms@rtt", "median latency, Firestore RTT +{rtt} ms (ms)", "{:.2f}"),
@@ -440,8 +469,6 @@ def table(figures: Figures, names: list[str], args: argparse.Namespace) -> list[
             a, b = values["runonce"], values[baseline]
             ratios.append(f"{a / b:.2f}x" if a is not None and b else "n/a")
         goal = GOALS.get(figure.split("@")[0], "")
-        if figure == "cpu_seq_ms":
-            goal = ""
         lines.append(f"{text:{width}} {cells[0]:>9} {cells[1]:>9} {cells[2]:>9} {ratios[0]:>8} {ratios[1]:>8}  {goal}")
     return lines
 
@@ -470,14 +497,16 @@ def main() -> None:
     listed = contenders()
     names = [c.name for c in listed]
     figures = Figures()
-    container_note = "container cold start: not measured (pass --container: podman, builds the image)"
+    container_note = "container cold start: not measured (pass --container: podman; builds the image, ~2 min)"
     emulator = start_firestore_emulator(logs)
     downstream = Downstream(logs)
     try:
         measure_cold_starts(listed, emulator.host, downstream.url, logs, figures, args)
+        if args.container:
+            container_note = measure_container_cold_starts(emulator.host, downstream.url, figures, args.cold_starts)
         servers = [start(c, emulator.host, downstream.url, logs) for c in listed]
         try:
-            measure_rounds(servers, figures, "", args)
+            measure_rounds(servers, emulator.proc.pid, figures, "", args)
             measure_memory(servers, figures, args)
         finally:
             for server in servers:
@@ -486,7 +515,7 @@ def main() -> None:
         try:
             servers = [start(c, proxy.host, downstream.url, logs) for c in listed]
             try:
-                measure_rounds(servers, figures, "_rtt", args)
+                measure_rounds(servers, emulator.proc.pid, figures, "_rtt", args)
             finally:
                 for server in servers:
                     server.stop()
@@ -495,15 +524,13 @@ def main() -> None:
     finally:
         downstream.stop()
         emulator.stop()
-    if args.container:
-        seconds, container_note = container_cold_start(args.cold_starts)
-        if seconds is not None:
-            figures.add("runonce", "cold_start_container_s", seconds)
 
     threads = os.environ.get("THREADS", str((os.cpu_count() or 1) * 4))
     print(f"fresh deliveries, Firestore emulator, one local downstream; {args.rounds} round(s) in rotating order, "
           f"medians over rounds; {os.cpu_count()} CPUs; seed under functions-framework with {threads} threads")
     print("\n".join(table(figures, names, args)))
+    print("(throughput shares the cores with the emulator, the downstream and this load generator: where the three\n"
+          " are level, the machine is the limit; the emulator's CPU row shows the load each puts on it)")
     for name in names:
         series = figures.rss.get(name, [])
         print(f"RSS {name} (MB) after N deliveries: " + ", ".join(f"{n}: {mb:.1f}" for n, mb in series)
