@@ -128,7 +128,7 @@ class Server:
                 self.proc.wait()
 
 
-def start(contender: Contender, firestore: str, downstream: str, logs: Path) -> Server:
+def start(contender: Contender, firestore: str, downstream: str, logs: Path, headers: str = "") -> Server:
     """Start the server and return once a fresh delivery has been answered 200 (its cold start)."""
     port = free_port()
     log = logs / f"{contender.name}-{port}.log"
@@ -139,28 +139,29 @@ def start(contender: Contender, firestore: str, downstream: str, logs: Path) -> 
                                 stdout=out, stderr=subprocess.STDOUT)
     server = Server(contender, proc, port, started)
     try:
-        run(first_answer(server, log))
+        run(first_answer(server, log, headers))
     except BaseException:
         server.stop()
         raise
     return server
 
 
-async def first_answer(server: Server, log: Path) -> None:
+async def first_answer(server: Server, log: Path, headers: str = "") -> None:
     def exited() -> None:
         if server.proc.poll() is not None:
             raise RuntimeError(f"{server.contender.name} exited with {server.proc.returncode}:\n{log.read_text()[-3000:]}")
 
-    await first_answer_on(server.port, server.contender.name, exited)
+    await first_answer_on(server.port, server.contender.name, exited, headers)
 
 
-async def first_answer_on(port: int, name: str, check_alive: Callable[[], None], timeout: float = 60) -> None:
+async def first_answer_on(port: int, name: str, check_alive: Callable[[], None], headers: str = "",
+                          timeout: float = 60) -> None:
     """Poll with fresh deliveries until one is answered 200."""
     deadline = time.perf_counter() + timeout
     while time.perf_counter() < deadline:
         check_alive()
         try:
-            connection = await Connection.open(port)
+            connection = await Connection.open(port, headers)
         except OSError:
             await asyncio.sleep(0.005)
             continue
@@ -182,13 +183,14 @@ async def first_answer_on(port: int, name: str, check_alive: Callable[[], None],
 # cheaper it is, the less it takes from them (httpx costs about as much per request as a server).
 
 class Connection:
-    def __init__(self, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        self.port, self.reader, self.writer = port, reader, writer
+    def __init__(self, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, headers: str):
+        self.port, self.reader, self.writer, self.headers = port, reader, writer, headers
 
     @classmethod
-    async def open(cls, port: int) -> Connection:
+    async def open(cls, port: int, headers: str = "") -> Connection:
+        """`headers`: extra header lines, each ending in CRLF (an Authorization header)."""
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        return cls(port, reader, writer)
+        return cls(port, reader, writer, headers)
 
     def close(self) -> None:
         self.writer.close()
@@ -198,7 +200,7 @@ class Connection:
         self.writer.write(
             f"POST {DELIVERY_PATH} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\nUser-Agent: Google-Cloud-Scheduler\r\n"
             f"X-CloudScheduler-JobName: job-{uuid.uuid4().hex}\r\nX-CloudScheduler-ScheduleTime: {SCHEDULE_TIME}\r\n"
-            "Content-Length: 0\r\n\r\n".encode()
+            f"{self.headers}Content-Length: 0\r\n\r\n".encode()
         )
         head = await self.reader.readuntil(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")
@@ -213,9 +215,9 @@ class Connection:
         return status, body
 
 
-async def drive(port: int, count: int, concurrency: int) -> tuple[float, list[float]]:
+async def drive(port: int, count: int, concurrency: int, headers: str = "") -> tuple[float, list[float]]:
     """`count` fresh deliveries, `concurrency` in flight: (wall seconds, latencies in ms)."""
-    connections = [await Connection.open(port) for _ in range(concurrency)]
+    connections = [await Connection.open(port, headers) for _ in range(concurrency)]
     remaining = iter(range(count))
     latencies: list[float] = []
 

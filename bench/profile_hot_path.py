@@ -20,13 +20,14 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.bench_perf import BIN, Downstream, contenders, cpu_seconds, drive, run, start  # noqa: E402
+from bench.bench_perf import BIN, Contender, Downstream, contenders, cpu_seconds, drive, run, start  # noqa: E402
+from tests.support.oidc import CertsServer, claims, make_key, sign  # noqa: E402
 from tests.support.procs import start_firestore_emulator  # noqa: E402
 
 # (cost, pattern on a py-spy frame "function (path:line)"): the split of issue 14. py-spy shortens
@@ -136,6 +137,19 @@ def summarise(raw: Path) -> Summary:
     return summary
 
 
+def with_oidc(contender: Contender) -> tuple[Contender, str, CertsServer]:
+    """runonce verifying a Scheduler-style ID token on every delivery, against a loopback certs endpoint."""
+    key = make_key()
+    certs = CertsServer([key]).start()
+    audience, caller = "https://runonce.example.run.app", "scheduler@bench-project.iam.gserviceaccount.com"
+    token = sign(key, claims(audience=audience, email=caller, lifetime=3600))
+    settings = {"RUNONCE_AUTH": "oidc", "RUNONCE_AUDIENCE": audience, "RUNONCE_ALLOWED_CALLERS": caller,
+                "RUNONCE_OIDC_CERTS_URL": certs.url}
+    env = contender.env
+    return replace(contender, env=lambda firestore, downstream: {**env(firestore, downstream), **settings}), \
+        f"Authorization: Bearer {token}\r\n", certs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--deliveries", type=int, default=3000)
@@ -143,16 +157,21 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
     parser.add_argument("--no-native", action="store_true", help="Python frames only")
     parser.add_argument("--raw", type=Path, help="keep py-spy's collapsed stacks here")
+    parser.add_argument("--oidc", action="store_true",
+                        help="RUNONCE_AUTH=oidc: every delivery carries an RS256 ID token (tests/support/oidc.py)")
     args = parser.parse_args()
 
     logs = Path(tempfile.mkdtemp(prefix="runonce-profile-"))
     raw = args.raw or logs / "runonce.collapsed"
+    contender, headers, certs = contenders()[0], "", None
+    if args.oidc:
+        contender, headers, certs = with_oidc(contender)
     emulator = start_firestore_emulator(logs)
     downstream = Downstream(logs)
     try:
-        server = start(contenders()[0], emulator.host, downstream.url, logs)
+        server = start(contender, emulator.host, downstream.url, logs, headers)
         try:
-            run(drive(server.port, 300, args.concurrency))  # warm: connections, caches
+            run(drive(server.port, 300, args.concurrency, headers))  # warm: connections, caches
             command = [str(BIN / "py-spy"), "record", "--pid", str(server.pid), "--rate", str(args.rate),
                        "--format", "raw", "--output", str(raw), "--nonblocking" if args.no_native else "--native"]
             spy = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -160,7 +179,7 @@ def main() -> None:
             if spy.poll() is not None:
                 raise RuntimeError(f"py-spy failed: {spy.stdout.read().decode() if spy.stdout else ''}")
             cpu, sys_before = cpu_seconds(server.pid), cpu_seconds(server.pid, kernel_only=True)
-            wall, _ = run(drive(server.port, args.deliveries, args.concurrency))
+            wall, _ = run(drive(server.port, args.deliveries, args.concurrency, headers))
             cpu_ms = (cpu_seconds(server.pid) - cpu) * 1000 / args.deliveries
             sys_ms = (cpu_seconds(server.pid, kernel_only=True) - sys_before) * 1000 / args.deliveries
             spy.send_signal(signal.SIGINT)
@@ -170,14 +189,22 @@ def main() -> None:
     finally:
         downstream.stop()
         emulator.stop()
+        if certs is not None:
+            certs.stop()
 
     summary = summarise(raw)
     total = summary.samples
     mode = "python frames only" if args.no_native else "--native"
-    print(f"py-spy record {mode}, {args.rate} Hz, {args.deliveries} fresh deliveries at {args.concurrency} concurrent "
+    print(f"{'OIDC on' if args.oidc else 'RUNONCE_AUTH=none'}; py-spy record {mode}, {args.rate} Hz, {args.deliveries} fresh deliveries at {args.concurrency} concurrent "
           f"({args.deliveries / wall:.0f}/s with py-spy attached)")
-    print(f"server CPU per delivery (/proc): {cpu_ms:.2f} ms, of which kernel (stime) {sys_ms:.2f} ms; "
-          f"{total} working samples ({summary.idle} idle ones dropped)")
+    print(f"server CPU per delivery (/proc): {cpu_ms:.2f} ms, of which kernel (stime) {sys_ms:.2f} ms "
+          f"({sys_ms / cpu_ms:.0%}); {total} working samples ({summary.idle} idle ones dropped)")
+    sampled = total / args.rate
+    if sampled > 1.3 * cpu_ms * args.deliveries / 1000:
+        print(f"caution: {sampled:.1f} s sampled against {cpu_ms * args.deliveries / 1000:.1f} s of CPU: a thread that "
+              "waits for a core (a loaded machine) is sampled as working, mostly inside the system call that woke "
+              f"another process (write, sendmsg); the syscalls column ({sum(summary.in_syscalls.values()) / total:.0%}) "
+              "is then inflated against the kernel's real share above, while the Python-level shares hold")
     print(f"{'cost (innermost layer on the stack)':38} {'share':>7} {'ms/deliv.':>10} {'syscalls':>9} {'inclusive':>10}")
     for cost, count in summary.exclusive.most_common():
         share = count / total
