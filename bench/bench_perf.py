@@ -483,10 +483,10 @@ def table(figures: Figures, names: list[str], args: argparse.Namespace) -> list[
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=200, help="deliveries per contender before the rounds")
-    parser.add_argument("--latency-requests", type=int, default=300, help="one-at-a-time fresh deliveries per round")
-    parser.add_argument("--throughput-requests", type=int, default=800, help="fresh deliveries per round at --concurrency")
+    parser.add_argument("--latency-requests", type=int, default=200, help="one-at-a-time fresh deliveries per round")
+    parser.add_argument("--throughput-requests", type=int, default=600, help="fresh deliveries per round at --concurrency")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--memory-deliveries", type=int, default=10_000)
     parser.add_argument("--cold-starts", type=int, default=3)
