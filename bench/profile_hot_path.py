@@ -203,8 +203,10 @@ def main() -> None:
     if sampled > 1.3 * cpu_ms * args.deliveries / 1000:
         print(f"caution: {sampled:.1f} s sampled against {cpu_ms * args.deliveries / 1000:.1f} s of CPU: a thread that "
               "waits for a core (a loaded machine) is sampled as working, mostly inside the system call that woke "
-              f"another process (write, sendmsg); the syscalls column ({sum(summary.in_syscalls.values()) / total:.0%}) "
-              "is then inflated against the kernel's real share above, while the Python-level shares hold")
+              "another process (write, sendmsg)"
+              + ("" if args.no_native else f"; the syscalls column ({sum(summary.in_syscalls.values()) / total:.0%}) is "
+                 "then inflated against the kernel's real share above")
+              + "; the Python-level shares hold")
     print(f"{'cost (innermost layer on the stack)':38} {'share':>7} {'ms/deliv.':>10} {'syscalls':>9} {'inclusive':>10}")
     for cost, count in summary.exclusive.most_common():
         share = count / total
