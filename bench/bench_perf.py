@@ -51,7 +51,7 @@ SCHEDULE_TIME = "2026-10-16T12:00:00Z"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 DELIVERY_PATH = "/v1/routes/bench:run"
 
-# Issue 14's goals, as (figure, runonce / seed ratio it must meet, direction)
+# Issue 14's goals per figure: runonce against the seed, or absolute
 GOALS = {
     "cpu_ms": "<= 0.4x",
     "throughput": ">= 2x",
@@ -91,15 +91,16 @@ def contenders() -> list[Contender]:
                 "FIRESTORE_EMULATOR_HOST": firestore, "BENCH_DOWNSTREAM_URL": downstream}
 
     return [
-        Contender("runonce", "runonce", lambda port: [str(BIN / "runonce"), "serve", "--port", str(port)], runonce_env),
+        Contender("runonce", "runonce serve: http target, JSON logs, RUNONCE_AUTH=none",
+                  lambda port: [str(BIN / "runonce"), "serve", "--port", str(port)], runonce_env),
         Contender(
-            "seed", "seed handler (sync, functions-framework)",
+            "seed", "the guide's handler as written: Flask, sync Firestore, functions-framework (bench/seed_handler.py)",
             lambda port: [str(BIN / "functions-framework"), "--source", "bench/seed_handler.py",
                           "--target", "handle_scheduled_job", "--host", "127.0.0.1", "--port", str(port)],
             seed_env,
         ),
         Contender(
-            "rewrite", "async rewrite (FastAPI, uvicorn)",
+            "rewrite", "its async rewrite: FastAPI, AsyncClient, httpx, uvicorn (bench/baseline_app.py)",
             # uvicorn's defaults, access log included: runonce writes one line per delivery too
             lambda port: [str(BIN / "uvicorn"), "bench.baseline_app:app", "--port", str(port)],
             rewrite_env,
@@ -448,7 +449,7 @@ def port_open(port: int) -> bool:
 # --- the table ------------------------------------------------------------------------------
 
 ROWS = [
-    # (figure, label, unit format, lower is better)
+    # (figure, label, number format)
     ("cpu_ms", "server CPU per fresh delivery, 16 concurrent (ms)", "{:.2f}"),
     ("cpu_seq_ms", "server CPU per fresh delivery, one at a time (ms)", "{:.2f}"),
     ("throughput", "throughput at 16 concurrent (deliveries/s)", "{:.0f}"),
@@ -496,7 +497,7 @@ def main() -> None:
     parser.add_argument("--firestore-rtt-ms", type=float, default=5.0,
                         help="modelled round trip added to every Firestore call (bench/latency_proxy.py)")
     parser.add_argument("--container", action="store_true",
-                        help="also time podman run -> first 200 (bench/image_cold_start.py; builds the image)")
+                        help="also time podman run -> first 200 (builds this checkout's image with podman first)")
     parser.add_argument("--smoke", action="store_true", help="tiny numbers: proves that every row still prints")
     parser.add_argument("--json", type=Path, help="also write every sample here")
     args = parser.parse_args()
@@ -504,6 +505,7 @@ def main() -> None:
         args.rounds, args.warmup, args.latency_requests, args.throughput_requests = 1, 8, 10, 32
         args.memory_deliveries, args.cold_starts = 100, 1
 
+    load_before = os.getloadavg()[0]
     logs = Path(tempfile.mkdtemp(prefix="runonce-bench-perf-"))
     listed = contenders()
     names = [c.name for c in listed]
@@ -538,7 +540,10 @@ def main() -> None:
 
     threads = os.environ.get("THREADS", str((os.cpu_count() or 1) * 4))
     print(f"fresh deliveries, Firestore emulator, one local downstream; {args.rounds} round(s) in rotating order, "
-          f"medians over rounds; {os.cpu_count()} CPUs; seed under functions-framework with {threads} threads")
+          f"medians over rounds; {os.cpu_count()} CPUs, load average {load_before:.1f} at the start and "
+          f"{os.getloadavg()[0]:.1f} at the end; seed under functions-framework with {threads} threads")
+    for contender in listed:
+        print(f"  {contender.name:8} {contender.label}")
     print("\n".join(table(figures, names, args)))
     print("(throughput shares the cores with the emulator, the downstream and this load generator: where the three\n"
           " are level, the machine is the limit; the emulator's CPU row shows the load each puts on it)")
