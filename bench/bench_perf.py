@@ -14,6 +14,7 @@ the median over rounds, and the ratio columns are runonce's figure over each bas
     .venv/bin/python bench/bench_perf.py            # full run (~8 min on 2 idle cores)
     .venv/bin/python bench/bench_perf.py --smoke    # seconds: proves every row still prints
     .venv/bin/python bench/bench_perf.py --container  # also podman run -> first 200 (builds the image)
+    .venv/bin/python bench/bench_perf.py --skip cold-start memory rtt   # CPU, throughput, latency only
 
 Rows: server CPU per fresh delivery (utime+stime from /proc of the server and all its processes),
 deliveries/s at 16 concurrent, median and p99 latency one at a time at loopback and with
@@ -43,7 +44,7 @@ import uvloop
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.support.procs import free_port, start_firestore_emulator  # noqa: E402
+from tests.support.procs import FirestoreEmulator, free_port, start_firestore_emulator  # noqa: E402
 
 BIN = Path(sys.executable).parent
 PROJECT = "runonce-bench"
@@ -484,6 +485,21 @@ def table(figures: Figures, names: list[str], args: argparse.Namespace) -> list[
     return lines
 
 
+def measure_with_latency(listed: list[Contender], emulator: FirestoreEmulator, downstream: str, logs: Path,
+                         figures: Figures, args: argparse.Namespace) -> None:
+    """The rounds again, with fresh servers that reach the emulator through bench/latency_proxy.py."""
+    proxy = LatencyProxy(emulator.host, args.firestore_rtt_ms)
+    try:
+        servers = [start(c, proxy.host, downstream, logs) for c in listed]
+        try:
+            measure_rounds(servers, emulator.proc.pid, figures, "_rtt", args)
+        finally:
+            for server in servers:
+                server.stop()
+    finally:
+        proxy.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
@@ -498,6 +514,8 @@ def main() -> None:
                         help="modelled round trip added to every Firestore call (bench/latency_proxy.py)")
     parser.add_argument("--container", action="store_true",
                         help="also time podman run -> first 200 (builds this checkout's image with podman first)")
+    parser.add_argument("--skip", nargs="+", default=[], choices=["cold-start", "memory", "rtt"],
+                        help="leave these rows out (n/a), e.g. to re-measure CPU quickly after a change")
     parser.add_argument("--smoke", action="store_true", help="tiny numbers: proves that every row still prints")
     parser.add_argument("--json", type=Path, help="also write every sample here")
     args = parser.parse_args()
@@ -514,26 +532,20 @@ def main() -> None:
     emulator = start_firestore_emulator(logs)
     downstream = Downstream(logs)
     try:
-        measure_cold_starts(listed, emulator.host, downstream.url, logs, figures, args)
+        if "cold-start" not in args.skip:
+            measure_cold_starts(listed, emulator.host, downstream.url, logs, figures, args)
         if args.container:
             container_note = measure_container_cold_starts(emulator.host, downstream.url, figures, args.cold_starts)
         servers = [start(c, emulator.host, downstream.url, logs) for c in listed]
         try:
             measure_rounds(servers, emulator.proc.pid, figures, "", args)
-            measure_memory(servers, figures, args)
+            if "memory" not in args.skip:
+                measure_memory(servers, figures, args)
         finally:
             for server in servers:
                 server.stop()
-        proxy = LatencyProxy(emulator.host, args.firestore_rtt_ms)
-        try:
-            servers = [start(c, proxy.host, downstream.url, logs) for c in listed]
-            try:
-                measure_rounds(servers, emulator.proc.pid, figures, "_rtt", args)
-            finally:
-                for server in servers:
-                    server.stop()
-        finally:
-            proxy.stop()
+        if "rtt" not in args.skip:
+            measure_with_latency(listed, emulator, downstream.url, logs, figures, args)
     finally:
         downstream.stop()
         emulator.stop()
@@ -547,10 +559,9 @@ def main() -> None:
     print("\n".join(table(figures, names, args)))
     print("(throughput shares the cores with the emulator, the downstream and this load generator: where the three\n"
           " are level, the machine is the limit; the emulator's CPU row shows the load each puts on it)")
-    for name in names:
-        series = figures.rss.get(name, [])
+    for name, series in figures.rss.items():
         print(f"RSS {name} (MB) after N deliveries: " + ", ".join(f"{n}: {mb:.1f}" for n, mb in series)
-              + f" -> {rss_verdict(series)}" if series else "")
+              + f" -> {rss_verdict(series)}")
     print(container_note)
     print(f"logs: {logs}")
     if args.json:
