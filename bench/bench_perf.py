@@ -490,14 +490,21 @@ def measure_with_latency(listed: list[Contender], emulator: FirestoreEmulator, d
     """The rounds again, with fresh servers that reach the emulator through bench/latency_proxy.py."""
     proxy = LatencyProxy(emulator.host, args.firestore_rtt_ms)
     try:
-        servers = [start(c, proxy.host, downstream, logs) for c in listed]
-        try:
-            measure_rounds(servers, emulator.proc.pid, figures, "_rtt", args)
-        finally:
-            for server in servers:
-                server.stop()
+        with_servers(listed, proxy.host, downstream, logs,
+                     lambda servers: measure_rounds(servers, emulator.proc.pid, figures, "_rtt", args))
     finally:
         proxy.stop()
+
+
+def with_servers(listed: list[Contender], firestore: str, downstream: str, logs: Path,
+                 measure: Callable[[list[Server]], None]) -> None:
+    """Start the contenders against `firestore`, `measure` them, and stop them whatever happens."""
+    servers = [start(c, firestore, downstream, logs) for c in listed]
+    try:
+        measure(servers)
+    finally:
+        for server in servers:
+            server.stop()
 
 
 def main() -> None:
@@ -536,14 +543,12 @@ def main() -> None:
             measure_cold_starts(listed, emulator.host, downstream.url, logs, figures, args)
         if args.container:
             container_note = measure_container_cold_starts(emulator.host, downstream.url, figures, args.cold_starts)
-        servers = [start(c, emulator.host, downstream.url, logs) for c in listed]
-        try:
+        def at_loopback(servers: list[Server]) -> None:
             measure_rounds(servers, emulator.proc.pid, figures, "", args)
             if "memory" not in args.skip:
                 measure_memory(servers, figures, args)
-        finally:
-            for server in servers:
-                server.stop()
+
+        with_servers(listed, emulator.host, downstream.url, logs, at_loopback)
         if "rtt" not in args.skip:
             measure_with_latency(listed, emulator, downstream.url, logs, figures, args)
     finally:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_perf import Downstream, Figures, contenders, measure_rounds, start  # noqa: E402
+from bench.bench_perf import Downstream, Figures, contenders, measure_rounds, with_servers  # noqa: E402
 from tests.support.procs import start_firestore_emulator  # noqa: E402
 
 
@@ -43,12 +43,8 @@ def main() -> None:
     downstream = Downstream(logs)
     figures = Figures()
     try:
-        servers = [start(c, emulator.host, downstream.url, logs) for c in (runonce, variant)]
-        try:
-            measure_rounds(servers, emulator.proc.pid, figures, "", args)
-        finally:
-            for server in servers:
-                server.stop()
+        with_servers([runonce, variant], emulator.host, downstream.url, logs,
+                     lambda servers: measure_rounds(servers, emulator.proc.pid, figures, "", args))
     finally:
         downstream.stop()
         emulator.stop()
