@@ -1,13 +1,14 @@
 """Where runonce's CPU goes on a fresh delivery: py-spy on a real `runonce serve` (the bench_perf.py
 set-up: `http` target, JSON logs, Firestore emulator, local downstream), split the way issue 14 does.
 
-    .venv/bin/python bench/profile_hot_path.py [--deliveries 3000] [--concurrency 16] [--no-native]
+    .venv/bin/python bench/profile_hot_path.py [--deliveries 3000] [--concurrency 16] [--no-native] [--oidc]
 
 Samples the server (py-spy record, `--native` so C extensions such as grpc's and uvloop's show up)
 while it answers fresh deliveries, then attributes each sample to one cost: the innermost frame that
 belongs to a known one wins, so the JSON encoding inside a log call counts as JSON, and the socket
 write inside httpcore as the httpx POST. Also prints each cost inclusively (any frame on the stack),
 which is what removing that layer entirely would save. Writes the raw stacks beside the output.
+On a loaded machine py-spy also samples threads that wait for a core: the output says when.
 """
 
 from __future__ import annotations
@@ -30,11 +31,6 @@ from bench.bench_perf import BIN, Contender, Downstream, contenders, cpu_seconds
 from tests.support.oidc import CertsServer, claims, make_key, sign  # noqa: E402
 from tests.support.procs import start_firestore_emulator  # noqa: E402
 
-# (cost, pattern on a py-spy frame "function (path:line)"): the split of issue 14. py-spy shortens
-# paths: runonce's own modules show as `access.py`, `stores/firestore.py`. The innermost frame that
-# matches a cost wins, the first listed on the same frame. Frames of anyio, asyncio and uvloop match
-# none: they are charged to the layer that called them (httpcore's locks to the POST, starlette's
-# streams to the framework), or to "event loop" when no layer is on the stack.
 
 
 def frames(*paths: str, native: str = "") -> re.Pattern[str]:
@@ -43,10 +39,15 @@ def frames(*paths: str, native: str = "") -> re.Pattern[str]:
     return re.compile(pattern + (f"|{native}" if native else ""))
 
 
+# (cost, pattern on a py-spy frame "function (path:line)"): the split of issue 14. py-spy shortens
+# paths: runonce's own modules show as `access.py`, `stores/firestore.py`. The innermost frame that
+# matches a cost wins, the first listed on the same frame. Frames of anyio, asyncio and uvloop match
+# none: they are charged to the layer that called them (httpcore's locks to the POST, starlette's
+# streams to the framework), or to "event loop" when no layer is on the stack.
 COSTS: list[tuple[str, re.Pattern[str]]] = [
     ("garbage collection", re.compile(r"^(gc_collect\w*|_PyObject_GC_Collect|collect|gc_collect_main) \(")),
     ("auth", frames("auth.py:", "certs.py:", "google/auth/", "jwt/", "cryptography/")),
-    ("JSON", frames("json/", "orjson", "starlette/responses.py:", native=r"encode_json|^JSONResponse\.render")),
+    ("JSON", frames("json/", "orjson", native=r"^encode_json |^JSONResponse\.render ")),
     ("logging", frames("logging/", "logs.py:")),
     ("metrics", frames("prometheus_client/", "metrics.py:")),
     ("httpx POST", frames("httpx/", "httpcore/", "h11/", "targets/")),
