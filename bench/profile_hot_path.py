@@ -53,9 +53,9 @@ COSTS: list[tuple[str, re.Pattern[str]]] = [
     ("httpx POST", frames("httpx/", "httpcore/", "h11/", "targets/")),
     ("Firestore client", frames("firestore_v1/", "google/cloud/firestore", "api_core/", "proto/", "google/protobuf/",
                                 "grpc/", native=r"cygrpc|libgrpc|_message\.cpython|upb")),
-    ("framework/middleware", frames("fastapi/", "starlette/", "uvicorn/", "pydantic", "access.py:", "main.py:",
+    ("framework/middleware", frames("fastapi/", "starlette/", "uvicorn/", "pydantic", "access.py:", "main.py:", "api/",
                                     native=r"httptools|pydantic_core")),
-    ("runonce core", frames("protocol.py:", "delivery.py:", "routes.py:", "errors.py:", "stores/")),
+    ("runonce core", frames("protocol.py:", "delivery.py:", "routes.py:", "errors.py:", "admission.py:", "stores/")),
 ]
 LOOP_ENTRY = re.compile(r"asyncio/runners\.py")  # frames above it (click, `serve`, uvicorn's run) are on every stack
 EVENT_LOOP = "event loop (uvloop, asyncio)"
