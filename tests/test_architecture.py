@@ -64,6 +64,7 @@ def imported_modules(name: str, path: Path, *, module_level: bool) -> set[str]:
             source = node.module or ""
         found.add(source)
         found.update(f"{source}.{alias.name}" for alias in node.names)
+    found.discard(name)  # a package's `from . import submodule` names the package itself
     return found
 
 
