@@ -170,3 +170,20 @@ def test_the_shared_name_rules_are_declared_once() -> None:
         for rule, text in rules.items() if text in node.value
     )
     assert not copies, "\n".join(copies)
+
+
+COPIES = {  # files that cannot import app/names.py, and the rules they repeat (anchored)
+    "ROUTE_NAME": ["deploy/scheduler-job.sh", "deploy/smoke.sh", "terraform/variables.tf"],
+    "PROJECT_ID": ["deploy/lib/common.sh", "terraform/variables.tf"],
+}
+
+
+def test_the_deploy_scripts_and_terraform_repeat_the_name_rules_exactly() -> None:
+    from app import names
+
+    drift = sorted(
+        f"{file} does not say names.{rule} as ^{getattr(names, rule)}$"
+        for rule, files in COPIES.items() for file in files
+        if f"^{getattr(names, rule)}$" not in (REPO / file).read_text(encoding="utf-8")
+    )
+    assert not drift, "\n".join(drift)
