@@ -81,12 +81,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         timeout=httpx.Timeout(settings.dispatch_timeout_seconds),
         headers={"User-Agent": "runonce/0.1"},
     )
-    context = TargetContext(
-        http=http,
-        workflows_endpoint=settings.workflows_endpoint,
-        run_endpoint=settings.run_endpoint,
-        cloudbuild_endpoint=settings.cloudbuild_endpoint,
-    )
+    context = TargetContext(http=http, endpoints=settings.endpoint_overrides())
     routes = state.routes
     built = dict(state.given_targets) if state.given_targets is not None else {
         name: build_target(route.target, context) for name, route in routes.items()
