@@ -1,6 +1,7 @@
 """Every error answer, in one place: which HTTP status, `status` word and headers each
-`errors.DeliveryError` family gets (`ANSWERS`), how its body looks (`render`), the exception
-handlers `create_app` installs, and the OpenAPI `responses=` the endpoints declare.
+`errors.DeliveryError` family gets (`ANSWERS`, the status table of docs/contract.md), how its
+body looks (`render`), the exception handlers `create_app` installs, and the OpenAPI
+`responses=` the endpoints declare.
 
 The domain (errors.py) knows nothing of HTTP; this table is the only place that does.
 """
