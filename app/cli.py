@@ -143,7 +143,9 @@ def runs_show(run_id: str) -> None:
 
 @runs.command("list")
 @click.option("--route", help="Only runs of this route.")
-@click.option("--status", type=click.Choice(["in_progress", "completed", "failed"]), help="Only runs in this state.")
+@click.option(
+    "--status", type=click.Choice(["in_progress", "completed", "failed", "skipped"]), help="Only runs in this state."
+)
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON record per line.")
 def runs_list(route: str | None, status: str | None, limit: int, as_json: bool) -> None:

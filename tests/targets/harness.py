@@ -7,6 +7,7 @@ a lease to expire costs seconds.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from collections import Counter
@@ -17,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from app.targets import DispatchRequest
 from tests.fakes.google_api import FakeGoogleApi
 from tests.fakes.metadata import FakeMetadataServer
 
@@ -41,6 +43,14 @@ class Adapter:
 
     def executions_for(self, run_id: str) -> list[str]:
         return self.fake.created_for(run_id)
+
+
+def request_for(name: str, payload: dict | None = None) -> DispatchRequest:
+    """A run of its own for each `name`, as an adapter receives it."""
+    return DispatchRequest(
+        run_id=hashlib.sha256(name.encode()).hexdigest(), route="r", job="nightly-job",
+        schedule_time="2026-10-16T12:00:00Z", source="scheduler", payload=payload or {},
+    )
 
 
 def routes_config() -> dict[str, Any]:
