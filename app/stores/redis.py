@@ -1,8 +1,10 @@
 """Redis / Memorystore claim store (`RUNONCE_STORE=redis://HOST:PORT/DB`, `rediss://…`).
 
 One key per run, `runonce:run:{run_id}`, holding the record as JSON. `claim`, `finish` and
-`release` are each ONE Lua script: Redis runs a script atomically, so read → decide → write cannot
-interleave with another client's, and a fresh run costs two round trips (claim, finish).
+`release` override `RunStore`'s protocol with ONE Lua script each: Redis runs a script atomically,
+so read → decide → write cannot interleave with another client's, and a fresh run costs two round
+trips (claim, finish), where the protocol over primitives would cost three or more (GET, then a
+compare-and-set script, as a script must see the value to compare it). `get` is the protocol's, over `load`.
 
 The rules are written twice, in `base.py` (Python) and in the scripts below (Lua); the conformance
 suite in tests/test_stores.py holds the scripts to the same rules as every other store.
@@ -43,6 +45,7 @@ from .base import (
     RunStatus,
     RunStore,
     StoreUnavailable,
+    Version,
     fresh_record,
     new_attempt_id,
     rfc3339,
@@ -180,7 +183,7 @@ class RedisStore(RunStore):
             )
         return result
 
-    # -- RunStore -----------------------------------------------------------------------------
+    # -- RunStore: claim, finish and release overridden, one script each ----------------------
 
     async def claim(self, new: NewRun, now: datetime, lease: timedelta, retention: timedelta) -> Claim:
         fresh = fresh_record(new, now, lease, retention)
@@ -205,10 +208,9 @@ class RedisStore(RunStore):
             raise Fenced(_from_json(record) if record else None)
         return _from_json(record)
 
-    async def get(self, run_id: str, now: datetime) -> RunRecord | None:
+    async def load(self, run_id: str) -> tuple[RunRecord, Version] | None:
         raw = await self._call("get", self._client.get(self._key(run_id)))
-        found = _from_json(raw) if raw else None
-        return found if found is not None and found.expire_at > now else None
+        return (_from_json(raw), raw) if raw else None
 
     async def list(
         self, now: datetime, route: str | None = None, status: RunStatus | None = None, limit: int = 50

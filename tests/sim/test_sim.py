@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.stores import memory
+from app.stores import base
 from app.stores.base import Decision
 
 from .run import budget, explore, replay_command, shrink
@@ -48,13 +48,13 @@ def test_a_seed_replays_the_same_history() -> None:
 def test_the_checker_catches_a_planted_bug_and_shrinks_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """A store that ignores live leases (every busy claim taken over) must be caught, shrunk to
     a shorter fault list that still fails, and printed with a replay command."""
-    real = memory.decide
+    real = base.decide
 
     def no_leases(found, new, now):  # type: ignore[no-untyped-def]
         decision = real(found, new, now)
         return Decision.TAKEOVER if decision is Decision.BUSY else decision
 
-    monkeypatch.setattr(memory, "decide", no_leases)
+    monkeypatch.setattr(base, "decide", no_leases)
     summary = explore("memory", 20261016, 100, 60, shrink_failures=False)
     assert summary.failures, "the planted bug went unnoticed"
     report = min(summary.failures, key=lambda r: len(r.faults))

@@ -399,6 +399,9 @@ class FaultyStore(RunStore):
     async def release(self, run_id: str, now: datetime) -> RunRecord | None:
         return await self._call("release", run_id, lambda: self.inner.release(run_id, now))
 
+    async def load(self, run_id: str) -> tuple[RunRecord, Any] | None:  # unused: every operation above is wrapped
+        return await self.inner.load(run_id)
+
     async def list(self, now: datetime, route: str | None = None, status: RunStatus | None = None, limit: int = 50) -> list[RunRecord]:
         return await self.inner.list(now, route, status, limit)
 

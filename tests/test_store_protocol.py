@@ -1,0 +1,145 @@
+"""RunStore's protocol over the primitives (app/stores/base.py), on every store that uses it: a write
+whose answer was lost is still ours, a lost race is decided again, contention is bounded.
+
+Redis overrides claim, finish and release with one Lua script each; a lost answer there is a
+StoreUnavailable (redis-py never resends: tests/test_store_new_backends.py), so it is not here.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from app.stores import Decision, Fenced, Finish, RunStore, StoreUnavailable
+from app.stores.base import COMPLETED, FAILED, IN_PROGRESS, MAX_RACES
+from tests.conftest import _STORE_SERVERS, STORE_KINDS
+from tests.test_stores import LEASE, T0, claim
+
+TEMPLATE_KINDS = [kind for kind in STORE_KINDS if kind != "redis"]
+LOG_TARGET = {"type": "log", "resource": "x"}
+
+
+@pytest.fixture(params=TEMPLATE_KINDS, ids=TEMPLATE_KINDS)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    if request.param in _STORE_SERVERS:
+        request.getfixturevalue(_STORE_SERVERS[request.param])
+    return request.param
+
+
+def lose_next_answer(monkeypatch: pytest.MonkeyPatch, store: RunStore, primitive: str) -> list[object]:
+    """The next call of `primitive` takes effect, but its caller sees None, as when a client resent a
+    write that had landed and the resend was refused (AlreadyExists / a version that moved on).
+    Returns what the real call answered."""
+    real = getattr(store, primitive)
+    landed: list[object] = []
+
+    async def lost(*args, **kwargs):  # type: ignore[no-untyped-def]
+        monkeypatch.setattr(store, primitive, real)
+        landed.append(await real(*args, **kwargs))
+        return None
+
+    monkeypatch.setattr(store, primitive, lost)
+    return landed
+
+
+async def test_a_create_whose_answer_was_lost_is_still_ours(store: RunStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    landed = lose_next_answer(monkeypatch, store, "insert_if_absent")
+    won = await claim(store)
+
+    assert landed[0] is not None  # it did land
+    assert won.decision is Decision.CREATE and won.previous is None  # not BUSY for its own claim
+    assert await store.get(won.record.run_id, T0) == won.record
+    done = await store.finish(won, Finish(COMPLETED, target=LOG_TARGET), T0)
+    assert done.status == COMPLETED
+
+
+async def test_a_takeover_whose_answer_was_lost_is_still_ours(store: RunStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = await claim(store)
+    failed = await store.finish(first, Finish(FAILED, last_error="boom"), T0)
+    landed = lose_next_answer(monkeypatch, store, "replace_if_version")
+    again = await claim(store, T0 + timedelta(seconds=1))
+
+    assert landed[0] is not None
+    assert again.decision is Decision.TAKEOVER and again.previous == failed
+    assert again.record.attempts == 2
+    done = await store.finish(again, Finish(COMPLETED, target=LOG_TARGET), T0 + timedelta(seconds=2))
+    assert done.status == COMPLETED and done.attempt_id == again.record.attempt_id
+
+
+@pytest.mark.parametrize("status", [COMPLETED, FAILED, IN_PROGRESS])
+async def test_a_finish_whose_answer_was_lost_is_not_fenced(
+    store: RunStore, monkeypatch: pytest.MonkeyPatch, status: str
+) -> None:
+    first = await claim(store)
+    landed = lose_next_answer(monkeypatch, store, "replace_if_version")
+    done = await store.finish(first, Finish(status, last_error="x"), T0 + timedelta(seconds=1))
+
+    assert landed[0] is not None
+    assert done.status == status and done.last_error == "x"
+    assert await store.get(first.record.run_id, T0) == done
+
+
+async def test_a_release_whose_answer_was_lost_reports_the_release(store: RunStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = await claim(store)
+    landed = lose_next_answer(monkeypatch, store, "replace_if_version")
+    released = await store.release(first.record.run_id, T0 + timedelta(seconds=1))
+
+    assert landed[0] is not None
+    assert released is not None and released.lease_expires == T0 + timedelta(seconds=1)
+    assert await store.get(first.record.run_id, T0) == released
+
+
+async def test_a_finish_without_a_version_reads_first(store: RunStore) -> None:
+    """A Claim from elsewhere (no version): the finish reads, finds the run still held, writes."""
+    from dataclasses import replace
+
+    first = await claim(store)
+    done = await store.finish(replace(first, version=None), Finish(COMPLETED, target=LOG_TARGET), T0)
+    assert done.status == COMPLETED and done.target == LOG_TARGET
+    with pytest.raises(Fenced) as refused:
+        await store.finish(replace(first, version=None), Finish(FAILED), T0)
+    assert refused.value.found == done
+
+
+async def test_a_record_deleted_between_the_insert_and_the_read_is_created_again(
+    store: RunStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TTL deleted the record the first insert ran into: the claim inserts again and wins."""
+    inserts: list[str] = []
+    real = store.insert_if_absent
+
+    async def insert(record):  # type: ignore[no-untyped-def]
+        inserts.append(record.attempt_id)
+        if len(inserts) == 1:
+            return None  # as if a record were there, gone by the read
+        return await real(record)
+
+    monkeypatch.setattr(store, "insert_if_absent", insert)
+    won = await claim(store)
+    assert won.decision is Decision.CREATE and won.previous is None
+    assert inserts == [won.record.attempt_id] * 2  # the same fresh record, sent again
+    assert await store.get(won.record.run_id, T0) == won.record
+
+
+async def test_a_race_lost_on_every_try_is_unavailable_after_a_bound(
+    store: RunStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = await claim(store)
+    tries: list[str] = []
+
+    async def always_moved_on(record, version, changed=None):  # type: ignore[no-untyped-def]
+        tries.append(record.attempt_id)
+        return None
+
+    monkeypatch.setattr(store, "replace_if_version", always_moved_on)
+    for operation in (
+        lambda: claim(store, T0 + LEASE),  # a takeover
+        lambda: store.finish(first, Finish(COMPLETED, target=LOG_TARGET), T0),
+        lambda: store.release(first.record.run_id, T0),
+    ):
+        tries.clear()
+        with pytest.raises(StoreUnavailable, match=f"still contended after {MAX_RACES} tries"):
+            await operation()
+        assert len(tries) == MAX_RACES
+    assert await store.get(first.record.run_id, T0) == first.record  # nothing changed
