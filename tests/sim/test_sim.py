@@ -8,6 +8,7 @@ import pytest
 
 from app.stores import base
 from app.stores.base import Decision
+from tests.conftest import redis_url, spanner_table_url
 
 from .run import budget, explore, replay_command, shrink
 from .world import draw_config, run_history
@@ -33,6 +34,18 @@ def test_simulation_on_sqlite(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.usefixtures("firestore_emulator")
 def test_simulation_on_the_firestore_emulator(capsys: pytest.CaptureFixture[str]) -> None:
     _explore("firestore", capsys)
+
+
+def test_simulation_on_the_spanner_emulator(
+    spanner_database: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("RUNONCE_SIM_SPANNER_URL", spanner_table_url(spanner_database))
+    _explore("spanner", capsys)
+
+
+def test_simulation_on_redis(redis_server, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("RUNONCE_SIM_REDIS_URL", redis_url(redis_server))
+    _explore("redis", capsys)
 
 
 def test_a_seed_replays_the_same_history() -> None:
