@@ -142,6 +142,27 @@ async def test_redis_killed_is_unavailable(tmp_path: Path) -> None:
         await store.close()
 
 
+async def test_redis_full_with_noeviction_refuses_the_claim(tmp_path: Path) -> None:
+    """The README's advice for Memorystore: with `noeviction` a full instance refuses the write
+    (503, nothing dispatched) instead of evicting another run's record."""
+    import redis
+
+    server = start_redis(tmp_path)
+    store = open_store(f"redis://127.0.0.1:{server.port}/0", timeout_seconds=1)
+    try:
+        with redis.Redis(port=server.port) as client:
+            client.config_set("maxmemory-policy", "noeviction")
+            client.config_set("maxmemory", 1)  # already full
+            with pytest.raises(StoreUnavailable, match="OutOfMemoryError"):
+                await claim(store)
+            assert client.dbsize() == 0
+            client.config_set("maxmemory", 0)
+        assert (await claim(store)).won
+    finally:
+        await store.close()
+        server.stop()
+
+
 # -- Spanner -----------------------------------------------------------------------------------
 
 
