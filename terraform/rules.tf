@@ -53,6 +53,11 @@ locals {
     for t in local.targets : split("/", t.trigger)[1] if t.type == "cloud_build_trigger"
   ])
 
+  # bigquery_job routes name their project: jobs run (and are billed) there.
+  bigquery_projects = toset([
+    for t in local.targets : t.project if t.type == "bigquery_job"
+  ])
+
   downstream_services = {
     for service in var.downstream_services : service => {
       project  = split("/", service)[1]

@@ -15,7 +15,7 @@ import pytest
 from app.stores import Decision, Fenced, Finish, RunStore, StoreUnavailable
 from app.stores.base import COMPLETED, FAILED, IN_PROGRESS
 from tests.conftest import _STORE_SERVERS, STORE_KINDS
-from tests.test_stores import LEASE, T0, claim, new_run
+from tests.support.runs import LEASE, T0, claim, new_run
 
 TEMPLATE_KINDS = [kind for kind in STORE_KINDS if kind != "redis"]
 LOG_TARGET = {"type": "log", "resource": "x"}

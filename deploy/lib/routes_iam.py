@@ -17,12 +17,21 @@ import json
 import re
 import sys
 
-PATTERNS = {
-    "workflows": ("workflow", r"^projects/([^/]+)/locations/([^/]+)/workflows/([^/]+)$"),
-    "cloud_run_job": ("job", r"^projects/([^/]+)/locations/([^/]+)/jobs/([^/]+)$"),
-    "cloud_build_trigger": ("trigger", r"^projects/([^/]+)/locations/([^/]+)/triggers/([^/]+)$"),
+NAME = r"^projects/([^/]+)/locations/([^/]+)/{}/([^/]+)$"
+# Each target type: the routes-file field naming the resource its grants are on, that field's
+# pattern (group 1: the project), and the grants as (role, where): `project` = the resource's
+# project, `run-job` = the job itself. The same as the app's registry (app/targets: each module's
+# `TARGET.resource_field` and `.grants`), which tests/targets/test_registry.py holds this to; the
+# script stays standalone because the deploy scripts run it where runonce is not installed.
+TARGETS: dict[str, tuple[str, str, list[tuple[str, str]]] | None] = {
+    "log": None,
+    "http": None,
+    "workflows": ("workflow", NAME.format("workflows"), [("roles/workflows.invoker", "project")]),
+    "cloud_run_job": ("job", NAME.format("jobs"),
+                      [("roles/run.jobsExecutorWithOverrides", "run-job"), ("runonceExecutionReader", "run-job")]),
+    "cloud_build_trigger": ("trigger", NAME.format("triggers"), [("runonceBuildRunner", "project")]),
+    "bigquery_job": ("project", r"^([a-z][a-z0-9.:-]*[a-z0-9]|[0-9]+)$", [("roles/bigquery.jobUser", "project")]),
 }
-TYPES = {"log", "http", *PATTERNS}
 # Custom roles, defined in the project of the resource they are granted on (the only place a
 # project-level custom role can be granted). Terraform's iam.tf defines the same ones.
 CUSTOM_ROLES = {
@@ -33,6 +42,7 @@ CUSTOM_ROLES = {
     "runonceExecutionReader": ("run.executions.get", "run.executions.list"),
 }
 PREDEFINED_BUILD_ROLE = "roles/cloudbuild.builds.editor"
+BUILD_RUNNER = "runonceBuildRunner"  # --predefined-cloud-build-role grants PREDEFINED_BUILD_ROLE instead
 
 
 def load(path: str) -> dict:
@@ -64,27 +74,26 @@ def grants(config: object, origin: str, predefined_build_role: bool = False) -> 
     for name, route in config["routes"].items():
         target = route.get("target") if isinstance(route, dict) else None
         kind = target.get("type") if isinstance(target, dict) else None
-        if kind not in TYPES:
-            raise ValueError(f"{origin}: route {name!r}: field 'target.type' must be one of {', '.join(sorted(TYPES))}")
-        if kind in PATTERNS:
-            field, pattern = PATTERNS[kind]
-            match = re.match(pattern, str(target.get(field, "")))
+        if kind not in TARGETS:
+            raise ValueError(f"{origin}: route {name!r}: field 'target.type' must be one of {', '.join(sorted(TARGETS))}")
+        declared = TARGETS[kind]
+        if declared is not None:
+            field, pattern, roles = declared
+            value = str(target.get(field, ""))
+            match = re.match(pattern, value)
             if not match:
                 raise ValueError(f"{origin}: route {name!r}: field 'target.{field}' must match {pattern}")
             project = match.group(1)
-            if kind == "workflows":
-                found.append(("roles/workflows.invoker", "project", project))
-            elif kind == "cloud_run_job":
-                found.append(("roles/run.jobsExecutorWithOverrides", "run-job", target[field]))
-                found.extend(custom_role(project, "runonceExecutionReader"))
-                found.append((f"projects/{project}/roles/runonceExecutionReader", "run-job", target[field]))
-            elif predefined_build_role:
-                found.append((PREDEFINED_BUILD_ROLE, "project", project))
-            else:
-                found.extend(custom_role(project, "runonceBuildRunner"))
-                found.append((f"projects/{project}/roles/runonceBuildRunner", "project", project))
-                print(f"note: route {name!r}: if trigger {target[field]} runs as its own service account, "
-                      "pass --trigger-service-account EMAIL (runonce's account needs actAs on it)", file=sys.stderr)
+            for role, where in roles:
+                if role == BUILD_RUNNER and predefined_build_role:
+                    role = PREDEFINED_BUILD_ROLE
+                elif role in CUSTOM_ROLES:
+                    found.extend(custom_role(project, role))
+                    role = f"projects/{project}/roles/{role}"
+                found.append((role, where, project if where == "project" else value))
+        if kind == "cloud_build_trigger":
+            print(f"note: route {name!r}: if trigger {target['trigger']} runs as its own service account, "
+                  "pass --trigger-service-account EMAIL (runonce's account needs actAs on it)", file=sys.stderr)
         elif kind == "http" and target.get("audience"):
             print(f"note: route {name!r}: http audience {target['audience']}: if it is a Cloud Run service, pass "
                   "--downstream-service projects/P/locations/L/services/S (runonce's account needs roles/run.invoker)",

@@ -8,7 +8,7 @@ import pytest
 
 from app.stores import base
 from app.stores.base import Decision
-from tests.conftest import redis_url, spanner_table_url
+from tests.support.stores import redis_url, spanner_table_url
 
 from .run import budget, explore, replay_command, shrink
 from .world import draw_config, run_history

@@ -6,8 +6,10 @@ a lease to expire costs seconds.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -93,6 +95,21 @@ def deliver(base_url: str, route: str, schedule_time: str, *, job: str = "nightl
     if client is not None:
         return client.post(url, headers=headers, json=body)
     return httpx.post(url, headers=headers, json=body, timeout=30)
+
+
+async def storm(base_url: str, route: str, schedule_time: str, count: int) -> list[httpx.Response]:
+    """`count` deliveries of one run at once, as Scheduler's retries and a force run might overlap."""
+    headers = {"X-CloudScheduler-JobName": "nightly-job", "X-CloudScheduler-ScheduleTime": schedule_time}
+    async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=count)) as client:
+        responses = await asyncio.gather(
+            *(client.post(f"{base_url}/v1/routes/{route}:run", headers=headers) for _ in range(count))
+        )
+    return responses
+
+
+def answers(responses: list[httpx.Response]) -> Counter[str]:
+    """How many got each answer: `{"200 processed": 1, "409 in_progress": 40, …}`."""
+    return Counter(f"{r.status_code} {r.json()['status']}" for r in responses)
 
 
 def run_record(base_url: str, run_id: str) -> dict[str, Any]:

@@ -6,10 +6,8 @@ counts what the fake API created: the figure that matters is executions per sche
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
-from collections import Counter
 
 import httpx
 import pytest
@@ -21,10 +19,12 @@ from .harness import (
     TRIGGER,
     WORKFLOW,
     Adapter,
+    answers,
     deliver,
     new_schedule_time,
     run_record,
     server_env,
+    storm,
     wait_for_lease_expiry,
 )
 
@@ -92,14 +92,8 @@ def test_success_passes_the_token_and_replays(server, adapter: Adapter) -> None:
 
 async def test_duplicate_storm_creates_one_execution(server, adapter: Adapter) -> None:
     adapter.fake.create_delay = 0.3  # the API takes a moment: the storm overlaps the dispatch
-    when = new_schedule_time()
-    headers = {"X-CloudScheduler-JobName": "nightly-job", "X-CloudScheduler-ScheduleTime": when}
-    async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=50)) as client:
-        responses = await asyncio.gather(
-            *(client.post(f"{server.url}/v1/routes/{adapter.route}:run", headers=headers) for _ in range(50))
-        )
-    statuses = Counter(f"{r.status_code} {r.json()['status']}" for r in responses)
-    run_id = responses[0].json()["run_id"]
+    responses = await storm(server.url, adapter.route, new_schedule_time(), 50)
+    statuses, run_id = answers(responses), responses[0].json()["run_id"]
     print(f"\n{adapter.type}: 50 concurrent deliveries -> {dict(statuses)}; "
           f"executions created: {len(adapter.executions_for(run_id))}")
     assert statuses["200 processed"] == 1
