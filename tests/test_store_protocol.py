@@ -14,8 +14,8 @@ import pytest
 
 from app.stores import Decision, Fenced, Finish, RunStore, StoreUnavailable
 from app.stores.base import COMPLETED, FAILED, IN_PROGRESS
-from tests.conftest import _STORE_SERVERS, STORE_KINDS
 from tests.support.runs import LEASE, T0, claim, new_run
+from tests.support.stores import STORE_KINDS, with_server
 
 TEMPLATE_KINDS = [kind for kind in STORE_KINDS if kind != "redis"]
 LOG_TARGET = {"type": "log", "resource": "x"}
@@ -23,9 +23,7 @@ LOG_TARGET = {"type": "log", "resource": "x"}
 
 @pytest.fixture(params=TEMPLATE_KINDS, ids=TEMPLATE_KINDS)
 def store_kind(request: pytest.FixtureRequest) -> str:
-    if request.param in _STORE_SERVERS:
-        request.getfixturevalue(_STORE_SERVERS[request.param])
-    return request.param
+    return with_server(request)
 
 
 def lose_next_answer(monkeypatch: pytest.MonkeyPatch, store: RunStore, primitive: str) -> list[object]:
