@@ -163,6 +163,35 @@ async def test_redis_full_with_noeviction_refuses_the_claim(tmp_path: Path) -> N
         server.stop()
 
 
+@pytest.mark.parametrize(("policy", "limit", "warned"), [
+    ("volatile-lru", 100 * 2**20, True),  # Memorystore's default
+    ("allkeys-lru", 100 * 2**20, True),
+    ("noeviction", 100 * 2**20, False),
+    ("volatile-lru", 0, False),  # no memory limit: nothing is ever evicted
+])
+async def test_redis_that_would_evict_run_keys_is_warned_about_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, policy: str, limit: int, warned: bool
+) -> None:
+    import redis
+
+    server = start_redis(tmp_path)
+    store = open_store(f"redis://127.0.0.1:{server.port}/0", timeout_seconds=1)
+    try:
+        with redis.Redis(port=server.port) as client:
+            client.config_set("maxmemory-policy", policy)
+            client.config_set("maxmemory", limit)
+        with caplog.at_level("WARNING", logger="runonce.stores.redis"):
+            await store.ping()
+            await store.ping()
+        warnings = [r.getMessage() for r in caplog.records if r.name == "runonce.stores.redis"]
+        assert len(warnings) == (1 if warned else 0)
+        if warned:
+            assert f"maxmemory-policy is {policy}" in warnings[0] and "noeviction" in warnings[0]
+    finally:
+        await store.close()
+        server.stop()
+
+
 # -- Spanner -----------------------------------------------------------------------------------
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from dataclasses import fields
 from datetime import datetime, timedelta
 from typing import Any
@@ -50,6 +51,8 @@ from .base import (
     new_attempt_id,
     rfc3339,
 )
+
+logger = logging.getLogger("runonce.stores.redis")
 
 KEY_PREFIX = "runonce:run:"
 MAX_CONNECTIONS = 32  # per process; Memorystore allows 65,000 clients
@@ -155,6 +158,7 @@ class RedisStore(RunStore):
         self._finish = self._client.register_script(_FINISH)
         self._release = self._client.register_script(_RELEASE)
         self.round_trips = 0
+        self._eviction_checked = False
         """Requests sent (a script plus its WAIT go in one pipeline: one round trip)."""
 
     def _key(self, run_id: str) -> str:
@@ -238,6 +242,24 @@ class RedisStore(RunStore):
 
     async def ping(self) -> None:
         await self._call("ping", self._client.ping())
+        if not self._eviction_checked:
+            self._eviction_checked = True
+            await self._warn_if_evicting()
+
+    async def _warn_if_evicting(self) -> None:
+        """Once per process: a Redis with a memory limit and any policy but `noeviction` drops keys
+        when full, and every run key has a TTL (Memorystore's default, volatile-lru, evicts exactly those)."""
+        try:
+            memory = await self._call("info", self._client.info("memory"))
+        except StoreUnavailable:
+            return  # INFO refused or failed: the ping itself answered, nothing more to tell
+        policy = memory.get("maxmemory_policy")
+        if memory.get("maxmemory") and policy != "noeviction":
+            logger.warning(
+                "redis maxmemory-policy is %s: when the instance is full it evicts run records and a retry "
+                "then dispatches the run again; set maxmemory-policy noeviction (a full instance then refuses "
+                "claims with 503)", policy,
+            )
 
     async def close(self) -> None:
         await self._client.aclose(close_connection_pool=True)  # ours: passed in, so not closed by default
