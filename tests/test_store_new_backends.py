@@ -208,7 +208,7 @@ async def test_redis_finish_of_a_vanished_record_is_fenced_and_other_keys_are_le
         assert await store.get(won.record.run_id, T0) is None
         with pytest.raises(Fenced) as refused:
             await store.finish(won, Finish(COMPLETED, target=LOG_TARGET), T0)
-        assert refused.value.found is None
+        assert refused.value.found is None and str(refused.value) == "run is now held by no record"
     finally:
         await store.close()
 

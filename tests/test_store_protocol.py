@@ -14,7 +14,7 @@ import pytest
 
 from app.stores import Decision, Fenced, Finish, RunStore, StoreUnavailable
 from app.stores.base import COMPLETED, FAILED, IN_PROGRESS
-from tests.support.runs import LEASE, T0, claim, new_run
+from tests.support.runs import LEASE, RETENTION, T0, claim, new_run
 from tests.support.stores import STORE_KINDS, with_server
 
 TEMPLATE_KINDS = [kind for kind in STORE_KINDS if kind != "redis"]
@@ -97,6 +97,7 @@ async def test_a_finish_without_a_version_reads_first(store: RunStore) -> None:
     with pytest.raises(Fenced) as refused:
         await store.finish(replace(first, version=None), Finish(FAILED), T0)
     assert refused.value.found == done
+    assert str(refused.value) == f"run is now held by attempt {done.attempt_id} (completed)"
 
 
 async def test_a_record_deleted_between_the_insert_and_the_read_is_created_again(
@@ -178,3 +179,73 @@ async def test_a_race_lost_on_every_try_is_unavailable_after_a_bound(
             await operation()
         assert len(tries) == 20  # the README's bound
     assert await store.get(first.record.run_id, T0) == first.record  # nothing changed
+
+
+def count_loads(monkeypatch: pytest.MonkeyPatch, store: RunStore) -> list[str]:
+    real = store.load
+    loads: list[str] = []
+
+    async def load(run_id):  # type: ignore[no-untyped-def]
+        loads.append(run_id)
+        return await real(run_id)
+
+    monkeypatch.setattr(store, "load", load)
+    return loads
+
+
+@pytest.mark.parametrize("path", ["fresh", "takeover", "lost create", "lost takeover", "re-created after TTL"])
+async def test_a_won_claim_lets_finish_write_without_a_read(
+    store: RunStore, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """Every way a claim is won hands finish the version it wrote: the finish is one write."""
+    now = T0
+    if path in ("takeover", "lost takeover"):
+        await store.finish(await claim(store), Finish(FAILED, last_error="boom"), T0)
+        now = T0 + timedelta(seconds=1)
+    if path == "lost create":
+        lose_next_answer(monkeypatch, store, "insert_if_absent")
+    if path == "lost takeover":
+        lose_next_answer(monkeypatch, store, "replace_if_version")
+    if path == "re-created after TTL":
+        real = store.insert_if_absent
+        refused: list[bool] = []
+
+        async def insert(record):  # type: ignore[no-untyped-def]
+            if not refused:
+                refused.append(True)
+                return None  # a record was there; gone by the read
+            return await real(record)
+
+        monkeypatch.setattr(store, "insert_if_absent", insert)
+    loads = count_loads(monkeypatch, store)
+    won = await claim(store, now)
+    assert won.won
+    if path == "fresh":
+        assert loads == []  # the claim itself is one insert
+    loads.clear()
+    done = await store.finish(won, Finish(COMPLETED, target=LOG_TARGET), now)
+    assert done.status == COMPLETED and loads == []
+
+
+class OnlyReads(RunStore):
+    """A backend that implements load but neither write primitive nor the operations."""
+
+    async def load(self, run_id):  # type: ignore[no-untyped-def]
+        return None
+
+    async def list(self, now, route=None, status=None, limit=50):  # type: ignore[no-untyped-def]
+        return []
+
+    async def ping(self) -> None:
+        return None
+
+
+async def test_a_backend_missing_a_write_primitive_says_what_to_implement() -> None:
+    from app.stores.base import Claim, fresh_record
+
+    store = OnlyReads()
+    with pytest.raises(NotImplementedError, match="^OnlyReads must implement insert_if_absent, or override claim$"):
+        await claim(store)
+    held = Claim(Decision.CREATE, fresh_record(new_run(), T0, LEASE, RETENTION), version="v")
+    with pytest.raises(NotImplementedError, match="^OnlyReads must implement replace_if_version, or override claim, finish and release$"):
+        await store.finish(held, Finish(COMPLETED), T0)

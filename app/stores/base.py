@@ -278,14 +278,16 @@ class RunStore(ABC):
 
     async def insert_if_absent(self, record: RunRecord) -> Version | None:
         """Write `record` unless a record with its run_id exists; its version, or None if one does."""
-        raise NotImplementedError(f"{type(self).__name__} overrides claim instead")
+        raise NotImplementedError(f"{type(self).__name__} must implement insert_if_absent, or override claim")
 
     async def replace_if_version(
         self, record: RunRecord, version: Version, changed: tuple[str, ...] | None = None
     ) -> Version | None:
         """Write `record` over the stored one if that is still at `version`; the new version, or
         None when it moved on or is gone. `changed`: the only fields that differ (a hint)."""
-        raise NotImplementedError(f"{type(self).__name__} overrides finish and release instead")
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement replace_if_version, or override claim, finish and release"
+        )
 
     @abstractmethod
     async def list(
