@@ -14,12 +14,13 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 
+from . import names
 from .delivery import LOCATION_PATTERN, PROJECT_PATTERN, SchedulePolicy
 from .schedules import ScheduleError, get_zone, parse_schedule
 from .settings import EMAIL_PATTERN, ConfigError, Settings
 from .targets import TARGET_TYPES, TargetConfig
 
-ROUTE_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+ROUTE_NAME_PATTERN = rf"^{names.ROUTE_NAME}$"
 """Lower-case letters, digits, `-` and `_`, at most 63 characters (as in URLs and the run_id)."""
 
 logger = logging.getLogger("runonce.routes")

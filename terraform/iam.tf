@@ -1,5 +1,5 @@
 /**
- * The runtime account's grants, derived from the routes (DESIGN.md, "IAM"): only what each
+ * The runtime account's grants, derived from the routes (README.md, "IAM per target"): only what each
  * configured target needs, on the one resource where the API allows it, else on its project.
  *
  * | target type         | role                                   | granted on                         |

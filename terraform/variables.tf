@@ -52,7 +52,7 @@ variable "image" {
 
 variable "routes" {
   description = <<-EOT
-    runonce's routes, as the `routes:` mapping of a routes file (see DESIGN.md): route name => { target = {...}, allowed_callers = [...], namespace = {...} }.
+    runonce's routes, as the `routes:` mapping of a routes file (see docs/contract.md, section 4 "The routes file"): route name => { target = {...}, allowed_callers = [...], namespace = {...} }.
     Passed to the service as RUNONCE_ROUTES, and read here to grant runonce's runtime service account what each target needs.
     Load a YAML file with `yamldecode(file("routes.yaml")).routes`.
   EOT

@@ -35,13 +35,14 @@ from urllib.parse import urlsplit
 import httpx
 from pydantic_core import PydanticCustomError
 
+from .. import names
 from .base import NOTHING_SENT, TargetError, TargetFailed, TargetOutcomeUnknown, TargetThrottled, parse_retry_after
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
 # Resource-name parts, as the APIs accept them (a project by ID, domain-scoped ID, or number).
-PROJECT = r"(?:(?:[a-z][a-z0-9.-]{0,62}:)?[a-z][a-z0-9-]{4,28}[a-z0-9]|[0-9]{1,20})"
-LOCATION = r"[a-z][a-z0-9-]{0,62}"
+PROJECT = rf"(?:{names.SCOPED_PROJECT_ID}|{names.PROJECT_NUMBER})"
+LOCATION = names.LOCATION
 
 LABEL_KEY_PATTERN = r"^[a-z][a-z0-9_-]{0,62}$"
 LABEL_VALUE_PATTERN = r"^[a-z0-9_-]{0,63}$"
