@@ -47,6 +47,8 @@ routes:
     target: {{type: http, url: "https://hooks-xyz.a.run.app/run", audience: "https://hooks-xyz.a.run.app"}}
   demo:
     target: {{type: log}}
+  rollup:
+    target: {{type: bigquery_job, project: bq-proj, location: US, configuration: {{query: {{query: "SELECT @run_id"}}}}}}
 """
 
 
@@ -260,6 +262,7 @@ def test_setup_creates_accounts_store_ttl_and_least_privilege_grants_then_change
             ("roles/datastore.user", (member,), f'resource.name == "projects/{PROJECT}/databases/(default)"')],
         "v1/projects/wf-proj": [("roles/workflows.invoker", (member,), None)],
         "v1/projects/cb-proj": [("projects/cb-proj/roles/runonceBuildRunner", (member,), None)],
+        "v1/projects/bq-proj": [("roles/bigquery.jobUser", (member,), None)],
         f"v1/projects/{PROJECT}/locations/{REGION}/jobs/batch": [
             ("roles/run.jobsExecutorWithOverrides", (member,), None),
             (f"projects/{PROJECT}/roles/runonceExecutionReader", (member,), None)],
@@ -368,10 +371,10 @@ def test_deploy_service_is_private_runs_as_runtime_account_with_routes_as_config
         "RUNONCE_DISPATCH_TIMEOUT_SECONDS": "30",
         "RUNONCE_RETENTION_SECONDS": "86400",
     }
-    # The routes reach the service unchanged, and runonce's own parser accepts them (all five
-    # target types: this needs the Google target adapters, issue 4, in the code base).
+    # The routes reach the service unchanged, and runonce's own parser accepts them (every
+    # target type).
     assert yaml.safe_load(env["RUNONCE_ROUTES"]) == yaml.safe_load(ROUTES_YAML)
-    assert set(parse_routes(env["RUNONCE_ROUTES"], "RUNONCE_ROUTES")) == {"etl", "batch", "build", "hook", "demo"}
+    assert set(parse_routes(env["RUNONCE_ROUTES"], "RUNONCE_ROUTES")) == {"etl", "batch", "build", "hook", "demo", "rollup"}
 
     # No public access: the only IAM write grants run.invoker to the invoker account.
     writes = [r for r in fake.mutations() if r.method_id.endswith("setIamPolicy")]
