@@ -175,6 +175,11 @@ def _error_body(text: str) -> dict[str, Any]:
     return error if isinstance(error, dict) else {}
 
 
+def error_status(response: httpx.Response) -> str:
+    """The `status` of Google's JSON error answer (`ALREADY_EXISTS`, `NOT_FOUND`), or "" if it has none."""
+    return str(_error_body(response.text).get("status") or "")
+
+
 def _retry_delay(details: list[Any]) -> float | None:
     """Seconds from a `google.rpc.RetryInfo` detail (`{"retryDelay": "7s"}` or the proto)."""
     for detail in details:
