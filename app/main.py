@@ -81,6 +81,7 @@ def create_app(
             workflows_endpoint=settings.workflows_endpoint,
             run_endpoint=settings.run_endpoint,
             cloudbuild_endpoint=settings.cloudbuild_endpoint,
+            cloudtasks_endpoint=settings.cloudtasks_endpoint,
         )
         built = dict(targets) if targets is not None else {
             name: build_target(route.target, context) for name, route in routes.items()

@@ -24,7 +24,7 @@ ROUTE_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 
 logger = logging.getLogger("runonce.routes")
 
-_TARGET_TYPES = {"log", "http", "workflows", "cloud_run_job", "cloud_build_trigger"}
+_TARGET_TYPES = {"log", "http", "workflows", "cloud_run_job", "cloud_build_trigger", "cloud_tasks_task"}
 
 RouteName = Annotated[str, StringConstraints(pattern=ROUTE_NAME_PATTERN)]
 Email = Annotated[str, StringConstraints(pattern=EMAIL_PATTERN)]

@@ -75,13 +75,14 @@ class Settings(BaseSettings):
     workflows_endpoint: str | None = None
     run_endpoint: str | None = None
     cloudbuild_endpoint: str | None = None
+    cloudtasks_endpoint: str | None = None
 
     @field_validator("audience", "allowed_callers", "admin_callers", mode="before")
     @classmethod
     def _csv(cls, value: object) -> object:
         return _split_csv(value)
 
-    @field_validator("workflows_endpoint", "run_endpoint", "cloudbuild_endpoint")
+    @field_validator("workflows_endpoint", "run_endpoint", "cloudbuild_endpoint", "cloudtasks_endpoint")
     @classmethod
     def _endpoint(cls, value: str | None) -> str | None:
         if value is not None and not re.fullmatch(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?", value):

@@ -64,8 +64,8 @@ variable "routes" {
   }
 
   validation {
-    condition     = alltrue([for route in values(var.routes) : contains(["log", "http", "workflows", "cloud_run_job", "cloud_build_trigger"], try(route.target.type, ""))])
-    error_message = "Every route needs target.type, one of: log, http, workflows, cloud_run_job, cloud_build_trigger."
+    condition     = alltrue([for route in values(var.routes) : contains(["log", "http", "workflows", "cloud_run_job", "cloud_build_trigger", "cloud_tasks_task"], try(route.target.type, ""))])
+    error_message = "Every route needs target.type, one of: log, http, workflows, cloud_run_job, cloud_build_trigger, cloud_tasks_task."
   }
 
   validation {
@@ -73,10 +73,11 @@ variable "routes" {
       try(route.target.type, "") == "workflows" ? can(regex("^projects/[^/]+/locations/[^/]+/workflows/[^/]+$", route.target.workflow)) :
       try(route.target.type, "") == "cloud_run_job" ? can(regex("^projects/[^/]+/locations/[^/]+/jobs/[^/]+$", route.target.job)) :
       try(route.target.type, "") == "cloud_build_trigger" ? can(regex("^projects/[^/]+/locations/[^/]+/triggers/[^/]+$", route.target.trigger)) :
+      try(route.target.type, "") == "cloud_tasks_task" ? can(regex("^projects/[^/]+/locations/[^/]+/queues/[^/]+$", route.target.queue)) :
       try(route.target.type, "") == "http" ? can(regex("^https?://", route.target.url)) :
       true
     )])
-    error_message = "A target's resource must be a full name: workflows needs workflow = \"projects/P/locations/L/workflows/W\", cloud_run_job needs job = \"projects/P/locations/L/jobs/J\", cloud_build_trigger needs trigger = \"projects/P/locations/L/triggers/T\", http needs url = \"https://...\"."
+    error_message = "A target's resource must be a full name: workflows needs workflow = \"projects/P/locations/L/workflows/W\", cloud_run_job needs job = \"projects/P/locations/L/jobs/J\", cloud_build_trigger needs trigger = \"projects/P/locations/L/triggers/T\", cloud_tasks_task needs queue = \"projects/P/locations/L/queues/Q\", http needs url = \"https://...\"."
   }
 }
 

@@ -21,6 +21,7 @@ from .base import (
 )
 from .cloud_build_trigger import CloudBuildTriggerTarget, CloudBuildTriggerTargetConfig
 from .cloud_run_job import CloudRunJobTarget, CloudRunJobTargetConfig
+from .cloud_tasks_task import CloudTasksTaskTarget, CloudTasksTaskTargetConfig
 from .google import GoogleAuth
 from .http import HttpTarget, HttpTargetConfig
 from .log import LogTarget, LogTargetConfig
@@ -31,7 +32,8 @@ TargetConfig = Annotated[
     | HttpTargetConfig
     | WorkflowsTargetConfig
     | CloudRunJobTargetConfig
-    | CloudBuildTriggerTargetConfig,
+    | CloudBuildTriggerTargetConfig
+    | CloudTasksTaskTargetConfig,
     Field(discriminator="type"),
 ]
 """A route's `target:` block; `type` picks the adapter."""
@@ -47,6 +49,7 @@ class TargetContext:
     workflows_endpoint: str | None = None
     run_endpoint: str | None = None
     cloudbuild_endpoint: str | None = None
+    cloudtasks_endpoint: str | None = None
 
 
 def build_target(config: TargetConfig, context: TargetContext) -> Target:
@@ -61,6 +64,8 @@ def build_target(config: TargetConfig, context: TargetContext) -> Target:
             return CloudRunJobTarget(config, context.http, context.google_auth, context.run_endpoint)
         case CloudBuildTriggerTargetConfig():
             return CloudBuildTriggerTarget(config, context.http, context.google_auth, context.cloudbuild_endpoint)
+        case CloudTasksTaskTargetConfig():
+            return CloudTasksTaskTarget(config, context.http, context.google_auth, context.cloudtasks_endpoint)
     raise ValueError(f"no adapter for target type {config.type!r}")
 
 

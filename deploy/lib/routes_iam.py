@@ -2,12 +2,13 @@
 """Print the IAM grants runonce's runtime account needs for the routes in a routes file.
 
 One grant a line, tab-separated: `ROLE  KIND  RESOURCE`, where KIND says where it is granted:
-`project` (RESOURCE = project id), `run-job` (projects/P/locations/L/jobs/J). A custom role
+`project` (RESOURCE = project id), `run-job` (projects/P/locations/L/jobs/J), `tasks-queue`
+(projects/P/locations/L/queues/Q), `service-account` (its email). A custom role
 (`projects/P/roles/ID`) is preceded by its definition: `ROLE  custom-role  PERMISSION,PERMISSION`.
 `--predefined-cloud-build-role` grants roles/cloudbuild.builds.editor instead of the custom
 runonceBuildRunner (README's IAM table: the trade-off). The README's IAM table,
-per resource where the API allows it (Cloud Run jobs), else per project (Workflows, Cloud Build have
-no per-resource IAM). Warnings for what the file cannot tell (an http audience's service) go to
+per resource where the API allows it (Cloud Run jobs, Cloud Tasks queues), else per project
+(Workflows, Cloud Build have no per-resource IAM). Warnings for what the file cannot tell (an http audience's service) go to
 stderr. Reads JSON always, YAML when PyYAML is installed. Exit 2 on a bad file.
 """
 
@@ -21,6 +22,7 @@ PATTERNS = {
     "workflows": ("workflow", r"^projects/([^/]+)/locations/([^/]+)/workflows/([^/]+)$"),
     "cloud_run_job": ("job", r"^projects/([^/]+)/locations/([^/]+)/jobs/([^/]+)$"),
     "cloud_build_trigger": ("trigger", r"^projects/([^/]+)/locations/([^/]+)/triggers/([^/]+)$"),
+    "cloud_tasks_task": ("queue", r"^projects/([^/]+)/locations/([^/]+)/queues/([^/]+)$"),
 }
 TYPES = {"log", "http", *PATTERNS}
 # Custom roles, defined in the project of the resource they are granted on (the only place a
@@ -33,6 +35,7 @@ CUSTOM_ROLES = {
     "runonceExecutionReader": ("run.executions.get", "run.executions.list"),
 }
 PREDEFINED_BUILD_ROLE = "roles/cloudbuild.builds.editor"
+SERVICE_ACCOUNT_PATTERN = r"^[a-z0-9][a-z0-9._-]*@[a-z0-9][a-z0-9.-]*\.gserviceaccount\.com$"
 
 
 def load(path: str) -> dict:
@@ -57,6 +60,19 @@ def custom_role(project: str, role_id: str) -> list[tuple[str, str, str]]:
     return [(f"projects/{project}/roles/{role_id}", "custom-role", ",".join(CUSTOM_ROLES[role_id]))]
 
 
+def oidc_account_grant(target: dict, where: str) -> list[tuple[str, str, str]]:
+    """A task with an OIDC token: creating it needs actAs on the token's account."""
+    http_request = target.get("http_request")
+    token = http_request.get("oidc_token") if isinstance(http_request, dict) else None
+    email = token.get("service_account_email") if isinstance(token, dict) else None
+    if token is None:
+        return []
+    if not isinstance(email, str) or not re.match(SERVICE_ACCOUNT_PATTERN, email):
+        raise ValueError(f"{where}: field 'target.http_request.oidc_token.service_account_email' must match "
+                         f"{SERVICE_ACCOUNT_PATTERN}")
+    return [("roles/iam.serviceAccountUser", "service-account", email)]
+
+
 def grants(config: object, origin: str, predefined_build_role: bool = False) -> list[tuple[str, str, str]]:
     if not isinstance(config, dict) or not isinstance(config.get("routes"), dict) or not config["routes"]:
         raise ValueError(f"{origin}: expected a mapping with a non-empty top-level 'routes:'")
@@ -78,6 +94,12 @@ def grants(config: object, origin: str, predefined_build_role: bool = False) -> 
                 found.append(("roles/run.jobsExecutorWithOverrides", "run-job", target[field]))
                 found.extend(custom_role(project, "runonceExecutionReader"))
                 found.append((f"projects/{project}/roles/runonceExecutionReader", "run-job", target[field]))
+            elif kind == "cloud_tasks_task":
+                # The enqueuer role creates tasks but cannot read them: the viewer role reads the
+                # run's task (reconciliation), on this queue only.
+                found.append(("roles/cloudtasks.enqueuer", "tasks-queue", target[field]))
+                found.append(("roles/cloudtasks.viewer", "tasks-queue", target[field]))
+                found.extend(oidc_account_grant(target, f"{origin}: route {name!r}"))
             elif predefined_build_role:
                 found.append((PREDEFINED_BUILD_ROLE, "project", project))
             else:

@@ -41,6 +41,7 @@ DOCUMENTS = {
     "artifactregistry": "artifactregistry.v1.json",
     "iamcredentials": "iamcredentials.v1.json",
     "spanner": "spanner.v1.json",
+    "cloudtasks": "cloudtasks.v2.json",
 }
 # Scheduler's answer for the next fire time of any job here (output-only `scheduleTime`): what a
 # forced run carries as X-CloudScheduler-ScheduleTime.
