@@ -297,3 +297,18 @@ def test_each_mistake_is_named(fields: dict, expected: str) -> None:
 
 def test_a_static_authorization_header_is_allowed_without_oidc() -> None:
     assert config(headers={"Authorization": "Bearer static"}).http_request.headers == {"Authorization": "Bearer static"}
+
+
+def test_a_routes_file_mistake_names_the_route_and_the_field() -> None:
+    from app.routes import parse_routes
+    from app.settings import ConfigError
+
+    text = f"routes:\n  r:\n    target: {{type: cloud_tasks_task, queue: {QUEUE}, http_request: {{url: '{URL}', http_method: GET}}}}\n"
+    with pytest.raises(ConfigError) as raised:
+        parse_routes(text, "routes file r.yaml")
+    assert str(raised.value) == (
+        "routes file r.yaml: route 'r': field 'target.http_request.http_method': must be POST, PUT or PATCH: the run "
+        "travels as the request body, and Cloud Tasks sends a body with no other method (got 'GET')"
+    )
+    routes = parse_routes(text.replace("GET", "PUT"), "routes file r.yaml")
+    assert routes["r"].target.http_request.http_method == "PUT"
