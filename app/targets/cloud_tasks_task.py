@@ -198,7 +198,8 @@ class CloudTasksTaskTarget(Target):
             # This run's task exists, or ran within the hour: an earlier attempt created it.
             logger.info("run %s: task %s already exists; nothing created", request.run_id, name)
             return name
-        return str(json_of(action, response).get("name") or name)
+        json_of(action, response)  # the created Task, named as asked
+        return name
 
     async def reconcile(self, request: DispatchRequest) -> str | None:
         name = self.task_name(request.run_id)

@@ -127,11 +127,13 @@ async def test_a_payload_no_task_can_carry_sends_nothing(fake, http, auth) -> No
 # -- dedupe by name --------------------------------------------------------------------------------
 
 
-async def test_already_exists_completes_the_run_with_its_task(fake, http, auth) -> None:
+async def test_already_exists_completes_the_run_with_its_task(fake, http, auth, caplog) -> None:
     target = target_for(fake, http, auth)
     request = request_for("twice")
     first = await target.dispatch(request)
-    assert await target.dispatch(request) == first  # 409 "Requested entity already exists"
+    with caplog.at_level("INFO", logger="runonce.target.cloud_tasks_task"):
+        assert await target.dispatch(request) == first  # 409 "Requested entity already exists"
+    assert f"run {request.run_id}: task {first} already exists; nothing created" in caplog.messages
     fake.finish(first)
     assert await target.dispatch(request) == first  # 409 "… existed too recently"
     assert fake.created_for(request.run_id) == [first]
@@ -167,10 +169,29 @@ async def test_a_409_that_is_not_already_exists_is_a_refusal(fake, http, auth) -
 )
 async def test_error_classes(fake, http, auth, code: str, outcome: type) -> None:
     fake.fail(CREATE, code, f"the API's words for {code}", retry_after="9" if code == "RESOURCE_EXHAUSTED" else None)
+    request = request_for(f"error-{code}")
     with pytest.raises(outcome, match=f"the API's words for {code}") as raised:
-        await target_for(fake, http, auth).dispatch(request_for(f"error-{code}"))
+        await target_for(fake, http, auth).dispatch(request)
+    assert raised.value.message.startswith(f"create task {QUEUE}/tasks/{request.run_id}: HTTP ")
     if outcome is TargetThrottled:
         assert raised.value.retry_after == 9
+
+
+async def test_google_is_the_default_endpoint_and_a_refused_connection_sends_nothing(http, auth) -> None:
+    from tests.support.procs import free_port
+
+    seen: list[str] = []
+    transport = httpx.MockTransport(lambda r: seen.append(str(r.url)) or httpx.Response(200, json={}))
+    async with httpx.AsyncClient(transport=transport) as client:
+        request = request_for("default-endpoint")
+        await CloudTasksTaskTarget(config(), client, auth).dispatch(request)
+    assert seen == [f"https://cloudtasks.googleapis.com/v2/{QUEUE}/tasks"]
+
+    closed = CloudTasksTaskTarget(config(), http, auth, f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(TargetFailed, match=f"^create task {QUEUE}/tasks/[0-9a-f]{{64}}: could not connect, nothing was sent"):
+        await closed.dispatch(request)
+    with pytest.raises(TargetOutcomeUnknown, match=f"get task {QUEUE}/tasks/[0-9a-f]{{64}}: could not connect"):
+        await closed.reconcile(request)
 
 
 async def test_a_missing_queue_is_a_refusal_with_the_apis_message(fake, http, auth) -> None:
@@ -200,9 +221,17 @@ async def test_reconcile_past_the_name_memory_cannot_tell(fake, http, auth) -> N
     """A run first claimed more than ~50 minutes ago whose task is not in the queue: it may have run
     and been forgotten, so a re-send could run it twice. Never dispatched blind."""
     target = target_for(fake, http, auth)
-    old = request_for("old", created_at=datetime.now(timezone.utc) - timedelta(minutes=51))
-    with pytest.raises(TargetOutcomeUnknown, match="cannot tell whether this run already started: task .* is not in the queue"):
+    claimed = datetime.now(timezone.utc) - timedelta(minutes=51)
+    old = request_for("old", created_at=claimed)
+    with pytest.raises(TargetOutcomeUnknown, match="cannot tell whether this run already started: task .* is not in the queue"
+                       ) as raised:
         await target.reconcile(old)
+    assert raised.value.message.endswith(
+        f"the run was first claimed at {claimed:%Y-%m-%dT%H:%M:%SZ}, so a task it created may have run and been deleted "
+        "longer ago than Cloud Tasks remembers its name (about an hour); a re-send could run it twice")
+    unknown_age = DispatchRequest(**{**old.__dict__, "created_at": None})
+    with pytest.raises(TargetOutcomeUnknown, match="first claimed at an unknown time"):
+        await target.reconcile(unknown_age)
     recent = request_for("recent", created_at=datetime.now(timezone.utc) - timedelta(minutes=49))
     assert await target.reconcile(recent) is None
     # A task still queued is found whatever the run's age (tasks may wait in a queue for days).
@@ -212,8 +241,11 @@ async def test_reconcile_past_the_name_memory_cannot_tell(fake, http, auth) -> N
 
 async def test_reconcile_failures_keep_the_claim(fake, http, auth) -> None:
     fake.fail(GET, "PERMISSION_DENIED", "The principal does not have cloudtasks.tasks.get")
-    with pytest.raises(TargetOutcomeUnknown, match="cannot tell whether this run already started.*cloudtasks.tasks.get"):
-        await target_for(fake, http, auth).reconcile(request_for("denied"))
+    request = request_for("denied")
+    with pytest.raises(TargetOutcomeUnknown, match="cannot tell whether this run already started") as raised:
+        await target_for(fake, http, auth).reconcile(request)
+    assert raised.value.message.endswith(f"get task {QUEUE}/tasks/{request.run_id}: HTTP 403 PERMISSION_DENIED: "
+                                         "The principal does not have cloudtasks.tasks.get")
 
 
 async def test_is_running_while_queued_and_done_once_deleted(fake, http, auth) -> None:
@@ -229,8 +261,10 @@ async def test_is_running_cannot_tell_on_any_other_answer(fake, http, auth, code
     target = target_for(fake, http, auth)
     name = await target.dispatch(request_for(f"state-{code}"))
     fake.fail(GET, code, "no state for you")
-    with pytest.raises(TargetOutcomeUnknown, match=f"cannot read the state of {name}: .*no state for you"):
+    with pytest.raises(TargetOutcomeUnknown) as raised:
         await target.is_running(name)
+    assert raised.value.message.startswith(f"cannot read the state of {name}: get task {name}: HTTP ")
+    assert raised.value.message.endswith(": no state for you")
 
 
 async def test_a_404_without_googles_not_found_is_not_done(http, auth) -> None:
