@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
+from .schedules.cli import InstantType, schedule
 from .settings import ConfigError, Settings, load_settings
 
 T = TypeVar("T")
@@ -297,10 +298,47 @@ def key(
         click.echo(delivery.canonical)
 
 
-from .schedules.cli import lint, schedule  # noqa: E402 - the schedule engine's own commands
+@main.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--format", "output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--lease-seconds", type=float, default=None, help="runonce's lease  [default: RUNONCE_LEASE_SECONDS or 300]")
+@click.option("--retention-seconds", type=float, default=None,
+              help="runonce's retention  [default: RUNONCE_RETENTION_SECONDS or 86400]")
+@click.option("--now", type=InstantType(), default=None, help="Start of the two-year DST scan  [default: now]")
+def lint(files: tuple[str, ...], output: str, lease_seconds: float | None, retention_seconds: float | None,
+         now: datetime | None) -> None:
+    """Check Scheduler jobs (`gcloud scheduler jobs describe --format=json`) and routes files.
+
+    Exit 1 if any error was found, 0 with warnings only.
+    """
+    from .lint import LintConfig, lint_files
+    from .routes import load_routes
+
+    settings = _settings()
+    default_routes = None
+    if settings.routes_file or settings.routes:
+        try:
+            default_routes = load_routes(settings)
+        except ConfigError as exc:
+            raise click.ClickException(str(exc)) from exc
+    config = LintConfig(
+        lease_seconds=lease_seconds if lease_seconds is not None else settings.lease_seconds,
+        retention_seconds=retention_seconds if retention_seconds is not None else settings.retention_seconds,
+        now=now,
+    )
+    findings = lint_files(list(files), config, default_routes)
+    errors = sum(f.severity == "error" for f in findings)
+    warnings = len(findings) - errors
+    if output == "json":
+        click.echo(json.dumps({"findings": [f.to_json() for f in findings], "errors": errors, "warnings": warnings}, indent=2))
+    else:
+        for finding in findings:
+            click.echo(finding.line())
+        click.echo(f"{len(files)} file(s): {errors} error(s), {warnings} warning(s)")
+    sys.exit(1 if errors else 0)
+
 
 main.add_command(schedule)
-main.add_command(lint)
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

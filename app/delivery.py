@@ -20,11 +20,12 @@ from datetime import datetime, timedelta, timezone
 from typing import Literal
 from zoneinfo import ZoneInfo
 
+from . import names
 from .schedules import Schedule
 
-PROJECT_PATTERN = r"^(?:[a-z][a-z0-9.-]{0,62}:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$"
+PROJECT_PATTERN = rf"^{names.SCOPED_PROJECT_ID}$"
 """A project ID (`my-project`), optionally domain-scoped (`example.com:my-project`)."""
-LOCATION_PATTERN = r"^[a-z][a-z0-9-]{0,62}$"
+LOCATION_PATTERN = rf"^{names.LOCATION}$"
 JOB_PATTERN = r"^[A-Za-z0-9_-]+$"  # Scheduler job IDs: letters, digits, hyphens, underscores
 QUEUE_PATTERN = r"^[A-Za-z0-9-]+$"
 """A queue id (`exports`): Cloud Tasks' queue ids are letters, digits and hyphens."""
@@ -102,7 +103,6 @@ class Delivery:
     job: str  # Scheduler job ID, or Cloud Tasks queue name
     schedule_time: datetime | None = None  # Scheduler only
     task: str | None = None  # Cloud Tasks only
-    snapped: bool = False  # schedule_time came from the route's schedule, not the header
     retry_count: int | None = None  # Cloud Tasks' counters: informative, never part of the key
     execution_count: int | None = None
     may_be_forced_retry: bool = False
@@ -322,5 +322,5 @@ def _snapped(
         )
     return Delivery(
         source="scheduler", project=project, location=location, route=route, job=job,
-        schedule_time=fire.astimezone(timezone.utc), snapped=True,
+        schedule_time=fire.astimezone(timezone.utc),
     )

@@ -1,4 +1,4 @@
-"""Every non-success answer of the delivery endpoint, one class each (DESIGN.md's status table).
+"""Every non-success answer of the delivery endpoint, one class each (docs/contract.md, the status table).
 
     RunonceError
      ├── Invalid            400 invalid           bad headers, query or body

@@ -76,13 +76,7 @@ def create_app(
             timeout=httpx.Timeout(settings.dispatch_timeout_seconds),
             headers={"User-Agent": "runonce/0.1"},
         )
-        context = TargetContext(
-            http=http,
-            workflows_endpoint=settings.workflows_endpoint,
-            run_endpoint=settings.run_endpoint,
-            cloudbuild_endpoint=settings.cloudbuild_endpoint,
-            cloudtasks_endpoint=settings.cloudtasks_endpoint,
-        )
+        context = TargetContext(http=http, endpoints=settings.endpoint_overrides())
         built = dict(targets) if targets is not None else {
             name: build_target(route.target, context) for name, route in routes.items()
         }

@@ -14,17 +14,16 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 
+from . import names
 from .delivery import LOCATION_PATTERN, PROJECT_PATTERN, SchedulePolicy
 from .schedules import ScheduleError, get_zone, parse_schedule
 from .settings import EMAIL_PATTERN, ConfigError, Settings
-from .targets import TargetConfig
+from .targets import TARGET_TYPES, TargetConfig
 
-ROUTE_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+ROUTE_NAME_PATTERN = rf"^{names.ROUTE_NAME}$"
 """Lower-case letters, digits, `-` and `_`, at most 63 characters (as in URLs and the run_id)."""
 
 logger = logging.getLogger("runonce.routes")
-
-_TARGET_TYPES = {"log", "http", "workflows", "cloud_run_job", "cloud_build_trigger", "cloud_tasks_task"}
 
 RouteName = Annotated[str, StringConstraints(pattern=ROUTE_NAME_PATTERN)]
 Email = Annotated[str, StringConstraints(pattern=EMAIL_PATTERN)]
@@ -155,7 +154,7 @@ def format_validation_error(origin: str, exc: ValidationError) -> str:
             loc = loc[2:]
             if loc and loc[0] == "[key]":  # an invalid route name
                 where, loc = f"route name {error.get('input')!r}: ", []
-        if len(loc) >= 2 and loc[0] == "target" and loc[1] in _TARGET_TYPES:
+        if len(loc) >= 2 and loc[0] == "target" and loc[1] in TARGET_TYPES:
             del loc[1]  # the union's tag: "target.http.url" -> "target.url"
         field = ".".join(str(part) for part in loc)
         message = error["msg"].removeprefix("Value error, ")

@@ -10,8 +10,10 @@ import os
 import re
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationError, create_model, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from .targets import ENDPOINTS
 
 
 class ConfigError(Exception):
@@ -37,7 +39,31 @@ def _split_csv(value: object) -> object:
     return value
 
 
-class Settings(BaseSettings):
+def _endpoint(value: str | None) -> str | None:
+    if value is not None and not re.fullmatch(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?", value):
+        raise ValueError(
+            "must be a URL without a path, e.g. https://run.googleapis.com or http://127.0.0.1:8085 "
+            "(http:// means plaintext, for local fakes)"
+        )
+    return value
+
+
+_EndpointSettings: type[BaseSettings] = create_model(  # type: ignore[call-overload]
+    "_EndpointSettings",
+    __base__=BaseSettings,
+    **{
+        f"{name}_endpoint": (
+            Annotated[str | None, AfterValidator(_endpoint)],
+            Field(None, description=f"Override of the {name} API's endpoint (Google's when unset)."),
+        )
+        for name in ENDPOINTS
+    },
+)
+"""One `<name>_endpoint` setting (RUNONCE_<NAME>_ENDPOINT) per endpoint a target type declares
+(`app/targets`): adding a target adds its override here without editing this file."""
+
+
+class Settings(_EndpointSettings):  # type: ignore[valid-type,misc]
     model_config = SettingsConfigDict(env_prefix="RUNONCE_", extra="ignore", frozen=True)
 
     routes_file: str | None = Field(None, description="Path of the routes file (YAML or JSON).")
@@ -72,25 +98,14 @@ class Settings(BaseSettings):
         default_factory=lambda: "json" if os.environ.get("K_SERVICE") else "text"
     )
 
-    workflows_endpoint: str | None = None
-    run_endpoint: str | None = None
-    cloudbuild_endpoint: str | None = None
-    cloudtasks_endpoint: str | None = None
-
     @field_validator("audience", "allowed_callers", "admin_callers", mode="before")
     @classmethod
     def _csv(cls, value: object) -> object:
         return _split_csv(value)
 
-    @field_validator("workflows_endpoint", "run_endpoint", "cloudbuild_endpoint", "cloudtasks_endpoint")
-    @classmethod
-    def _endpoint(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?", value):
-            raise ValueError(
-                "must be a URL without a path, e.g. https://run.googleapis.com or http://127.0.0.1:8085 "
-                "(http:// means plaintext, for local fakes)"
-            )
-        return value
+    def endpoint_overrides(self) -> dict[str, str | None]:
+        """The endpoint overrides by endpoint name, as `TargetContext.endpoints` takes them."""
+        return {name: getattr(self, f"{name}_endpoint") for name in ENDPOINTS}
 
     @field_validator("store")
     @classmethod

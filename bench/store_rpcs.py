@@ -27,7 +27,7 @@ for cls in (ch._UnaryUnaryMultiCallable, ch._UnaryStreamMultiCallable):
         setattr(cls, name, wrap())
 from tests.support.backends import start_spanner_emulator, create_spanner_database
 from app.stores import open_store, Finish
-from tests.test_stores import claim, new_run, T0
+from tests.support.runs import claim, new_run, T0
 emu = start_spanner_emulator(Path(tempfile.mkdtemp()))
 try:
     url = create_spanner_database("rpcs")

@@ -1,5 +1,5 @@
 /**
- * The runtime account's grants, derived from the routes (DESIGN.md, "IAM"): only what each
+ * The runtime account's grants, derived from the routes (README.md, "IAM per target"): only what each
  * configured target needs, on the one resource where the API allows it, else on its project.
  *
  * | target type         | role                                   | granted on                         |
@@ -10,6 +10,7 @@
  * | cloud_build_trigger | runonceBuildRunner (custom: cloudbuild.builds.create/get/list), | the trigger's project (no per-trigger IAM) |
  * |                     | or roles/cloudbuild.builds.editor with cloud_build_role = "predefined" |   |
  * |                     | roles/iam.serviceAccountUser           | each var.trigger_service_accounts  |
+ * | bigquery_job        | roles/bigquery.jobUser                 | the route's project (data access is yours to grant) |
  * | cloud_tasks_task    | roles/cloudtasks.enqueuer,             | the queue                          |
  * |                     | roles/cloudtasks.viewer (tasks.get)    | the queue                          |
  * |                     | roles/iam.serviceAccountUser           | each http_request.oidc_token account |
@@ -83,6 +84,16 @@ resource "google_project_iam_member" "runtime_cloudbuild" {
 
   project = each.value
   role    = var.cloud_build_role == "custom" ? google_project_iam_custom_role.build_runner[each.value].name : "roles/cloudbuild.builds.editor"
+  member  = google_service_account.runtime.member
+}
+
+# Run BigQuery jobs in each bigquery_job route's project; the datasets a job reads and writes need
+# their own grants (README, "IAM per target"): runonce cannot tell them from the SQL.
+resource "google_project_iam_member" "runtime_bigquery" {
+  for_each = local.bigquery_projects
+
+  project = each.value
+  role    = "roles/bigquery.jobUser"
   member  = google_service_account.runtime.member
 }
 

@@ -53,6 +53,11 @@ locals {
     for t in local.targets : split("/", t.trigger)[1] if t.type == "cloud_build_trigger"
   ])
 
+  # bigquery_job routes name their project: jobs run (and are billed) there.
+  bigquery_projects = toset([
+    for t in local.targets : t.project if t.type == "bigquery_job"
+  ])
+
   # projects/P/locations/L/queues/Q -> {project, location, name}; two roles on each queue: create
   # tasks, and read them (tasks.get, to reconcile), which the enqueuer role cannot.
   tasks_queues = {

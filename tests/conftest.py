@@ -1,12 +1,14 @@
-"""Session-wide fixtures: the real Firestore and Spanner emulators, redis-server, stores, a controllable clock."""
+"""Session-wide fixtures: the real Firestore and Spanner emulators, redis-server, stores, a controllable clock.
+
+Fixtures only: the helpers they use, and that test modules import, live in tests/support/."""
 
 from __future__ import annotations
 
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -14,10 +16,14 @@ from app.stores import RunStore, open_store
 from app.stores.memory import MemoryStore
 from app.stores.sqlite import SQLiteStore
 from tests.fakes.google_api import LIVE_FAKES
+from tests.support import oidc
 from tests.support.backends import Server, create_spanner_database, start_redis, start_spanner_emulator
+from tests.support.clock import Clock
 from tests.support.procs import FirestoreEmulator, start_firestore_emulator
+from tests.support.stores import firestore_store, redis_url, spanner_table_url
 
-FIRESTORE_PROJECT = "runonce-test"
+if TYPE_CHECKING:
+    from tests.support.api import Harness
 
 
 def recorded_violations() -> list[str]:
@@ -50,17 +56,6 @@ def firestore_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fir
         os.environ["FIRESTORE_EMULATOR_HOST"] = previous
 
 
-def firestore_store(collection: str | None = None, timeout_seconds: float = 5.0):
-    from app.stores.firestore import FirestoreStore
-
-    # A collection per test isolates tests without resetting the emulator.
-    return FirestoreStore(
-        project=FIRESTORE_PROJECT,
-        collection=collection or f"runs_{uuid.uuid4().hex[:12]}",
-        timeout_seconds=timeout_seconds,
-    )
-
-
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """One real redis-server per session (no persistence); tests flush it before use."""
@@ -81,24 +76,6 @@ def spanner_database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         os.environ.pop("SPANNER_EMULATOR_HOST", None)
     else:
         os.environ["SPANNER_EMULATOR_HOST"] = previous
-
-
-def spanner_table_url(database_url: str) -> str:
-    """A new table in the session's database (created as `store init` does), as a store URL."""
-    from app.stores import open_store
-
-    url = f"{database_url}?table=runs_{uuid.uuid4().hex[:12]}"
-    store = open_store(url)
-    store.init(lambda line: None)  # type: ignore[attr-defined]
-    return url
-
-
-def redis_url(server: Server) -> str:
-    import redis
-
-    with redis.Redis(host="127.0.0.1", port=server.port) as client:
-        client.flushall()
-    return f"redis://127.0.0.1:{server.port}/0"
 
 
 STORE_KINDS = ["memory", "sqlite", "firestore", "spanner", "redis"]
@@ -152,20 +129,52 @@ async def store(make_store) -> AsyncIterator[RunStore]:
         await opened.close()
 
 
-class Clock:
-    """A clock the test moves by hand: no test sleeps for a lease."""
-
-    def __init__(self, start: datetime | None = None):
-        self.now = start or datetime(2026, 10, 16, 12, 0, 0, tzinfo=timezone.utc)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> datetime:
-        self.now += timedelta(seconds=seconds)
-        return self.now
-
-
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
+
+
+@pytest.fixture
+async def api(clock: Clock) -> AsyncIterator[Harness]:
+    """The delivery endpoint in-process (tests/support/api.py); some modules define an `api` of their own."""
+    from tests.support.api import open_api
+
+    async with open_api(clock) as harness:
+        yield harness
+
+
+@pytest.fixture
+def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """`runonce ...` through click's CliRunner, on a SQLite store of the test's own (`cli.db`)."""
+    from click.testing import CliRunner
+
+    from app.cli import main
+
+    db = tmp_path / "runs.db"
+    monkeypatch.setenv("RUNONCE_STORE", f"sqlite:///{db}")
+    runner = CliRunner()
+
+    def invoke(*args: str):
+        return runner.invoke(main, list(args), catch_exceptions=False)
+
+    invoke.db = db  # type: ignore[attr-defined]
+    return invoke
+
+
+@pytest.fixture(scope="module")
+def google_key() -> oidc.SigningKey:
+    """The key Google signs ID tokens with, in the auth suites (tests/support/auth_cases.py)."""
+    return oidc.make_key()
+
+
+@pytest.fixture(scope="module")
+def rogue_key(google_key: oidc.SigningKey) -> oidc.SigningKey:
+    """Someone else's key that claims Google's kid."""
+    return oidc.make_key(google_key.kid)
+
+
+@pytest.fixture(scope="module")
+def certs(google_key: oidc.SigningKey) -> Iterator[oidc.CertsServer]:
+    """Google's certificates endpoint, serving `google_key`."""
+    with oidc.CertsServer([google_key]) as server:
+        yield server

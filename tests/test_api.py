@@ -1,55 +1,19 @@
-"""The delivery endpoint's contract, row by row of DESIGN.md's status table, through the ASGI app
+"""The delivery endpoint's contract, row by row of the status table (docs/contract.md), through the ASGI app
 (the end-to-end suite repeats the important rows against a real server)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import httpx
 
 from app.main import create_app
 from app.settings import Settings
 from app.stores import StoreUnavailable
-from app.stores.memory import MemoryStore
 from app.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown, TargetThrottled
 from app.targets.scripted import ScriptedTarget
-from tests.conftest import Clock
-
-ROUTES = """
-routes:
-  etl:
-    target: {type: log}
-    namespace: {project: route-project, location: europe-west1}
-  bare:
-    target: {type: log}
-"""
-JOB = {"X-CloudScheduler-JobName": "nightly", "X-CloudScheduler-ScheduleTime": "2026-10-16T12:00:00Z"}
-
-
-def run_id_of(canonical: str) -> str:
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-class Harness:
-    def __init__(self, client: httpx.AsyncClient, store: MemoryStore, target: ScriptedTarget, clock: Clock):
-        self.client, self.store, self.target, self.clock = client, store, target, clock
-
-    async def deliver(self, route: str = "etl", headers: dict | None = None, **kwargs):
-        return await self.client.post(f"/v1/routes/{route}:run", headers=JOB if headers is None else headers, **kwargs)
-
-
-@pytest.fixture
-async def api(clock: Clock) -> AsyncIterator[Harness]:
-    store, target = MemoryStore(), ScriptedTarget()
-    settings = Settings(routes=ROUTES, auth="none", store="sqlite:///unused.db")
-    app = create_app(settings, store=store, targets={"etl": target, "bare": target}, clock=clock)
-    transport = httpx.ASGITransport(app=app)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport, base_url="http://runonce") as client:
-        yield Harness(client, store, target, clock)
+from tests.support.api import JOB, Harness, run_id_of
 
 
 # -- processed / duplicate ---------------------------------------------------------------------

@@ -11,18 +11,8 @@ import httpx
 import pytest
 
 from app.certs import MIN_LIFETIME, RETRY_AFTER_FAILURE, UNKNOWN_KID_INTERVAL, CertCache, CertsUnavailable
+from tests.support.clock import Clock
 from tests.support.oidc import CertsServer, SigningKey, make_key
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +39,7 @@ async def http() -> AsyncIterator[httpx.AsyncClient]:
 
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
+    return Clock(1000.0)  # the cache reads a monotonic clock: seconds
 
 
 @pytest.fixture

@@ -19,9 +19,8 @@ from app.main import create_app
 from app.settings import Settings
 from app.stores.memory import MemoryStore
 from tests.support import oidc
-from tests.test_auth_e2e import (  # noqa: F401 - certs, google_key, rogue_key: the fixtures
-    ACCEPTED, ADMIN, AUDIENCE, CUSTOM_AUDIENCE, REJECTED, ROUTES, SCHEDULER, Case, bearer, certs, delivery_headers,
-    google_key, rogue_key, token,
+from tests.support.auth_cases import (
+    ACCEPTED, ADMIN, AUDIENCE, CUSTOM_AUDIENCE, REJECTED, ROUTES, SCHEDULER, Case, bearer, delivery_headers, token,
 )
 
 

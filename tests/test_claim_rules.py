@@ -12,7 +12,7 @@ import pytest
 
 from app.stores import Decision, Finish, RunStore
 from app.stores.base import COMPLETED, FAILED, IN_PROGRESS
-from tests.test_stores import LEASE, RETENTION, T0, claim, new_run
+from tests.support.runs import LEASE, RETENTION, T0, claim, new_run
 
 TARGET = {"type": "log", "resource": "log/1"}
 JUST = timedelta(microseconds=1)

@@ -19,20 +19,7 @@ from app.stores import Finish
 from app.stores.base import COMPLETED
 from app.stores.sqlite import SQLiteStore
 from tests.support.procs import REPO
-from tests.test_stores import LEASE, RETENTION, new_run
-
-
-@pytest.fixture
-def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    db = tmp_path / "runs.db"
-    monkeypatch.setenv("RUNONCE_STORE", f"sqlite:///{db}")
-    runner = CliRunner()
-
-    def invoke(*args: str):
-        return runner.invoke(main, list(args), catch_exceptions=False)
-
-    invoke.db = db  # type: ignore[attr-defined]
-    return invoke
+from tests.support.runs import LEASE, RETENTION, new_run
 
 
 def seed(db: Path, *, finished: bool) -> str:

@@ -55,3 +55,62 @@ def test_readme_points_at_the_served_api_docs() -> None:
             return [(await client.get(path)).status_code for path in ("/docs", "/openapi.json")]
 
     assert asyncio.run(fetch()) == [200, 200]
+
+
+CONTRACT = (Path(__file__).resolve().parents[1] / "docs" / "contract.md").read_text()
+
+
+def _contract_section(number: int) -> str:
+    return CONTRACT.split(f"\n## {number}. ", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_contract_lists_every_setting() -> None:
+    settings = _contract_section(5)
+    missing = [f"RUNONCE_{name.upper()}" for name in Settings.model_fields if f"`RUNONCE_{name.upper()}`" not in settings]
+    assert missing == []
+
+
+def test_the_contract_lists_every_record_field() -> None:
+    from dataclasses import fields
+
+    from app.stores.base import RunRecord
+
+    record = _contract_section(3)
+    assert [f.name for f in fields(RunRecord) if f"`{f.name}`" not in record] == []
+
+
+def test_the_contract_lists_every_route_field() -> None:
+    from app.routes import Route
+
+    routes = _contract_section(4)
+    assert [name for name in Route.model_fields if f"`{name}`" not in routes] == []
+
+
+def test_the_contract_lists_every_command() -> None:
+    import click
+
+    from app.cli import main
+
+    def commands(group: click.Group, prefix: str) -> list[str]:
+        found = []
+        for name, command in group.commands.items():
+            path = f"{prefix} {name}"
+            found += commands(command, path) if isinstance(command, click.Group) else [path]
+        return found
+
+    lines = _contract_section(6).splitlines()
+    listed = lambda command: any(line == command or line.startswith(command + " ") for line in lines)  # noqa: E731
+    assert [command for command in commands(main, "runonce") if not listed(command)] == []
+
+
+def test_the_readme_links_the_contract_and_nothing_refers_to_a_missing_design_document() -> None:
+    repo = Path(__file__).resolve().parents[1]
+    assert "(docs/contract.md)" in README
+    stale = sorted(
+        str(path.relative_to(repo))
+        for pattern in ("app/**/*.py", "tests/**/*.py", "terraform/**/*.tf", "terraform/**/*.yaml", "deploy/**/*", "*.md", "docs/*.md")
+        for path in repo.glob(pattern)
+        if path.is_file() and path.suffix != ".pyc" and "DESIGN" + ".md" in path.read_text(errors="replace")
+        and path.name != "contract.md"
+    )
+    assert stale == []

@@ -16,10 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import FIRESTORE_PROJECT, redis_url, spanner_table_url
 from tests.support.backends import start_redis
 from tests.support.downstream import Downstream
 from tests.support.procs import ServerProcess, start_firestore_emulator, start_server
+from tests.support.stores import FIRESTORE_PROJECT, redis_url, spanner_table_url
 
 pytestmark = pytest.mark.e2e
 

@@ -23,7 +23,7 @@ from app.stores import StoreUnavailable
 from app.stores.memory import MemoryStore
 from app.targets import DispatchRequest, TargetFailed
 from app.targets.scripted import ScriptedTarget
-from tests.conftest import Clock
+from tests.support.clock import Clock
 
 S = datetime(2026, 3, 8, 8, 0, 0, tzinfo=timezone.utc)  # the schedule time the force run carries
 HEADERS = {"X-CloudScheduler-JobName": "hourly", "X-CloudScheduler-ScheduleTime": "2026-03-08T08:00:00Z"}

@@ -36,8 +36,8 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from tests.conftest import FIRESTORE_PROJECT
 from tests.support.procs import REPO, ServerProcess, start_server
+from tests.support.stores import FIRESTORE_PROJECT
 
 pytestmark = pytest.mark.e2e
 

@@ -24,7 +24,7 @@ from app.stores.memory import MemoryStore
 from app.targets import Target
 from app.targets.http import HttpTarget, HttpTargetConfig
 from app.targets.scripted import ScriptedTarget
-from tests.conftest import Clock
+from tests.support.clock import Clock
 from tests.support.downstream import Downstream
 
 ROUTES = "routes:\n  etl:\n    target: {type: log}\n    namespace: {project: route-project, location: europe-west1}\n"

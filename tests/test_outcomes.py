@@ -22,8 +22,8 @@ from app.stores.base import COMPLETED, FAILED, IN_PROGRESS
 from app.stores.memory import MemoryStore
 from app.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown, TargetThrottled
 from app.targets.scripted import ScriptedTarget
-from tests.conftest import Clock
-from tests.test_protocol import BODY, DELIVERY, LEASE, BrokenStore, raising
+from tests.support.clock import Clock
+from tests.support.runs import BODY, DELIVERY, LEASE, BrokenStore, raising
 
 RUN = DELIVERY.run_id
 OTHER = replace(DELIVERY, job="hourly")  # another run of the same route

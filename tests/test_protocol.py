@@ -4,26 +4,19 @@ scripted target: every outcome, and what each leaves in the store for the next r
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 import pytest
 
 from app import errors
-from app.delivery import Delivery
 from app.protocol import THROTTLE_BACKOFF_SECONDS, Runner
-from app.stores import StoreUnavailable
 from app.stores.base import COMPLETED, FAILED, IN_PROGRESS
 from app.stores.memory import MemoryStore
 from app.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown, TargetThrottled
 from app.targets.scripted import ScriptedTarget
-from tests.conftest import Clock
+from tests.support.clock import Clock
+from tests.support.runs import BODY, DELIVERY, LEASE, BrokenStore, raising
 
-LEASE = timedelta(seconds=300)
-DELIVERY = Delivery(
-    source="scheduler", project="proj-1", location="us-central1", route="etl", job="nightly",
-    schedule_time=datetime(2026, 10, 16, 12, 0, tzinfo=timezone.utc),
-)
-BODY = "0" * 64
 
 
 def runner(target: ScriptedTarget, clock: Clock, store=None, dispatch_timeout: float = 30) -> Runner:
@@ -31,13 +24,6 @@ def runner(target: ScriptedTarget, clock: Clock, store=None, dispatch_timeout: f
         store or MemoryStore(), {"etl": target}, lease=LEASE, retention=timedelta(days=1),
         dispatch_timeout=timedelta(seconds=dispatch_timeout), clock=clock,
     )
-
-
-def raising(exc: Exception):
-    async def handler(request: DispatchRequest) -> str:
-        raise exc
-
-    return handler
 
 
 async def record(r: Runner):
@@ -215,25 +201,6 @@ async def test_different_body_for_the_same_run_is_refused(clock: Clock) -> None:
         await r.run(DELIVERY, {"a": 2}, "1" * 64)
     assert mismatch.value.field == "body"
     assert len(target.dispatched) == 1
-
-
-class BrokenStore(MemoryStore):
-    """A store that fails on command, to test what each failure leaves behind."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fail_claim = False
-        self.fail_finish = False
-
-    async def claim(self, *args, **kwargs):
-        if self.fail_claim:
-            raise StoreUnavailable("connection refused")
-        return await super().claim(*args, **kwargs)
-
-    async def finish(self, *args, **kwargs):
-        if self.fail_finish:
-            raise StoreUnavailable("deadline exceeded")
-        return await super().finish(*args, **kwargs)
 
 
 async def test_store_down_at_claim_is_unavailable_and_never_calls_the_target(clock: Clock) -> None:

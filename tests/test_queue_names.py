@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_api import Harness, api, run_id_of  # noqa: F401 - api is the fixture
-from tests.test_cli import cli  # noqa: F401 - the fixture
+from tests.support.api import Harness, run_id_of
 
 FULL = "projects/route-project/locations/europe-west1/queues/exports"
 

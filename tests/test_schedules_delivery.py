@@ -7,11 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -23,7 +21,8 @@ from app.settings import ConfigError, Settings
 from app.stores.memory import MemoryStore
 from app.targets import DispatchRequest
 from app.targets.scripted import ScriptedTarget
-from tests.conftest import Clock
+from tests.support.clock import Clock
+from tests.support.downstream import Downstream
 from tests.support.procs import start_server
 
 ROUTES = """
@@ -239,56 +238,10 @@ async def test_route_concurrency_limit_throttles_under_load_and_releases_the_cla
     assert retry.status_code == 200 and retry.json()["status"] == "processed"
 
 
-class Downstream:
-    """A real HTTP downstream: answers `status` (with `retry_after`) after `delay`, and counts the
-    requests it serves at once."""
-
-    def __init__(self) -> None:
-        self.status, self.retry_after, self.delay = 200, None, 0.0
-        self.active = self.max_active = self.calls = 0
-        self.lock = threading.Lock()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
-                self.rfile.read(int(self.headers.get("content-length", 0)))
-                with outer.lock:
-                    outer.calls += 1
-                    outer.active += 1
-                    outer.max_active = max(outer.max_active, outer.active)
-                    status, retry_after, delay = outer.status, outer.retry_after, outer.delay
-                time.sleep(delay)
-                with outer.lock:
-                    outer.active -= 1
-                payload = json.dumps({"ok": status < 300}).encode()
-                self.send_response(status)
-                if retry_after is not None:
-                    self.send_header("Retry-After", retry_after)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/work"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
 def downstream() -> Iterator[Downstream]:
-    server = Downstream()
-    yield server
-    server.close()
+    with Downstream() as server:
+        yield server
 
 
 async def _burst(url: str, route: str, count: int) -> list[httpx.Response]:
@@ -304,27 +257,27 @@ async def test_real_server_backpressure_and_target_retry_after(tmp_path: Path, d
     routes = tmp_path / "routes.yaml"
     routes.write_text(
         "routes:\n"
-        f"  slow:\n    target: {{type: http, url: '{downstream.url}'}}\n    max_concurrent_dispatches: 2\n"
-        f"  busy:\n    target: {{type: http, url: '{downstream.url}'}}\n"
+        f"  slow:\n    target: {{type: http, url: '{downstream.url}/work'}}\n    max_concurrent_dispatches: 2\n"
+        f"  busy:\n    target: {{type: http, url: '{downstream.url}/work'}}\n"
     )
     server = start_server({"RUNONCE_ROUTES_FILE": str(routes), "RUNONCE_AUTH": "none",
                            "RUNONCE_STORE": f"sqlite:///{tmp_path / 'runs.db'}"}, tmp_path)
     try:
         # 12 runs at once on a route limited to 2, each dispatch taking 0.5 s.
-        downstream.delay = 0.5
+        downstream.set("/work", delay=0.5)
         answers = await _burst(server.url, "slow", 12)
         processed = [r for r in answers if r.status_code == 200]
         throttled = [r for r in answers if r.status_code == 429]
         assert len(processed) + len(throttled) == 12 and 2 <= len(processed) < 12
-        assert downstream.max_active <= 2 and downstream.calls == len(processed)
+        assert downstream.max_active <= 2 and downstream.calls["/work"] == len(processed)
         assert all(r.headers["Retry-After"] == "5" for r in throttled)
         # The downstream says slow down: its Retry-After is passed on, and nothing is kept.
-        downstream.delay, downstream.status, downstream.retry_after = 0.0, 429, "7"
+        downstream.set("/work", 429, retry_after="7")
         answers = await _burst(server.url, "busy", 12)
         assert [r.status_code for r in answers] == [429] * 12
         assert all(r.headers["Retry-After"] == "7" and r.json()["status"] == "throttled" for r in answers)
         # Once it recovers, every retry dispatches (the claims were released).
-        downstream.status, downstream.retry_after = 200, None
+        downstream.set("/work", 200)
         answers = await _burst(server.url, "busy", 12)
         assert [r.json()["status"] for r in answers] == ["processed"] * 12
     finally:

@@ -15,9 +15,9 @@ import pytest
 from app.stores import Decision, Finish, StoreUnavailable
 from app.stores.base import COMPLETED, FAILED, IN_PROGRESS
 from app.stores.sqlite import SQLiteStore
-from tests.conftest import firestore_store
 from tests.support.procs import free_port
-from tests.test_stores import LEASE, RETENTION, T0, claim, new_run
+from tests.support.runs import LEASE, RETENTION, T0, claim, new_run
+from tests.support.stores import firestore_store
 
 # -- Firestore -------------------------------------------------------------------------------
 

@@ -15,10 +15,10 @@ from app.cli import main
 from app.settings import ConfigError, load_settings
 from app.stores import Finish, StoreUnavailable, open_store, parse_redis_url, parse_spanner_url
 from app.stores.base import COMPLETED
-from tests.conftest import redis_url, spanner_table_url
 from tests.support.backends import run_store_init, start_redis
 from tests.support.procs import REPO
-from tests.test_stores import RETENTION, T0, claim
+from tests.support.runs import RETENTION, T0, claim
+from tests.support.stores import redis_url, spanner_table_url
 
 # -- the registry ------------------------------------------------------------------------------
 

@@ -1,32 +1,18 @@
 """One conformance suite for every claim store (memory, SQLite, Firestore and Spanner on the real emulators, Redis on a real redis-server).
 
-Each test is a rule of DESIGN.md's run protocol. Time is injected: no test sleeps for a lease.
+Each test is a rule of the run protocol (docs/contract.md, "The run record and its protocol"). Time is injected: no test sleeps for a lease.
 """
 
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 import pytest
 
-from app.stores import Claim, Decision, Fenced, Finish, NewRun, RunStore
+from app.stores import Decision, Fenced, Finish, RunStore
 from app.stores.base import COMPLETED, FAILED, IN_PROGRESS
-
-LEASE = timedelta(seconds=300)
-RETENTION = timedelta(days=1)
-T0 = datetime(2026, 10, 16, 12, 0, 0, tzinfo=timezone.utc)
-
-
-def new_run(run_id: str = "a" * 64, body: str = "b" * 64, route: str = "etl") -> NewRun:
-    return NewRun(
-        run_id=run_id, route=route, source="scheduler", project="proj-1", location="us-central1",
-        job="nightly", schedule_time="2026-10-16T12:00:00Z", task=None, body_sha256=body,
-    )
-
-
-async def claim(store: RunStore, now: datetime = T0, run: NewRun | None = None) -> Claim:
-    return await store.claim(run or new_run(), now, LEASE, RETENTION)
+from tests.support.runs import LEASE, RETENTION, T0, claim, new_run
 
 
 async def test_fresh_claim_creates_an_in_progress_record(store: RunStore) -> None:

@@ -6,9 +6,9 @@
 
 Every schedule answers `next_after`, `iter_after`, `latest_at_or_before` and `dst_findings`
 (base.py); each format states its rule for the skipped and the repeated local hour in its module
-docstring and in `dst_rule_text`. The engine (zones, base, cron, groc) imports nothing from the rest
-of runonce; `lint` and `cli` read routes files through `app.routes`, and nothing here imports the
-web layer.
+docstring and in `dst_rule_text`. This package imports nothing from the rest of runonce (a test
+holds it to that): `app/lint.py` checks jobs and routes with it, and `app/routes.py` validates a
+route's schedule with it.
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
-"""`runonce schedule next` and `runonce lint`: the schedule engine on the command line.
+"""`runonce schedule next`: the schedule engine on the command line.
 
-Registered in `app/cli.py` with `main.add_command(schedule)` and `main.add_command(lint)`.
+Registered in `app/cli.py` with `main.add_command(schedule)`; `runonce lint`, which also reads the
+routes and settings, lives in `app/cli.py` and `app/lint.py`.
 """
 
 from __future__ import annotations
 
-import json
-import sys
 from datetime import datetime, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -94,47 +93,3 @@ def schedule_next(expr: Schedule, zone: ZoneInfo, after: datetime | None, count:
             break
     if shown < count:
         click.echo(f"note: {expr.text!r} fires only {shown} more time(s)", err=True)
-
-
-@click.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--format", "output", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option("--lease-seconds", type=float, default=None, help="runonce's lease  [default: RUNONCE_LEASE_SECONDS or 300]")
-@click.option("--retention-seconds", type=float, default=None,
-              help="runonce's retention  [default: RUNONCE_RETENTION_SECONDS or 86400]")
-@click.option("--now", type=InstantType(), default=None, help="Start of the two-year DST scan  [default: now]")
-def lint(files: tuple[str, ...], output: str, lease_seconds: float | None, retention_seconds: float | None,
-         now: datetime | None) -> None:
-    """Check Scheduler jobs (`gcloud scheduler jobs describe --format=json`) and routes files.
-
-    Exit 1 if any error was found, 0 with warnings only.
-    """
-    from ..routes import load_routes
-    from ..settings import ConfigError, load_settings
-    from .lint import LintConfig, lint_files
-
-    try:
-        settings = load_settings()
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from exc
-    default_routes = None
-    if settings.routes_file or settings.routes:
-        try:
-            default_routes = load_routes(settings)
-        except ConfigError as exc:
-            raise click.ClickException(str(exc)) from exc
-    config = LintConfig(
-        lease_seconds=lease_seconds if lease_seconds is not None else settings.lease_seconds,
-        retention_seconds=retention_seconds if retention_seconds is not None else settings.retention_seconds,
-        now=now,
-    )
-    findings = lint_files(list(files), config, default_routes)
-    errors = sum(f.severity == "error" for f in findings)
-    warnings = len(findings) - errors
-    if output == "json":
-        click.echo(json.dumps({"findings": [f.to_json() for f in findings], "errors": errors, "warnings": warnings}, indent=2))
-    else:
-        for finding in findings:
-            click.echo(finding.line())
-        click.echo(f"{len(files)} file(s): {errors} error(s), {warnings} warning(s)")
-    sys.exit(1 if errors else 0)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from .. import names
 from .base import (
     Claim,
     Decision,
@@ -59,7 +60,7 @@ def _query(url: str, allowed: tuple[str, ...]) -> dict[str, str]:
     return params
 
 
-_SPANNER_PATH = re.compile(r"spanner://projects/([a-z][a-z0-9-]{4,28}[a-z0-9])/instances/([a-z][a-z0-9-]*[a-z0-9])"
+_SPANNER_PATH = re.compile(rf"spanner://projects/({names.PROJECT_ID})/instances/([a-z][a-z0-9-]*[a-z0-9])"
                            r"/databases/([a-z][a-z0-9_-]*[a-z0-9])(\?.*)?")
 _TABLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
 
@@ -147,12 +148,6 @@ def _open_redis(url: str, timeout: float, options: dict[str, Any]) -> RunStore:
     return RedisStore(parse_redis_url(url), timeout_seconds=timeout)
 
 
-def _open_memory(url: str, timeout: float, options: dict[str, Any]) -> RunStore:
-    from .memory import MemoryStore
-
-    return MemoryStore()
-
-
 @dataclass(frozen=True)
 class Backend:
     """One row of the registry: how `RUNONCE_STORE` names it, how its URL is checked and opened."""
@@ -162,7 +157,6 @@ class Backend:
     check: Callable[[str], Any]
     open: Callable[[str, float, dict[str, Any]], RunStore]
     extra: str | None = None  # `pip install 'runonce[EXTRA]'` installs its driver
-    settable: bool = True  # False: tests only, refused as a setting
 
 
 BACKENDS: dict[str, Backend] = {
@@ -173,24 +167,23 @@ BACKENDS: dict[str, Backend] = {
         Backend("spanner", "spanner://projects/P/instances/I/databases/D", parse_spanner_url, _open_spanner, "spanner"),
         Backend("redis", "redis://[:PASSWORD@]HOST:PORT/DB", parse_redis_url, _open_redis, "redis"),
         Backend("rediss", "rediss://[:PASSWORD@]HOST:PORT/DB?ca_file=PATH", parse_redis_url, _open_redis, "redis"),
-        Backend("memory", "memory", lambda url: None, _open_memory, settable=False),
     )
 }
 
 
-def backend_for(url: str, *, settable_only: bool = False) -> Backend:
-    """The registry row for `url` (by scheme; `firestore` and `memory` are bare names)."""
+def backend_for(url: str) -> Backend:
+    """The registry row for `url` (by scheme; `firestore` is a bare name)."""
     scheme = url.split("://", 1)[0] if "://" in url else url.split(":", 1)[0]
     backend = BACKENDS.get(scheme)
-    if backend is None or (settable_only and not backend.settable) or ("://" in url) != ("://" in backend.form):
-        forms = ", ".join(b.form for b in BACKENDS.values() if b.settable)
+    if backend is None or ("://" in url) != ("://" in backend.form):
+        forms = ", ".join(b.form for b in BACKENDS.values())
         raise ValueError(f"unknown store {url.split('?')[0]!r}: use one of {forms}")
     return backend
 
 
 def check_store_url(url: str) -> str:
     """Validate `RUNONCE_STORE` without importing any driver (settings call this)."""
-    backend_for(url, settable_only=True).check(url)
+    backend_for(url).check(url)
     return url
 
 
@@ -202,7 +195,8 @@ def open_store(
     firestore_database: str = "(default)",
     firestore_collection: str = "runonce_runs",
 ) -> RunStore:
-    """The store named by `RUNONCE_STORE` (see `BACKENDS`; `memory` is for tests)."""
+    """The store named by `RUNONCE_STORE` (see `BACKENDS`). Tests that want the in-memory store
+    build `app.stores.memory.MemoryStore` themselves."""
     backend = backend_for(url)
     backend.check(url)
     options = {

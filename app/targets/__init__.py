@@ -1,13 +1,17 @@
-"""Targets: one module per downstream type behind `Target` (see `base.py`)."""
+"""Targets: one module per downstream type behind `Target` (see `base.py`).
+
+Each module ends with its `TARGET` entry (`registry.TargetType`: config model, builder, endpoint
+override, IAM grants). Adding a target means writing its module and listing it in `TARGET_TYPES`
+below; the routes' validation, `build_target` and the endpoint settings follow from the entry.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, Union
 
-import httpx
 from pydantic import Field
 
+from . import bigquery_job, cloud_build_trigger, cloud_run_job, cloud_tasks_task, http, log, workflows
 from .base import (
     NOTHING_SENT,
     DispatchRequest,
@@ -19,59 +23,39 @@ from .base import (
     TargetThrottled,
     encode_json,
 )
-from .cloud_build_trigger import CloudBuildTriggerTarget, CloudBuildTriggerTargetConfig
-from .cloud_run_job import CloudRunJobTarget, CloudRunJobTargetConfig
-from .cloud_tasks_task import CloudTasksTaskTarget, CloudTasksTaskTargetConfig
-from .google import GoogleAuth
-from .http import HttpTarget, HttpTargetConfig
-from .log import LogTarget, LogTargetConfig
-from .workflows import WorkflowsTarget, WorkflowsTargetConfig
+from .registry import Grant, TargetContext, TargetType
+
+TARGET_TYPES: dict[str, TargetType] = {
+    entry.name: entry
+    for entry in (
+        log.TARGET, http.TARGET, workflows.TARGET, cloud_run_job.TARGET, cloud_build_trigger.TARGET, bigquery_job.TARGET,
+        cloud_tasks_task.TARGET,
+    )
+}
+"""Every target type by its `type:` name (like httpx's `mounts`: a plain table, looked up once)."""
+
+ENDPOINTS: tuple[str, ...] = tuple(dict.fromkeys(t.endpoint for t in TARGET_TYPES.values() if t.endpoint))
+"""Endpoint names; each is overridden by the setting RUNONCE_<NAME>_ENDPOINT."""
 
 TargetConfig = Annotated[
-    LogTargetConfig
-    | HttpTargetConfig
-    | WorkflowsTargetConfig
-    | CloudRunJobTargetConfig
-    | CloudBuildTriggerTargetConfig
-    | CloudTasksTaskTargetConfig,
+    Union[tuple(entry.config for entry in TARGET_TYPES.values())],  # type: ignore[valid-type]  # noqa: UP007
     Field(discriminator="type"),
 ]
 """A route's `target:` block; `type` picks the adapter."""
 
 
-@dataclass
-class TargetContext:
-    """What adapters share for the life of the process: one HTTP client, one set of Google
-    credentials, and the API endpoints (`None` = Google's; tests point them at local fakes)."""
-
-    http: httpx.AsyncClient
-    google_auth: GoogleAuth = field(default_factory=GoogleAuth)
-    workflows_endpoint: str | None = None
-    run_endpoint: str | None = None
-    cloudbuild_endpoint: str | None = None
-    cloudtasks_endpoint: str | None = None
-
-
 def build_target(config: TargetConfig, context: TargetContext) -> Target:
-    match config:
-        case LogTargetConfig():
-            return LogTarget(config)
-        case HttpTargetConfig():
-            return HttpTarget(config, context.http, context.google_auth)
-        case WorkflowsTargetConfig():
-            return WorkflowsTarget(config, context.google_auth, context.workflows_endpoint)
-        case CloudRunJobTargetConfig():
-            return CloudRunJobTarget(config, context.http, context.google_auth, context.run_endpoint)
-        case CloudBuildTriggerTargetConfig():
-            return CloudBuildTriggerTarget(config, context.http, context.google_auth, context.cloudbuild_endpoint)
-        case CloudTasksTaskTargetConfig():
-            return CloudTasksTaskTarget(config, context.http, context.google_auth, context.cloudtasks_endpoint)
-    raise ValueError(f"no adapter for target type {config.type!r}")
+    """The adapter for one route's validated target block."""
+    entry = TARGET_TYPES[config.type]  # type: ignore[union-attr]
+    return entry.build(config, context, entry.endpoint_override(context.endpoints))
 
 
 __all__ = [
+    "ENDPOINTS",
     "NOTHING_SENT",
+    "TARGET_TYPES",
     "DispatchRequest",
+    "Grant",
     "PayloadNotSendable",
     "Target",
     "TargetConfig",
@@ -80,6 +64,7 @@ __all__ = [
     "TargetFailed",
     "TargetOutcomeUnknown",
     "TargetThrottled",
+    "TargetType",
     "build_target",
     "encode_json",
 ]

@@ -18,10 +18,11 @@ nothing can have been created; any other unexpected error is `TargetOutcomeUnkno
 
 from __future__ import annotations
 
+import email.utils
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import httpx
@@ -64,6 +65,22 @@ NOTHING_SENT: tuple[type[Exception], ...] = (
     httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol, PayloadNotSendable,
 )
 """Errors raised before a byte of the request left: nothing can have been created downstream."""
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds from a `Retry-After` header (delta-seconds or HTTP-date), None if absent or bad."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, (when - (now or datetime.now(timezone.utc))).total_seconds())
 
 
 def encode_json(value: Any) -> str:

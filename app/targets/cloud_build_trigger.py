@@ -24,6 +24,7 @@ from pydantic_core import PydanticCustomError
 
 from .base import DispatchRequest, Target, TargetFailed, TargetOutcomeUnknown
 from .google import GoogleAuth, call_rest, reconciling, resource_parts, resource_pattern, rest_base_url
+from .registry import Grant, TargetType
 
 logger = logging.getLogger("runonce.target.cloud_build_trigger")
 
@@ -214,3 +215,20 @@ class CloudBuildTriggerTarget(Target):
                 raise TargetOutcomeUnknown(f"get {self.config.trigger}: the answer has no trigger id")
             self._trigger_id = str(trigger["id"])
         return self._trigger_id
+
+
+TARGET = TargetType(
+    name="cloud_build_trigger",
+    config=CloudBuildTriggerTargetConfig,
+    adapter=CloudBuildTriggerTarget,
+    build=lambda config, context, endpoint: CloudBuildTriggerTarget(config, context.http, context.google_auth, endpoint),
+    endpoint="cloudbuild",
+    resource_field="trigger",
+    # triggers.run needs cloudbuild.builds.create, granted per project only (no per-trigger IAM);
+    # get and list reconcile. The predefined roles/cloudbuild.builds.editor would also let runonce
+    # edit and cancel any build (the deploy scripts offer it as an option).
+    grants=(
+        Grant("runonceBuildRunner", on="project",
+              permissions=("cloudbuild.builds.create", "cloudbuild.builds.get", "cloudbuild.builds.list")),
+    ),
+)

@@ -23,6 +23,7 @@ from pydantic_core import PydanticCustomError
 
 from .base import DispatchRequest, Target, TargetFailed, TargetOutcomeUnknown
 from .google import GoogleAuth, call_rest, reconciling, resource_pattern, rest_base_url
+from .registry import Grant, TargetType
 
 logger = logging.getLogger("runonce.target.cloud_run_job")
 
@@ -187,3 +188,18 @@ def _created(execution: dict[str, Any]) -> datetime:
         return datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return datetime.max.replace(tzinfo=timezone.utc)  # unknown: treat as recent
+
+
+TARGET = TargetType(
+    name="cloud_run_job",
+    config=CloudRunJobTargetConfig,
+    adapter=CloudRunJobTarget,
+    build=lambda config, context, endpoint: CloudRunJobTarget(config, context.http, context.google_auth, endpoint),
+    endpoint="run",
+    resource_field="job",
+    grants=(
+        Grant("roles/run.jobsExecutorWithOverrides", on="run-job"),
+        # roles/run.jobsExecutorWithOverrides cannot read executions; roles/run.viewer reads far more.
+        Grant("runonceExecutionReader", on="run-job", permissions=("run.executions.get", "run.executions.list")),
+    ),
+)

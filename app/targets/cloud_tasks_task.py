@@ -34,14 +34,16 @@ from pydantic_core import PydanticCustomError
 from .base import DispatchRequest, Target, TargetError, TargetOutcomeUnknown
 from .google import (
     GoogleAuth,
-    error_status,
+    error_of,
     json_of,
+    outcome_for_response,
     reconciling,
     resource_name_problem,
     rest_base_url,
     send_rest,
 )
 from .http import run_document
+from .registry import Grant, TargetType
 
 logger = logging.getLogger("runonce.target.cloud_tasks_task")
 
@@ -194,10 +196,14 @@ class CloudTasksTaskTarget(Target):
             self._http, self._auth, "POST", f"{self._base}/v2/{self.config.queue}/tasks", action,
             body={"task": self.task(request)},
         )
-        if response.status_code == 409 and error_status(response) == "ALREADY_EXISTS":
+        if response.status_code == 409 and _status(response) == "ALREADY_EXISTS":
             # This run's task exists, or ran within the hour: an earlier attempt created it.
             logger.info("run %s: task %s already exists; nothing created", request.run_id, name)
             return name
+        if response.status_code >= 500:
+            # Not proof that nothing was created (CreateTask is not retried by Google's own
+            # clients): keep the claim, and let reconciliation read the task after the lease.
+            raise TargetOutcomeUnknown(outcome_for_response(action, response).message)
         json_of(action, response)  # the created Task, named as asked
         return name
 
@@ -229,7 +235,29 @@ class CloudTasksTaskTarget(Target):
         """`tasks.get`: True on 200, False on Google's 404 NOT_FOUND, any other answer raised as its outcome."""
         action = f"get task {name}"
         response = await send_rest(self._http, self._auth, "GET", f"{self._base}/v2/{name}", action)
-        if response.status_code == 404 and error_status(response) == "NOT_FOUND":
+        if response.status_code == 404 and _status(response) == "NOT_FOUND":
             return False
         json_of(action, response)
         return True
+
+
+def _status(response: httpx.Response) -> str:
+    """The `status` of Google's JSON error answer (`ALREADY_EXISTS`), "" when it is not one."""
+    return str(error_of(response.text).get("status") or "")
+
+
+TARGET = TargetType(
+    name="cloud_tasks_task",
+    config=CloudTasksTaskTargetConfig,
+    adapter=CloudTasksTaskTarget,
+    build=lambda config, context, endpoint: CloudTasksTaskTarget(config, context.http, context.google_auth, endpoint),
+    endpoint="cloudtasks",
+    resource_field="queue",
+    grants=(
+        Grant("roles/cloudtasks.enqueuer", on="tasks-queue"),
+        # The enqueuer role cannot read tasks: tasks.get reconciles and reads the state.
+        Grant("roles/cloudtasks.viewer", on="tasks-queue"),
+        # Creating a task that carries an OIDC token needs actAs on its account.
+        Grant("roles/iam.serviceAccountUser", on="service-account", field="http_request.oidc_token.service_account_email"),
+    ),
+)

@@ -33,18 +33,48 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+from pydantic_core import PydanticCustomError
 
-from .base import NOTHING_SENT, TargetError, TargetFailed, TargetOutcomeUnknown, TargetThrottled
-from .http import parse_retry_after
+from .. import names
+from .base import NOTHING_SENT, TargetError, TargetFailed, TargetOutcomeUnknown, TargetThrottled, parse_retry_after
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
 # Resource-name parts, as the APIs accept them (a project by ID, domain-scoped ID, or number).
-PROJECT = r"(?:(?:[a-z][a-z0-9.-]{0,62}:)?[a-z][a-z0-9-]{4,28}[a-z0-9]|[0-9]{1,20})"
-LOCATION = r"[a-z][a-z0-9-]{0,62}"
+PROJECT = rf"(?:{names.SCOPED_PROJECT_ID}|{names.PROJECT_NUMBER})"
+LOCATION = names.LOCATION
 
 LABEL_KEY_PATTERN = r"^[a-z][a-z0-9_-]{0,62}$"
 LABEL_VALUE_PATTERN = r"^[a-z0-9_-]{0,63}$"
+RUN_ID_LABEL = "runonce-run-id"
+
+
+def run_id_label(run_id: str) -> str:
+    """The label value for a run: its first 63 hex characters (label values hold at most 63)."""
+    return run_id[:63]
+
+
+def check_labels(labels: dict[str, str], max_labels: int) -> dict[str, str]:
+    """A route's extra labels for an API's resource, or the first problem as a pydantic error:
+    keys and values as Google's labels take them, not `runonce-run-id`, room left for it."""
+    for key, value in labels.items():
+        if key == RUN_ID_LABEL:
+            raise PydanticCustomError("label", "label {key} is set by runonce itself", {"key": repr(key)})
+        if not re.match(LABEL_KEY_PATTERN, key):
+            raise PydanticCustomError(
+                "label", "label key {key}: 1-63 characters of a-z 0-9 _ -, starting with a letter", {"key": repr(key)}
+            )
+        if not isinstance(value, str) or not re.match(LABEL_VALUE_PATTERN, value):
+            raise PydanticCustomError(
+                "label",
+                "label {key}: value {value} must be at most 63 characters of a-z 0-9 _ -",
+                {"key": repr(key), "value": repr(value)},
+            )
+    if len(labels) > max_labels - 1:
+        raise PydanticCustomError(
+            "label", "at most {n} labels (runonce adds {label})", {"n": max_labels - 1, "label": repr(RUN_ID_LABEL)}
+        )
+    return labels
 
 
 def resource_pattern(collection: str, resource_id: str) -> str:
@@ -165,7 +195,7 @@ class GoogleAuth:
 # --- translation of errors (the one place) -------------------------------------------------------
 
 
-def _error_body(text: str) -> dict[str, Any]:
+def error_of(text: str) -> dict[str, Any]:
     """The `error` object of Google's JSON error answer, or {} when the body is something else."""
     try:
         data = json.loads(text)
@@ -173,11 +203,6 @@ def _error_body(text: str) -> dict[str, Any]:
         return {}
     error = data.get("error") if isinstance(data, dict) else None
     return error if isinstance(error, dict) else {}
-
-
-def error_status(response: httpx.Response) -> str:
-    """The `status` of Google's JSON error answer (`ALREADY_EXISTS`, `NOT_FOUND`), or "" if it has none."""
-    return str(_error_body(response.text).get("status") or "")
 
 
 def _retry_delay(details: list[Any]) -> float | None:
@@ -195,7 +220,7 @@ def _retry_delay(details: list[Any]) -> float | None:
 
 def outcome_for_response(action: str, response: httpx.Response) -> TargetError:
     """The outcome of a non-2xx answer of a Google REST API."""
-    error = _error_body(response.text)
+    error = error_of(response.text)
     status = str(error.get("status") or "")
     message = str(error.get("message") or response.text[:300] or response.reason_phrase)
     code = response.status_code

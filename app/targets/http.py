@@ -10,17 +10,23 @@ Functions that require authentication expect.
 
 from __future__ import annotations
 
-import email.utils
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import httpx
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
 
-from .base import NOTHING_SENT, DispatchRequest, Target, TargetFailed, TargetOutcomeUnknown, TargetThrottled, encode_json
-
-if TYPE_CHECKING:
-    from .google import GoogleAuth
+from .base import (
+    NOTHING_SENT,
+    DispatchRequest,
+    Target,
+    TargetFailed,
+    TargetOutcomeUnknown,
+    TargetThrottled,
+    encode_json,
+    parse_retry_after,
+)
+from .google import GoogleAuth, translated
+from .registry import TargetType
 
 
 class HttpTargetConfig(BaseModel):
@@ -31,22 +37,6 @@ class HttpTargetConfig(BaseModel):
     audience: str | None = Field(
         None, min_length=1, description="Send a Google-signed ID token for this audience (e.g. the service URL)."
     )
-
-
-def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
-    """Seconds from a `Retry-After` header (delta-seconds or HTTP-date), None if absent or bad."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return max(0.0, (when - (now or datetime.now(timezone.utc))).total_seconds())
 
 
 def run_document(request: DispatchRequest) -> bytes:
@@ -91,8 +81,6 @@ class HttpTarget(Target):
         return self._classify(response)
 
     async def _id_token(self, audience: str) -> str:
-        from .google import translated
-
         assert self._auth is not None
         with translated(f"get an ID token for audience {audience}"):
             return await self._auth.id_token(audience)
@@ -108,3 +96,13 @@ class HttpTarget(Target):
         if status == 504:  # a gateway gave up waiting: the downstream may still be working on it
             raise TargetOutcomeUnknown(detail)
         raise TargetFailed(detail)
+
+
+TARGET = TargetType(
+    name="http",
+    config=HttpTargetConfig,
+    adapter=HttpTarget,
+    build=lambda config, context, endpoint: HttpTarget(config, context.http, context.google_auth),
+    # With an audience on Cloud Run: roles/run.invoker on that service, which the URL cannot name
+    # (deploy scripts take it as --downstream-service, Terraform as downstream_services).
+)

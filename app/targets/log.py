@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from .base import DispatchRequest, Target
+from .registry import TargetType
 
 logger = logging.getLogger("runonce.target.log")
 
@@ -33,3 +34,11 @@ class LogTarget(Target):
             request.source,
         )
         return f"log/{request.run_id}"
+
+
+TARGET = TargetType(
+    name="log",
+    config=LogTargetConfig,
+    adapter=LogTarget,
+    build=lambda config, context, endpoint: LogTarget(config),
+)

@@ -18,28 +18,24 @@ from pydantic_core import PydanticCustomError
 
 from .base import DispatchRequest, Target, TargetFailed
 from .google import (
-    LABEL_KEY_PATTERN,
-    LABEL_VALUE_PATTERN,
+    RUN_ID_LABEL,
     GoogleAuth,
+    check_labels,
     grpc_target,
     reconciling,
     resource_name_problem,
+    run_id_label,
     translated,
 )
+from .registry import Grant, TargetType
 
 logger = logging.getLogger("runonce.target.workflows")
 
 DEFAULT_HOST = "workflowexecutions.googleapis.com"
-RUN_ID_LABEL = "runonce-run-id"
 MAX_ARGUMENT_BYTES = 32 * 1024  # the API's limit on `argument`
 MAX_LABELS = 64
 WORKFLOW_ID = r"[A-Za-z][A-Za-z0-9_-]{0,63}"
 ARGUMENT_KEY_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
-
-
-def run_id_label(run_id: str) -> str:
-    """The label value for a run: its first 63 hex characters (labels hold at most 63)."""
-    return run_id[:63]
 
 
 class WorkflowsTargetConfig(BaseModel):
@@ -76,26 +72,7 @@ class WorkflowsTargetConfig(BaseModel):
     @field_validator("labels")
     @classmethod
     def _labels(cls, labels: dict[str, str]) -> dict[str, str]:
-        for key, value in labels.items():
-            if key == RUN_ID_LABEL:
-                raise PydanticCustomError("label", "label {key} is set by runonce itself", {"key": repr(key)})
-            if not re.match(LABEL_KEY_PATTERN, key):
-                raise PydanticCustomError(
-                    "label",
-                    "label key {key}: 1-63 characters of a-z 0-9 _ -, starting with a letter",
-                    {"key": repr(key)},
-                )
-            if not isinstance(value, str) or not re.match(LABEL_VALUE_PATTERN, value):
-                raise PydanticCustomError(
-                    "label",
-                    "label {key}: value {value} must be at most 63 characters of a-z 0-9 _ -",
-                    {"key": repr(key), "value": repr(value)},
-                )
-        if len(labels) > MAX_LABELS - 1:
-            raise PydanticCustomError(
-                "label", "at most {n} labels (runonce adds {label})", {"n": MAX_LABELS - 1, "label": repr(RUN_ID_LABEL)}
-            )
-        return labels
+        return check_labels(labels, MAX_LABELS)
 
 
 class WorkflowsTarget(Target):
@@ -182,3 +159,14 @@ class WorkflowsTarget(Target):
 
     async def aclose(self) -> None:
         await self._channel.close()
+
+
+TARGET = TargetType(
+    name="workflows",
+    config=WorkflowsTargetConfig,
+    adapter=WorkflowsTarget,
+    build=lambda config, context, endpoint: WorkflowsTarget(config, context.google_auth, endpoint),
+    endpoint="workflows",
+    resource_field="workflow",
+    grants=(Grant("roles/workflows.invoker", on="project"),),  # Workflows has no per-workflow IAM
+)

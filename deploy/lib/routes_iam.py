@@ -18,13 +18,29 @@ import json
 import re
 import sys
 
-PATTERNS = {
-    "workflows": ("workflow", r"^projects/([^/]+)/locations/([^/]+)/workflows/([^/]+)$"),
-    "cloud_run_job": ("job", r"^projects/([^/]+)/locations/([^/]+)/jobs/([^/]+)$"),
-    "cloud_build_trigger": ("trigger", r"^projects/([^/]+)/locations/([^/]+)/triggers/([^/]+)$"),
-    "cloud_tasks_task": ("queue", r"^projects/([^/]+)/locations/([^/]+)/queues/([^/]+)$"),
+NAME = r"^projects/([^/]+)/locations/([^/]+)/{}/([^/]+)$"
+# Each target type: the routes-file field naming the resource its grants are on, that field's
+# pattern (group 1: the project), and the grants as (role, where): `project` = the resource's
+# project, `run-job` / `tasks-queue` = the job or queue itself; or (role, where, field) for a grant
+# on what another (dotted) field names, needed only when the route sets it. The same as the app's
+# registry (app/targets: each module's `TARGET.resource_field` and `.grants`), which
+# tests/targets/test_registry.py holds this to; the script stays standalone because the deploy
+# scripts run it where runonce is not installed.
+TARGETS: dict[str, tuple[str, str, list[tuple[str, ...]]] | None] = {
+    "log": None,
+    "http": None,
+    "workflows": ("workflow", NAME.format("workflows"), [("roles/workflows.invoker", "project")]),
+    "cloud_run_job": ("job", NAME.format("jobs"),
+                      [("roles/run.jobsExecutorWithOverrides", "run-job"), ("runonceExecutionReader", "run-job")]),
+    "cloud_build_trigger": ("trigger", NAME.format("triggers"), [("runonceBuildRunner", "project")]),
+    "bigquery_job": ("project", r"^([a-z][a-z0-9.:-]*[a-z0-9]|[0-9]+)$", [("roles/bigquery.jobUser", "project")]),
+    "cloud_tasks_task": ("queue", NAME.format("queues"), [
+        ("roles/cloudtasks.enqueuer", "tasks-queue"), ("roles/cloudtasks.viewer", "tasks-queue"),
+        ("roles/iam.serviceAccountUser", "service-account", "http_request.oidc_token.service_account_email"),
+    ]),
 }
-TYPES = {"log", "http", *PATTERNS}
+# What a grant on another field may name, by where it is granted.
+NAMED = {"service-account": r"^[a-z0-9][a-z0-9._-]*@[a-z0-9][a-z0-9.-]*\.gserviceaccount\.com$"}
 # Custom roles, defined in the project of the resource they are granted on (the only place a
 # project-level custom role can be granted). Terraform's iam.tf defines the same ones.
 CUSTOM_ROLES = {
@@ -35,7 +51,7 @@ CUSTOM_ROLES = {
     "runonceExecutionReader": ("run.executions.get", "run.executions.list"),
 }
 PREDEFINED_BUILD_ROLE = "roles/cloudbuild.builds.editor"
-SERVICE_ACCOUNT_PATTERN = r"^[a-z0-9][a-z0-9._-]*@[a-z0-9][a-z0-9.-]*\.gserviceaccount\.com$"
+BUILD_RUNNER = "runonceBuildRunner"  # --predefined-cloud-build-role grants PREDEFINED_BUILD_ROLE instead
 
 
 def load(path: str) -> dict:
@@ -60,17 +76,16 @@ def custom_role(project: str, role_id: str) -> list[tuple[str, str, str]]:
     return [(f"projects/{project}/roles/{role_id}", "custom-role", ",".join(CUSTOM_ROLES[role_id]))]
 
 
-def oidc_account_grant(target: dict, where: str) -> list[tuple[str, str, str]]:
-    """A task with an OIDC token: creating it needs actAs on the token's account."""
-    http_request = target.get("http_request")
-    token = http_request.get("oidc_token") if isinstance(http_request, dict) else None
-    email = token.get("service_account_email") if isinstance(token, dict) else None
-    if token is None:
+def named_grant(target: dict, role: str, where: str, field: str, origin: str) -> list[tuple[str, str, str]]:
+    """The grant on what `target`'s dotted `field` names; none when the route leaves it out."""
+    value: object = target
+    for part in field.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    if value is None:
         return []
-    if not isinstance(email, str) or not re.match(SERVICE_ACCOUNT_PATTERN, email):
-        raise ValueError(f"{where}: field 'target.http_request.oidc_token.service_account_email' must match "
-                         f"{SERVICE_ACCOUNT_PATTERN}")
-    return [("roles/iam.serviceAccountUser", "service-account", email)]
+    if not isinstance(value, str) or not re.match(NAMED[where], value):
+        raise ValueError(f"{origin}: field 'target.{field}' must match {NAMED[where]}")
+    return [(role, where, value)]
 
 
 def grants(config: object, origin: str, predefined_build_role: bool = False) -> list[tuple[str, str, str]]:
@@ -80,33 +95,29 @@ def grants(config: object, origin: str, predefined_build_role: bool = False) -> 
     for name, route in config["routes"].items():
         target = route.get("target") if isinstance(route, dict) else None
         kind = target.get("type") if isinstance(target, dict) else None
-        if kind not in TYPES:
-            raise ValueError(f"{origin}: route {name!r}: field 'target.type' must be one of {', '.join(sorted(TYPES))}")
-        if kind in PATTERNS:
-            field, pattern = PATTERNS[kind]
-            match = re.match(pattern, str(target.get(field, "")))
+        if kind not in TARGETS:
+            raise ValueError(f"{origin}: route {name!r}: field 'target.type' must be one of {', '.join(sorted(TARGETS))}")
+        declared = TARGETS[kind]
+        if declared is not None:
+            field, pattern, roles = declared
+            value = str(target.get(field, ""))
+            match = re.match(pattern, value)
             if not match:
                 raise ValueError(f"{origin}: route {name!r}: field 'target.{field}' must match {pattern}")
             project = match.group(1)
-            if kind == "workflows":
-                found.append(("roles/workflows.invoker", "project", project))
-            elif kind == "cloud_run_job":
-                found.append(("roles/run.jobsExecutorWithOverrides", "run-job", target[field]))
-                found.extend(custom_role(project, "runonceExecutionReader"))
-                found.append((f"projects/{project}/roles/runonceExecutionReader", "run-job", target[field]))
-            elif kind == "cloud_tasks_task":
-                # The enqueuer role creates tasks but cannot read them: the viewer role reads the
-                # run's task (reconciliation), on this queue only.
-                found.append(("roles/cloudtasks.enqueuer", "tasks-queue", target[field]))
-                found.append(("roles/cloudtasks.viewer", "tasks-queue", target[field]))
-                found.extend(oidc_account_grant(target, f"{origin}: route {name!r}"))
-            elif predefined_build_role:
-                found.append((PREDEFINED_BUILD_ROLE, "project", project))
-            else:
-                found.extend(custom_role(project, "runonceBuildRunner"))
-                found.append((f"projects/{project}/roles/runonceBuildRunner", "project", project))
-                print(f"note: route {name!r}: if trigger {target[field]} runs as its own service account, "
-                      "pass --trigger-service-account EMAIL (runonce's account needs actAs on it)", file=sys.stderr)
+            for role, where, *named in roles:
+                if named:
+                    found.extend(named_grant(target, role, where, named[0], f"{origin}: route {name!r}"))
+                    continue
+                if role == BUILD_RUNNER and predefined_build_role:
+                    role = PREDEFINED_BUILD_ROLE
+                elif role in CUSTOM_ROLES:
+                    found.extend(custom_role(project, role))
+                    role = f"projects/{project}/roles/{role}"
+                found.append((role, where, project if where == "project" else value))
+        if kind == "cloud_build_trigger":
+            print(f"note: route {name!r}: if trigger {target['trigger']} runs as its own service account, "
+                  "pass --trigger-service-account EMAIL (runonce's account needs actAs on it)", file=sys.stderr)
         elif kind == "http" and target.get("audience"):
             print(f"note: route {name!r}: http audience {target['audience']}: if it is a Cloud Run service, pass "
                   "--downstream-service projects/P/locations/L/services/S (runonce's account needs roles/run.invoker)",

@@ -12,7 +12,6 @@ read-modify-write behave as on the real APIs, and a second run of a script sees 
 from __future__ import annotations
 
 import base64
-import binascii
 import copy
 import json
 import re
@@ -21,134 +20,33 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-import googleapiclient
 import httpx
 
 from tests.support import oidc
+from tests.support.discovery import Discovery, Violation
 
-DISCOVERY = Path(googleapiclient.__file__).parent / "discovery_cache" / "documents"
-DOCUMENTS = {
-    "cloudscheduler": "cloudscheduler.v1.json",
-    "cloudresourcemanager": "cloudresourcemanager.v1.json",
-    "iam": "iam.v1.json",
-    "firestore": "firestore.v1.json",
-    "run": "run.v1.json",
-    "serviceusage": "serviceusage.v1.json",
-    "artifactregistry": "artifactregistry.v1.json",
-    "iamcredentials": "iamcredentials.v1.json",
-    "spanner": "spanner.v1.json",
-    "cloudtasks": "cloudtasks.v2.json",
+DOCUMENTS = {  # API host -> its discovery document
+    "cloudscheduler": "cloudscheduler.v1",
+    "cloudresourcemanager": "cloudresourcemanager.v1",
+    "iam": "iam.v1",
+    "firestore": "firestore.v1",
+    "run": "run.v1",
+    "serviceusage": "serviceusage.v1",
+    "artifactregistry": "artifactregistry.v1",
+    "iamcredentials": "iamcredentials.v1",
+    "spanner": "spanner.v1",
+    "cloudtasks": "cloudtasks.v2",
 }
 # Scheduler's answer for the next fire time of any job here (output-only `scheduleTime`): what a
 # forced run carries as X-CloudScheduler-ScheduleTime.
 NEXT_SCHEDULE_TIME = "2027-01-01T00:00:00Z"
 # HTTP status of a target's answer -> the gRPC code Scheduler puts in the job's `status`.
 GRPC_CODE = {400: 3, 401: 16, 403: 7, 404: 5, 409: 10, 429: 8, 500: 13, 502: 14, 503: 14, 504: 4}
-RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})")
 MUTATING = {"POST", "PUT", "PATCH", "DELETE"}
 READ_ONLY_POSTS = (":getIamPolicy",)
-
-
-class ContractViolation(Exception):
-    pass
-
-
-def _output_only(schema: dict) -> bool:
-    """Google marks server-set fields `readOnly` and/or starts their description with "Output only"."""
-    return bool(schema.get("readOnly")) or schema.get("description", "").startswith("Output only")
-
-
-class Discovery:
-    """Methods and schemas of one API, from its discovery document."""
-
-    def __init__(self, path: Path):
-        doc = json.loads(path.read_text())
-        self.schemas: dict[str, dict] = doc["schemas"]
-        self.standard_parameters = set(doc.get("parameters", {}))  # alt, fields, prettyPrint, ...
-        self.methods: list[tuple[str, re.Pattern[str], dict]] = []
-        self._collect(doc)
-
-    def _collect(self, resource: dict) -> None:
-        for method in resource.get("methods", {}).values():
-            template = method.get("flatPath", method["path"])
-            pattern = re.escape(template)
-            pattern = re.sub(r"\\\{\\\+[^}]+\\\}", ".+", pattern)
-            pattern = re.sub(r"\\\{[^}]+\\\}", "[^/]+", pattern)
-            self.methods.append((method["httpMethod"], re.compile(f"^{pattern}$"), method))
-        for child in resource.get("resources", {}).values():
-            self._collect(child)
-        # `.../services/{id}` would also match `.../services/x:getIamPolicy`: custom verbs first.
-        self.methods.sort(key=lambda entry: ":" not in entry[1].pattern)
-
-    def method(self, http_method: str, path: str) -> dict:
-        for verb, pattern, method in self.methods:
-            if verb == http_method and pattern.match(path):
-                return method
-        raise ContractViolation(f"{http_method} /{path}: no such method in the discovery document")
-
-    def check_query(self, method: dict, query: dict[str, list[str]]) -> None:
-        """Every query parameter is one the method lists (or a standard one, like `alt`)."""
-        listed = {name for name, spec in method.get("parameters", {}).items() if spec.get("location") == "query"}
-        for name in query:
-            if name not in listed | self.standard_parameters:
-                raise ContractViolation(f"{method['id']}: unknown query parameter {name!r} (the method takes "
-                                        f"{', '.join(sorted(listed)) or 'none'})")
-
-    def check(self, value: Any, schema: dict, where: str) -> None:
-        if "$ref" in schema:
-            schema = self.schemas[schema["$ref"]]
-        kind = schema.get("type")
-        if kind == "object" or "properties" in schema:
-            if not isinstance(value, dict):
-                raise ContractViolation(f"{where}: expected an object, got {value!r}")
-            properties = schema.get("properties")
-            extra = schema.get("additionalProperties")
-            for key, item in value.items():
-                if item is None:  # proto3 JSON: null is the field's default, as if absent
-                    continue
-                if properties is not None and key in properties:
-                    if _output_only(properties[key]):
-                        raise ContractViolation(f"{where}.{key}: output-only field in a request")
-                    self.check(item, properties[key], f"{where}.{key}")
-                elif extra is not None:
-                    self.check(item, extra, f"{where}.{key}")
-                elif properties is not None:
-                    raise ContractViolation(f"{where}: unknown field {key!r}")
-        elif kind == "array":
-            if not isinstance(value, list):
-                raise ContractViolation(f"{where}: expected an array, got {value!r}")
-            for index, item in enumerate(value):
-                self.check(item, schema["items"], f"{where}[{index}]")
-        elif kind == "string":
-            if not isinstance(value, str):
-                raise ContractViolation(f"{where}: expected a string, got {value!r}")
-            fmt = schema.get("format")
-            if fmt == "google-duration" and not re.fullmatch(r"-?\d+(\.\d+)?s", value):
-                raise ContractViolation(f"{where}: {value!r} is not a duration like '60s'")
-            if fmt == "byte":
-                try:
-                    base64.b64decode(value.replace("-", "+").replace("_", "/"), validate=True)
-                except binascii.Error as exc:
-                    raise ContractViolation(f"{where}: {value!r} is not base64 ({exc})") from None
-            if fmt == "google-datetime" and not RFC3339.fullmatch(value):
-                raise ContractViolation(f"{where}: {value!r} is not an RFC 3339 timestamp like '2026-10-16T12:00:00Z'")
-            if fmt == "int64" and not re.fullmatch(r"-?\d+", value):
-                raise ContractViolation(f"{where}: {value!r} is not an int64")
-            if "enum" in schema and value not in schema["enum"]:
-                raise ContractViolation(f"{where}: {value!r} not one of {schema['enum']}")
-        elif kind == "integer":
-            if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and value.lstrip("-").isdigit())):
-                raise ContractViolation(f"{where}: expected an integer, got {value!r}")
-        elif kind == "boolean":
-            if not isinstance(value, bool):
-                raise ContractViolation(f"{where}: expected a boolean, got {value!r}")
-        elif kind == "number":
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
-                raise ContractViolation(f"{where}: expected a number, got {value!r}")
 
 
 @dataclass
@@ -190,7 +88,7 @@ class FakeGoogle:
         self.key = oidc.make_key("fake-google-key")  # signs the OIDC tokens Scheduler and iamcredentials mint
         self.requests: list[Captured] = []
         self.violations: list[str] = []
-        self.discovery = {api: Discovery(DISCOVERY / name) for api, name in DOCUMENTS.items()}
+        self.discovery = {api: Discovery(name) for api, name in DOCUMENTS.items()}
         self._lock = threading.Lock()
         fake = self
 
@@ -241,18 +139,15 @@ class FakeGoogle:
             try:
                 body = json.loads(raw) if raw else None
             except ValueError:
-                raise ContractViolation(f"{handler.command} {path}: body is not JSON") from None
+                raise Violation(f"{handler.command} {path}: body is not JSON") from None
             discovery = self.discovery.get(api)
             if discovery is None:
-                raise ContractViolation(f"request to unknown API host {host!r}")
-            method = discovery.method(handler.command, path)
-            discovery.check_query(method, query)
-            if "request" in method:
-                discovery.check(body if body is not None else {}, method["request"], method["request"]["$ref"])
+                raise Violation(f"request to unknown API host {host!r}")
+            method_id, _ = discovery.match(handler.command, path, query, body if body is not None else {})
             with self._lock:
-                self.requests.append(Captured(host, api, handler.command, path, query, body, method["id"]))
-                status, payload = 200, self._dispatch(method["id"], path, query, body, host)
-        except ContractViolation as exc:
+                self.requests.append(Captured(host, api, handler.command, path, query, body, method_id))
+                status, payload = 200, self._dispatch(method_id, path, query, body, host)
+        except Violation as exc:
             self.violations.append(str(exc))
             status, payload = 400, _error(400, "INVALID_ARGUMENT", str(exc))
         except NotFound as exc:
@@ -338,7 +233,7 @@ class FakeGoogle:
             return s.fields.get(rel, {"name": rel, "indexConfig": {"usesAncestorConfig": True}})
         if method_id == "firestore.projects.databases.collectionGroups.fields.patch":
             if body.get("name", rel) != rel:
-                raise ContractViolation(f"field name {body['name']!r} differs from the path {rel!r}")
+                raise Violation(f"field name {body['name']!r} differs from the path {rel!r}")
             s.fields[rel] = {**s.fields.get(rel, {}), **body, "name": rel}
             if "ttlConfig" in body:
                 s.fields[rel]["ttlConfig"] = {"state": "ACTIVE"}
@@ -362,7 +257,7 @@ class FakeGoogle:
         if method_id == "cloudscheduler.projects.locations.jobs.create":
             name = body["name"]
             if not name.startswith(rel + "/"):
-                raise ContractViolation(f"job name {name!r} is not under {rel}")
+                raise Violation(f"job name {name!r} is not under {rel}")
             s.jobs[name] = {**body, "state": "ENABLED", "userUpdateTime": "2026-11-30T00:00:00Z",
                             "scheduleTime": NEXT_SCHEDULE_TIME}
             return s.jobs[name]
@@ -384,7 +279,7 @@ class FakeGoogle:
             return {"token": oidc.sign(self.key, claims)}
         if method_id == "cloudscheduler.projects.locations.jobs.patch":
             return _patch(s.jobs, rel, body, query)
-        raise ContractViolation(f"{method_id}: valid, but this fake does not implement it")
+        raise Violation(f"{method_id}: valid, but this fake does not implement it")
 
     def _deliver(self, job: dict) -> None:
         """A forced run, as Cloud Scheduler makes it: the job's request with a fresh OIDC token,

@@ -39,7 +39,7 @@ def test_a_valid_request_records_nothing(fake: FakeGoogle) -> None:
     ("firestore", "POST", "v1/projects/demo-project/databases/(default)/documents:batchGet",
      {"documents": [], "readTime": "2026-10-16 12:00"}, "readTime: '2026-10-16 12:00' is not an RFC 3339 timestamp"),
     ("cloudscheduler", "GET", f"{JOBS}/j?view=FULL", None,
-     "cloudscheduler.projects.locations.jobs.get: unknown query parameter 'view'"),
+     "cloudscheduler.projects.locations.jobs.get: query parameter 'view' is not one the method lists"),
     ("cloudscheduler", "POST", JOBS, {**JOB, "colour": "blue"}, "Job: unknown field 'colour'"),
 ], ids=["output-only", "bad-base64", "not-rfc3339", "unknown-query-parameter", "unknown-field"])
 def test_each_contract_check_records_a_violation_and_answers_400(

@@ -11,7 +11,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from deploy_image import build, build_image, remove_container, start_container, wait_healthy
-from deploy_tools import REPO, free_port, run, tool
+from deploy_tools import REPO, run, tool
+
+from tests.support.procs import free_port
 
 pytestmark = pytest.mark.deploy
 

@@ -16,6 +16,8 @@ from provider_schema import Block, provider_schema, schema
 from deploy_tools import REPO, provider_lib, provider_version, run, tool
 
 from app.scheduler_retry import RetryConfig, retry_window
+from app.targets import TARGET_TYPES
+from tests.support.target_grants import custom_roles, registry_grants
 
 pytestmark = pytest.mark.deploy
 
@@ -226,17 +228,32 @@ def test_only_the_invoker_account_may_call_the_service(hcl_trees: dict[str, dict
 def test_custom_roles_hold_only_what_runonce_calls(hcl_trees: dict[str, dict]) -> None:
     """Cloud Build: triggers.run needs builds.create (builds.editor would also edit and cancel any
     build); Cloud Run jobs: executions get/list (run.viewer reads far more); cloud_run_iam: its own
-    service and policy. The same permissions as deploy/lib/routes_iam.py's."""
-    sys.path.insert(0, str(REPO / "deploy" / "lib"))
-    from routes_iam import CUSTOM_ROLES
-
+    service and policy. The same permissions as the target registry's (app/targets), which
+    deploy/lib/routes_iam.py is held to as well (tests/targets/test_registry.py)."""
     resources = _resources(hcl_trees)
     roles = {string(body["role_id"]): [string(p) for p in body["permissions"]] for address, body in resources.items()
              if address.startswith("google_project_iam_custom_role.")}
-    assert roles == {**{role: list(permissions) for role, permissions in CUSTOM_ROLES.items()},
+    assert roles == {**{role: list(permissions) for role, permissions in custom_roles().items()},
                      "runonceServiceSelfCheck": ["run.services.get", "run.services.getIamPolicy"]}
     build = resources["google_project_iam_member.runtime_cloudbuild"]
     assert "google_project_iam_custom_role.build_runner" in build["role"] and "roles/cloudbuild.builds.editor" in build["role"]
+
+
+def test_terraform_takes_every_registered_target_type_and_grants_its_roles() -> None:
+    """HCL cannot import the target registry (app/targets): the routes variable's type list, its
+    resource-name rule per type, and the predefined roles granted must agree with it."""
+    variables = (TERRAFORM / "variables.tf").read_text()
+    listed = re.search(r"contains\(\[([^\]]*)\], try\(route\.target\.type", variables)
+    assert listed is not None
+    assert sorted(json.loads(f"[{listed.group(1)}]")) == sorted(TARGET_TYPES)
+    assert f"one of: {', '.join(TARGET_TYPES)}." in variables
+    grants_text = "\n".join((TERRAFORM / name).read_text() for name in ("iam.tf", "rules.tf"))
+    for name, entry in TARGET_TYPES.items():
+        if entry.resource_field is not None:
+            assert re.search(rf'"{name}" \? can\(regex\("[^"]+", route\.target\.{entry.resource_field}\)\)', variables), name
+        for grant in entry.grants:
+            if not grant.permissions:
+                assert f'"{grant.role}"' in grants_text, f"{name}: terraform grants no {grant.role}"
 
 
 def test_scheduler_jobs_carry_oidc_token_retry_config_and_namespace(hcl_trees: dict[str, dict]) -> None:
@@ -264,6 +281,8 @@ ROUTES = {
     "build": {"target": {"type": "cloud_build_trigger", "trigger": "projects/cb-proj/locations/global/triggers/nightly"}},
     "hook": {"target": {"type": "http", "url": "https://hooks.example.com/run", "audience": "https://hooks.example.com"}},
     "demo": {"target": {"type": "log"}},
+    "rollup": {"target": {"type": "bigquery_job", "project": "bq-proj", "location": "US",
+                          "configuration": {"query": {"query": "SELECT 1"}}}},
 }
 BASE_VARS = {"project_id": "my-project", "region": "europe-west1", "image": "example.com/runonce@sha256:" + "a" * 64,
              "routes": ROUTES}
@@ -275,7 +294,7 @@ def rules_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("rules")
     shutil.copy(TERRAFORM / "variables.tf", directory)
     shutil.copy(TERRAFORM / "rules.tf", directory)
-    outputs = ["retry_window_seconds", "retry_window_longest_seconds", "workflow_projects", "run_job_grants", "build_projects", "scheduler_region",
+    outputs = ["retry_window_seconds", "retry_window_longest_seconds", "workflow_projects", "run_job_grants", "build_projects", "bigquery_projects", "scheduler_region",
                "spanner_ddl", "spanner_store_url", "tasks_queue_grants", "task_token_accounts"]
     (directory / "outputs.tf").write_text(
         "".join(f'output "{name}" {{\n  value = local.{name}\n}}\n' for name in outputs)
@@ -341,6 +360,7 @@ def test_grants_follow_the_routes_targets(rules_module: Path, tmp_path: Path) ->
     outputs = evaluate(rules_module, tmp_path, BASE_VARS)
     assert outputs["workflow_projects"] == ["wf-proj"]
     assert outputs["build_projects"] == ["cb-proj"]
+    assert outputs["bigquery_projects"] == ["bq-proj"]
     job = {"project": "job-proj", "location": "europe-west1", "name": "batch"}
     assert outputs["run_job_grants"] == {
         "projects/job-proj/locations/europe-west1/jobs/batch roles/run.jobsExecutorWithOverrides": {
@@ -371,10 +391,12 @@ def test_cloud_tasks_routes_grant_on_their_queue_and_actas_on_their_oidc_account
     sys.path.insert(0, str(REPO / "deploy" / "lib"))
     from routes_iam import grants
 
-    assert grants({"routes": routes}, "routes") == [
+    expected = [
         ("roles/cloudtasks.enqueuer", "tasks-queue", queue), ("roles/cloudtasks.viewer", "tasks-queue", queue),
         ("roles/iam.serviceAccountUser", "service-account", account),
     ]
+    assert grants({"routes": routes}, "routes") == expected
+    assert registry_grants(routes) == expected
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,9 @@ import threading
 import time
 from collections import Counter
 
+import httpx
+
+from app.targets.google import GoogleAuth
 from tests.support.oidc import make_key
 
 from .http_server import LoopbackServer, Reply, Request
@@ -108,3 +111,20 @@ class FakeMetadataServer:
         return google.oauth2.id_token.verify_token(
             token, google.auth.transport.requests.Request(), audience=audience, certs_url=self.certs_url
         )
+
+
+class MetadataTokenAuth(GoogleAuth):
+    """Access tokens straight from the fake metadata server (google-auth reads GCE_METADATA_HOST
+    at import, long before this test process could point it at the fake)."""
+
+    def __init__(self, metadata_host: str):
+        super().__init__()
+        self._host = metadata_host
+
+    async def access_token(self) -> str:
+        async with httpx.AsyncClient() as client:
+            response = await client.get(
+                f"http://{self._host}/computeMetadata/v1/instance/service-accounts/default/token",
+                headers={"Metadata-Flavor": "Google"},
+            )
+        return response.json()["access_token"]

@@ -8,7 +8,8 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-from .discovery import Discovery, Violation
+from tests.support.discovery import Discovery, Violation
+
 from .google_api import FakeGoogleApi, Step, error_body
 from .http_server import DROP, LoopbackServer, Reply, Request
 from .metadata import FakeMetadataServer

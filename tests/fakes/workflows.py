@@ -24,7 +24,8 @@ from google.protobuf import any_pb2, duration_pb2, timestamp_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from .discovery import load_document, output_only
+from tests.support.discovery import load_document, output_only
+
 from .google_api import FakeGoogleApi, Step
 from .metadata import FakeMetadataServer
 

@@ -10,8 +10,8 @@ import pytest
 
 from runonce_guard import Guard, GuardSettings
 from runonce_guard.stores.firestore import FirestoreStepStore
-from tests.conftest import FIRESTORE_PROJECT
 from tests.support.procs import FirestoreEmulator
+from tests.support.stores import FIRESTORE_PROJECT
 
 
 @pytest.fixture

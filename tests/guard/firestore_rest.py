@@ -8,8 +8,8 @@ from typing import Any
 
 import httpx
 
-from tests.fakes.discovery import Discovery, Violation
 from tests.guard.workflows_interp import EXPR, WorkflowError
+from tests.support.discovery import Discovery, Violation
 
 CONNECTOR = "googleapis.firestore.v1."
 

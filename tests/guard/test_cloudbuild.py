@@ -17,10 +17,10 @@ import yaml
 
 from runonce_guard import StepKey
 from runonce_guard.stores.firestore import FirestoreStepStore
-from tests.conftest import FIRESTORE_PROJECT
-from tests.fakes.discovery import Violation
 from tests.fakes.http_server import LoopbackServer, Reply, Request
 from tests.guard.firestore_rest import CONNECTOR, check_args
+from tests.support.discovery import Violation
+from tests.support.stores import FIRESTORE_PROJECT
 
 BUILD = yaml.safe_load((Path(__file__).resolve().parents[2] / "guard" / "cloudbuild" / "cloudbuild.yaml").read_text())
 STEP = BUILD["steps"][0]

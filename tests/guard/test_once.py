@@ -14,8 +14,9 @@ import pytest
 
 from runonce_guard import Fenced, GuardConfigError, NotStartedByRunonce, StepInProgress, StepKey, UnguardedStep
 from runonce_guard.stores.firestore import FirestoreStepStore
-from tests.conftest import FIRESTORE_PROJECT, Clock
+from tests.support.clock import Clock
 from tests.support.procs import wait_for
+from tests.support.stores import FIRESTORE_PROJECT
 
 
 def test_64_concurrent_callers_run_the_body_once(make_guard) -> None:

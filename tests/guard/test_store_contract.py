@@ -14,7 +14,8 @@ from runonce_guard.rules import Decision
 from runonce_guard.stores import StepStore
 from runonce_guard.stores.firestore import FirestoreStepStore
 from runonce_guard.stores.memory import MemoryStepStore
-from tests.conftest import FIRESTORE_PROJECT, Clock
+from tests.support.clock import Clock
+from tests.support.stores import FIRESTORE_PROJECT
 
 LEASE, RETENTION = timedelta(seconds=300), timedelta(days=1)
 

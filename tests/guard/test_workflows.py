@@ -15,10 +15,11 @@ import yaml
 
 from runonce_guard import StepKey
 from runonce_guard.stores.firestore import FirestoreStepStore
-from tests.conftest import FIRESTORE_PROJECT
-from tests.fakes.discovery import Violation
 from tests.guard.firestore_rest import CONNECTOR, FirestoreRest, check_args
 from tests.guard.workflows_interp import Interpreter, WorkflowError
+from tests.support.clock import Clock
+from tests.support.discovery import Violation
+from tests.support.stores import FIRESTORE_PROJECT
 
 WORKFLOWS = Path(__file__).resolve().parents[2] / "guard" / "workflows"
 LIBRARY = yaml.safe_load((WORKFLOWS / "runonce_guard.yaml").read_text())
@@ -97,18 +98,10 @@ def test_the_discovery_check_rejects_a_broken_call(mutate, message: str) -> None
         check_workflow_file(broken)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.seconds = datetime.now(timezone.utc).timestamp()
-
-    def __call__(self) -> float:
-        return self.seconds
-
-
 @pytest.fixture
 def workflows(firestore_emulator, collection: str):
     """Runs subworkflows of a source file as executions would: each call is a new execution id."""
-    rest, clock = FirestoreRest(firestore_emulator.host), Clock()
+    rest, clock = FirestoreRest(firestore_emulator.host), Clock(datetime.now(timezone.utc).timestamp())
     http_calls: list[dict[str, Any]] = []
     state = {"executions": 0, "http_fails": 0}
 
@@ -171,7 +164,7 @@ def test_release_lets_the_next_execution_run_the_step(workflows, collection: str
 
 def test_lease_expiry_takeover_fences_the_stale_execution(workflows, run_id: str) -> None:
     stale = workflows("runonce_once", run_id=run_id, step="publish", lease_seconds=60)
-    workflows.clock.seconds += 61  # the first execution hangs (or died) past its lease
+    workflows.clock.advance(61)  # the first execution hangs (or died) past its lease
     fresh = workflows("runonce_once", run_id=run_id, step="publish", lease_seconds=60)
     assert fresh["run"] is True and fresh["recovering"] is True and fresh["attempts"] == 2
     with pytest.raises(WorkflowError) as fenced:

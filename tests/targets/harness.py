@@ -6,8 +6,11 @@ a lease to expire costs seconds.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -15,8 +18,9 @@ from typing import Any
 
 import httpx
 
-from tests.fakes.google_api import FakeGoogleApi
+from tests.fakes.google_api import Created, FakeGoogleApi
 from tests.fakes.metadata import FakeMetadataServer
+from tests.support.procs import ServerProcess
 
 LEASE_SECONDS = 4
 DISPATCH_TIMEOUT_SECONDS = 2
@@ -95,6 +99,21 @@ def deliver(base_url: str, route: str, schedule_time: str, *, job: str = "nightl
     return httpx.post(url, headers=headers, json=body, timeout=30)
 
 
+async def storm(base_url: str, route: str, schedule_time: str, count: int) -> list[httpx.Response]:
+    """`count` deliveries of one run at once, as Scheduler's retries and a force run might overlap."""
+    headers = {"X-CloudScheduler-JobName": "nightly-job", "X-CloudScheduler-ScheduleTime": schedule_time}
+    async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=count)) as client:
+        responses = await asyncio.gather(
+            *(client.post(f"{base_url}/v1/routes/{route}:run", headers=headers) for _ in range(count))
+        )
+    return responses
+
+
+def answers(responses: list[httpx.Response]) -> Counter[str]:
+    """How many got each answer: `{"200 processed": 1, "409 in_progress": 40, …}`."""
+    return Counter(f"{r.status_code} {r.json()['status']}" for r in responses)
+
+
 def run_record(base_url: str, run_id: str) -> dict[str, Any]:
     response = httpx.get(f"{base_url}/v1/runs/{run_id}", timeout=10)
     assert response.status_code == 200, response.text
@@ -107,3 +126,25 @@ def wait_for_lease_expiry(record: dict[str, Any]) -> None:
     left = (expires - datetime.now(timezone.utc)).total_seconds()
     if left > 0:
         time.sleep(left + 0.2)
+
+
+def kill_9_during_create(server: ServerProcess, fake: FakeGoogleApi, create: str, route: str, when: str) -> Created:
+    """Deliver the run at `when` to `server` and kill -9 it while `fake` holds the answer to the
+    create it has done, so nothing after the create runs in the proxy. Returns what was created."""
+    fake.hold_after_create(create)
+    outcome: dict[str, Any] = {}
+
+    def attempt() -> None:
+        try:
+            outcome["response"] = deliver(server.url, route, when)
+        except httpx.HTTPError as exc:
+            outcome["error"] = exc
+
+    caller = threading.Thread(target=attempt)
+    caller.start()
+    assert fake.created_event.wait(20), "the fake API never received the create"
+    server.kill()
+    fake.release()
+    caller.join(10)
+    assert "error" in outcome, "the killed proxy cannot have answered"
+    return fake.created[-1]

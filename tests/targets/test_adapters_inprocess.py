@@ -11,31 +11,14 @@ import pytest
 from app.targets import DispatchRequest, TargetFailed
 from app.targets.cloud_build_trigger import CloudBuildTriggerTarget, CloudBuildTriggerTargetConfig
 from app.targets.cloud_run_job import CloudRunJobTarget, CloudRunJobTargetConfig
-from app.targets.google import GoogleAuth
 from app.targets.workflows import WorkflowsTarget, WorkflowsTargetConfig
 from tests.fakes.cloud_build import GET_TRIGGER
 from tests.fakes.cloud_build import LIST as BUILDS_LIST
 from tests.fakes.cloud_run import LIST as EXECUTIONS_LIST
+from tests.fakes.metadata import MetadataTokenAuth
 from tests.fakes.workflows import CREATE
 
 from .harness import JOB, TRIGGER, WORKFLOW
-
-
-class MetadataTokenAuth(GoogleAuth):
-    """Access tokens straight from the fake metadata server (google-auth reads GCE_METADATA_HOST
-    at import, long before this test process could point it at the fake)."""
-
-    def __init__(self, metadata_host: str):
-        super().__init__()
-        self._host = metadata_host
-
-    async def access_token(self) -> str:
-        async with httpx.AsyncClient() as client:
-            response = await client.get(
-                f"http://{self._host}/computeMetadata/v1/instance/service-accounts/default/token",
-                headers={"Metadata-Flavor": "Google"},
-            )
-        return response.json()["access_token"]
 
 
 def request_for(name: str, payload: dict | None = None) -> DispatchRequest:

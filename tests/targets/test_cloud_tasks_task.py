@@ -17,23 +17,11 @@ from app.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown, Tar
 from app.targets.cloud_tasks_task import CloudTasksTaskTarget, CloudTasksTaskTargetConfig
 from app.targets.google import GoogleAuth
 from tests.fakes.cloud_tasks import CREATE, EXISTED_RECENTLY, EXISTS, GET, FakeCloudTasks
-from tests.fakes.metadata import FakeMetadataServer
+from tests.fakes.metadata import FakeMetadataServer, MetadataTokenAuth
 
 QUEUE = "projects/runonce-test/locations/us-central1/queues/exports"
 URL = "https://export-abc123-uc.a.run.app/run"
 SERVICE_ACCOUNT = "tasks-invoker@runonce-test.iam.gserviceaccount.com"
-
-
-class TokenAuth(GoogleAuth):
-    """One access token from the fake metadata server (google-auth read GCE_METADATA_HOST at import,
-    before this process could point it at the fake)."""
-
-    def __init__(self, token: str):
-        super().__init__()
-        self._token = token
-
-    async def access_token(self) -> str:
-        return self._token
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +39,8 @@ async def http() -> AsyncIterator[httpx.AsyncClient]:
 
 
 @pytest.fixture
-def auth(metadata: FakeMetadataServer) -> TokenAuth:
-    answer = httpx.get(f"http://{metadata.host}/computeMetadata/v1/instance/service-accounts/default/token",
-                       headers={"Metadata-Flavor": "Google"})
-    return TokenAuth(answer.json()["access_token"])
+def auth(metadata: FakeMetadataServer) -> MetadataTokenAuth:
+    return MetadataTokenAuth(metadata.host)
 
 
 def config(**http_request: object) -> CloudTasksTaskTargetConfig:
@@ -165,7 +151,8 @@ async def test_a_409_that_is_not_already_exists_is_a_refusal(fake, http, auth) -
 @pytest.mark.parametrize(
     ("code", "outcome"),
     [("RESOURCE_EXHAUSTED", TargetThrottled), ("INVALID_ARGUMENT", TargetFailed), ("PERMISSION_DENIED", TargetFailed),
-     ("FAILED_PRECONDITION", TargetFailed), ("UNAVAILABLE", TargetFailed), ("DEADLINE_EXCEEDED", TargetOutcomeUnknown)],
+     ("FAILED_PRECONDITION", TargetFailed), ("NOT_FOUND", TargetFailed), ("UNAVAILABLE", TargetOutcomeUnknown),
+     ("INTERNAL", TargetOutcomeUnknown), ("DEADLINE_EXCEEDED", TargetOutcomeUnknown)],
 )
 async def test_error_classes(fake, http, auth, code: str, outcome: type) -> None:
     fake.fail(CREATE, code, f"the API's words for {code}", retry_after="9" if code == "RESOURCE_EXHAUSTED" else None)

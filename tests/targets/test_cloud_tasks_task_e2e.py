@@ -3,20 +3,27 @@ the fake Cloud Tasks API: the figure that matters is tasks per scheduled run = 1
 
 from __future__ import annotations
 
-import asyncio
-import threading
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.fakes.cloud_tasks import CREATE, GET, FakeCloudTasks
 from tests.fakes.metadata import FakeMetadataServer
 from tests.support.procs import ServerProcess, start_server
 
-from .harness import LOCATION, PROJECT, deliver, new_schedule_time, run_record, server_env, wait_for_lease_expiry
+from .harness import (
+    LOCATION,
+    PROJECT,
+    answers,
+    deliver,
+    kill_9_during_create,
+    new_schedule_time,
+    run_record,
+    server_env,
+    storm,
+    wait_for_lease_expiry,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -78,13 +85,8 @@ def test_one_task_carries_the_run_and_the_retry_replays(server, tasks: FakeCloud
 
 async def test_a_storm_of_32_deliveries_creates_one_task(server, tasks: FakeCloudTasks) -> None:
     tasks.create_delay = 0.3  # the API takes a moment: the storm overlaps the dispatch
-    when = new_schedule_time()
-    headers = {"X-CloudScheduler-JobName": "nightly-job", "X-CloudScheduler-ScheduleTime": when}
-    async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=40)) as client:
-        responses = await asyncio.gather(
-            *(client.post(f"{server.url}/v1/routes/{ROUTE}:run", headers=headers) for _ in range(32))
-        )
-    statuses = Counter(f"{r.status_code} {r.json()['status']}" for r in responses)
+    responses = await storm(server.url, ROUTE, new_schedule_time(), 32)
+    statuses = answers(responses)
     run_id = responses[0].json()["run_id"]
     print(f"\ncloud_tasks_task: 32 concurrent deliveries -> {dict(statuses)}; tasks: {len(tasks.created_for(run_id))}")
     assert statuses["200 processed"] == 1
@@ -113,8 +115,6 @@ def test_throttled_releases_the_claim_with_retry_after(server, tasks: FakeCloudT
         ("PERMISSION_DENIED", "The principal (user or service account) lacks IAM permission \"cloudtasks.tasks.create\""),
         ("NOT_FOUND", "Queue does not exist."),
         ("FAILED_PRECONDITION", "The queue is being deleted."),
-        ("UNAVAILABLE", "The service is currently unavailable."),
-        ("INTERNAL", "Internal error encountered."),
     ],
 )
 def test_refusals_release_the_claim_with_the_apis_message(server, tasks: FakeCloudTasks, code: str, message: str) -> None:
@@ -133,20 +133,27 @@ def test_refusals_release_the_claim_with_the_apis_message(server, tasks: FakeClo
     assert len(tasks.created_for(run_id)) == 1
 
 
-def test_a_5xx_after_the_task_was_created_is_released_and_the_retry_finds_the_task(server, tasks) -> None:
-    """The API created the task but answered 503: runonce releases the claim (the answer says
-    nothing was done), and the retry's create is answered ALREADY_EXISTS. Still one task."""
-    tasks.fail_after_create(CREATE, "UNAVAILABLE", "The service is currently unavailable.")
+@pytest.mark.parametrize(("code", "created"), [("UNAVAILABLE", True), ("INTERNAL", False)])
+def test_a_5xx_keeps_the_claim_and_the_retry_after_the_lease_ends_with_one_task(server, tasks, code: str,
+                                                                                 created: bool) -> None:
+    """A 5xx does not prove nothing was created: 504 `unknown`, the claim kept. After the lease the
+    retry reads the task: found (the API had created it) or not (re-sent). One task either way."""
+    if created:
+        tasks.fail_after_create(CREATE, code, "The service is currently unavailable.")
+    else:
+        tasks.fail(CREATE, code, "Internal error encountered.")
     when = new_schedule_time()
     response = deliver(server.url, ROUTE, when)
-    assert response.status_code == 502, response.text
+    assert (response.status_code, response.json()["status"]) == (504, "unknown"), response.text
     run_id = response.json()["run_id"]
-    [created] = tasks.created_for(run_id)
+    assert run_record(server.url, run_id)["status"] == "in_progress"
+    assert len(tasks.created_for(run_id)) == int(created)
 
+    wait_for_lease_expiry(run_record(server.url, run_id))
     retry = deliver(server.url, ROUTE, when)
     assert (retry.status_code, retry.json()["status"]) == (200, "processed"), retry.text
-    assert retry.json()["target"]["resource"] == created
-    assert tasks.created_for(run_id) == [created]
+    [task] = tasks.created_for(run_id)
+    assert retry.json()["target"]["resource"] == task
 
 
 @pytest.mark.parametrize("failure", ["timeout", "reset", "gateway_timeout"])
@@ -213,26 +220,9 @@ def test_kill_9_after_create_creates_nothing_new(tmp_path, metadata, fakes, task
     """kill -9 while the API holds the answer to a create it has done; the restarted proxy
     reconciles after the lease and creates nothing."""
     env = env_for(tmp_path, metadata, fakes, tasks)
-    first = start_server(env, tmp_path)
-    tasks.hold_after_create(CREATE)
     when = new_schedule_time()
-    outcome: dict = {}
-
-    def attempt() -> None:
-        try:
-            outcome["response"] = deliver(first.url, ROUTE, when)
-        except httpx.HTTPError as exc:
-            outcome["error"] = exc
-
-    caller = threading.Thread(target=attempt)
-    caller.start()
-    assert tasks.created_event.wait(20), "the fake API never received the create"
-    first.kill()
-    tasks.release()
-    caller.join(10)
-    assert "error" in outcome, "the killed proxy cannot have answered"
+    created = kill_9_during_create(start_server(env, tmp_path), tasks, CREATE, ROUTE, when)
     creates = tasks.calls[CREATE]
-    created = tasks.created[-1]
 
     second = start_server(env, tmp_path)
     try:

@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from tests.fakes.cloud_run import FakeCloudRun
-from tests.fakes.discovery import Discovery, Violation
 from tests.fakes.workflows import FakeWorkflows
+from tests.support.discovery import Discovery, Violation
 from tests.support.procs import REPO
 
 from .harness import JOB

@@ -6,12 +6,8 @@ counts what the fake API created: the figure that matters is executions per sche
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
-from collections import Counter
 
-import httpx
 import pytest
 
 from tests.support.procs import start_server
@@ -21,10 +17,13 @@ from .harness import (
     TRIGGER,
     WORKFLOW,
     Adapter,
+    answers,
     deliver,
+    kill_9_during_create,
     new_schedule_time,
     run_record,
     server_env,
+    storm,
     wait_for_lease_expiry,
 )
 
@@ -92,14 +91,8 @@ def test_success_passes_the_token_and_replays(server, adapter: Adapter) -> None:
 
 async def test_duplicate_storm_creates_one_execution(server, adapter: Adapter) -> None:
     adapter.fake.create_delay = 0.3  # the API takes a moment: the storm overlaps the dispatch
-    when = new_schedule_time()
-    headers = {"X-CloudScheduler-JobName": "nightly-job", "X-CloudScheduler-ScheduleTime": when}
-    async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=50)) as client:
-        responses = await asyncio.gather(
-            *(client.post(f"{server.url}/v1/routes/{adapter.route}:run", headers=headers) for _ in range(50))
-        )
-    statuses = Counter(f"{r.status_code} {r.json()['status']}" for r in responses)
-    run_id = responses[0].json()["run_id"]
+    responses = await storm(server.url, adapter.route, new_schedule_time(), 50)
+    statuses, run_id = answers(responses), responses[0].json()["run_id"]
     print(f"\n{adapter.type}: 50 concurrent deliveries -> {dict(statuses)}; "
           f"executions created: {len(adapter.executions_for(run_id))}")
     assert statuses["200 processed"] == 1
@@ -221,27 +214,10 @@ def test_crash_after_create_is_reconciled_after_the_lease(tmp_path, metadata, fa
     """kill -9 while the API holds the answer to a create it has done; the restarted proxy
     reconciles after the lease and creates nothing."""
     env = server_env(tmp_path, metadata, fakes)
-    first = start_server(env, tmp_path)
-    adapter.fake.hold_after_create(adapter.create)
     when = new_schedule_time()
-    outcome: dict = {}
-
-    def attempt() -> None:
-        try:
-            outcome["response"] = deliver(first.url, adapter.route, when)
-        except httpx.HTTPError as exc:
-            outcome["error"] = exc
-
-    caller = threading.Thread(target=attempt)
-    caller.start()
-    assert adapter.fake.created_event.wait(20), "the fake API never received the create"
-    first.kill()
-    adapter.fake.release()
-    caller.join(10)
-    assert "error" in outcome, "the killed proxy cannot have answered"
+    crashed = kill_9_during_create(start_server(env, tmp_path), adapter.fake, adapter.create, adapter.route, when)
     creates = adapter.fake.calls[adapter.create]
-    [created] = [c.resource for c in adapter.fake.created[-1:]]
-    run_id = adapter.fake.created[-1].token
+    created, run_id = crashed.resource, crashed.token
 
     second = start_server(env, tmp_path)
     try:

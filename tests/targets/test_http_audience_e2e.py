@@ -4,14 +4,13 @@ that the downstream verifies, and fetches a new one only when the cached one is 
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.fakes.http_server import LoopbackServer, Reply, Request
 from tests.fakes.metadata import FakeMetadataServer
+from tests.support.downstream import Downstream
 from tests.support.procs import ServerProcess, start_server
 
 from .harness import deliver, new_schedule_time, server_env
@@ -22,44 +21,14 @@ AUDIENCE = "https://report-abc123-uc.a.run.app"
 IDENTITY = "/computeMetadata/v1/instance/service-accounts/default/identity"
 
 
-class Downstream:
-    """A Cloud Run service that requires a Google ID token for its URL and dedupes nothing itself."""
-
-    def __init__(self, metadata: FakeMetadataServer):
-        self.metadata = metadata
-        self.received: list[dict[str, Any]] = []
-        self.rejected: list[str] = []
-        self._lock = threading.Lock()
-        self._server = LoopbackServer(self._handle)
-        self.url = self._server.url
-
-    def _handle(self, request: Request) -> Reply:
-        authorization = request.headers.get("Authorization")
-        try:
-            claims = self.metadata.verify_id_token(authorization, AUDIENCE) if request.path == "/secure" else None
-        except ValueError as exc:
-            with self._lock:
-                self.rejected.append(str(exc))
-            return Reply(401, {"error": str(exc)})
-        with self._lock:
-            self.received.append({
-                "path": request.path,
-                "key": request.headers.get("Idempotency-Key"),
-                "authorization": authorization,
-                "claims": claims,
-                "body": json.loads(request.raw_body),
-            })
-        return Reply(200, {"ok": True})
-
-    def close(self) -> None:
-        self._server.close()
-
-
 @pytest.fixture(scope="module")
 def downstream(metadata: FakeMetadataServer) -> Iterator[Downstream]:
-    server = Downstream(metadata)
-    yield server
-    server.close()
+    """A Cloud Run service that requires a Google ID token for its URL on /secure and dedupes nothing itself."""
+    def authorize(path: str, authorization: str | None) -> Any:
+        return metadata.verify_id_token(authorization, AUDIENCE) if path == "/secure" else None
+
+    with Downstream(authorize) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,13 @@
 """Hold a fake's requests to Google's published contract: the discovery documents that ship in
-google-api-python-client (`googleapiclient/discovery_cache/documents/*.json`).
+google-api-python-client (`googleapiclient/discovery_cache/documents/*.json`). The one checker every
+fake uses: the target fakes (tests/fakes), the deploy scripts' fake (tests/deploy/fake_gcp.py) and
+the guard's Firestore connector calls (tests/guard).
 
 `Discovery("run.v2").match(method, path, query, body)` finds the API method (HTTP method + path
 template), checks every path parameter against its pattern, every query parameter against its
-declaration, and the body against the request schema (unknown fields, wrong types, output-only
-fields). Any mismatch raises `Violation`, which the fakes answer with 400 and record so the test fails.
+declaration (or the API's standard parameters, like `alt`), and the body against the request schema
+(unknown fields, wrong types, output-only fields; a JSON null is proto3's "absent"). Any mismatch
+raises `Violation`, which the fakes answer with 400 and record so the test fails.
 """
 
 from __future__ import annotations
@@ -54,7 +57,6 @@ _DATETIME = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.\d{1,9})?(?:Z|[+-](\d{2}):(\d{2}))$"
 )
 _BASE64 = re.compile(r"^[A-Za-z0-9+/_-]*={0,2}$")
-_SYSTEM_QUERY = {"alt", "$.xgafv", "prettyPrint"}
 
 
 def output_only(field: dict[str, Any]) -> bool:
@@ -99,7 +101,7 @@ def _template_regex(template: str, plus: bool) -> re.Pattern[str]:
     for match in re.finditer(r"\{(\+?)([A-Za-z0-9_]+)\}", template):
         out += re.escape(template[pos : match.start()])
         reserved = match.group(1) == "+"
-        out += f"(?P<{match.group(2)}>{'.+?' if reserved and plus else '[^/:]+'})"
+        out += f"(?P<{match.group(2)}>{'.+?' if reserved else '[^/]+'})"
         pos = match.end()
     out += re.escape(template[pos:])
     return re.compile(f"^{out}$")
@@ -110,6 +112,7 @@ class Discovery:
         self.name = name
         self.doc = load_document(name)
         self.schemas: dict[str, Any] = self.doc["schemas"]
+        self.standard_query = set(self.doc.get("parameters", {}))  # alt, fields, prettyPrint, ...
         self.methods: list[Method] = []
         for spec in _walk_methods(self.doc):
             self.methods.append(
@@ -121,6 +124,8 @@ class Discovery:
                     spec=spec,
                 )
             )
+        # `.../jobs/{id}` would also match `.../jobs/x:run`: methods with a custom verb are tried first.
+        self.methods.sort(key=lambda m: ":" not in m.flat.pattern)
 
     def method(self, method_id: str) -> Method:
         return next(m for m in self.methods if m.id == method_id)
@@ -132,11 +137,11 @@ class Discovery:
         path = path.lstrip("/")
         candidates = [m for m in self.methods if m.flat.match(path)]
         if not candidates:
-            raise Violation(f"{http_method} /{path}: no method of {self.name} has this path")
+            raise Violation(f"{http_method} /{path}: no such method in {self.name} (no method has this path)")
         chosen = [m for m in candidates if m.http_method == http_method]
         if not chosen:
             allowed = sorted({m.http_method for m in candidates})
-            raise Violation(f"{http_method} /{path}: wrong HTTP method (the API allows {allowed})")
+            raise Violation(f"{http_method} /{path}: no such method in {self.name} (wrong HTTP method: the API allows {allowed})")
         method = chosen[0]
         params = method.path.match(path).groupdict()  # type: ignore[union-attr]
         declared = method.spec.get("parameters", {})
@@ -146,7 +151,7 @@ class Discovery:
                 raise Violation(f"{method.id}: path parameter {name}={value!r} does not match {pattern}")
         for name, values in query.items():
             spec = declared.get(name)
-            if name in _SYSTEM_QUERY:
+            if spec is None and name in self.standard_query:
                 continue
             if spec is None or spec.get("location") != "query":
                 raise Violation(f"{method.id}: query parameter {name!r} is not one the method lists")
@@ -179,12 +184,14 @@ class Discovery:
         if "$ref" in schema:
             schema = self.schemas[schema["$ref"]]
         kind = schema.get("type")
-        if kind == "object":
+        if kind == "object" or "properties" in schema:
             if not isinstance(value, dict):
                 raise Violation(f"{where}: expected an object, got {type(value).__name__}")
             properties = schema.get("properties")
             extra = schema.get("additionalProperties")
             for key, item in value.items():
+                if item is None:  # proto3 JSON: null is the field's default, as if absent
+                    continue
                 if properties is not None and key in properties:
                     field = properties[key]
                     if request and output_only(field):
@@ -219,8 +226,8 @@ class Discovery:
                 raise Violation(f"{where}: {value!r} is not base64")
             if "enum" in schema and value not in schema["enum"]:
                 raise Violation(f"{where}: {value!r} is not one of {schema['enum']}")
-        elif kind == "integer":
-            if isinstance(value, bool) or not isinstance(value, int):
+        elif kind == "integer":  # proto3 JSON also accepts an integer as a string of digits
+            if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value))):
                 raise Violation(f"{where}: expected an integer, got {value!r}")
         elif kind == "number":
             if isinstance(value, bool) or not isinstance(value, (int, float)):

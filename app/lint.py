@@ -21,19 +21,22 @@ import binascii
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from ..scheduler_retry import RetryConfig, retry_window
-from . import IntervalSchedule, Schedule, ScheduleError, get_zone, parse_schedule
+from .routes import parse_routes
+from .scheduler_retry import RetryConfig, retry_window
+from .schedules import IntervalSchedule, Schedule, ScheduleError, get_zone, parse_schedule
+from .settings import ConfigError
 
 DST_SCAN = timedelta(days=730)
 ROUTE_PATH = re.compile(r"^/v1/routes/([^/:]+):run$")
+JOB_NAME = re.compile(r"projects/([^/]+)/locations/([^/]+)/jobs/([^/]+)")
 OVERLAP_SCAN = 400  # fire times looked at for the shortest gap between two runs
 MAX_BODY_BYTES = 32 * 1024
 
@@ -61,6 +64,21 @@ class LintConfig:
     now: datetime | None = None
 
 
+@dataclass
+class _Report:
+    """The findings about one subject (a job or a route) of one file."""
+
+    file: str
+    subject: str
+    findings: list[Finding] = field(default_factory=list)
+
+    def error(self, code: str, message: str) -> None:
+        self.findings.append(Finding(self.file, self.subject, "error", code, message))
+
+    def warn(self, code: str, message: str) -> None:
+        self.findings.append(Finding(self.file, self.subject, "warning", code, message))
+
+
 def load_documents(path: str) -> tuple[str, Any]:
     text = Path(path).read_text(encoding="utf-8")
     try:
@@ -69,12 +87,9 @@ def load_documents(path: str) -> tuple[str, Any]:
         return text, yaml.safe_load(text)
 
 
-def lint_files(paths: list[str], config: LintConfig, default_routes: Mapping[str, Any] | None = None,
-               default_routes_origin: str | None = None) -> list[Finding]:
-    """All findings for the given files, in file order."""
-    from ..routes import parse_routes  # the routes model validates schedules with this package
-    from ..settings import ConfigError
-
+def lint_files(paths: list[str], config: LintConfig, default_routes: Mapping[str, Any] | None = None) -> list[Finding]:
+    """All findings for the given files, in file order. `default_routes` (the configured routes) are
+    the jobs' routes when no routes file is among the files."""
     findings: list[Finding] = []
     jobs: list[tuple[str, Mapping[str, Any]]] = []
     routes: dict[str, Any] = {}
@@ -127,15 +142,12 @@ def _route_of(job: Mapping[str, Any]) -> str | None:
 
 
 def _now(config: LintConfig) -> datetime:
-    from datetime import timezone
-
     return config.now or datetime.now(timezone.utc)
 
 
-def _schedule_findings(file: str, subject: str, schedule: Schedule, zone_name: str | None,
-                       config: LintConfig, snap: bool | None) -> list[Finding]:
-    out = []
-    warn = lambda code, message: out.append(Finding(file, subject, "warning", code, message))  # noqa: E731
+def _schedule_findings(report: _Report, schedule: Schedule, zone_name: str | None, config: LintConfig,
+                       snap: bool | None) -> None:
+    warn = report.warn
     if getattr(schedule, "lower_case_names", False):
         warn("lower_case_names", f"{schedule.text!r}: Cloud Scheduler documents month and weekday names in "
              "upper case (JAN, MON); lower case is accepted here but may not be everywhere")
@@ -154,122 +166,135 @@ def _schedule_findings(file: str, subject: str, schedule: Schedule, zone_name: s
     start = _now(config)
     for finding in schedule.dst_findings(zone, start, start + DST_SCAN):
         warn(f"dst_{finding.kind}", f"{schedule.text!r}: {finding.message()}")
-    return out
 
 
 def _lint_route(file: str, name: str, route: Any, config: LintConfig) -> list[Finding]:
     if route.schedule is None:
         return []
-    schedule = parse_schedule(route.schedule)
-    return _schedule_findings(file, f"route {name}", schedule, route.time_zone, config,
-                              snap=route.missing_schedule_time == "snap")
+    report = _Report(file, f"route {name}")
+    _schedule_findings(report, parse_schedule(route.schedule), route.time_zone, config,
+                       snap=route.missing_schedule_time == "snap")
+    return report.findings
 
 
 def _lint_job(file: str, job: Mapping[str, Any], routes: Mapping[str, Any] | None,
               config: LintConfig) -> list[Finding]:
     name = str(job.get("name") or "")
-    subject = f"job {name.rsplit('/', 1)[-1]}" if name else "job (unnamed)"
-    out: list[Finding] = []
-    error = lambda code, message: out.append(Finding(file, subject, "error", code, message))  # noqa: E731
-    warn = lambda code, message: out.append(Finding(file, subject, "warning", code, message))  # noqa: E731
-
-    name_match = re.fullmatch(r"projects/([^/]+)/locations/([^/]+)/jobs/([^/]+)", name)
+    report = _Report(file, f"job {name.rsplit('/', 1)[-1]}" if name else "job (unnamed)")
+    name_match = JOB_NAME.fullmatch(name)
     if name and not name_match:
-        error("invalid_name", f"name {name!r} is not projects/PROJECT_ID/locations/LOCATION_ID/jobs/JOB_ID")
+        report.error("invalid_name", f"name {name!r} is not projects/PROJECT_ID/locations/LOCATION_ID/jobs/JOB_ID")
+    route = _check_target(report, job, name_match, routes)
+    schedule = _check_schedule(report, job, route, routes, config)
+    _check_retries(report, job, schedule, config)
+    return report.findings
 
-    # The target: runonce's delivery endpoint, with OIDC.
+
+def _check_target(report: _Report, job: Mapping[str, Any], name_match: re.Match[str] | None,
+                  routes: Mapping[str, Any] | None) -> Any:
+    """The target: runonce's delivery endpoint, with OIDC. Returns the route the URI names, if known."""
     route = None
     target = job.get("httpTarget")
     if not isinstance(target, Mapping):
         kind = next((k for k in ("appEngineHttpTarget", "pubsubTarget") if k in job), None)
-        error("not_http_target", f"has {kind or 'no target'}; runonce is called through an httpTarget")
+        report.error("not_http_target", f"has {kind or 'no target'}; runonce is called through an httpTarget")
+        return None
+    uri = str(target.get("uri", ""))
+    parts = urlsplit(uri)
+    match = ROUTE_PATH.match(parts.path)
+    if parts.scheme not in ("http", "https") or not match:
+        report.error("not_runonce_uri", f"httpTarget.uri {uri!r} is not a runonce delivery URL (https://HOST/v1/routes/ROUTE:run)")
     else:
-        uri = str(target.get("uri", ""))
-        parts = urlsplit(uri)
-        match = ROUTE_PATH.match(parts.path)
-        if parts.scheme not in ("http", "https") or not match:
-            error("not_runonce_uri", f"httpTarget.uri {uri!r} is not a runonce delivery URL (https://HOST/v1/routes/ROUTE:run)")
-        else:
-            route_name = match.group(1)
-            if routes is not None:
-                route = routes.get(route_name)
-                if route is None:
-                    known = ", ".join(sorted(routes)) or "none"
-                    error("unknown_route", f"httpTarget.uri names route {route_name!r}, which the routes file does not define (routes: {known})")
-            query = parse_qs(parts.query, keep_blank_values=True)
-            unknown = sorted(set(query) - {"project", "location"})
-            if unknown:
-                error("bad_query", f"httpTarget.uri has query parameter {unknown[0]!r}; runonce accepts only project and location (400)")
-            if name_match:
-                for key, actual in (("project", name_match.group(1)), ("location", name_match.group(2))):
-                    given = query.get(key, [None])[0]
-                    if given is not None and given != actual:
-                        warn("namespace_mismatch", f"httpTarget.uri says {key}={given} but the job lives in {key} {actual}")
-                if "project" not in query and (route is None or route.namespace is None):
-                    warn("no_namespace", "the URI has no ?project=&location= and the route no namespace: the same "
-                         "job ID in another project or location would share run keys")
-        method = str(target.get("httpMethod", "POST"))
-        if method != "POST":
-            error("bad_method", f"httpTarget.httpMethod is {method}; runonce's delivery endpoint takes POST")
-        if "oidcToken" not in target:
-            other = " (it sends an OAuth access token, which runonce does not accept)" if "oauthToken" in target else ""
-            error("no_oidc", f"httpTarget has no oidcToken{other}: runonce authenticates callers by OIDC ID token (401)")
-        body = target.get("body")
-        if body:
-            try:
-                raw = base64.b64decode(str(body), validate=True)
-                if len(raw) > MAX_BODY_BYTES:
-                    error("body_too_large", f"httpTarget.body is {len(raw)} bytes; runonce accepts at most {MAX_BODY_BYTES} (413)")
-                elif not isinstance(json.loads(raw), dict):
-                    error("bad_body", "httpTarget.body is not a JSON object; runonce answers 400")
-            except (binascii.Error, ValueError):
-                error("bad_body", "httpTarget.body is not base64 of a JSON object; runonce answers 400")
+        route_name = match.group(1)
+        if routes is not None:
+            route = routes.get(route_name)
+            if route is None:
+                known = ", ".join(sorted(routes)) or "none"
+                report.error("unknown_route", f"httpTarget.uri names route {route_name!r}, which the routes file does not define (routes: {known})")
+        query = parse_qs(parts.query, keep_blank_values=True)
+        unknown = sorted(set(query) - {"project", "location"})
+        if unknown:
+            report.error("bad_query", f"httpTarget.uri has query parameter {unknown[0]!r}; runonce accepts only project and location (400)")
+        if name_match:
+            for key, actual in (("project", name_match.group(1)), ("location", name_match.group(2))):
+                given = query.get(key, [None])[0]
+                if given is not None and given != actual:
+                    report.warn("namespace_mismatch", f"httpTarget.uri says {key}={given} but the job lives in {key} {actual}")
+            if "project" not in query and (route is None or route.namespace is None):
+                report.warn("no_namespace", "the URI has no ?project=&location= and the route no namespace: the same "
+                            "job ID in another project or location would share run keys")
+    method = str(target.get("httpMethod", "POST"))
+    if method != "POST":
+        report.error("bad_method", f"httpTarget.httpMethod is {method}; runonce's delivery endpoint takes POST")
+    if "oidcToken" not in target:
+        other = " (it sends an OAuth access token, which runonce does not accept)" if "oauthToken" in target else ""
+        report.error("no_oidc", f"httpTarget has no oidcToken{other}: runonce authenticates callers by OIDC ID token (401)")
+    _check_body(report, target.get("body"))
+    return route
 
-    # The schedule and its zone.
+
+def _check_body(report: _Report, body: Any) -> None:
+    if not body:
+        return
+    try:
+        raw = base64.b64decode(str(body), validate=True)
+        if len(raw) > MAX_BODY_BYTES:
+            report.error("body_too_large", f"httpTarget.body is {len(raw)} bytes; runonce accepts at most {MAX_BODY_BYTES} (413)")
+        elif not isinstance(json.loads(raw), dict):
+            report.error("bad_body", "httpTarget.body is not a JSON object; runonce answers 400")
+    except (binascii.Error, ValueError):
+        report.error("bad_body", "httpTarget.body is not base64 of a JSON object; runonce answers 400")
+
+
+def _check_schedule(report: _Report, job: Mapping[str, Any], route: Any, routes: Mapping[str, Any] | None,
+                    config: LintConfig) -> Schedule | None:
+    """The schedule and its zone, against the route's policies and declared schedule."""
     text = job.get("schedule")
     schedule = None
     try:
-        zone_name = job.get("timeZone")
-        get_zone(zone_name)
+        get_zone(job.get("timeZone"))
         if not isinstance(text, str):
             raise ScheduleError("schedule", "missing")
         schedule = parse_schedule(text)
     except ScheduleError as exc:
-        error("invalid_schedule" if exc.field != "time zone" else "invalid_time_zone", str(exc))
-    if schedule is not None:
-        snap = (route.missing_schedule_time == "snap") if route is not None else (False if routes is not None else None)
-        if route is None and not schedule.header_guaranteed and routes is None:
-            warn("groc_without_snap", f"groc schedule {text!r}: Cloud Scheduler does not guarantee "
-                 "X-CloudScheduler-ScheduleTime for groc jobs; its route needs missing_schedule_time: snap")
-        out.extend(_schedule_findings(file, subject, schedule, job.get("timeZone"), config, snap))
-        if route is not None and route.schedule is not None:
-            declared_zone = get_zone(route.time_zone).key
-            if route.schedule.strip() != text.strip() or declared_zone != get_zone(job.get("timeZone")).key:  # type: ignore[union-attr]
-                error("schedule_mismatch", f"the job runs {text!r} in {get_zone(job.get('timeZone')).key}, but its route "
-                      f"declares {route.schedule!r} in {declared_zone}: snapped keys would be wrong")
+        report.error("invalid_schedule" if exc.field != "time zone" else "invalid_time_zone", str(exc))
+    if schedule is None:
+        return None
+    snap = (route.missing_schedule_time == "snap") if route is not None else (False if routes is not None else None)
+    if route is None and not schedule.header_guaranteed and routes is None:
+        report.warn("groc_without_snap", f"groc schedule {text!r}: Cloud Scheduler does not guarantee "
+                    "X-CloudScheduler-ScheduleTime for groc jobs; its route needs missing_schedule_time: snap")
+    _schedule_findings(report, schedule, job.get("timeZone"), config, snap)
+    if route is not None and route.schedule is not None:
+        declared_zone = get_zone(route.time_zone).key
+        if route.schedule.strip() != text.strip() or declared_zone != get_zone(job.get("timeZone")).key:  # type: ignore[union-attr]
+            report.error("schedule_mismatch", f"the job runs {text!r} in {get_zone(job.get('timeZone')).key}, but its route "
+                         f"declares {route.schedule!r} in {declared_zone}: snapped keys would be wrong")
+    return schedule
 
-    # Deadlines and retries against the lease, the retention and the schedule's own interval.
+
+def _check_retries(report: _Report, job: Mapping[str, Any], schedule: Schedule | None, config: LintConfig) -> None:
+    """Deadlines and retries against the lease, the retention and the schedule's own interval."""
     try:
         retry = RetryConfig.from_job(job)
     except ValueError as exc:
-        error("bad_duration", str(exc))
-        return out
+        report.error("bad_duration", str(exc))
+        return
     if retry.attempt_deadline > config.lease_seconds:
-        warn("deadline_over_lease", f"attemptDeadline {retry.attempt_deadline:g}s is longer than runonce's lease "
-             f"({config.lease_seconds:g}s): Scheduler keeps waiting after another attempt may take the run over")
+        report.warn("deadline_over_lease", f"attemptDeadline {retry.attempt_deadline:g}s is longer than runonce's lease "
+                    f"({config.lease_seconds:g}s): Scheduler keeps waiting after another attempt may take the run over")
     window = retry_window(retry)
     if window.longest > config.retention_seconds:
-        error("retries_outlive_retention", f"retries can arrive up to {window.longest:g}s after the first attempt "
-              f"({retry.describe()}), longer than runonce's retention ({config.retention_seconds:g}s): a late retry "
-              "finds no record and runs again")
+        report.error("retries_outlive_retention", f"retries can arrive up to {window.longest:g}s after the first attempt "
+                     f"({retry.describe()}), longer than runonce's retention ({config.retention_seconds:g}s): a late retry "
+                     "finds no record and runs again")
     if schedule is not None:
         gap = _shortest_gap(schedule, job.get("timeZone"), config)
         if gap is not None and window.longest > gap[0]:
-            warn("retries_overlap_next_run", f"a failing run can be retried for up to {window.longest:g}s "
-                 f"({window.retries} retries: {retry.describe()}), longer than the {gap[0]:g}s between its runs "
-                 f"at {gap[1]}: Scheduler never runs a job twice at once, so the next run waits for the retries "
-                 "and can be skipped; lower retryCount/maxRetryDuration/maxBackoffDuration, or run less often")
-    return out
+            report.warn("retries_overlap_next_run", f"a failing run can be retried for up to {window.longest:g}s "
+                        f"({window.retries} retries: {retry.describe()}), longer than the {gap[0]:g}s between its runs "
+                        f"at {gap[1]}: Scheduler never runs a job twice at once, so the next run waits for the retries "
+                        "and can be skipped; lower retryCount/maxRetryDuration/maxBackoffDuration, or run less often")
 
 
 def _shortest_gap(schedule: Schedule, zone_name: str | None, config: LintConfig) -> tuple[float, str] | None:

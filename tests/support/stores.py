@@ -1,0 +1,40 @@
+"""Stores on the session's real servers, a fresh namespace each: what conftest's `make_store` opens
+and what tests that need a store of one kind import."""
+
+from __future__ import annotations
+
+import uuid
+
+from tests.support.backends import Server
+
+FIRESTORE_PROJECT = "runonce-test"
+
+
+def firestore_store(collection: str | None = None, timeout_seconds: float = 5.0):
+    from app.stores.firestore import FirestoreStore
+
+    # A collection per test isolates tests without resetting the emulator.
+    return FirestoreStore(
+        project=FIRESTORE_PROJECT,
+        collection=collection or f"runs_{uuid.uuid4().hex[:12]}",
+        timeout_seconds=timeout_seconds,
+    )
+
+
+def spanner_table_url(database_url: str) -> str:
+    """A new table in the session's database (created as `store init` does), as a store URL."""
+    from app.stores import open_store
+
+    url = f"{database_url}?table=runs_{uuid.uuid4().hex[:12]}"
+    store = open_store(url)
+    store.init(lambda line: None)  # type: ignore[attr-defined]
+    return url
+
+
+def redis_url(server: Server) -> str:
+    """The session's redis-server, emptied, as a store URL."""
+    import redis
+
+    with redis.Redis(host="127.0.0.1", port=server.port) as client:
+        client.flushall()
+    return f"redis://127.0.0.1:{server.port}/0"
