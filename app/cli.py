@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
+from .errors import RunonceError
 from .schedules.cli import InstantType, schedule
 from .settings import ConfigError, Settings, load_settings
 
@@ -27,7 +28,7 @@ def _settings() -> Settings:
         raise click.ClickException(str(exc)) from exc
 
 
-class _NoStore(click.ClickException):
+class _NoStore(click.ClickException, RunonceError):
     """The SQLite file named by RUNONCE_STORE does not exist: nothing has run, and reading must not create it."""
 
     def __init__(self, path: str):

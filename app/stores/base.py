@@ -21,13 +21,15 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
+from ..errors import RunonceError
+
 RunStatus = Literal["in_progress", "completed", "failed"]
 IN_PROGRESS: RunStatus = "in_progress"
 COMPLETED: RunStatus = "completed"
 FAILED: RunStatus = "failed"
 
 
-class StoreError(Exception):
+class StoreError(RunonceError):
     """Base of claim-store errors."""
 
 

@@ -27,12 +27,14 @@ from typing import Any
 
 import httpx
 
+from ..errors import RunonceError
+
 MAX_PAYLOAD_DEPTH = 64
 """Deepest nesting of objects and arrays in a payload: well below the recursion limits of Python's
 JSON encoder and of protobuf (100), leaving room for the envelope each target wraps around it."""
 
 
-class TargetError(Exception):
+class TargetError(RunonceError):
     """Base of dispatch and reconciliation outcomes other than success."""
 
     def __init__(self, message: str):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from app import errors
+from app.api.answers import ANSWERS
 from app.stores import RunRecord
 from app.stores.base import COMPLETED, IN_PROGRESS
 
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 # Every answer the status table allows: (HTTP status, body status).
 STATUS_TABLE = {(200, "processed"), (200, "duplicate")} | {
-    (cls.http_status, cls.status) for cls in (*errors.ALL_ERRORS, errors.ForcedRunRefused)
+    (answer.http_status, answer.status) for answer in ANSWERS.values()
 }
 
 

@@ -2,7 +2,7 @@
 history is played in virtual time against several instances sharing one real store; then the
 invariants of issue 10 are checked over everything every party saw. One history in five goes
 through the real app (`create_app` over ASGI); the others call `parse_delivery` and the `Runner`
-directly and answer with app/errors.py's status and body, which is five times faster.
+directly and answer with app/api/answers.py's status and body, which is five times faster.
 
 Parties and boundaries (a fault can be injected at each `|`):
 
@@ -36,7 +36,8 @@ import httpx
 from httpx._transports import default as httpx_default
 
 from app import errors
-from app.delivery import ForcedRunRefused, InvalidDelivery, parse_delivery, parse_namespace
+from app.api.answers import render
+from app.delivery import parse_delivery, parse_namespace
 from app.main import create_app
 from app.protocol import Runner
 from app.routes import load_routes
@@ -307,26 +308,22 @@ class Instance:
         return answer
 
     async def _run(self, execution: Execution, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
-        """What `main.deliver` does, without HTTP: parse, run, and answer with the status and body
-        that app/errors.py gives each outcome (the web histories go through the app itself)."""
+        """What `api.deliveries.deliver` does, without HTTP: parse, run, and answer with the status
+        and body that app/api/answers.py gives each outcome (the web histories go through the app itself)."""
         route = execution.route
         try:
-            try:
-                namespace = parse_namespace(QUERY, None)
-                delivery = parse_delivery(
-                    route, headers, namespace, received_at=self.clock(),
-                    forced_run_tolerance=timedelta(seconds=self.world.settings.forced_run_tolerance_seconds),
-                    policy=self.world.policies[route],
-                )
-            except ForcedRunRefused as exc:
-                raise errors.ForcedRunRefused(exc.reason, field=exc.field, route=route) from exc
-            except InvalidDelivery as exc:
-                raise errors.Invalid(exc.reason, field=exc.field, route=route) from exc
+            namespace = parse_namespace(QUERY, None)
+            delivery = parse_delivery(
+                route, headers, namespace, received_at=self.clock(),
+                forced_run_tolerance=timedelta(seconds=self.world.settings.forced_run_tolerance_seconds),
+                policy=self.world.policies[route],
+            )
             result = await self.runner.run(delivery, BODY, BODY_SHA256)
-        except errors.RunonceError as exc:
+        except errors.DeliveryError as exc:
             if exc.route is None:
                 exc.route = route
-            return exc.http_status, exc.body()
+            answer = render(exc)
+            return answer.http_status, answer.body
         return 200, result.body()
 
     async def boundary(self, fault: str | None) -> None:
