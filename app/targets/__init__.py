@@ -25,6 +25,7 @@ from .base import (
 from .bigquery_job import TARGET as BIGQUERY_JOB
 from .cloud_build_trigger import TARGET as CLOUD_BUILD_TRIGGER
 from .cloud_run_job import TARGET as CLOUD_RUN_JOB
+from .cloud_tasks_task import TARGET as CLOUD_TASKS_TASK
 from .http import TARGET as HTTP
 from .log import TARGET as LOG
 from .registry import Grant, TargetContext, TargetType
@@ -32,7 +33,7 @@ from .workflows import TARGET as WORKFLOWS
 
 TARGET_TYPES: dict[str, TargetType] = {
     entry.name: entry
-    for entry in (LOG, HTTP, WORKFLOWS, CLOUD_RUN_JOB, CLOUD_BUILD_TRIGGER, BIGQUERY_JOB)
+    for entry in (LOG, HTTP, WORKFLOWS, CLOUD_RUN_JOB, CLOUD_BUILD_TRIGGER, BIGQUERY_JOB, CLOUD_TASKS_TASK)
 }
 """Every target type by its `type:` name (like httpx's `mounts`: a plain table, looked up once)."""
 

@@ -90,7 +90,8 @@ def deploy(fake: FakeGoogle, tmp_path: Path):
         "CLOUDSDK_PROXY_PORT": str(fake.port),
         "PYTHON": shutil.which("python3") or "python3",
     }
-    for api in ("cloudscheduler", "iam", "cloudresourcemanager", "firestore", "run", "serviceusage", "artifactregistry", "spanner"):
+    for api in ("cloudscheduler", "iam", "cloudresourcemanager", "firestore", "run", "serviceusage", "artifactregistry", "spanner",
+                "cloudtasks"):
         env[f"CLOUDSDK_API_ENDPOINT_OVERRIDES_{api.upper()}"] = f"http://{api}.fake.invalid/"
 
     def run(script: str, *args: str, extra_env: dict[str, str] | None = None, expect: int = 0):
@@ -282,6 +283,33 @@ def test_setup_creates_accounts_store_ttl_and_least_privilege_grants_then_change
     second = deploy("setup.sh", *args)
     assert fake.mutations() == [], "a second run must change nothing"
     assert "+ " not in second.stderr
+
+
+def test_setup_grants_a_cloud_tasks_route_on_its_queue_and_actas_on_its_oidc_account(
+    deploy, fake: FakeGoogle, tmp_path: Path
+) -> None:
+    queue = f"projects/tq-proj/locations/{REGION}/queues/exports"
+    token_account = "export-invoker@tq-proj.iam.gserviceaccount.com"
+    routes = tmp_path / "routes.yaml"
+    routes.write_text(f"""routes:
+  export:
+    target: {{type: cloud_tasks_task, queue: {queue}, http_request: {{url: "https://x.a.run.app/run",
+              oidc_token: {{service_account_email: {token_account}}}}}}}
+  plain:
+    target: {{type: cloud_tasks_task, queue: {queue}, http_request: {{url: "https://y.a.run.app/run"}}}}
+""")
+    common = ["--project", PROJECT, "--region", REGION, "--routes-file", str(routes)]
+    deploy("setup.sh", *common)
+    member = f"serviceAccount:{RUNTIME}"
+    grants = {r.path.split(":")[0]: policy_bindings(r) for r in fake.mutations() if r.method_id.endswith("setIamPolicy")}
+    assert grants[f"v2/{queue}"] == [("roles/cloudtasks.enqueuer", (member,), None),
+                                     ("roles/cloudtasks.viewer", (member,), None)]
+    assert grants[f"v1/projects/tq-proj/serviceAccounts/{token_account}"] == [
+        ("roles/iam.serviceAccountUser", (member,), None)]
+    assert len(grants) == 3  # and the claim store's; nothing on the project of the queue
+    fake.requests.clear()
+    deploy("setup.sh", *common)
+    assert fake.mutations() == [], "a second run must change nothing"
 
 
 def test_setup_can_grant_the_predefined_cloud_build_role(deploy, fake: FakeGoogle, routes_file: Path) -> None:
