@@ -298,6 +298,79 @@ def key(
         click.echo(delivery.canonical)
 
 
+def _routes(settings: Settings) -> dict[str, Any]:
+    from .routes import load_routes
+
+    try:
+        return load_routes(settings)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _range_error(exc: Any) -> click.UsageError:
+    """A `RangeRefused` in terms of the flags."""
+    flag = {"from": "--from", "to": "--to", "since": "--since", "range": "--from/--to"}.get(exc.field, exc.field)
+    return click.UsageError(f"{flag}: {exc.reason}")
+
+
+@main.command("audit")
+@click.option("--route", help="Only this route  [default: every route that names its Scheduler job]")
+@click.option("--since", help="Audit back this far from now: 90m, 6h, 1d, 1h30m.")
+@click.option("--from", "start", type=InstantType(), help="Start of the range (RFC 3339), inclusive.")
+@click.option("--to", "end", type=InstantType(), help="End of the range (RFC 3339), exclusive  [default: now]")
+@click.option("--format", "output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def audit_command(route: str | None, since: str | None, start: datetime | None, end: datetime | None, output: str) -> None:
+    """List scheduled runs that left no record (missed): one line each.
+
+    Every fire time of every route that names its `job` (+ `schedule`, `namespace`) in the range,
+    except those within the lease of now (Scheduler may still deliver them), is looked up in the
+    store by the run_id Scheduler's delivery would have. Exit 1 if any run was missed, else 0.
+    """
+    from .audit import AuditReport, RangeRefused, audit, auditable, parse_duration
+
+    if (since is None) == (start is None):
+        raise click.UsageError("give --since DURATION, or --from T [--to T]")
+    if since is not None and end is not None:
+        raise click.UsageError("--to goes with --from, not with --since")
+    settings = _settings()
+    routes = auditable(_routes(settings))
+    if route is not None:
+        if route not in routes:
+            raise click.UsageError(f"--route: no route {route!r} that names its Scheduler job (routes with job: "
+                                   f"{', '.join(sorted(routes)) or 'none'})")
+        routes = {route: routes[route]}
+    if not routes:
+        raise click.ClickException("no route names its Scheduler 'job' (with 'schedule' and 'namespace'): nothing to audit")
+    now = _now()
+    lease, retention = timedelta(seconds=settings.lease_seconds), timedelta(seconds=settings.retention_seconds)
+    try:
+        first = now - parse_duration(since, "since") if since is not None else start
+        assert first is not None  # pragma: no mutate - one of the two is given (checked above)
+        last = end if end is not None else now
+        field = "since" if since is not None else "from"
+        try:
+            report: AuditReport = _with_store(settings, lambda store: audit(
+                store, routes, first, last, now, lease=lease, retention=retention, start_field=field))
+        except _NoStore as exc:  # nothing has ever run here: every fire time is missed
+            click.echo(exc.message, err=True)
+            from .stores.memory import MemoryStore
+
+            report = asyncio.run(audit(MemoryStore(), routes, first, last, now, lease=lease, retention=retention,
+                                       start_field=field))
+    except RangeRefused as exc:
+        raise _range_error(exc) from exc
+    if output == "json":
+        click.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        for run in report.missed:
+            click.echo(run.line())
+        click.echo(
+            f"{len(report.missed)} missed of {report.checked} fire time(s) of {len(report.routes)} route(s) from "
+            f"{report.start:%Y-%m-%dT%H:%M:%SZ} to {report.end:%Y-%m-%dT%H:%M:%SZ}", err=True,
+        )
+    sys.exit(1 if report.missed else 0)
+
+
 @main.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--format", "output", type=click.Choice(["text", "json"]), default="text", show_default=True)
