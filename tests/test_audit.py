@@ -286,7 +286,7 @@ def test_runonce_audit_json_and_exit_0_when_nothing_is_missed(audited) -> None:
     (("--since", "1m"), "not due yet"),
     (("--since", "1h", "--from", "2026-01-01T00:00:00Z"), "give --since"),
     (("--since", "1h", "--to", "2026-01-01T00:00:00Z"), "--to goes with --from"),
-    (("--route", "unaudited", "--since", "1h"), "--route: no route 'unaudited' that names its Scheduler job"),
+    (("--route", "unaudited", "--since", "1h"), "--route: route 'unaudited' does not name its Scheduler 'job' (routes with job: hourly, nightly)"),
     (("--since", "soon"), "not a duration"),
 ])
 def test_runonce_audit_refuses_what_it_cannot_answer_with_exit_2(audited, args: tuple[str, ...], says: str) -> None:
