@@ -22,17 +22,21 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
+from . import logs
 from .delivery import SCHEDULER_JOB, SCHEDULER_TIME, Delivery, format_schedule_time, parse_delivery
+from .metrics import Metrics
 from .routes import Route
 from .schedules import get_zone, parse_schedule
-from .stores import RunStore
+from .stores import RunStore, StoreUnavailable
+from .targets import DispatchRequest, Target, TargetFailed
 
 MAX_FIRE_TIMES = 20_000
 """Most fire times one audit or backfill computes: a minutely route over two weeks. A wider range is
@@ -251,3 +255,69 @@ def check_catch_up_windows(routes: Mapping[str, Route], retention_seconds: float
                 f"({retention_seconds:g}): older runs have no record left, so a catch-up could run them again"
             )
     return problems
+
+
+AUDIT_ROUTE = "_audit"
+"""The route name the audit's own runs are keyed and recorded under. No configured route can have
+it (route names start with a letter or digit), so no delivery of a route shares an audit's run_id."""
+DEFAULT_SINCE = timedelta(minutes=10)
+"""What one audit run reports by default: the period of the audit job that deploy/ and terraform/
+create, so that every fire time is reported by exactly one audit."""
+
+logger = logging.getLogger("runonce.audit")
+
+
+def audit_since(payload: Mapping[str, Any]) -> timedelta:
+    """The body of an audit delivery: `{}` or `{"since": DURATION}` (its job's period). Raises
+    `RangeRefused` naming the field."""
+    unknown = sorted(set(payload) - {"since"})
+    if unknown:
+        raise RangeRefused(f"body.{unknown[0]}", "unknown field; an audit's body takes only 'since' (e.g. \"10m\")")
+    since = payload.get("since")
+    if since is None:
+        return DEFAULT_SINCE
+    if not isinstance(since, str):
+        raise RangeRefused("body.since", "must be a duration string such as \"10m\"")
+    return parse_duration(since, "body.since")
+
+
+class AuditTarget(Target):
+    """The audit as the target of its own scheduled run (route `_audit`): the Runner claims the audit
+    job's delivery like any other, so a duplicated or retried audit replays instead of reporting
+    twice. Dispatching it reports the missed runs whose fire times are in [S − lease − since,
+    S − lease), S being the audit's schedule time: consecutive audits every `since` report each fire
+    time once. Each missed run gets one ERROR line (`outcome: "missed"`) and counts in
+    `runonce_missed_runs_total{route}`. The report is kept in `reports` for the endpoint to show."""
+
+    type = "audit"
+
+    def __init__(
+        self, store: RunStore, routes: Mapping[str, Route], *, lease: timedelta, retention: timedelta,
+        clock: Callable[[], datetime], metrics: Metrics,
+    ):
+        self.store, self.routes, self.lease, self.retention = store, auditable(routes), lease, retention
+        self.clock, self.metrics = clock, metrics
+        self.reports: dict[str, AuditReport] = {}
+
+    async def dispatch(self, request: DispatchRequest) -> str:
+        assert request.schedule_time is not None  # pragma: no mutate - an audit delivery is keyed by one
+        at = datetime.fromisoformat(request.schedule_time.replace("Z", "+00:00"))
+        now = self.clock()
+        end = at - self.lease
+        # A late retry of an old audit reports what the store still knows (never a false miss).
+        start = max(end - audit_since(request.payload), now - self.retention + RETENTION_MARGIN)
+        try:
+            report = await audit(self.store, self.routes, start, end, now, lease=self.lease, retention=self.retention)
+        except RangeRefused as exc:  # nothing due in that range (a force run of the audit job, say)
+            return f"audit: nothing to report ({exc.reason})"
+        except StoreUnavailable as exc:
+            raise TargetFailed(f"audit: the claim store did not answer ({exc}); nothing was reported") from exc
+        for run in report.missed:
+            logger.error(
+                "missed run %s of route %s: no delivery of %s", run.run_id, run.route, run.to_json()["schedule_time"],
+                extra={"fields": {"outcome": "missed", **run.to_json(), logs.LABELS: {"run_id": run.run_id, "route": run.route}}},
+            )
+            self.metrics.missed_runs.labels(run.route).inc()
+        self.reports[request.run_id] = report
+        return (f"audit/{format_schedule_time(report.start)}/{format_schedule_time(report.end)}: "
+                f"{len(report.missed)} missed of {report.checked}")

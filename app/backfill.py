@@ -1,18 +1,20 @@
-"""Backfill: a route's fire times in [from, to), each run through the protocol as the delivery
-Scheduler would have sent for it (`audit.scheduled_delivery`: same run_id, same body).
+"""Backfill and catch-up: fire times run through the protocol as the delivery Scheduler would have
+sent for each (`audit.scheduled_delivery`: same run_id, same body).
 
 So a run that already happened, or a second backfill of the same range, replays (`duplicate`)
 instead of executing again, and a Scheduler delivery of a backfilled time is a duplicate too — as
 long as the records last (RUNONCE_RETENTION_SECONDS): before that the store cannot tell, and
 `runs_to_backfill` says so.
 
-Runs are started oldest first, at most `concurrency` at once. `stop` (Ctrl-C) starts no more; the
-runs in flight finish through the protocol, so no claim is left held.
+Backfill runs are started oldest first, at most `concurrency` at once. `stop` (Ctrl-C) starts no
+more; the runs in flight finish through the protocol, so no claim is left held. A catch-up (after an
+audit run) dispatches what each route's `catch_up` policy picks, a route's runs one after another.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -22,7 +24,7 @@ from typing import Any
 import httpx
 
 from . import errors
-from .audit import RangeRefused, ScheduledRun, body_sha256, scheduled_runs
+from .audit import RangeRefused, ScheduledRun, auditable, body_sha256, catch_up_runs, scheduled_runs
 from .delivery import format_schedule_time
 from .protocol import Runner
 from .routes import Route
@@ -64,6 +66,8 @@ class Outcome:
 
 
 _NOT_DONE = {NOT_STARTED, *(cls.status for cls in errors.ALL_ERRORS)}
+
+logger = logging.getLogger("runonce.catch_up")
 
 
 def runs_to_backfill(
@@ -116,6 +120,36 @@ async def run_all(
 
     await asyncio.gather(*(worker() for _ in range(max(1, min(concurrency, len(runs))))))
     return [outcomes[index] for index in range(len(runs))]
+
+
+async def catch_up(
+    runner: Runner, store: RunStore, routes: dict[str, Route], at: datetime, now: datetime, *,
+    lease: timedelta, retention: timedelta,
+) -> list[Outcome]:
+    """Apply every route's `catch_up` policy as of the audit's schedule time `at` (see
+    `audit.catch_up_runs`): routes at once, a route's runs one after another, oldest first. One log
+    line per run dispatched, with its outcome and `catch_up: true`. A route whose candidates cannot
+    be read (store down) is skipped: the next audit finds the same runs still missed."""
+
+    async def one_route(name: str, route: Route) -> list[Outcome]:
+        try:
+            runs = await catch_up_runs(store, name, route, at, now, lease=lease, retention=retention)
+        except StoreUnavailable as exc:
+            logger.warning("catch-up of route %s skipped: the claim store did not answer (%s)", name, exc)
+            return []
+        outcomes = []
+        for run in runs:
+            outcome = await run_one(runner, run, route)
+            logger.log(
+                logging.INFO if outcome.ok else logging.WARNING, "catch-up of missed run %s: %s", run.run_id,
+                outcome.outcome, extra={"fields": {**outcome.to_json(), "catch_up": True}},
+            )
+            outcomes.append(outcome)
+        return outcomes
+
+    chosen = sorted((name, route) for name, route in auditable(routes).items() if route.catch_up != "none")
+    found = await asyncio.gather(*(one_route(name, route) for name, route in chosen))
+    return [outcome for outcomes in found for outcome in outcomes]
 
 
 async def release_unknown(store: RunStore, outcomes: list[Outcome], now: datetime) -> list[str]:
