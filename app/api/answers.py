@@ -1,6 +1,7 @@
 """Every error answer, in one place: which HTTP status, `status` word and headers each
-`errors.DeliveryError` family gets (`ANSWERS`), how its body looks (`render`), the exception
-handlers `create_app` installs, and the OpenAPI `responses=` the endpoints declare.
+`errors.DeliveryError` family gets (`ANSWERS`, the status table of docs/contract.md), how its
+body looks (`render`), the exception handlers `create_app` installs, and the OpenAPI
+`responses=` the endpoints declare.
 
 The domain (errors.py) knows nothing of HTTP; this table is the only place that does.
 """
@@ -36,6 +37,11 @@ ANSWERS: dict[type[errors.DeliveryError], Answer] = {
     ),
     errors.ForcedRunRefused: Answer(
         409, "forced_run_refused", "A Scheduler force run on a route with forced_runs: reject; nothing was claimed."
+    ),
+    errors.Waiting: Answer(
+        409, "waiting",
+        "overlap: wait (or skip, when the state cannot be read): the route's previous execution is still "
+        "running; the claim was released, retry after Retry-After seconds.",
     ),
     errors.PayloadMismatch: Answer(422, "payload_mismatch", "This run_id was delivered before with a different body."),
     errors.Throttled: Answer(
