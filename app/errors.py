@@ -132,8 +132,6 @@ class LeaseHeld(InProgress):
             "retry after Retry-After seconds to get its outcome",
             run_id=run_id, route=route, retry_after=retry_after,
         )
-        self.attempt = attempt
-        self.lease_expires = lease_expires
 
 
 class LostRun(InProgress):
@@ -155,8 +153,6 @@ class PayloadMismatch(DeliveryError):
             f"{body_sha256}; a run's body cannot change between retries",
             field="body", run_id=run_id, route=route,
         )
-        self.recorded_sha256 = recorded_sha256
-        self.body_sha256 = body_sha256
 
 
 def _given_back(unreleased: Exception | None) -> str:
@@ -202,7 +198,6 @@ class RouteBusy(Throttled):
             f"{self.situation(route, limit)}; {_given_back(unreleased)}",
             run_id=run_id, route=route, target=target, retry_after=retry_after,
         )
-        self.limit = limit
 
     @staticmethod
     def situation(route: str, limit: int) -> str:
@@ -238,9 +233,7 @@ class ShuttingDown(Unavailable):
     """SIGTERM: this instance takes no new runs; another one will. `claimed`: the run had been
     claimed and was given back (`unreleased`: why it could not be)."""
 
-    def __init__(
-        self, *, run_id: str, route: str, claimed: bool = False, unreleased: Exception | None = None
-    ):
+    def __init__(self, *, run_id: str, route: str, claimed: bool = False, unreleased: Exception | None = None):
         if claimed:
             message = f"runonce is shutting down; {_given_back(unreleased)}, retry"
         else:
