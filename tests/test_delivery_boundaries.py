@@ -4,6 +4,7 @@ and a run_id that does not depend on the machine's time zone."""
 
 from __future__ import annotations
 
+import hashlib
 import time
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
@@ -249,6 +250,9 @@ def body_refused(raw: bytes) -> str:
 def test_a_body_hashes_the_same_whatever_its_key_order_and_whitespace() -> None:
     payload, digest = parse_body(b'{"b": [1, 2], "a": "\xc3\xa9"}')
     assert payload == {"a": "é", "b": [1, 2]}
+    # The canonical text is fixed: records keep its hash, so a new form would turn retries across
+    # an upgrade into payload mismatches.
+    assert digest == hashlib.sha256('{"a":"é","b":[1,2]}'.encode()).hexdigest()
     assert parse_body(b'\n{"a":"\\u00e9","b":[1,2]}  ')[1] == digest
     assert parse_body(b"") == ({}, parse_body(b"{}")[1])
 
