@@ -23,6 +23,8 @@
           │    ├── LeaseHeld                          ... whose lease is live
           │    └── LostRun                            ... which fenced this one off
           ├── PayloadMismatch                         same run_id, different body
+          ├── Waiting                                 not dispatched now; the claim was given back (overlap)
+          │    └── PreviousRunning                    ... the route's previous execution runs, or its state is unknown
           ├── Throttled                               slow down; the claim was given back
           │    ├── DispatchThrottled                  ... the target said so
           │    └── RouteBusy                          ... the route is at max_concurrent_dispatches
@@ -30,6 +32,7 @@
           │    └── DispatchFailed                     ... the target refused or nothing was sent
           ├── Unavailable                             runonce cannot take the run now; the target was not called
           │    ├── StoreDown                          ... the claim store did not answer
+          │    ├── SkipNotRecorded                    ... a run to skip, but the store did not record it
           │    └── ShuttingDown                       ... SIGTERM: new runs are refused
           └── OutcomeUnknown                          the target may have acted; the claim is kept
                ├── DispatchUnknown                    ... timeout, lost response, or an adapter bug
@@ -170,6 +173,28 @@ def _finished(unrecorded: Exception | None) -> str:
     return f"the claim is kept (the claim store could not record this outcome: {unrecorded}); retries wait for the lease"
 
 
+# -- before the dispatch (guarantees.py) ----------------------------------------------------------
+
+
+class Waiting(DeliveryError):
+    """Not dispatched now, because of the route's `overlap` policy; the claim was given back, so
+    a retry after `retry_after` decides again."""
+
+
+class PreviousRunning(Waiting):
+    """`situation`: the route's previous execution still runs (`overlap: wait`), or its state
+    could not be read (`skip` or `wait`)."""
+
+    def __init__(
+        self, situation: str, *, run_id: str, route: str, target: dict[str, Any], retry_after: float,
+        unreleased: Exception | None = None,
+    ):
+        super().__init__(
+            f"{situation}; {_given_back(unreleased)}, retry after Retry-After seconds",
+            run_id=run_id, route=route, target=target, retry_after=retry_after,
+        )
+
+
 # -- the dispatch --------------------------------------------------------------------------------
 
 
@@ -226,6 +251,20 @@ class StoreDown(Unavailable):
     def __init__(self, cause: Exception, *, run_id: str, route: str):
         super().__init__(
             f"claim store unavailable, the target was not called ({cause}); retry later", run_id=run_id, route=route
+        )
+
+
+class SkipNotRecorded(Unavailable):
+    """The run was to be skipped (`situation`), but the store did not record it: nothing was
+    dispatched, and the claim is kept until its lease ends; a retry after it decides again."""
+
+    def __init__(
+        self, situation: str, cause: Exception, *, run_id: str, route: str, lease_expires: datetime, retry_after: float
+    ):
+        super().__init__(
+            f"{situation}, but the claim store could not record the skip ({cause}); the claim is kept and a "
+            f"retry after the lease, at {_utc(lease_expires)}, decides again",
+            run_id=run_id, route=route, retry_after=retry_after,
         )
 
 

@@ -96,6 +96,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         metrics=state.metrics,
         concurrency_limits={n: r.max_concurrent_dispatches for n, r in routes.items() if r.max_concurrent_dispatches},
         shutdown=state.shutdown,
+        guards={n: r.guard for n, r in routes.items()},
     )
     logger.info("runonce ready: %d route(s), store %s", len(routes), settings.store.split("?")[0])
     try:

@@ -1,9 +1,11 @@
 """One delivery, start to finish: claim → (reconcile) → dispatch → finish.
 
-    claim      CREATE/TAKEOVER: we hold the run       REPLAY: duplicate
+    claim      CREATE/TAKEOVER: we hold the run       REPLAY: duplicate (a skipped run: skipped)
                BUSY: in_progress                       MISMATCH: payload_mismatch   store down: unavailable
     reconcile  only when the record we took over was in_progress (its attempt may have created
                an execution): found -> complete with it, can't tell -> unknown and keep the claim
+    guard      late, or the route's previous execution still running (guarantees.py): record
+               `skipped`, or give the claim back (waiting)
     dispatch   within one deadline (RUNONCE_DISPATCH_TIMEOUT_SECONDS < lease), so an attempt is
                always done before its lease runs out
     finish     fenced on attempt_id: success -> completed; throttled/failed -> failed (released);
@@ -17,17 +19,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, NoReturn
 
-from . import errors
+from . import errors, guarantees
 from .admission import RouteLimits, Shutdown
 from .delivery import Delivery
 from .metrics import Metrics
 from .stores import Claim, Decision, Fenced, Finish, NewRun, RunRecord, RunStore, StoreUnavailable
-from .stores.base import COMPLETED, FAILED, IN_PROGRESS
+from .stores.base import COMPLETED, FAILED, IN_PROGRESS, SKIPPED
 from .targets import (
     NOTHING_SENT,
     DispatchRequest,
@@ -61,7 +63,8 @@ def _new_run(delivery: Delivery, body_sha256: str) -> NewRun:
 
 @dataclass(frozen=True)
 class RunResult:
-    """A successful answer: `processed` (this attempt dispatched or reconciled) or `duplicate`."""
+    """A successful answer: `processed` (this attempt dispatched or reconciled), `duplicate`, or
+    `skipped` (not dispatched, with its reason; the same answer on every replay)."""
 
     status: str
     record: RunRecord
@@ -71,6 +74,8 @@ class RunResult:
         body: dict[str, Any] = {"run_id": self.record.run_id, "status": self.status, "route": self.record.route}
         if self.record.target is not None:
             body["target"] = self.record.target
+        if self.status == SKIPPED:
+            body["reason"], body["message"] = guarantees.skip_reason(self.record)
         return body
 
 
@@ -89,12 +94,15 @@ class Runner:
         metrics: Metrics | None = None,
         concurrency_limits: Mapping[str, int] | None = None,
         shutdown: Shutdown | None = None,
+        guards: Mapping[str, guarantees.RouteGuard] | None = None,
     ):
         """`concurrency_limits`: route -> its `max_concurrent_dispatches`. `shutdown`: the drain
-        that `runonce serve` starts on SIGTERM (by default one of the runner's own)."""
+        that `runonce serve` starts on SIGTERM (by default one of the runner's own). `guards`:
+        route -> its overlap policy and max_lateness_seconds (guarantees.py)."""
         if dispatch_timeout >= lease:
             raise ValueError("the dispatch timeout must be below the lease")
         self.limits = RouteLimits(concurrency_limits)
+        self.guards = {route: guard for route, guard in (guards or {}).items() if guard.active}
         self.shutdown = shutdown if shutdown is not None else Shutdown()
         self.store = store
         self.targets = targets
@@ -104,7 +112,11 @@ class Runner:
         self.clock = clock
         self.metrics = metrics or Metrics()
 
-    async def run(self, delivery: Delivery, payload: dict[str, Any], body_sha256: str) -> RunResult:
+    async def run(
+        self, delivery: Delivery, payload: dict[str, Any], body_sha256: str, *, late_ok: bool = False
+    ) -> RunResult:
+        """`late_ok`: an operator's or a catch-up's explicit run of a past time, which the route's
+        max_lateness_seconds does not stop (its overlap policy still applies)."""
         route = delivery.route
         if self.shutdown.draining:
             raise errors.ShuttingDown(run_id=delivery.run_id, route=route)
@@ -114,7 +126,7 @@ class Runner:
         run_id = found.run_id  # the force run's, when this delivery turned out to be its retry
         context = {"run_id": run_id, "route": route}
         if claim.decision is Decision.REPLAY:
-            return RunResult("duplicate", found, replayed=True)
+            return RunResult(SKIPPED if found.status == SKIPPED else "duplicate", found, replayed=True)
         if claim.decision is Decision.BUSY:
             raise errors.LeaseHeld(
                 attempt=found.attempts, lease_expires=found.lease_expires,
@@ -130,7 +142,7 @@ class Runner:
         if not self.limits.admit(route):
             return await self._route_busy(claim, self.limits.max_in_flight[route])
         try:
-            return await self._dispatch(claim, payload)
+            return await self._dispatch(claim, payload, late_ok)
         finally:
             self.limits.done(route)
 
@@ -138,8 +150,8 @@ class Runner:
         """Claim the delivery's run. A delivery keyed as the scheduled run may be the retry of a
         force run for the same time (Scheduler retries with the same headers, and a retry can
         arrive inside the forced-run tolerance). Scheduler never has two executions of a job
-        outstanding, so until that force run completes (in_progress, or failed and retried) the
-        delivery is its retry.
+        outstanding, so until that force run completes or is skipped (while in_progress, or failed
+        and retried) the delivery is its retry.
         The force run's record is read beside the claim, so a fresh scheduled run still costs
         one round trip before dispatching."""
         context = {"run_id": delivery.run_id, "route": delivery.route}
@@ -161,8 +173,8 @@ class Runner:
             # Cannot tell which run this delivery is: hold nothing, let Scheduler retry.
             await self._undo(claimed, "could not tell whether this delivery retries a force run")
             raise forced_record
-        if forced_record is None or forced_record.status == COMPLETED:
-            return claimed
+        if forced_record is None or forced_record.status in (COMPLETED, SKIPPED):
+            return claimed  # no force run, or one resolved for good: the delivery is the scheduled run
         logger.info(
             "run %s: force run %s for the same time is unresolved; this delivery is its retry",
             delivery.run_id, forced.run_id,
@@ -223,9 +235,17 @@ class Runner:
         with self.metrics.store_timer("finish"):
             return await self.store.finish(claim, finish, self.clock())
 
-    async def _dispatch(self, claim: Claim, payload: dict[str, Any]) -> RunResult:
+    async def _dispatch(self, claim: Claim, payload: dict[str, Any], late_ok: bool = False) -> RunResult:
         held = claim.record
         target = self.targets[held.route]
+        rules = self.guards.get(held.route)
+        if rules is not None and late_ok:
+            rules = guarantees.RouteGuard(overlap=rules.overlap)
+
+        async def guard() -> None:
+            if rules is not None:
+                await guarantees.check(rules, held, target, self.store, self.clock())
+
         request = DispatchRequest(
             run_id=held.run_id, route=held.route, job=held.job, schedule_time=held.schedule_time,
             source=held.source, payload=payload, task=held.task, attempt=held.attempts,
@@ -235,7 +255,15 @@ class Runner:
         must_reconcile = previous is not None and previous.status == IN_PROGRESS
         try:
             encode_json(payload)  # checked at intake too: a payload no target can send is `failed` here
-            resource = await self._call_target(target, request, previous if must_reconcile else None)
+            resource = await self._call_target(target, request, previous if must_reconcile else None, guard if rules else None)
+        except guarantees.Skip as skip:
+            return await self._skip(claim, skip)
+        except guarantees.Wait as wait:
+            unreleased = await self._give_back(claim, wait.message)
+            raise errors.PreviousRunning(
+                wait.message, unreleased=unreleased, retry_after=guarantees.WAIT_RETRY_AFTER_SECONDS,
+                run_id=held.run_id, route=held.route, target={"type": target.type, "resource": None},
+            ) from wait
         except TimeoutError as exc:
             step = "reconciliation" if must_reconcile else "dispatch"
             limit = "the shutdown grace" if self.shutdown.draining else f"{self.dispatch_timeout.total_seconds():g}s"
@@ -268,18 +296,49 @@ class Runner:
             ) from exc
         return RunResult("processed", record)
 
-    async def _call_target(self, target: Target, request: DispatchRequest, previous: RunRecord | None) -> str:
-        """Reconcile (when `previous` may have created something), else dispatch; all within one
-        deadline, which a shutdown may shorten (`Shutdown.drain`). The reconciliation searches by
-        run_id: an in_progress record never names a resource (`target` is written only with completed)."""
-        async with self.shutdown.deadline(self.dispatch_timeout.total_seconds()):
-            with self.metrics.dispatching(target.type):
-                if previous is not None:
-                    resource = await target.reconcile(request)
-                    if resource is not None:
-                        logger.info("run %s: reconciled with %s, nothing dispatched", request.run_id, resource)
-                        return resource
-                return await target.dispatch(request)
+    async def _skip(self, claim: Claim, skip: guarantees.Skip) -> RunResult:
+        """Record the run `skipped`: terminal, so every retry replays this answer."""
+        held = claim.record
+        try:
+            record = await self._finish(claim, Finish(status=SKIPPED, last_error=guarantees.skip_note(skip.reason, skip.message)))
+        except Fenced as exc:
+            raise self._fenced(claim, exc) from exc
+        except StoreUnavailable as exc:
+            # Nothing was dispatched; the claim stays until its lease ends, then a retry decides again.
+            raise errors.SkipNotRecorded(
+                skip.message, exc, lease_expires=held.lease_expires,
+                retry_after=(held.lease_expires - self.clock()).total_seconds(), run_id=held.run_id, route=held.route,
+            ) from exc
+        logger.warning("run %s skipped (%s): %s", held.run_id, skip.reason, skip.message)
+        self.metrics.runs_skipped.labels(held.route, skip.reason).inc()
+        return RunResult(SKIPPED, record)
+
+    async def _call_target(
+        self, target: Target, request: DispatchRequest, previous: RunRecord | None,
+        guard: Callable[[], Awaitable[None]] | None = None,
+    ) -> str:
+        """Reconcile (when `previous` may have created something), else check the route's guard,
+        then dispatch; all within one deadline, which a shutdown may shorten (`Shutdown.drain`).
+        The reconciliation searches by run_id: an in_progress record never names a resource
+        (`target` is written only with completed). A guard that runs out of time is a `Wait`."""
+        guarding = False
+        try:
+            async with self.shutdown.deadline(self.dispatch_timeout.total_seconds()):
+                with self.metrics.dispatching(target.type):
+                    if previous is not None:
+                        resource = await target.reconcile(request)
+                        if resource is not None:
+                            logger.info("run %s: reconciled with %s, nothing dispatched", request.run_id, resource)
+                            return resource
+                    if guard is not None:
+                        guarding = True
+                        await guard()
+                        guarding = False
+                    return await target.dispatch(request)
+        except TimeoutError as exc:
+            if guarding:
+                raise guarantees.Wait("the overlap check took longer than the dispatch timeout") from exc
+            raise
 
     async def _finish_error(
         self, claim: Claim, target: Target, outcome: Exception, cause: BaseException | None = None

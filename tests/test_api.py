@@ -15,8 +15,8 @@ from app.stores import StoreUnavailable
 from app.stores.memory import MemoryStore
 from app.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown, TargetThrottled
 from app.targets.scripted import ScriptedTarget
-from tests.support.api import JOB, ROUTES, Harness, run_id_of
 from tests.support.clock import Clock
+from tests.support.api import JOB, ROUTES, Harness, run_id_of
 
 
 # -- processed / duplicate ---------------------------------------------------------------------

@@ -38,6 +38,11 @@ ANSWERS: dict[type[errors.DeliveryError], Answer] = {
     errors.ForcedRunRefused: Answer(
         409, "forced_run_refused", "A Scheduler force run on a route with forced_runs: reject; nothing was claimed."
     ),
+    errors.Waiting: Answer(
+        409, "waiting",
+        "overlap: wait (or skip, when the state cannot be read): the route's previous execution is still "
+        "running; the claim was released, retry after Retry-After seconds.",
+    ),
     errors.PayloadMismatch: Answer(422, "payload_mismatch", "This run_id was delivered before with a different body."),
     errors.Throttled: Answer(
         429, "throttled", "The target or the route's concurrency limit says slow down; the claim was released."

@@ -24,7 +24,7 @@ router = APIRouter()
 
 @router.post(
     ROUTE_PATH,
-    responses={**RESPONSES, 200: {"description": "`processed` or `duplicate` (replayed)"}},
+    responses={**RESPONSES, 200: {"description": "`processed`, `duplicate` (replayed) or `skipped` (with its `reason`)"}},
     summary="Deliver one scheduled run",
 )
 async def deliver(
@@ -51,12 +51,15 @@ async def deliver(
     except Exception:
         outcome["outcome"] = "internal_error"
         raise
+    body = result.body()
     outcome.update(
         outcome=result.status, run_id=result.record.run_id, attempt=result.record.attempts,
         target=result.record.target,
     )
+    if "reason" in body:  # skipped: late or overlap
+        outcome.update(reason=body["reason"], message=body["message"])
     headers = {"Runonce-Replayed": "true"} if result.replayed else {}
-    return JSONResponse(result.body(), headers=headers)
+    return JSONResponse(body, headers=headers)
 
 
 async def _identify(

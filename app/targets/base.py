@@ -156,5 +156,12 @@ class Target(ABC):
         """
         return None
 
+    async def is_running(self, resource: str) -> bool:
+        """Whether the execution `resource` (the string `dispatch` returned and the record keeps
+        as target.resource) is still running; an execution that no longer exists is not. Raise
+        `TargetOutcomeUnknown` when it cannot read the state (network error, 5xx, permission).
+        Targets that cannot tell do not override it (routes with `overlap: skip|wait` refuse them)."""
+        raise NotImplementedError
+
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
