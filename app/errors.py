@@ -4,6 +4,8 @@
      ├── ConfigError             settings.py          a setting or the routes file is wrong: start-up stops
      ├── ScheduleError           schedules/errors.py  a schedule or time zone Scheduler would reject (also a ValueError)
      ├── CertsUnavailable        certs.py             token-signing certificates unreadable, none kept from before
+     ├── RangeRefused            audit.py             a range the audit or backfill cannot answer truthfully
+     ├── Skip, Wait              guarantees.py        a route guard's verdict, which the Runner turns into an outcome
      ├── StoreError              stores/base.py
      │    ├── StoreUnavailable                        the store did not answer; nothing is known to have changed
      │    └── Fenced                                  a finish was refused: another attempt holds the run now
