@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 
 from . import errors
+from .api.answers import ANSWERS, answer_for
 from .audit import RangeRefused, ScheduledRun, auditable, body_sha256, catch_up_runs, scheduled_runs
 from .delivery import format_schedule_time
 from .protocol import Runner
@@ -65,7 +66,7 @@ class Outcome:
         return body
 
 
-_NOT_DONE = {NOT_STARTED, *(cls.status for cls in errors.ALL_ERRORS)}
+_NOT_DONE = {NOT_STARTED, *(answer.status for answer in ANSWERS.values())}
 
 logger = logging.getLogger("runonce.catch_up")
 
@@ -94,8 +95,8 @@ async def run_one(runner: Runner, run: ScheduledRun, route: Route) -> Outcome:
     """`run` through the protocol with the body its Scheduler job sends."""
     try:
         result = await runner.run(run.delivery, dict(route.body), body_sha256(route.body))
-    except errors.RunonceError as exc:
-        return Outcome(run, exc.status, error=exc.message)
+    except errors.DeliveryError as exc:
+        return Outcome(run, answer_for(exc).status, error=exc.message)
     return Outcome(run, result.status, resource=(result.record.target or {}).get("resource"))
 
 
