@@ -32,6 +32,7 @@ from zoneinfo import ZoneInfo
 
 from . import logs
 from .delivery import SCHEDULER_JOB, SCHEDULER_TIME, Delivery, format_schedule_time, parse_delivery
+from .errors import RunonceError
 from .metrics import Metrics
 from .routes import Route
 from .schedules import get_zone, parse_schedule
@@ -53,7 +54,7 @@ fire time expires exactly at fire time + retention, when a store already counts 
 _DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 
 
-class RangeRefused(Exception):
+class RangeRefused(RunonceError):
     """A range the audit or backfill cannot answer truthfully (too old, empty, too wide, in the
     future). `field` names the flag or body field at fault."""
 

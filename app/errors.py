@@ -4,6 +4,8 @@
      ├── ConfigError             settings.py          a setting or the routes file is wrong: start-up stops
      ├── ScheduleError           schedules/errors.py  a schedule or time zone Scheduler would reject (also a ValueError)
      ├── CertsUnavailable        certs.py             token-signing certificates unreadable, none kept from before
+     ├── RangeRefused            audit.py             an audit or backfill range that cannot be answered truthfully
+     ├── Skip, Wait              guarantees.py        the overlap guard's verdicts: the runner records `skipped`, or gives the claim back
      ├── StoreError              stores/base.py
      │    ├── StoreUnavailable                        the store did not answer; nothing is known to have changed
      │    └── Fenced                                  a finish was refused: another attempt holds the run now
