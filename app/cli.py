@@ -350,15 +350,16 @@ def audit_command(route: str | None, since: str | None, start: datetime | None, 
         assert first is not None  # pragma: no mutate - one of the two is given (checked above)
         last = end if end is not None else now
         field = "since" if since is not None else "from"
-        try:
-            report: AuditReport = _with_store(settings, lambda store: audit(
-                store, routes, first, last, now, lease=lease, retention=retention, start_field=field))
-        except _NoStore as exc:  # nothing has ever run here: every fire time is missed
-            click.echo(exc.message, err=True)
+        missing = _no_store(settings)
+        if missing:  # nothing has ever run here: every fire time is missed
+            click.echo(missing, err=True)
             from .stores.memory import MemoryStore
 
-            report = asyncio.run(audit(MemoryStore(), routes, first, last, now, lease=lease, retention=retention,
-                                       start_field=field))
+            report: AuditReport = asyncio.run(audit(MemoryStore(), routes, first, last, now, lease=lease,
+                                                    retention=retention, start_field=field))
+        else:
+            report = _with_store(settings, lambda store: audit(
+                store, routes, first, last, now, lease=lease, retention=retention, start_field=field))
     except RangeRefused as exc:
         raise _range_error(exc) from exc
     if output == "json":
