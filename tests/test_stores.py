@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 
 from app.stores import Decision, Fenced, Finish, RunStore
-from app.stores.base import COMPLETED, FAILED, IN_PROGRESS
+from app.stores.base import COMPLETED, FAILED, IN_PROGRESS, SKIPPED
 from tests.support.runs import LEASE, RETENTION, T0, claim, new_run
 
 
@@ -49,6 +49,18 @@ async def test_completed_run_is_replayed_with_its_target(store: RunStore) -> Non
     assert later.decision is Decision.REPLAY
     assert later.record.target == target
     assert later.record.attempts == 1
+
+
+async def test_skipped_run_is_replayed_with_its_reason_and_no_target(store: RunStore) -> None:
+    first = await claim(store)
+    reason = "late: first claimed 7200s after its schedule time"
+    skipped = await store.finish(first, Finish(SKIPPED, last_error=reason), T0 + timedelta(seconds=1))
+    assert skipped.status == SKIPPED and skipped.target is None
+
+    later = await claim(store, T0 + LEASE * 3)  # like completed: a replay for as long as it is kept
+    assert later.decision is Decision.REPLAY and not later.won
+    assert (later.record.status, later.record.last_error, later.record.attempts) == (SKIPPED, reason, 1)
+    assert [r.run_id for r in await store.list(T0, status=SKIPPED)] == [first.record.run_id]
 
 
 async def test_failed_run_is_claimable_at_once_and_keeps_last_error(store: RunStore) -> None:

@@ -10,7 +10,7 @@ Time windows of one run (a store never compares anything else):
         |--- lease live: other attempts get 409 ---|--- claimable: takeover (+ reconcile) ---|--- absent
         ^ claim (in_progress)                                                                 ^ TTL may delete
 
-A `failed` record is claimable at once; a `completed` one is replayed until `expire_at`.
+A `failed` record is claimable at once; a `completed` (or `skipped`) one is replayed until `expire_at`.
 """
 
 from __future__ import annotations
@@ -22,13 +22,18 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
-RunStatus = Literal["in_progress", "completed", "failed"]
+from ..errors import RunonceError
+
+RunStatus = Literal["in_progress", "completed", "failed", "skipped"]
 IN_PROGRESS: RunStatus = "in_progress"
 COMPLETED: RunStatus = "completed"
 FAILED: RunStatus = "failed"
+SKIPPED: RunStatus = "skipped"
+"""Terminal like completed, with nothing dispatched (late, or the previous run still running:
+app/guarantees.py); `last_error` holds `REASON: text`."""
 
 
-class StoreError(Exception):
+class StoreError(RunonceError):
     """Base of claim-store errors."""
 
 
@@ -105,7 +110,7 @@ class Decision(enum.Enum):
 
     CREATE = "create"  # nothing there (or an expired record): create a fresh record
     TAKEOVER = "takeover"  # failed, or its lease expired: replace it with a new attempt
-    REPLAY = "replay"  # completed: answer with the stored result
+    REPLAY = "replay"  # completed or skipped: answer with the stored result
     BUSY = "busy"  # another attempt holds a live lease
     MISMATCH = "mismatch"  # same run_id, different body
 
@@ -116,7 +121,7 @@ def decide(found: RunRecord | None, new: NewRun, now: datetime) -> Decision:
         return Decision.CREATE
     if found.body_sha256 != new.body_sha256:
         return Decision.MISMATCH
-    if found.status == COMPLETED:
+    if found.status in (COMPLETED, SKIPPED):
         return Decision.REPLAY
     if found.status == IN_PROGRESS and found.lease_expires > now:
         return Decision.BUSY

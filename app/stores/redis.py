@@ -71,7 +71,7 @@ if not found or found.expire_at <= now then
   return {'create', ARGV[3], raw}
 end
 if found.body_sha256 ~= ARGV[2] then return {'mismatch', raw, false} end
-if found.status == 'completed' then return {'replay', raw, false} end
+if found.status == 'completed' or found.status == 'skipped' then return {'replay', raw, false} end
 if found.status == 'in_progress' and found.lease_expires > now then return {'busy', raw, false} end
 found.status = 'in_progress'
 found.attempt_id = ARGV[5]

@@ -37,7 +37,7 @@ _TIME_COLUMNS = {"lease_expires", "expire_at", "created_at", "updated_at"}
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id        TEXT PRIMARY KEY,
-    status        TEXT NOT NULL CHECK (status IN ('in_progress', 'completed', 'failed')),
+    status        TEXT NOT NULL CHECK (status IN ('in_progress', 'completed', 'failed', 'skipped')),
     attempt_id    TEXT NOT NULL,
     attempts      INTEGER NOT NULL,
     lease_expires TEXT NOT NULL,  -- RFC 3339 UTC, fixed width: compares as text
@@ -83,6 +83,31 @@ def _add_missing_columns(conn: sqlite3.Connection) -> None:
     for name in ("task_retry_count", "task_execution_count"):
         if name not in have:
             conn.execute(f"ALTER TABLE runs ADD COLUMN {name} INTEGER")
+
+
+def _allow_skipped(conn: sqlite3.Connection) -> None:
+    """Files made before the `skipped` status have a CHECK that refuses it, and SQLite cannot alter
+    a CHECK: copy the rows into a table with today's schema, in one transaction."""
+    if "'skipped'" in _table_sql(conn):
+        return
+    conn.execute("BEGIN IMMEDIATE")  # pragma: no mutate - SQL keywords are case-insensitive
+    try:
+        if "'skipped'" not in _table_sql(conn):  # another process may have done it meanwhile
+            create_table, create_index = _SCHEMA.split(";")[:2]
+            columns = ", ".join(_COLUMNS)
+            conn.execute("ALTER TABLE runs RENAME TO runs_before_skipped")
+            conn.execute(create_table)
+            conn.execute(f"INSERT INTO runs ({columns}) SELECT {columns} FROM runs_before_skipped")
+            conn.execute("DROP TABLE runs_before_skipped")  # and its index, made again below
+            conn.execute(create_index)
+    except BaseException:
+        conn.execute("ROLLBACK")  # pragma: no mutate - SQL keywords are case-insensitive
+        raise
+    conn.execute("COMMIT")  # pragma: no mutate - SQL keywords are case-insensitive
+
+
+def _table_sql(conn: sqlite3.Connection) -> str:
+    return str(conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'runs'").fetchone()[0])
 
 
 _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM runs"
@@ -137,6 +162,7 @@ class SQLiteStore(RunStore):
                     conn.execute("PRAGMA journal_mode = WAL")  # pragma: no mutate - SQL keywords and pragma names are case-insensitive
                 conn.executescript(_SCHEMA)
                 _add_missing_columns(conn)
+                _allow_skipped(conn)
                 return
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) or time.monotonic() > deadline:
