@@ -14,7 +14,6 @@ from typing import Any, TypeVar
 
 import click
 
-from .errors import RunonceError
 from .schedules.cli import InstantType, schedule
 from .settings import ConfigError, Settings, load_settings
 
@@ -28,11 +27,13 @@ def _settings() -> Settings:
         raise click.ClickException(str(exc)) from exc
 
 
-class _NoStore(click.ClickException, RunonceError):
-    """The SQLite file named by RUNONCE_STORE does not exist: nothing has run, and reading must not create it."""
-
-    def __init__(self, path: str):
-        super().__init__(f"no store at {path} yet (nothing has run with RUNONCE_STORE={'sqlite:///' + path})")
+def _no_store(settings: Settings) -> str | None:
+    """Why there is nothing to read: the SQLite file named by RUNONCE_STORE does not exist (nothing
+    has run, and reading must not create it). None when the store may be opened."""
+    path = settings.store.removeprefix("sqlite:///")
+    if settings.store.startswith("sqlite:///") and not os.path.exists(path):
+        return f"no store at {path} yet (nothing has run with RUNONCE_STORE={settings.store})"
+    return None
 
 
 def _with_store(settings: Settings, use: Callable[[Any], Awaitable[T]], *, create: bool = False) -> T:
@@ -40,8 +41,9 @@ def _with_store(settings: Settings, use: Callable[[Any], Awaitable[T]], *, creat
     file is created only by `store init`: `runs` commands read, or release what exists)."""
     from .stores import StoreUnavailable, open_store
 
-    if not create and settings.store.startswith("sqlite:///") and not os.path.exists(settings.store.removeprefix("sqlite:///")):
-        raise _NoStore(settings.store.removeprefix("sqlite:///"))
+    missing = None if create else _no_store(settings)
+    if missing:
+        raise click.ClickException(missing)
 
     async def go() -> T:
         store = open_store(
@@ -148,11 +150,12 @@ def runs_show(run_id: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON record per line.")
 def runs_list(route: str | None, status: str | None, limit: int, as_json: bool) -> None:
     """List recent runs, newest first."""
-    try:
-        records = _with_store(_settings(), lambda store: store.list(_now(), route=route, status=status, limit=limit))
-    except _NoStore as exc:
-        click.echo(exc.message, err=True)  # an empty list, said so: not an error
+    settings = _settings()
+    missing = _no_store(settings)
+    if missing:
+        click.echo(missing, err=True)  # an empty list, said so: not an error
         return
+    records = _with_store(settings, lambda store: store.list(_now(), route=route, status=status, limit=limit))
     if not as_json:
         click.echo(_row("RUN_ID", "STATUS", "ROUTE", "JOB", "SCHEDULE_TIME/TASK", "RESOURCE"))
     for record in records:
@@ -299,6 +302,187 @@ def key(
     click.echo(delivery.run_id)
     if canonical:
         click.echo(delivery.canonical)
+
+
+def _routes(settings: Settings) -> dict[str, Any]:
+    from .routes import load_routes
+
+    try:
+        return load_routes(settings)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _range_error(exc: Any) -> click.UsageError:
+    """A `RangeRefused` in terms of the flags."""
+    flag = {"from": "--from", "to": "--to", "since": "--since", "range": "--from/--to"}.get(exc.field, exc.field)
+    return click.UsageError(f"{flag}: {exc.reason}")
+
+
+@main.command("audit")
+@click.option("--route", help="Only this route  [default: every route that names its Scheduler job]")
+@click.option("--since", help="Audit back this far from now: 90m, 6h, 1d, 1h30m.")
+@click.option("--from", "start", type=InstantType(), help="Start of the range (RFC 3339), inclusive.")
+@click.option("--to", "end", type=InstantType(), help="End of the range (RFC 3339), exclusive  [default: now]")
+@click.option("--format", "output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def audit_command(route: str | None, since: str | None, start: datetime | None, end: datetime | None, output: str) -> None:
+    """List scheduled runs that left no record (missed): one line each.
+
+    Every fire time of every route that names its `job` (+ `schedule`, `namespace`) in the range,
+    except those within the lease of now (Scheduler may still deliver them), is looked up in the
+    store by the run_id Scheduler's delivery would have. Exit 1 if any run was missed, else 0.
+    """
+    from .audit import AuditReport, RangeRefused, audit, auditable, parse_duration
+
+    if (since is None) == (start is None):
+        raise click.UsageError("give --since DURATION, or --from T [--to T]")
+    if since is not None and end is not None:
+        raise click.UsageError("--to goes with --from, not with --since")
+    settings = _settings()
+    every = _routes(settings)
+    routes = auditable(every) if route is None else {route: _audited_route(every, route, "--route")}
+    if not routes:
+        raise click.ClickException("no route names its Scheduler 'job' (with 'schedule' and 'namespace'): nothing to audit")
+    now = _now()
+    lease, retention = timedelta(seconds=settings.lease_seconds), timedelta(seconds=settings.retention_seconds)
+    try:
+        first = now - parse_duration(since, "since") if since is not None else start
+        assert first is not None  # pragma: no mutate - one of the two is given (checked above)
+        last = end if end is not None else now
+        field = "since" if since is not None else "from"
+        missing = _no_store(settings)
+        if missing:  # nothing has ever run here: every fire time is missed
+            click.echo(missing, err=True)
+            from .stores.memory import MemoryStore
+
+            report: AuditReport = asyncio.run(audit(MemoryStore(), routes, first, last, now, lease=lease,
+                                                    retention=retention, start_field=field))
+        else:
+            report = _with_store(settings, lambda store: audit(
+                store, routes, first, last, now, lease=lease, retention=retention, start_field=field))
+    except RangeRefused as exc:
+        raise _range_error(exc) from exc
+    if output == "json":
+        click.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        for run in report.missed:
+            click.echo(run.line())
+        click.echo(
+            f"{len(report.missed)} missed of {report.checked} fire time(s) of {len(report.routes)} route(s) from "
+            f"{report.start:%Y-%m-%dT%H:%M:%SZ} to {report.end:%Y-%m-%dT%H:%M:%SZ}", err=True,
+        )
+    sys.exit(1 if report.missed else 0)
+
+
+def _audited_route(routes: dict[str, Any], name: str, flag: str) -> Any:
+    """The route `name`, which must name its Scheduler job (its fire times' run_ids need it)."""
+    from .audit import auditable
+
+    found = auditable(routes)
+    if name not in found:
+        what = "no route" if name not in routes else "route"
+        raise click.UsageError(
+            f"{flag}: {what} {name!r} {'that names' if name not in routes else 'does not name'} its Scheduler 'job' "
+            f"(routes with job: {', '.join(sorted(found)) or 'none'})"
+        )
+    return found[name]
+
+
+@main.command("backfill")
+@click.argument("route_name", metavar="ROUTE")
+@click.option("--from", "start", type=InstantType(), required=True, help="First fire time (RFC 3339), inclusive.")
+@click.option("--to", "end", type=InstantType(), required=True, help="End (RFC 3339), exclusive; not in the future.")
+@click.option("--dry-run", is_flag=True, help="Print the fire times and run_ids; call nothing.")
+@click.option("--concurrency", type=click.IntRange(1, 64), default=4, show_default=True, help="Runs in flight at once.")
+@click.option("--format", "output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--yes", is_flag=True, help="Run more than 1000 fire times, or fire times older than the retention.")
+def backfill_command(route_name: str, start: datetime, end: datetime, dry_run: bool, concurrency: int, output: str,
+                     yes: bool) -> None:
+    """Run ROUTE's fire times in [--from, --to) through the protocol, each with the run_id Scheduler's
+    delivery would have: a time that already ran, or a second backfill, replays (`duplicate`).
+
+    Uses the settings `serve` uses (RUNONCE_STORE, the routes, ADC for the target). Ctrl-C starts no
+    more runs and lets those in flight finish; a second Ctrl-C cuts them short and releases their
+    claims. Exit 0 when every run is processed or duplicate, 1 otherwise, 130 when interrupted.
+    """
+    from .audit import RangeRefused
+    from .backfill import MAX_RUNS, older_than_retention, runs_to_backfill
+
+    settings = _settings()
+    route = _audited_route(_routes(settings), route_name, "ROUTE")
+    now = _now()
+    try:
+        runs = runs_to_backfill(route_name, route, start, end, now)
+    except RangeRefused as exc:
+        raise _range_error(exc) from exc
+    if dry_run:
+        _print_backfill(route_name, runs, None, output)
+        return
+    if len(runs) > MAX_RUNS and not yes:
+        raise click.UsageError(f"--from/--to: {len(runs)} fire times, over the {MAX_RUNS} one backfill runs without --yes")
+    old = older_than_retention(runs, now, timedelta(seconds=settings.retention_seconds))
+    if old and not yes:
+        raise click.UsageError(
+            f"--from: {len(old)} fire time(s) are older than RUNONCE_RETENTION_SECONDS ({settings.retention_seconds:g}): "
+            "the store no longer knows whether they ran, so any that did would run again; pass --yes to run them"
+        )
+    outcomes, interrupted = _with_store(
+        settings, lambda store: _backfill(settings, route_name, route, store, runs, concurrency), create=True,
+    )
+    _print_backfill(route_name, runs, outcomes, output, interrupted=interrupted)
+    sys.exit(130 if interrupted else 0 if all(outcome.ok for outcome in outcomes) else 1)
+
+
+async def _backfill(settings: Settings, name: str, route: Any, store: Any, runs: list[Any], concurrency: int) -> tuple[list[Any], bool]:
+    """The backfill with Ctrl-C handled: the first stops starting runs, the second cuts the
+    dispatches in flight short. Claims left `unknown` are released at the end, not left to the lease."""
+    import signal
+
+    from .backfill import local_runner, release_unknown, run_all
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    async with local_runner(settings, {name: route}, store) as runner:
+
+        def interrupt() -> None:
+            if stop.is_set():
+                click.echo("\ninterrupted again: cutting the runs in flight short", err=True)
+                runner.drain(0)
+                return
+            stop.set()
+            click.echo(f"\ninterrupted: starting no more runs; those in flight finish (at most "
+                       f"{settings.dispatch_timeout_seconds:g}s); Ctrl-C again to cut them short", err=True)
+
+        loop.add_signal_handler(signal.SIGINT, interrupt)
+        try:
+            with click.progressbar(length=len(runs), label=f"backfill {name}", file=sys.stderr) as bar:
+                outcomes = await run_all(runner, runs, route, concurrency=concurrency, stop=stop,
+                                         done=lambda _: bar.update(1))
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+        # This process is leaving: a claim kept for an outcome it could not learn protects nothing now.
+        for run_id in await release_unknown(store, outcomes, _now()):
+            click.echo(f"released {run_id}: its outcome is unknown; the next delivery takes over and reconciles", err=True)
+    return outcomes, stop.is_set()
+
+
+def _print_backfill(name: str, runs: list[Any], outcomes: list[Any] | None, output: str, interrupted: bool = False) -> None:
+    if output == "json":
+        rows = [outcome.to_json() for outcome in outcomes] if outcomes is not None else [run.to_json() for run in runs]
+        body: dict[str, Any] = {"route": name, "dry_run": outcomes is None, "runs": rows}
+        if outcomes is not None:
+            body["interrupted"] = interrupted
+        click.echo(json.dumps(body, indent=2))
+        return
+    click.echo(f"{'SCHEDULE_TIME':<20}  {'LOCAL_TIME':<25}  {'RUN_ID':<64}  OUTCOME")
+    for index, run in enumerate(runs):
+        if outcomes is None:
+            outcome, detail = "dry_run", ""
+        else:
+            found = outcomes[index]
+            outcome, detail = found.outcome, found.resource or found.error or ""
+        local = run.time.astimezone(run.zone).isoformat()
+        click.echo(f"{run.to_json()['schedule_time']:<20}  {local:<25}  {run.run_id}  {outcome}  {detail}".rstrip())
 
 
 @main.command()

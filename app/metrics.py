@@ -38,6 +38,10 @@ class Metrics:
             "runonce_store_seconds", "Claim-store operation latency, by operation.",
             ["operation"], buckets=STORE_BUCKETS, registry=self.registry,
         )
+        self.missed_runs = Counter(
+            "runonce_missed_runs", "Scheduled runs the audit found no record of (POST /v1/audit:run), by route.",
+            ["route"], registry=self.registry,
+        )
         self.dispatches_in_flight = Gauge(
             "runonce_dispatches_in_flight", "Dispatches (and reconciliations) running now.", registry=self.registry,
         )

@@ -16,11 +16,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 
 from . import names
+from .delivery import JOB_PATTERN, LOCATION_PATTERN, PROJECT_PATTERN, SchedulePolicy
 from .guarantees import RouteGuard
-from .delivery import LOCATION_PATTERN, PROJECT_PATTERN, SchedulePolicy
 from .schedules import ScheduleError, get_zone, parse_schedule
-from .settings import EMAIL_PATTERN, ConfigError, Settings
-from .targets import TARGET_TYPES, TargetConfig
+from .settings import EMAIL_PATTERN, MAX_DURATION_SECONDS, ConfigError, Settings
+from .targets import TARGET_TYPES, PayloadNotSendable, TargetConfig, encode_json
 
 ROUTE_NAME_PATTERN = rf"^{names.ROUTE_NAME}$"
 """Lower-case letters, digits, `-` and `_`, at most 63 characters (as in URLs and the run_id)."""
@@ -58,6 +58,13 @@ class Route(BaseModel):
     max_lateness_seconds: int | None = Field(
         None, gt=0, strict=True, description="A run first claimed later than this after its schedule time is skipped."
     )
+    # Missed runs (app/audit.py): the Scheduler job that calls this route, so every fire time of
+    # `schedule` has the run_id that job's delivery would get; what the audit dispatches when one
+    # is missed; and the body that job sends (a catch-up or backfill must send the same body).
+    job: Annotated[str, StringConstraints(pattern=JOB_PATTERN)] | None = None
+    catch_up: Literal["none", "latest", "all"] = "none"
+    catch_up_window_seconds: int | None = Field(None, ge=1, le=MAX_DURATION_SECONDS)
+    body: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("schedule")
     @classmethod
@@ -77,6 +84,15 @@ class Route(BaseModel):
                 get_zone(value)
             except ScheduleError as exc:
                 raise ValueError(exc.reason) from None
+        return value
+
+    @field_validator("body")
+    @classmethod
+    def _sendable(cls, value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            encode_json(value)
+        except PayloadNotSendable as exc:
+            raise ValueError(exc.message) from None
         return value
 
     @model_validator(mode="after")
@@ -100,6 +116,21 @@ class Route(BaseModel):
         """What the Runner checks before dispatching (guarantees.py)."""
         lateness = self.max_lateness_seconds
         return RouteGuard(self.overlap, timedelta(seconds=lateness) if lateness is not None else None)
+
+    @model_validator(mode="after")
+    def _audit_needs_a_key(self) -> Route:
+        """Every fire time's run_id needs the job, the schedule and the namespace Scheduler's URL carries."""
+        if self.catch_up != "none" and self.job is None:
+            raise ValueError(f"field 'catch_up': {self.catch_up!r} needs 'job' (the Scheduler job id that calls this route)")
+        if self.catch_up == "none" and self.catch_up_window_seconds is not None:
+            raise ValueError("field 'catch_up_window_seconds': applies only with catch_up 'latest' or 'all'")
+        if self.job is not None and (self.schedule is None or self.namespace is None):
+            missing = " and ".join(f"'{name}'" for name in ("schedule", "namespace") if getattr(self, name) is None)
+            raise ValueError(
+                f"field 'job': needs {missing}: a missed run's run_id is made from the job, its schedule time and the "
+                "namespace (project, location) the job's URL carries"
+            )
+        return self
 
     @property
     def policy(self) -> SchedulePolicy:

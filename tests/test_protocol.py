@@ -10,7 +10,6 @@ import pytest
 
 from app import errors
 from app.api.answers import render
-from app.delivery import Delivery
 from app.protocol import THROTTLE_BACKOFF_SECONDS, Runner
 from app.stores.base import COMPLETED, FAILED, IN_PROGRESS
 from app.stores.memory import MemoryStore

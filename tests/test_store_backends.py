@@ -297,8 +297,8 @@ async def test_sqlite_ping_fails_while_another_process_holds_the_write_lock(tmp_
 async def test_sqlite_file_from_before_the_task_counters_gets_them(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     old = sqlite3.connect(path)
-    schema = "CREATE TABLE runs (" + ", ".join(
-        f"{name} TEXT" for name in ("run_id", "status", "attempt_id", "lease_expires", "expire_at", "created_at",
+    schema = "CREATE TABLE runs (run_id TEXT PRIMARY KEY, " + ", ".join(  # the key every released schema had
+        f"{name} TEXT" for name in ("status", "attempt_id", "lease_expires", "expire_at", "created_at",
                                     "updated_at", "route", "source", "project", "location", "job", "schedule_time",
                                     "task", "body_sha256", "target", "last_error")
     ) + ", attempts INTEGER)"
@@ -324,8 +324,8 @@ async def test_sqlite_file_from_before_skipped_takes_it_and_keeps_its_runs(tmp_p
     with sqlite3.connect(path) as old:
         old.executescript(old_schema)
         with pytest.raises(sqlite3.IntegrityError):
-            old.execute(sqlite_store._UPSERT, sqlite_store._to_row(replace(earlier.record, status=SKIPPED)))
-        old.execute(sqlite_store._UPSERT, sqlite_store._to_row(earlier.record))
+            old.execute(sqlite_store._INSERT, sqlite_store._to_row(replace(earlier.record, status=SKIPPED)))
+        old.execute(sqlite_store._INSERT, sqlite_store._to_row(earlier.record))
     old.close()
 
     store = SQLiteStore(str(path))

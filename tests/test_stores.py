@@ -6,6 +6,7 @@ Each test is a rule of the run protocol (docs/contract.md, "The run record and i
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -203,3 +204,14 @@ async def test_records_survive_a_new_handle(make_store, store: RunStore) -> None
     other = make_store()
     assert (await other.get(first.record.run_id, T0)).status == COMPLETED
     assert (await claim(other)).decision is Decision.REPLAY
+
+
+async def test_a_takeover_records_the_cloud_tasks_counters_of_its_delivery(store: RunStore) -> None:
+    first = await store.claim(replace(new_run(), task_retry_count=0, task_execution_count=1), T0, LEASE, RETENTION)
+    assert (first.record.task_retry_count, first.record.task_execution_count) == (0, 1)
+    await store.finish(first, Finish(FAILED, last_error="HTTP 500"), T0)
+
+    retry = await store.claim(replace(new_run(), task_retry_count=3, task_execution_count=2), T0, LEASE, RETENTION)
+    assert retry.decision is Decision.TAKEOVER
+    assert (retry.record.task_retry_count, retry.record.task_execution_count) == (3, 2)
+    assert await store.get(retry.record.run_id, T0) == retry.record

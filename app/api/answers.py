@@ -1,6 +1,7 @@
 """Every error answer, in one place: which HTTP status, `status` word and headers each
-`errors.DeliveryError` family gets (`ANSWERS`), how its body looks (`render`), the exception
-handlers `create_app` installs, and the OpenAPI `responses=` the endpoints declare.
+`errors.DeliveryError` family gets (`ANSWERS`, the status table of docs/contract.md), how its
+body looks (`render`), the exception handlers `create_app` installs, and the OpenAPI
+`responses=` the endpoints declare.
 
 The domain (errors.py) knows nothing of HTTP; this table is the only place that does.
 """
@@ -116,7 +117,7 @@ async def delivery_error(request: Request, exc: Exception) -> JSONResponse:
 async def http_error(request: Request, exc: Exception) -> JSONResponse:
     """Starlette's own answers (no such path 404, wrong method 405) in runonce's body shape."""
     assert isinstance(exc, StarletteHTTPException)
-    status = {404: "not_found", 405: "invalid"}.get(exc.status_code, "invalid")
+    status = "not_found" if exc.status_code == 404 else "invalid"  # 405: a method the endpoint does not take
     body = {"status": status, "route": None, "error": {"message": str(exc.detail)}}
     return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 

@@ -6,7 +6,7 @@ directly and answer with app/api/answers.py's status and body, which is five tim
 
 Parties and boundaries (a fault can be injected at each `|`):
 
-    Cloud Scheduler / Cloud Tasks --HTTP--> instance (app + Runner) --| store (memory, SQLite, Firestore)
+    Cloud Scheduler / Cloud Tasks --HTTP--> instance (app + Runner) --| store (memory, SQLite, Firestore, Spanner, Redis)
        retries, attempt deadline,            skewed clock, may crash  --| downstream (reconciles or dedupes)
        duplicates, redelivery                at any boundary (kill -9)
 
@@ -311,10 +311,10 @@ class Instance:
         )
 
     async def stop(self) -> None:
-        if not self.dead:
-            await self._stack.aclose()
+        if not self.dead and self.world.config.web:
+            await self._stack.aclose()  # the app's lifespan closes the store
         else:
-            await self.inner.close()  # the OS would close a killed process's files
+            await self.inner.close()  # the OS would close a killed process's files (and the Runner has no lifespan)
 
     async def deliver(self, execution: Execution, headers: dict[str, str]) -> Answer:
         started = self.world.loop.time()
@@ -420,6 +420,9 @@ class FaultyStore(RunStore):
 
     async def release(self, run_id: str, now: datetime) -> RunRecord | None:
         return await self._call("release", run_id, lambda: self.inner.release(run_id, now))
+
+    async def load(self, run_id: str) -> tuple[RunRecord, Any] | None:  # unused: every operation above is wrapped
+        return await self.inner.load(run_id)
 
     async def list(self, now: datetime, route: str | None = None, status: RunStatus | None = None, limit: int = 50) -> list[RunRecord]:
         # On the delivery path since overlap (issue 13): faults as any store call, keyed by route.
@@ -562,6 +565,10 @@ class World:
             store._executor.shutdown()
             store._executor = InlineExecutor()  # type: ignore[assignment]
             return store
+        if self.config.store in SERVER_STORES:
+            from app.stores import open_store
+
+            return open_store(server_store_url(self.config.store), timeout_seconds=self.config.store_timeout)
         from app.stores.firestore import FirestoreStore
 
         store = FirestoreStore(project="runonce-sim", collection=self._collection, timeout_seconds=self.config.store_timeout)
@@ -569,9 +576,9 @@ class World:
         return store
 
     async def store_io(self, call: Callable[[], Awaitable[T]]) -> T:
-        """Firestore calls are real network calls: one at a time (a fixed order) with virtual time
-        standing still while they run."""
-        if self.config.store != "firestore":
+        """Firestore, Spanner and Redis calls are real network calls: one at a time (a fixed order)
+        with virtual time standing still while they run."""
+        if self.config.store in ("memory", "sqlite"):
             return await call()
         async with self._io_lock:
             self.loop.io_busy += 1
@@ -693,6 +700,40 @@ class World:
         shutil.rmtree(self._tmp, ignore_errors=True)
 
 
+SERVER_STORES = {"spanner": "RUNONCE_SIM_SPANNER_URL", "redis": "RUNONCE_SIM_REDIS_URL"}
+"""Stores on a server the caller started, named by these variables (a fresh, empty store: every
+history wipes it first, see `wipe_server_store`)."""
+
+
+def server_store_url(store: str) -> str:
+    import os
+
+    url = os.environ.get(SERVER_STORES[store])
+    if not url:
+        raise RuntimeError(f"--store {store} needs {SERVER_STORES[store]} (python -m tests.sim starts one itself)")
+    return url
+
+
+async def wipe_server_store(store: str) -> None:
+    """Histories share one Spanner table / Redis database, one after another: each starts empty."""
+    url = server_store_url(store)
+    if store == "redis":
+        import redis.asyncio as aioredis
+
+        client = aioredis.Redis.from_url(url)
+        await client.flushdb()
+        await client.aclose()
+        return
+    from app.stores import open_store
+
+    spanner = open_store(url)
+    await asyncio.get_running_loop().run_in_executor(
+        None, lambda: spanner._database.run_in_transaction(  # type: ignore[attr-defined]
+            lambda txn: txn.execute_update(f"DELETE FROM {spanner.table} WHERE TRUE"))  # type: ignore[attr-defined]
+    )
+    await spanner.close()
+
+
 def _fast_tmp() -> str | None:
     """tmpfs when there is one: SQLite's FULL sync is a no-op there."""
     import os
@@ -738,6 +779,8 @@ async def play(config: Config, faults: dict[str, str] | None = None) -> Report:
     loop = asyncio.get_running_loop()
     assert isinstance(loop, VirtualTimeLoop)
     world = World(config, loop, faults)
+    if config.store in SERVER_STORES:
+        await world.store_io(lambda: wipe_server_store(config.store))
     try:
         await world.play()
         records = await world.records()

@@ -1,0 +1,303 @@
+"""The audit (app/audit.py) and `runonce audit`: every fire time of a route as the run Scheduler would
+have delivered, and which left no record. Against the real SQLite store; the clock is the test's."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.audit import (
+    MAX_CATCH_UP_PER_ROUTE,
+    RangeRefused,
+    audit,
+    body_sha256,
+    catch_up_runs,
+    check_catch_up_windows,
+    parse_duration,
+    scheduled_runs,
+)
+from app.delivery import format_schedule_time
+from app.main import create_app
+from app.routes import parse_routes
+from app.settings import ConfigError, Settings
+from app.stores import Finish, NewRun, RunStore
+from app.stores.base import COMPLETED
+from app.stores.sqlite import SQLiteStore
+
+LEASE = timedelta(seconds=300)
+RETENTION = timedelta(days=1)
+NOW = datetime(2026, 3, 8, 12, 0, tzinfo=timezone.utc)
+ROUTES_TEXT = """
+routes:
+  hourly:
+    target: {type: log}
+    job: hourly-job
+    schedule: "0 * * * *"
+    namespace: {project: proj-1, location: us-central1}
+  nightly:
+    target: {type: log}
+    job: nightly-etl
+    schedule: "30 2 * * *"
+    time_zone: America/New_York
+    namespace: {project: proj-1, location: us-central1}
+    body: {mode: full}
+  unaudited: {target: {type: log}, schedule: "* * * * *"}
+"""
+ROUTES = parse_routes(ROUTES_TEXT, "test")
+
+
+async def record(store: RunStore, run, body: dict | None = None, now: datetime = NOW) -> None:
+    """What a delivery of `run` leaves: a completed record under its run_id."""
+    d = run.delivery
+    new = NewRun(run_id=d.run_id, route=d.route, source=d.source, project=d.project, location=d.location,
+                 job=d.job, schedule_time=d.schedule_time_text, task=None,
+                 body_sha256=body_sha256(body if body is not None else {}))
+    claim = await store.claim(new, now, LEASE, RETENTION)
+    await store.finish(claim, Finish(COMPLETED, target={"type": "log", "resource": "log/x"}), now)
+
+
+@pytest.fixture
+async def store(tmp_path: Path):
+    store = SQLiteStore(str(tmp_path / "runs.db"))
+    yield store
+    await store.close()
+
+
+def test_fire_times_follow_the_engine_across_a_dst_gap_in_the_routes_zone() -> None:
+    runs = scheduled_runs({"nightly": ROUTES["nightly"]}, datetime(2026, 3, 6, tzinfo=timezone.utc),
+                          datetime(2026, 3, 10, tzinfo=timezone.utc))
+    # 02:30 does not exist in New York on March 8: unix-cron runs at the transition (03:00 EDT)
+    assert [format_schedule_time(run.time) for run in runs] == [
+        "2026-03-06T07:30:00Z", "2026-03-07T07:30:00Z", "2026-03-08T07:00:00Z", "2026-03-09T06:30:00Z",
+    ]
+    assert runs[2].to_json()["local_time"] == "2026-03-08T03:00:00-04:00"
+
+
+def test_a_fire_times_run_id_is_the_one_the_server_gives_schedulers_delivery() -> None:
+    """The server, fed the headers and URL Scheduler sends, records the same run_id the audit looks for."""
+    [run] = scheduled_runs({"nightly": ROUTES["nightly"]}, datetime(2026, 3, 9, 6, tzinfo=timezone.utc),
+                           datetime(2026, 3, 9, 7, tzinfo=timezone.utc))
+    canonical = "runonce/v1|scheduler|proj-1|us-central1|nightly|nightly-etl|2026-03-09T06:30:00Z"
+    assert run.run_id == hashlib.sha256(canonical.encode()).hexdigest()
+    from app.stores.memory import MemoryStore
+
+    app = create_app(Settings(routes=ROUTES_TEXT, auth="none"), store=MemoryStore(),
+                     clock=lambda: datetime(2026, 3, 9, 6, 30, 1, tzinfo=timezone.utc))
+
+    async def deliver() -> dict:
+        async with app.router.lifespan_context(app), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://runonce"
+        ) as http:
+            response = await http.post(
+                "/v1/routes/nightly:run?project=proj-1&location=us-central1", json={"mode": "full"},
+                headers={"X-CloudScheduler-JobName": "nightly-etl",
+                         "X-CloudScheduler-ScheduleTime": "2026-03-09T02:30:00-04:00"},
+            )
+            return response.json()
+
+    assert asyncio.run(deliver())["run_id"] == run.run_id
+
+
+async def test_the_audit_reports_exactly_the_fire_times_without_a_record(store: RunStore) -> None:
+    start = NOW - timedelta(hours=6)
+    runs = scheduled_runs({"hourly": ROUTES["hourly"]}, start, NOW)
+    holes = {runs[1].run_id, runs[4].run_id}
+    for run in runs:
+        if run.run_id not in holes:
+            await record(store, run)
+    report = await audit(store, {"hourly": ROUTES["hourly"]}, start, NOW, NOW, lease=LEASE, retention=RETENTION)
+    assert {run.run_id for run in report.missed} == holes
+    # 06:00..11:00 are due; 12:00 is not in [start, now) and none is within the lease
+    assert report.checked == 6 and [r.route for r in report.missed] == ["hourly", "hourly"]
+
+
+async def test_fire_times_within_the_lease_of_now_are_not_due_yet(store: RunStore) -> None:
+    now = NOW + timedelta(seconds=120)  # the 12:00 run may still be on its way
+    report = await audit(store, {"hourly": ROUTES["hourly"]}, NOW - timedelta(hours=1), now, now,
+                         lease=LEASE, retention=RETENTION)
+    assert [format_schedule_time(run.time) for run in report.missed] == ["2026-03-08T11:00:00Z"]
+    later = now + LEASE
+    report = await audit(store, {"hourly": ROUTES["hourly"]}, NOW - timedelta(hours=1), later, later,
+                         lease=LEASE, retention=RETENTION)
+    assert [format_schedule_time(run.time) for run in report.missed] == ["2026-03-08T11:00:00Z", "2026-03-08T12:00:00Z"]
+
+
+async def test_a_range_older_than_the_retention_is_refused_not_reported_missed(store: RunStore) -> None:
+    with pytest.raises(RangeRefused) as refused:
+        await audit(store, ROUTES, NOW - RETENTION, NOW, NOW, lease=LEASE, retention=RETENTION)
+    assert refused.value.field == "from" and "RUNONCE_RETENTION_SECONDS=86400" in refused.value.reason
+    assert "2026-03-07T12:00:01Z" in refused.value.reason  # the earliest auditable time
+    report = await audit(store, ROUTES, NOW - RETENTION + timedelta(seconds=1), NOW, NOW, lease=LEASE, retention=RETENTION)
+    assert report.checked == 23 + 1  # hourly 13:00..11:00, nightly once
+
+
+async def test_a_range_with_nothing_due_is_refused(store: RunStore) -> None:
+    with pytest.raises(RangeRefused) as refused:
+        await audit(store, ROUTES, NOW - timedelta(seconds=60), NOW, NOW, lease=LEASE, retention=RETENTION,
+                    start_field="since")
+    assert refused.value.field == "since" and "not due yet" in refused.value.reason
+
+
+async def test_a_record_in_any_state_is_not_missed(store: RunStore) -> None:
+    """in_progress (a retry may be on its way) and failed (Scheduler gave up, or will retry) are not
+    missed: someone delivered them."""
+    runs = scheduled_runs({"hourly": ROUTES["hourly"]}, NOW - timedelta(hours=2), NOW)
+    d = runs[0].delivery
+    await store.claim(NewRun(run_id=d.run_id, route=d.route, source=d.source, project=d.project,
+                             location=d.location, job=d.job, schedule_time=d.schedule_time_text, task=None,
+                             body_sha256=body_sha256({})), NOW - timedelta(hours=1), LEASE, RETENTION)
+    report = await audit(store, {"hourly": ROUTES["hourly"]}, NOW - timedelta(hours=2), NOW, NOW,
+                         lease=LEASE, retention=RETENTION)
+    assert [run.run_id for run in report.missed] == [runs[1].run_id]
+
+
+def test_durations() -> None:
+    assert parse_duration("90", "since") == timedelta(seconds=90)
+    assert parse_duration("1h30m", "since") == timedelta(minutes=90)
+    assert parse_duration("7d", "since") == timedelta(days=7)
+    for bad in ("", "0s", "1w", "-5", "1.5h", "h"):
+        with pytest.raises(RangeRefused) as refused:
+            parse_duration(bad, "since")
+        assert refused.value.field == "since"
+
+
+# -- catch-up: which runs a policy dispatches -----------------------------------------------------
+
+CATCH_UP = parse_routes("""
+routes:
+  latest:
+    target: {type: log}
+    job: j-latest
+    schedule: "0 * * * *"
+    namespace: {project: proj-1, location: us-central1}
+    catch_up: latest
+  all:
+    target: {type: log}
+    job: j-all
+    schedule: "*/5 * * * *"
+    namespace: {project: proj-1, location: us-central1}
+    catch_up: all
+    catch_up_window_seconds: 7200
+""", "test")
+
+
+async def test_catch_up_latest_dispatches_only_the_latest_due_run_and_only_if_missed(store: RunStore) -> None:
+    runs = await catch_up_runs(store, "latest", CATCH_UP["latest"], NOW, NOW, lease=LEASE, retention=RETENTION)
+    assert [format_schedule_time(run.time) for run in runs] == ["2026-03-08T11:00:00Z"]
+    await record(store, runs[0])
+    # the older misses are superseded by the run that happened: nothing to dispatch
+    assert await catch_up_runs(store, "latest", CATCH_UP["latest"], NOW, NOW, lease=LEASE, retention=RETENTION) == []
+
+
+async def test_catch_up_all_dispatches_every_miss_of_the_window_oldest_first_bounded(store: RunStore) -> None:
+    runs = await catch_up_runs(store, "all", CATCH_UP["all"], NOW, NOW, lease=LEASE, retention=RETENTION)
+    assert len(runs) == MAX_CATCH_UP_PER_ROUTE
+    assert format_schedule_time(runs[0].time) == "2026-03-08T10:00:00Z"  # the window: two hours back
+    assert [run.time for run in runs] == sorted(run.time for run in runs)
+    for run in runs:
+        await record(store, run)
+    following = await catch_up_runs(store, "all", CATCH_UP["all"], NOW, NOW, lease=LEASE, retention=RETENTION)
+    assert format_schedule_time(following[0].time) == "2026-03-08T10:50:00Z"
+
+
+async def test_catch_up_never_reaches_past_the_retention(store: RunStore) -> None:
+    route = CATCH_UP["latest"]
+    short = timedelta(minutes=30)  # the 11:00 run is older than the store keeps: absence proves nothing
+    assert await catch_up_runs(store, "latest", route, NOW, NOW, lease=LEASE, retention=short) == []
+
+
+def test_a_catch_up_window_the_retention_cannot_see_stops_start_up() -> None:
+    assert check_catch_up_windows(CATCH_UP, 86400) == []
+    [problem] = check_catch_up_windows(CATCH_UP, 3600)
+    assert "route 'all'" in problem and "catch_up_window_seconds" in problem and "RUNONCE_RETENTION_SECONDS" in problem
+
+
+@pytest.mark.parametrize(("fields", "field", "reason"), [
+    ("catch_up: all", "catch_up", "needs 'job'"),
+    ("job: j", "job", "needs 'schedule' and 'namespace'"),
+    ("job: j, schedule: '* * * * *'", "job", "needs 'namespace'"),
+    ("catch_up_window_seconds: 60", "catch_up_window_seconds", "only with catch_up"),
+    ("catch_up: sometimes", "catch_up", "'none', 'latest' or 'all'"),
+    ("job: 'a b', schedule: '* * * * *', namespace: {project: proj-1, location: l}", "job", "does not match"),
+])
+def test_bad_audit_fields_stop_start_up_naming_the_route_and_field(fields: str, field: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        parse_routes(f"routes: {{etl: {{target: {{type: log}}, {fields}}}}}", "routes.yaml")
+    message = str(error.value)
+    assert "route 'etl'" in message and f"field '{field}'" in message and reason in message, message
+
+
+# -- runonce audit -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def audited(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The CLI on the hourly route, with the store holding every run of the last six hours but two."""
+    path = tmp_path / "routes.yaml"
+    path.write_text(ROUTES_TEXT)
+    monkeypatch.setenv("RUNONCE_ROUTES_FILE", str(path))
+    now = datetime.now(timezone.utc)
+    runs = scheduled_runs({"hourly": ROUTES["hourly"]}, now - timedelta(hours=6), now - LEASE)
+    holes = [runs[0], runs[3]]
+
+    async def seed() -> None:
+        store = SQLiteStore(str(cli.db))
+        for run in runs:
+            if run not in holes:
+                await record(store, run, now=now)
+        await store.close()
+
+    asyncio.run(seed())
+    cli.holes = holes
+    return cli
+
+
+def test_runonce_audit_prints_one_line_per_missed_run_and_exits_1(audited) -> None:
+    result = audited("audit", "--route", "hourly", "--since", "6h")
+    assert result.exit_code == 1, result.output
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2
+    for line, run in zip(lines, audited.holes, strict=True):
+        assert line.split()[:3] == ["hourly", "job=hourly-job", format_schedule_time(run.time)]
+        local = run.time.strftime("%Y-%m-%d %H:%M:%S+0000")
+        assert f"({local} UTC)" in line and line.endswith(run.run_id), line
+    assert "2 missed of 6 fire time(s) of 1 route(s)" in result.stderr
+
+
+def test_runonce_audit_json_and_exit_0_when_nothing_is_missed(audited) -> None:
+    result = audited("audit", "--route", "hourly", "--since", "6h", "--format", "json")
+    report = json.loads(result.stdout)
+    assert [run["run_id"] for run in report["missed"]] == [run.run_id for run in audited.holes]
+    assert report["missed"][0]["job"] == "hourly-job" and report["checked"] == 6
+    start = format_schedule_time(audited.holes[0].time + timedelta(minutes=1))
+    result = audited("audit", "--route", "hourly", "--from", start, "--to", format_schedule_time(audited.holes[1].time))
+    assert result.exit_code == 0 and result.stdout == "", result.output
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (("--since", "2d"), "--since: "),
+    (("--from", "2020-01-01T00:00:00Z"), "--from: "),
+    (("--since", "1m"), "not due yet"),
+    (("--since", "1h", "--from", "2026-01-01T00:00:00Z"), "give --since"),
+    (("--since", "1h", "--to", "2026-01-01T00:00:00Z"), "--to goes with --from"),
+    (("--route", "unaudited", "--since", "1h"), "--route: route 'unaudited' does not name its Scheduler 'job' (routes with job: hourly, nightly)"),
+    (("--since", "soon"), "not a duration"),
+])
+def test_runonce_audit_refuses_what_it_cannot_answer_with_exit_2(audited, args: tuple[str, ...], says: str) -> None:
+    result = audited("audit", *args)
+    assert result.exit_code == 2 and says in result.output, result.output
+
+
+def test_runonce_audit_without_a_store_reports_every_due_run(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "routes.yaml"
+    path.write_text(ROUTES_TEXT)
+    monkeypatch.setenv("RUNONCE_ROUTES_FILE", str(path))
+    result = cli("audit", "--route", "hourly", "--since", "3h")
+    assert result.exit_code == 1 and len(result.stdout.splitlines()) in (2, 3) and "no store" in result.stderr
+    assert not cli.db.exists()

@@ -1,0 +1,153 @@
+"""Backfill (app/backfill.py) and what `runonce backfill` refuses. The runs through the protocol against
+real targets and stores are in tests/test_missed_runs_e2e.py; here the Runner is real and the store in memory."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from app.audit import RangeRefused, scheduled_runs
+from app.backfill import NOT_STARTED, older_than_retention, run_all, runs_to_backfill
+from app.protocol import Runner
+from app.routes import parse_routes
+from app.stores.memory import MemoryStore
+from app.targets import DispatchRequest, TargetFailed
+from app.targets.scripted import ScriptedTarget
+
+NOW = datetime(2026, 3, 8, 12, 0, tzinfo=timezone.utc)
+ROUTES_TEXT = """
+routes:
+  minutely:
+    target: {type: log}
+    job: minutely-job
+    schedule: "* * * * *"
+    namespace: {project: proj-1, location: us-central1}
+    body: {mode: full}
+  hourly:
+    target: {type: log}
+    job: hourly-job
+    schedule: "0 * * * *"
+    namespace: {project: proj-1, location: us-central1}
+  plain: {target: {type: log}}
+"""
+ROUTES = parse_routes(ROUTES_TEXT, "test")
+ROUTE = ROUTES["minutely"]
+
+
+def runner(target: ScriptedTarget, store: MemoryStore | None = None) -> Runner:
+    return Runner(store or MemoryStore(), {"minutely": target}, lease=timedelta(seconds=300),
+                  retention=timedelta(days=1), dispatch_timeout=timedelta(seconds=30), clock=lambda: NOW)
+
+
+def test_the_range_is_half_open_and_never_in_the_future() -> None:
+    runs = runs_to_backfill("minutely", ROUTE, NOW - timedelta(minutes=3), NOW, NOW)
+    assert [run.time.minute for run in runs] == [57, 58, 59]
+    with pytest.raises(RangeRefused) as refused:
+        runs_to_backfill("minutely", ROUTE, NOW - timedelta(minutes=3), NOW + timedelta(seconds=1), NOW)
+    assert refused.value.field == "to" and "future" in refused.value.reason
+    with pytest.raises(RangeRefused) as refused:
+        runs_to_backfill("minutely", ROUTE, NOW, NOW, NOW)
+    assert refused.value.field == "from"
+
+
+async def test_runs_start_oldest_first_at_most_concurrency_at_once_with_the_jobs_body() -> None:
+    active = peak = 0
+
+    async def slow(request: DispatchRequest) -> str:
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        await asyncio.sleep(0.01)
+        active -= 1
+        return f"done/{request.run_id}"
+
+    target = ScriptedTarget(slow)
+    runs = runs_to_backfill("minutely", ROUTE, NOW - timedelta(minutes=10), NOW, NOW)
+    outcomes = await run_all(runner(target), runs, ROUTE, concurrency=3)
+    assert [o.outcome for o in outcomes] == ["processed"] * 10 and peak == 3
+    assert [r.run_id for r in target.dispatched] == [run.run_id for run in runs]
+    assert {r.payload["mode"] for r in target.dispatched} == {"full"} and outcomes[0].resource.startswith("done/")
+
+
+async def test_a_stopped_backfill_starts_nothing_more_and_says_so() -> None:
+    stop = asyncio.Event()
+    target = ScriptedTarget()
+    runs = runs_to_backfill("minutely", ROUTE, NOW - timedelta(minutes=5), NOW, NOW)
+    outcomes = await run_all(runner(target), runs, ROUTE, concurrency=1, stop=stop,
+                             done=lambda outcome: stop.set())
+    assert [o.outcome for o in outcomes] == ["processed"] + [NOT_STARTED] * 4
+    assert len(target.dispatched) == 1 and not outcomes[1].ok
+
+
+async def test_a_failed_run_is_reported_and_a_second_backfill_dispatches_it_again() -> None:
+    store = MemoryStore()
+    failing = ScriptedTarget()
+    runs = runs_to_backfill("minutely", ROUTE, NOW - timedelta(minutes=2), NOW, NOW)
+
+    async def refuse(request: DispatchRequest) -> str:
+        raise TargetFailed("HTTP 400: bad request")
+
+    failing.on_dispatch = refuse
+    first = await run_all(runner(failing, store), runs, ROUTE, concurrency=2)
+    assert [o.outcome for o in first] == ["failed", "failed"] and "HTTP 400" in first[0].error
+    second = await run_all(runner(ScriptedTarget(), store), runs, ROUTE, concurrency=2)
+    assert [o.outcome for o in second] == ["processed", "processed"]
+    third = await run_all(runner(ScriptedTarget(), store), runs, ROUTE, concurrency=2)
+    assert [o.outcome for o in third] == ["duplicate", "duplicate"]
+
+
+def test_runs_older_than_the_retention_are_flagged() -> None:
+    runs = scheduled_runs({"minutely": ROUTE}, NOW - timedelta(days=1, minutes=2), NOW - timedelta(days=1) + timedelta(minutes=2))
+    assert len(older_than_retention(runs, NOW, timedelta(days=1))) == 3  # 11:58, 11:59, 12:00 a day ago
+
+
+# -- runonce backfill: refusals -------------------------------------------------------------------
+
+
+@pytest.fixture
+def cli_routes(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    path = tmp_path / "routes.yaml"
+    path.write_text(ROUTES_TEXT)
+    monkeypatch.setenv("RUNONCE_ROUTES_FILE", str(path))
+    return cli
+
+
+def stamp(value: datetime) -> str:
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_dry_run_prints_times_and_run_ids_and_touches_nothing(cli_routes) -> None:
+    end = datetime.now(timezone.utc).replace(second=0, microsecond=0)
+    result = cli_routes("backfill", "minutely", "--from", stamp(end - timedelta(minutes=3)), "--to", stamp(end), "--dry-run")
+    assert result.exit_code == 0, result.output
+    header, *rows = result.stdout.splitlines()
+    assert header.split() == ["SCHEDULE_TIME", "LOCAL_TIME", "RUN_ID", "OUTCOME"]
+    expected = runs_to_backfill("minutely", ROUTE, end - timedelta(minutes=3), end, end)
+    assert [row.split()[2] for row in rows] == [run.run_id for run in expected]
+    assert {row.split()[3] for row in rows} == {"dry_run"}
+    assert not cli_routes.db.exists()
+
+
+END = datetime.now(timezone.utc).replace(second=0, microsecond=0) - timedelta(hours=1)
+
+
+def span(route: str, length: timedelta, end: datetime = END) -> tuple[str, ...]:
+    return (route, "--from", stamp(end - length), "--to", stamp(end))
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (span("plain", timedelta(minutes=3)), "ROUTE: route 'plain' does not name its Scheduler 'job'"),
+    (span("nope", timedelta(minutes=3)), "ROUTE: no route 'nope'"),
+    (span("minutely", timedelta(minutes=3), datetime(2999, 1, 1, tzinfo=timezone.utc)),
+     "--to: 2999-01-01T00:00:00Z is in the future"),
+    (span("minutely", timedelta(minutes=1001)), "1001 fire times, over the 1000 one backfill runs without --yes"),
+    (span("hourly", timedelta(days=1, hours=2)), "fire time(s) are older than RUNONCE_RETENTION_SECONDS (86400)"),
+    (span("minutely", timedelta(minutes=-3)), "--from: must be before --to"),
+])
+def test_runonce_backfill_refuses_with_exit_2_naming_the_flag(cli_routes, args: tuple[str, ...], says: str) -> None:
+    result = cli_routes("backfill", *args)
+    assert result.exit_code == 2 and says in result.output, result.output
+    assert not cli_routes.db.exists()

@@ -1,0 +1,196 @@
+"""End to end: `runonce audit` and `runonce backfill` (real subprocesses) against the store a real
+`runonce serve` writes (SQLite, the Firestore emulator), with Scheduler's deliveries sent over HTTP
+and a real local downstream that counts what it receives."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.audit import ScheduledRun, scheduled_runs
+from app.delivery import format_schedule_time
+from app.routes import parse_routes
+from tests.support.downstream import Downstream
+from tests.support.procs import REPO, ServerProcess, start_server, wait_for
+from tests.support.stores import FIRESTORE_PROJECT
+
+pytestmark = pytest.mark.e2e
+
+LEASE_SECONDS = 6
+DISPATCH_TIMEOUT_SECONDS = 1
+NAMESPACE = {"project": "e2e-project", "location": "us-central1"}
+BODY = {"mode": "full"}
+ROUTE_NAMES = ("holes", "twice", "slow", "cut")
+
+
+def routes_json(downstream: Downstream) -> str:
+    return json.dumps({"routes": {
+        name: {"target": {"type": "http", "url": f"{downstream.url}/{name}"}, "namespace": NAMESPACE,
+               "job": f"{name}-job", "schedule": "* * * * *", "time_zone": "Europe/Paris", "body": BODY}
+        for name in ROUTE_NAMES
+    }})
+
+
+@pytest.fixture(scope="module")
+def downstream() -> Iterator[Downstream]:
+    with Downstream() as service:
+        yield service
+
+
+@pytest.fixture(scope="module", params=["sqlite", "firestore"])
+def server(request: pytest.FixtureRequest, downstream: Downstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    logs = tmp_path_factory.mktemp(f"missed-{request.param}")
+    if request.param == "sqlite":
+        store_env = {"RUNONCE_STORE": f"sqlite:///{logs / 'runs.db'}", "RUNONCE_STORE_TIMEOUT_SECONDS": "0.5"}
+    else:
+        emulator = request.getfixturevalue("firestore_emulator")
+        store_env = {
+            "RUNONCE_STORE": "firestore", "RUNONCE_FIRESTORE_PROJECT": FIRESTORE_PROJECT,
+            "RUNONCE_FIRESTORE_COLLECTION": f"missed_{uuid.uuid4().hex[:8]}", "RUNONCE_STORE_TIMEOUT_SECONDS": "2",
+            "FIRESTORE_EMULATOR_HOST": emulator.host,
+        }
+    env = {
+        "RUNONCE_AUTH": "none", "RUNONCE_ROUTES": routes_json(downstream), "RUNONCE_LOG_FORMAT": "text",
+        "RUNONCE_LEASE_SECONDS": str(LEASE_SECONDS), "RUNONCE_DISPATCH_TIMEOUT_SECONDS": str(DISPATCH_TIMEOUT_SECONDS),
+        **store_env,
+    }
+    proc = start_server(env, logs)
+    yield proc
+    proc.stop()
+
+
+def runonce(server: ServerProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    """A `runonce` command with the server's own settings (store, routes), as an operator runs it."""
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=REPO, env=server.env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def fire_times(server: ServerProcess, route: str, start: datetime, end: datetime) -> list[ScheduledRun]:
+    routes = parse_routes(server.env["RUNONCE_ROUTES"], "test")
+    return scheduled_runs({route: routes[route]}, start, end)
+
+
+def deliver(server: ServerProcess, run: ScheduledRun) -> httpx.Response:
+    """Scheduler's delivery of `run`: its job's headers, the namespace in the URL, its body; retried
+    on 503 as Scheduler does (the emulator's first requests can be slow)."""
+    for _ in range(5):
+        response = httpx.post(
+            f"{server.url}/v1/routes/{run.route}:run?project={NAMESPACE['project']}&location={NAMESPACE['location']}",
+            headers={"X-CloudScheduler-JobName": run.delivery.job,
+                     "X-CloudScheduler-ScheduleTime": run.time.astimezone(run.zone).isoformat()},
+            json=BODY, timeout=30,
+        )
+        if response.status_code != 503:
+            break
+    return response
+
+
+def minutes_ago(count: int) -> datetime:
+    now = datetime.now(timezone.utc)
+    return now.replace(second=0, microsecond=0) - timedelta(minutes=count)
+
+
+def test_the_audit_of_a_store_with_holes_reports_exactly_the_holes(server: ServerProcess) -> None:
+    start, end = minutes_ago(12), minutes_ago(1)
+    runs = fire_times(server, "holes", start, end)
+    holes = {runs[2].run_id, runs[7].run_id}
+    for run in runs:
+        if run.run_id not in holes:
+            assert deliver(server, run).json()["status"] == "processed"
+
+    result = runonce(server, "audit", "--route", "holes", "--from", format_schedule_time(start), "--to",
+                     format_schedule_time(end), "--format", "json")
+    assert result.returncode == 1, result.stderr
+    report = json.loads(result.stdout)
+    assert {run["run_id"] for run in report["missed"]} == holes and report["checked"] == len(runs) == 11
+    text = runonce(server, "audit", "--since", "15m")
+    assert text.returncode == 1 and {line.split()[-1] for line in text.stdout.splitlines()} >= holes
+
+
+def test_backfill_twice_executes_once_and_schedulers_delivery_of_a_backfilled_time_is_a_duplicate(
+    server: ServerProcess, downstream: Downstream,
+) -> None:
+    start, end = minutes_ago(8), minutes_ago(2)
+    runs = fire_times(server, "twice", start, end)
+    seen = len(downstream.keys.get("/twice", []))  # the downstream is shared with the other store's run
+    already = deliver(server, runs[1])  # Scheduler delivered this one
+    assert already.json()["status"] == "processed"
+    calls = downstream.calls["/twice"]
+    args = ("backfill", "twice", "--from", format_schedule_time(start), "--to", format_schedule_time(end), "--format", "json")
+
+    dry = runonce(server, *args, "--dry-run")
+    assert dry.returncode == 0 and [r["run_id"] for r in json.loads(dry.stdout)["runs"]] == [r.run_id for r in runs]
+    assert downstream.calls["/twice"] == calls
+
+    first = runonce(server, *args)
+    assert first.returncode == 0, first.stderr
+    outcomes = [row["outcome"] for row in json.loads(first.stdout)["runs"]]
+    assert outcomes == ["processed", "duplicate", "processed", "processed", "processed", "processed"]
+    assert downstream.calls["/twice"] - calls == len(runs) - 1
+    assert sorted(downstream.keys["/twice"][seen:]) == sorted(run.run_id for run in runs)  # Scheduler's run_id, each once
+    assert downstream.bodies["/twice"][-1]["payload"] == BODY and downstream.bodies["/twice"][-1]["source"] == "scheduler"
+
+    again = runonce(server, *args)
+    assert [row["outcome"] for row in json.loads(again.stdout)["runs"]] == ["duplicate"] * len(runs)
+    late = deliver(server, runs[-1])
+    assert late.status_code == 200 and late.json()["status"] == "duplicate"
+    assert downstream.calls["/twice"] - calls == len(runs) - 1
+
+
+def live_claims(server: ServerProcess, route: str) -> list[dict]:
+    listed = runonce(server, "runs", "list", "--route", route, "--json")
+    records = [json.loads(line) for line in listed.stdout.splitlines()]
+    now = datetime.now(timezone.utc)
+    return [r for r in records if r["status"] == "in_progress" and datetime.fromisoformat(r["lease_expires"]) > now]
+
+
+def interrupted_backfill(server: ServerProcess, downstream: Downstream, route: str, delay: float, signals: int) -> tuple[int, dict]:
+    """Start a backfill of ten runs against a slow downstream, send SIGINT `signals` times once
+    the first runs are in flight; its exit code and JSON output."""
+    downstream.set(f"/{route}", 200, delay)
+    before = downstream.calls[f"/{route}"]
+    start = minutes_ago(11)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "backfill", route, "--from", format_schedule_time(start), "--to",
+         format_schedule_time(start + timedelta(minutes=10)), "--concurrency", "2", "--format", "json"],
+        cwd=REPO, env=server.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    wait_for(lambda: downstream.calls[f"/{route}"] > before, 30, "the first backfilled run", proc)
+    for _ in range(signals):
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.1)
+    out, err = proc.communicate(timeout=60)
+    report = json.loads(out) if out else {"stderr": err}
+    report["calls"] = downstream.calls[f"/{route}"] - before
+    return proc.returncode, report
+
+
+def test_ctrl_c_starts_no_more_runs_and_leaves_no_claim_held(server: ServerProcess, downstream: Downstream) -> None:
+    code, report = interrupted_backfill(server, downstream, "slow", 0.6, signals=1)
+    assert code == 130, report
+    outcomes = [row["outcome"] for row in report["runs"]]
+    assert report["interrupted"] and "not_started" in outcomes and outcomes.count("processed") >= 1
+    assert set(outcomes) <= {"processed", "not_started"}  # those in flight finished
+    assert live_claims(server, "slow") == []
+    assert report["calls"] == outcomes.count("processed")
+
+
+def test_a_second_ctrl_c_cuts_the_dispatches_short_and_releases_their_claims(server: ServerProcess, downstream: Downstream) -> None:
+    code, report = interrupted_backfill(server, downstream, "cut", 30, signals=2)
+    assert code == 130, report
+    outcomes = [row["outcome"] for row in report["runs"]]
+    assert "unknown" in outcomes and "processed" not in outcomes, outcomes
+    assert live_claims(server, "cut") == []  # released: the next delivery reconciles at once
+    cut = next(row for row in report["runs"] if row["outcome"] == "unknown")
+    listed = runonce(server, "runs", "show", cut["run_id"])
+    assert json.loads(listed.stdout)["status"] == "in_progress"
