@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
@@ -117,8 +118,11 @@ MAX_RECENT = 20
 cost, far above the runs a route can have outstanding."""
 
 
-async def previous_state(store: RunStore, target: Target, held: RunRecord, now: datetime) -> tuple[Previous, str]:
-    """Whether an earlier run of the route still runs, and which (or why it cannot tell).
+async def previous_state(
+    store: RunStore, target: Target, held: RunRecord, now: datetime
+) -> tuple[Previous, str | None]:
+    """Whether an earlier run of the route still runs, and which (or why it cannot tell; None
+    when idle).
 
     Each run was dispatched only once the one dispatched before it was done, so only the latest
     dispatched execution can still run: the completed run that completed last (`updated_at`; a
@@ -160,7 +164,7 @@ async def previous_state(store: RunStore, target: Target, held: RunRecord, now: 
             what = resource or f"run {run.run_id} of the route (looked up by its run_id)"
             why = exc.message if isinstance(exc, TargetError) else f"{type(exc).__name__}: {exc}"
             return Previous.UNKNOWN, f"cannot tell whether {what} still runs: {why}"
-    return Previous.IDLE, ""
+    return Previous.IDLE, None
 
 
 def _request_of(run: RunRecord) -> DispatchRequest:
@@ -171,8 +175,10 @@ def _request_of(run: RunRecord) -> DispatchRequest:
     )
 
 
-async def check(guard: RouteGuard, held: RunRecord, target: Target, store: RunStore, now: datetime) -> None:
-    """Raise `Skip` or `Wait` when the held run must not be dispatched now."""
+async def check(
+    guard: RouteGuard, held: RunRecord, target: Target, store: RunStore, clock: Callable[[], datetime]
+) -> None:
+    """Raise `Skip` or `Wait` when the held run must not be dispatched now (`clock`: the runner's)."""
     late = late_by(held, guard.max_lateness)
     if late is not None:
         assert guard.max_lateness is not None
@@ -183,7 +189,7 @@ async def check(guard: RouteGuard, held: RunRecord, target: Target, store: RunSt
         )
     if guard.overlap == "allow":
         return
-    previous, detail = await previous_state(store, target, held, now)
+    previous, detail = await previous_state(store, target, held, clock())
     decision = overlap_decision(guard.overlap, previous)
     if decision == "skip":
         raise Skip("overlap", f"the route's previous execution {detail} is still running (overlap: skip); not dispatched")

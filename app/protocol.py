@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from functools import partial
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -235,16 +236,15 @@ class Runner:
         with self.metrics.store_timer("finish"):
             return await self.store.finish(claim, finish, self.clock())
 
-    async def _dispatch(self, claim: Claim, payload: dict[str, Any], late_ok: bool = False) -> RunResult:
+    async def _dispatch(self, claim: Claim, payload: dict[str, Any], late_ok: bool) -> RunResult:
         held = claim.record
         target = self.targets[held.route]
         rules = self.guards.get(held.route)
-        if rules is not None and late_ok:
-            rules = guarantees.RouteGuard(overlap=rules.overlap)
-
-        async def guard() -> None:
-            if rules is not None:
-                await guarantees.check(rules, held, target, self.store, self.clock())
+        guard: Callable[[], Awaitable[None]] | None = None
+        if rules is not None:
+            if late_ok:
+                rules = guarantees.RouteGuard(overlap=rules.overlap)
+            guard = partial(guarantees.check, rules, held, target, self.store, self.clock)
 
         request = DispatchRequest(
             run_id=held.run_id, route=held.route, job=held.job, schedule_time=held.schedule_time,
@@ -255,7 +255,7 @@ class Runner:
         must_reconcile = previous is not None and previous.status == IN_PROGRESS
         try:
             encode_json(payload)  # checked at intake too: a payload no target can send is `failed` here
-            resource = await self._call_target(target, request, previous if must_reconcile else None, guard if rules else None)
+            resource = await self._call_target(target, request, previous if must_reconcile else None, guard)
         except guarantees.Skip as skip:
             return await self._skip(claim, skip)
         except guarantees.Wait as wait:
@@ -321,7 +321,7 @@ class Runner:
         then dispatch; all within one deadline, which a shutdown may shorten (`Shutdown.drain`).
         The reconciliation searches by run_id: an in_progress record never names a resource
         (`target` is written only with completed). A guard that runs out of time is a `Wait`."""
-        guarding = False
+        guarding = False  # pragma: no mutate - None is as falsy as False: equivalent
         try:
             async with self.shutdown.deadline(self.dispatch_timeout.total_seconds()):
                 with self.metrics.dispatching(target.type):

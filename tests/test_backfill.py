@@ -151,3 +151,17 @@ def test_runonce_backfill_refuses_with_exit_2_naming_the_flag(cli_routes, args: 
     result = cli_routes("backfill", *args)
     assert result.exit_code == 2 and says in result.output, result.output
     assert not cli_routes.db.exists()
+
+
+async def test_max_lateness_does_not_stop_a_backfill_of_past_times() -> None:
+    """A backfill (and a catch-up) is an explicit run of past times: the route's lateness limit,
+    which stops late Scheduler deliveries, does not apply (README, Scheduled-run guarantees)."""
+    from app.guarantees import RouteGuard
+
+    target = ScriptedTarget()
+    late_route = Runner(MemoryStore(), {"minutely": target}, lease=timedelta(seconds=300), retention=timedelta(days=1),
+                        dispatch_timeout=timedelta(seconds=30), clock=lambda: NOW,
+                        guards={"minutely": RouteGuard(max_lateness=timedelta(seconds=60))})
+    runs = runs_to_backfill("minutely", ROUTE, NOW - timedelta(minutes=10), NOW - timedelta(minutes=5), NOW)
+    outcomes = await run_all(late_route, runs, ROUTE, concurrency=1)
+    assert [o.outcome for o in outcomes] == ["processed"] * 5 and len(target.dispatched) == 5

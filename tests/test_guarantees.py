@@ -157,7 +157,7 @@ async def stored(r: Runner, run_id: str) -> RunRecord:
     return found
 
 
-async def test_a_late_first_claim_is_skipped_and_every_retry_replays_it(clock: Clock) -> None:
+async def test_a_late_first_claim_is_skipped_and_every_retry_replays_it(clock: Clock, caplog: pytest.LogCaptureFixture) -> None:
     target = ScriptedTarget()
     r = runner(target, clock, RouteGuard(max_lateness=HOUR))
     clock.advance(3600 + 1)
@@ -172,6 +172,7 @@ async def test_a_late_first_claim_is_skipped_and_every_retry_replays_it(clock: C
     assert "target" not in body and target.dispatched == []
     assert (await stored(r, first.record.run_id)).status == SKIPPED
     assert r.metrics.runs_skipped.labels("etl", "late")._value.get() == 1
+    assert f"run {first.record.run_id} skipped (late): {body['message']}" in [r.getMessage() for r in caplog.records]
 
     clock.advance(86000)
     again = await r.run(delivery(), {}, BODY)
@@ -210,6 +211,18 @@ async def test_late_ok_dispatches_a_past_run_that_the_limit_would_skip(clock: Cl
     assert result.status == "processed" and len(target.dispatched) == 1
 
 
+async def test_late_ok_still_applies_the_overlap_policy(clock: Clock) -> None:
+    executions = Executions()
+    target = ScriptedTarget(running=executions.is_running)
+    r = runner(target, clock, RouteGuard("skip", max_lateness=HOUR))
+    first = await r.run(delivery(0), {}, BODY)
+    clock.advance(7200)
+    result = await r.run(delivery(1), {}, BODY, late_ok=True)  # a catch-up of a past time
+    assert (result.status, result.body()["reason"]) == (SKIPPED, "overlap")
+    executions.finished.add(first.record.target["resource"])
+    assert (await r.run(delivery(2), {}, BODY, late_ok=True)).status == "processed"
+
+
 async def test_a_late_force_run_retry_is_still_a_force_run(clock: Clock) -> None:
     target = ScriptedTarget()
     r = runner(target, clock, RouteGuard(max_lateness=timedelta(seconds=1)))
@@ -226,7 +239,9 @@ async def test_an_unrecorded_skip_keeps_the_claim_and_the_retry_after_the_lease_
     store.fail_finish = True
     with pytest.raises(errors.Unavailable) as raised:
         await r.run(delivery(), {}, BODY)
-    assert "could not record the skip" in raised.value.message
+    assert raised.value.message.startswith("first claimed 7200s after its schedule time 2026-10-16T12:00:00Z")
+    assert "but the claim store could not record the skip (deadline exceeded)" in raised.value.message
+    assert (raised.value.run_id, raised.value.route) == (delivery().run_id, "etl")
     assert raised.value.retry_after == LEASE.total_seconds()
     run_id = delivery().run_id
     assert (await stored(r, run_id)).status == IN_PROGRESS  # kept: a retry in the lease gets 409
@@ -292,7 +307,10 @@ async def test_overlap_wait_releases_the_claim_until_the_previous_execution_is_d
     assert (answer.http_status, answer.body["status"], answer.headers) == (409, "waiting", {"Retry-After": "10"})
     assert error.retry_after == WAIT_RETRY_AFTER_SECONDS
     assert previous in error.message and "the claim was released" in error.message
-    assert (await stored(r, delivery(1).run_id)).status == FAILED  # claimable at once
+    assert (error.run_id, error.route) == (delivery(1).run_id, "etl")
+    released = await stored(r, delivery(1).run_id)
+    assert released.status == FAILED  # claimable at once
+    assert released.last_error == f"the route's previous execution {previous} is still running (overlap: wait)"
     assert len(target.dispatched) == 1
 
     executions.finished.add(previous)
@@ -318,7 +336,7 @@ async def test_a_failed_state_read_waits_and_never_skips_or_dispatches(
     resource = first.record.target["resource"]
     assert message.startswith(f"cannot tell whether {resource} still runs: {why}; overlap: {policy} never decides on a guess;")
     bug_logged = f"scripted target: reading the state of run {first.record.run_id} raised unexpectedly"
-    assert (bug_logged in caplog.text) == isinstance(failure, RuntimeError)
+    assert (bug_logged in [r.getMessage() for r in caplog.records]) == isinstance(failure, RuntimeError)
     assert (await stored(r, delivery(1).run_id)).status == FAILED
     assert len(target.dispatched) == 1
 

@@ -425,7 +425,8 @@ class FaultyStore(RunStore):
         return await self.inner.load(run_id)
 
     async def list(self, now: datetime, route: str | None = None, status: RunStatus | None = None, limit: int = 50) -> list[RunRecord]:
-        return await self.inner.list(now, route, status, limit)
+        # On the delivery path since overlap (issue 13): faults as any store call, keyed by route.
+        return await self._call("list", route or "-", lambda: self.inner.list(now, route, status, limit))
 
     async def ping(self) -> None:
         await self.inner.ping()
