@@ -23,8 +23,8 @@ test-core: $(VENV)/.installed $(TASKS_EMULATOR) redis-server ## The service's te
 test-deploy: $(VENV)/.installed ## Image, deploy scripts and Terraform, checked offline (installs its tools).
 	.ci/deploy-checks
 
-bench: $(VENV)/.installed ## Claim-path benchmark against the Firestore emulator.
-	$(BIN)/python bench/bench_delivery.py
+bench: $(VENV)/.installed ## Issue 14's table: runonce vs the seed's handler (literal and async), one run; BENCH_ARGS=--smoke for seconds.
+	$(BIN)/python bench/bench_perf.py $(BENCH_ARGS)
 
 # Mutation testing (README, Development): by hand before a change to the core lands, not in CI.
 # `make mutate MUTANTS='app.delivery*'` runs one module's mutants while iterating.
@@ -51,7 +51,7 @@ $(VENV)/.installed: pyproject.toml requirements/test.txt guard/pyproject.toml
 
 lock: ## Re-lock requirements/*.txt (with hashes) after changing pyproject.toml's dependencies; PIP_COMPILE_ARGS=--upgrade to upgrade.
 	test -x $(PIP_TOOLS)/pip-compile || { $(PYTHON) -m venv .tools/pip-tools && $(PIP_TOOLS)/pip install --quiet pip-tools==7.6.2; }
-	$(PIP_COMPILE) --extra test -o requirements/test.txt pyproject.toml
+	$(PIP_COMPILE) --extra test --extra bench -o requirements/test.txt pyproject.toml  # bench: the benchmarks' tools (make bench)
 	$(PIP_COMPILE) -c requirements/test.txt --extra spanner --extra redis -o requirements/runtime.txt pyproject.toml  # the image carries every store's driver
 	$(PYTHON) requirements/stamp.py --write
 

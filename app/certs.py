@@ -29,6 +29,8 @@ from collections.abc import Callable
 import httpx
 from google.auth import crypt
 
+from .errors import RunonceError
+
 logger = logging.getLogger("runonce.auth")
 
 UNKNOWN_KID_INTERVAL = 60.0
@@ -43,7 +45,7 @@ MAX_LIFETIME = 24 * 3600.0
 FETCH_TIMEOUT_SECONDS = 5.0
 
 
-class CertsUnavailable(Exception):
+class CertsUnavailable(RunonceError):
     """The certificates endpoint could not be read and no copy was ever fetched."""
 
 

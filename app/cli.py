@@ -27,11 +27,13 @@ def _settings() -> Settings:
         raise click.ClickException(str(exc)) from exc
 
 
-class _NoStore(click.ClickException):
-    """The SQLite file named by RUNONCE_STORE does not exist: nothing has run, and reading must not create it."""
-
-    def __init__(self, path: str):
-        super().__init__(f"no store at {path} yet (nothing has run with RUNONCE_STORE={'sqlite:///' + path})")
+def _no_store(settings: Settings) -> str | None:
+    """Why there is nothing to read: the SQLite file named by RUNONCE_STORE does not exist (nothing
+    has run, and reading must not create it). None when the store may be opened."""
+    path = settings.store.removeprefix("sqlite:///")
+    if settings.store.startswith("sqlite:///") and not os.path.exists(path):
+        return f"no store at {path} yet (nothing has run with RUNONCE_STORE={settings.store})"
+    return None
 
 
 def _with_store(settings: Settings, use: Callable[[Any], Awaitable[T]], *, create: bool = False) -> T:
@@ -39,8 +41,9 @@ def _with_store(settings: Settings, use: Callable[[Any], Awaitable[T]], *, creat
     file is created only by `store init`: `runs` commands read, or release what exists)."""
     from .stores import StoreUnavailable, open_store
 
-    if not create and settings.store.startswith("sqlite:///") and not os.path.exists(settings.store.removeprefix("sqlite:///")):
-        raise _NoStore(settings.store.removeprefix("sqlite:///"))
+    missing = None if create else _no_store(settings)
+    if missing:
+        raise click.ClickException(missing)
 
     async def go() -> T:
         store = open_store(
@@ -140,16 +143,19 @@ def runs_show(run_id: str) -> None:
 
 @runs.command("list")
 @click.option("--route", help="Only runs of this route.")
-@click.option("--status", type=click.Choice(["in_progress", "completed", "failed"]), help="Only runs in this state.")
+@click.option(
+    "--status", type=click.Choice(["in_progress", "completed", "failed", "skipped"]), help="Only runs in this state."
+)
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON record per line.")
 def runs_list(route: str | None, status: str | None, limit: int, as_json: bool) -> None:
     """List recent runs, newest first."""
-    try:
-        records = _with_store(_settings(), lambda store: store.list(_now(), route=route, status=status, limit=limit))
-    except _NoStore as exc:
-        click.echo(exc.message, err=True)  # an empty list, said so: not an error
+    settings = _settings()
+    missing = _no_store(settings)
+    if missing:
+        click.echo(missing, err=True)  # an empty list, said so: not an error
         return
+    records = _with_store(settings, lambda store: store.list(_now(), route=route, status=status, limit=limit))
     if not as_json:
         click.echo(_row("RUN_ID", "STATUS", "ROUTE", "JOB", "SCHEDULE_TIME/TASK", "RESOURCE"))
     for record in records:

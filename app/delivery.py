@@ -8,20 +8,31 @@ or the route. `run_id` is the lowercase hex sha256 of
 
 Every part is validated against a charset without `|`, so two different deliveries can never
 produce the same canonical string.
+
+The body is part of a run's identity too: `parse_body` turns it into the payload and the sha256
+of its canonical form, which the claim compares across retries.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
-from typing import Literal
+from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 from . import names
+from .errors import ForcedRunRefused, InvalidDelivery
 from .schedules import Schedule
+from .targets.base import PayloadNotSendable, encode_json
+
+ROUTE_PATH = "/v1/routes/{route}:run"
+"""The delivery endpoint; `{route}` names a configured route."""
+MAX_BODY_BYTES = 32 * 1024
+"""The largest body a delivery may carry (413 above it)."""
 
 PROJECT_PATTERN = rf"^{names.SCOPED_PROJECT_ID}$"
 """A project ID (`my-project`), optionally domain-scoped (`example.com:my-project`)."""
@@ -61,19 +72,6 @@ def matches(pattern: str, value: str) -> bool:
     """`value` matches the whole of `pattern`, in ASCII (`$` alone would let a final newline through,
     and `\\d` would accept every script's digits)."""
     return re.fullmatch(pattern, value, flags=re.ASCII) is not None
-
-
-class InvalidDelivery(Exception):
-    """The request does not identify a run: answered 400 `invalid`, nothing is claimed."""
-
-    def __init__(self, field: str, reason: str):
-        super().__init__(f"{field}: {reason}")
-        self.field = field
-        self.reason = reason
-
-
-class ForcedRunRefused(InvalidDelivery):
-    """A force run on a route with `forced_runs: reject`: answered 409, nothing is claimed."""
 
 
 @dataclass(frozen=True)
@@ -324,3 +322,55 @@ def _snapped(
         source="scheduler", project=project, location=location, route=route, job=job,
         schedule_time=fire.astimezone(timezone.utc),
     )
+
+
+def parse_body(raw: bytes) -> tuple[dict[str, Any], str]:
+    """The JSON object body (empty body = `{}`) and the sha256 of its canonical form, so that
+    retries with re-ordered keys or other whitespace count as the same body. Raises
+    `InvalidDelivery` (field `body`) for anything but UTF-8 JSON that every target can send:
+    no duplicate keys, no NaN/Infinity, integers within int64, nesting within the targets' limit."""
+    if not raw.strip():
+        payload: Any = {}
+    else:
+        try:
+            text = raw.decode("utf-8")  # strict: json.loads(bytes) would also guess UTF-16 and UTF-32
+        except UnicodeDecodeError as exc:
+            raise InvalidDelivery("body", "body is not valid UTF-8") from exc
+        try:
+            payload = json.loads(
+                text, parse_constant=_reject_constant, parse_int=_short_int, object_pairs_hook=_unique_keys
+            )
+        except json.JSONDecodeError as exc:  # its message holds a position, never the text
+            raise InvalidDelivery("body", f"body is not valid JSON: {exc}") from exc
+        except RecursionError as exc:
+            raise InvalidDelivery("body", "body nests objects and arrays too deeply") from exc
+        except ValueError as exc:  # the rules of the hooks below
+            raise InvalidDelivery("body", f"body is not accepted JSON: {exc}") from exc
+        if not isinstance(payload, dict):
+            raise InvalidDelivery("body", f"body must be a JSON object, got {type(payload).__name__}")
+        try:
+            encode_json(payload)  # what every target sends: refuse now what none could send later
+        except PayloadNotSendable as exc:
+            raise InvalidDelivery("body", f"body: {exc.message}") from exc
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return payload, hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object; a key given twice is refused, as the two could mean different runs' payloads."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        raise ValueError("an object has the same key twice")
+    return value
+
+
+def _short_int(digits: str) -> int:
+    """An integer of at most 20 characters (int64 has 19 digits; encode_json checks the range), so
+    Python's 4300-digit limit, whose error quotes the number, is never reached."""
+    if len(digits) > 20:
+        raise ValueError("an integer is beyond 64 bits")
+    return int(digits)

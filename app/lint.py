@@ -29,16 +29,16 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
+from .delivery import MAX_BODY_BYTES, ROUTE_PATH
 from .routes import parse_routes
 from .scheduler_retry import RetryConfig, retry_window
 from .schedules import IntervalSchedule, Schedule, ScheduleError, get_zone, parse_schedule
 from .settings import ConfigError
 
 DST_SCAN = timedelta(days=730)
-ROUTE_PATH = re.compile(r"^/v1/routes/([^/:]+):run$")
+ROUTE_URI_PATH = re.compile("^" + re.escape(ROUTE_PATH).replace(re.escape("{route}"), "([^/:]+)") + "$")
 JOB_NAME = re.compile(r"projects/([^/]+)/locations/([^/]+)/jobs/([^/]+)")
 OVERLAP_SCAN = 400  # fire times looked at for the shortest gap between two runs
-MAX_BODY_BYTES = 32 * 1024
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ def lint_files(paths: list[str], config: LintConfig, default_routes: Mapping[str
 
 def _route_of(job: Mapping[str, Any]) -> str | None:
     target = job.get("httpTarget")
-    match = ROUTE_PATH.match(urlsplit(str(target.get("uri", ""))).path) if isinstance(target, Mapping) else None
+    match = ROUTE_URI_PATH.match(urlsplit(str(target.get("uri", ""))).path) if isinstance(target, Mapping) else None
     return match.group(1) if match else None
 
 
@@ -201,7 +201,7 @@ def _check_target(report: _Report, job: Mapping[str, Any], name_match: re.Match[
         return None
     uri = str(target.get("uri", ""))
     parts = urlsplit(uri)
-    match = ROUTE_PATH.match(parts.path)
+    match = ROUTE_URI_PATH.match(parts.path)
     if parts.scheme not in ("http", "https") or not match:
         report.error("not_runonce_uri", f"httpTarget.uri {uri!r} is not a runonce delivery URL (https://HOST/v1/routes/ROUTE:run)")
     else:

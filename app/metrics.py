@@ -26,6 +26,10 @@ class Metrics:
             "runonce_deliveries", "Deliveries answered, by route and outcome (the response's status).",
             ["route", "outcome"], registry=self.registry,
         )
+        self.runs_skipped = Counter(
+            "runonce_runs_skipped", "Runs recorded skipped, not dispatched, by route and reason (late, overlap).",
+            ["route", "reason"], registry=self.registry,
+        )
         self.dispatch_seconds = Histogram(
             "runonce_dispatch_seconds", "Time spent in the target (reconcile + dispatch), by target type.",
             ["target_type"], buckets=DISPATCH_BUCKETS, registry=self.registry,

@@ -1,6 +1,7 @@
 """Names runonce checks, declared once as regular expressions without anchors: delivery parsing,
 the routes file, the targets' resource names and the store URLs build their patterns from these.
-(The deploy scripts and Terraform, which cannot import them, repeat them; their tests hold them.)"""
+(The deploy scripts and Terraform, which cannot import them, repeat them: tests/test_architecture.py
+holds the copies to these.)"""
 
 from __future__ import annotations
 

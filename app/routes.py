@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -16,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from . import names
 from .delivery import JOB_PATTERN, LOCATION_PATTERN, PROJECT_PATTERN, SchedulePolicy
+from .guarantees import RouteGuard
 from .schedules import ScheduleError, get_zone, parse_schedule
 from .settings import EMAIL_PATTERN, MAX_DURATION_SECONDS, ConfigError, Settings
 from .targets import TARGET_TYPES, PayloadNotSendable, TargetConfig, encode_json
@@ -50,6 +52,12 @@ class Route(BaseModel):
     missing_schedule_time: Literal["reject", "snap"] = "reject"
     forced_runs: Literal["separate", "dedupe", "reject"] = "separate"
     max_concurrent_dispatches: int | None = Field(None, ge=1, description="Per process; over it: 429.")
+    overlap: Literal["allow", "skip", "wait"] = Field(
+        "allow", description="While the route's previous execution runs: dispatch, record skipped, or 409."
+    )
+    max_lateness_seconds: int | None = Field(
+        None, gt=0, strict=True, description="A run first claimed later than this after its schedule time is skipped."
+    )
     # Missed runs (app/audit.py): the Scheduler job that calls this route, so every fire time of
     # `schedule` has the run_id that job's delivery would get; what the audit dispatches when one
     # is missed; and the body that job sends (a catch-up or backfill must send the same body).
@@ -92,6 +100,22 @@ class Route(BaseModel):
         if self.missing_schedule_time == "snap" and self.schedule is None:
             raise ValueError("missing_schedule_time 'snap' needs the job's 'schedule' (and its 'time_zone')")
         return self
+
+    @model_validator(mode="after")
+    def _overlap_needs_state(self) -> Route:
+        if self.overlap != "allow" and not TARGET_TYPES[self.target.type].reads_state:
+            readers = sorted(name for name, kind in TARGET_TYPES.items() if kind.reads_state)
+            raise ValueError(
+                f"overlap {self.overlap!r} asks the target whether the previous execution still runs, and a "
+                f"{self.target.type!r} target cannot tell; use {', '.join(readers)}, or overlap: allow"
+            )
+        return self
+
+    @property
+    def guard(self) -> RouteGuard:
+        """What the Runner checks before dispatching (guarantees.py)."""
+        lateness = self.max_lateness_seconds
+        return RouteGuard(self.overlap, timedelta(seconds=lateness) if lateness is not None else None)
 
     @model_validator(mode="after")
     def _audit_needs_a_key(self) -> Route:

@@ -2,7 +2,7 @@
 
 By itself uvicorn only stops accepting connections and waits for open ones. runonce also refuses
 new runs (503, which Scheduler retries elsewhere), releases claims it has not dispatched yet, and
-bounds the dispatches in flight by `RUNONCE_SHUTDOWN_GRACE_SECONDS` (`Runner.drain`).
+bounds the dispatches in flight by `RUNONCE_SHUTDOWN_GRACE_SECONDS` (`admission.Shutdown`).
 """
 
 from __future__ import annotations

@@ -13,10 +13,11 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, ValidationError, create_model, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from .errors import RunonceError
 from .targets import ENDPOINTS
 
 
-class ConfigError(Exception):
+class ConfigError(RunonceError):
     """Bad configuration: start-up stops with this one message."""
 
 

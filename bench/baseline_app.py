@@ -1,6 +1,7 @@
-"""The baseline: Google's documented Scheduler-dedup sample (seeds/000), made async and pointed at
-the same downstream as runonce. One Firestore transaction to claim (get + set), the call, one
-transaction to finish (get + update). Served by uvicorn like runonce, so only the claim path differs.
+"""The async rewrite of the seed's handler: Google's documented Scheduler-dedup sample (seeds/000,
+literally in bench/seed_handler.py) made async and pointed at the same downstream as runonce. One
+Firestore transaction to claim (get + set), the call, one transaction to finish (get + update).
+Served by uvicorn like runonce, so only the claim path differs.
 
     BENCH_DOWNSTREAM_URL=http://127.0.0.1:P/ok uvicorn bench.baseline_app:app
 """

@@ -155,6 +155,14 @@ case "$STORE" in
     ;;
 esac
 
+# actAs on a service account that runonce's requests name (a trigger's, a task's OIDC token's).
+ensure_account_user() { # EMAIL
+  local sa_project="${1#*@}"
+  [[ "$sa_project" == *.iam.gserviceaccount.com ]] && sa_project="${sa_project%.iam.gserviceaccount.com}" || sa_project="$PROJECT_ID"
+  ensure_binding roles/iam.serviceAccountUser "$RUNTIME_MEMBER" "" "" iam service-accounts -- "$1" \
+    --project="$sa_project"
+}
+
 while IFS=$'\t' read -r role kind resource; do
   [[ -n "$role" ]] || continue
   case "$kind" in
@@ -165,15 +173,18 @@ while IFS=$'\t' read -r role kind resource; do
       ensure_binding "$role" "$RUNTIME_MEMBER" "" "" run jobs -- "$job_name" \
         --region="$job_region" --project="$job_project"
       ;;
+    tasks-queue)
+      IFS=/ read -r _ queue_project _ queue_location _ queue_name <<<"$resource"
+      ensure_binding "$role" "$RUNTIME_MEMBER" "" "" tasks queues -- "$queue_name" \
+        --location="$queue_location" --project="$queue_project"
+      ;;
+    service-account) ensure_account_user "$resource" ;;
   esac
 done <<<"$GRANTS"
 
 for email in ${TRIGGER_SAS[@]+"${TRIGGER_SAS[@]}"}; do
   [[ -n "$email" ]] || continue
-  sa_project="${email#*@}"
-  [[ "$sa_project" == *.iam.gserviceaccount.com ]] && sa_project="${sa_project%.iam.gserviceaccount.com}" || sa_project="$PROJECT_ID"
-  ensure_binding roles/iam.serviceAccountUser "$RUNTIME_MEMBER" "" "" iam service-accounts -- "$email" \
-    --project="$sa_project"
+  ensure_account_user "$email"
 done
 for service in ${DOWNSTREAM[@]+"${DOWNSTREAM[@]}"}; do
   [[ -n "$service" ]] || continue

@@ -11,6 +11,9 @@
  * |                     | or roles/cloudbuild.builds.editor with cloud_build_role = "predefined" |   |
  * |                     | roles/iam.serviceAccountUser           | each var.trigger_service_accounts  |
  * | bigquery_job        | roles/bigquery.jobUser                 | the route's project (data access is yours to grant) |
+ * | cloud_tasks_task    | roles/cloudtasks.enqueuer,             | the queue                          |
+ * |                     | roles/cloudtasks.viewer (tasks.get)    | the queue                          |
+ * |                     | roles/iam.serviceAccountUser           | each http_request.oidc_token account |
  * | http with audience  | roles/run.invoker                      | each var.downstream_services       |
  * | log                 | nothing                                |                                    |
  *
@@ -96,6 +99,24 @@ resource "google_project_iam_member" "runtime_bigquery" {
 
 resource "google_service_account_iam_member" "runtime_acts_as_trigger_sa" {
   for_each = toset(var.trigger_service_accounts)
+
+  service_account_id = "projects/-/serviceAccounts/${each.value}"
+  role               = "roles/iam.serviceAccountUser"
+  member             = google_service_account.runtime.member
+}
+
+resource "google_cloud_tasks_queue_iam_member" "runtime" {
+  for_each = local.tasks_queue_grants
+
+  project  = each.value.queue.project
+  location = each.value.queue.location
+  name     = each.value.queue.name
+  role     = each.value.role
+  member   = google_service_account.runtime.member
+}
+
+resource "google_service_account_iam_member" "runtime_acts_as_task_token_account" {
+  for_each = setsubtract(local.task_token_accounts, var.trigger_service_accounts) # one binding per account
 
   service_account_id = "projects/-/serviceAccounts/${each.value}"
   role               = "roles/iam.serviceAccountUser"

@@ -58,6 +58,25 @@ locals {
     for t in local.targets : t.project if t.type == "bigquery_job"
   ])
 
+  # projects/P/locations/L/queues/Q -> {project, location, name}; two roles on each queue: create
+  # tasks, and read them (tasks.get, to reconcile), which the enqueuer role cannot.
+  tasks_queues = {
+    for queue in distinct([for t in local.targets : t.queue if t.type == "cloud_tasks_task"]) : queue => {
+      project  = split("/", queue)[1]
+      location = split("/", queue)[3]
+      name     = split("/", queue)[5]
+    }
+  }
+  tasks_queue_grants = merge([
+    for name, queue in local.tasks_queues : {
+      for role in ["roles/cloudtasks.enqueuer", "roles/cloudtasks.viewer"] : "${name} ${role}" => { queue = queue, role = role }
+    }
+  ]...)
+  # A task that carries an OIDC token names its service account: creating it needs actAs on it.
+  task_token_accounts = toset(compact([
+    for t in local.targets : try(t.http_request.oidc_token.service_account_email, "") if t.type == "cloud_tasks_task"
+  ]))
+
   downstream_services = {
     for service in var.downstream_services : service => {
       project  = split("/", service)[1]

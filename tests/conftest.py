@@ -20,7 +20,7 @@ from tests.support import oidc
 from tests.support.backends import Server, create_spanner_database, start_redis, start_spanner_emulator
 from tests.support.clock import Clock
 from tests.support.procs import FirestoreEmulator, start_firestore_emulator
-from tests.support.stores import firestore_store, redis_url, spanner_table_url
+from tests.support.stores import STORE_KINDS, firestore_store, redis_url, spanner_table_url, with_server
 
 if TYPE_CHECKING:
     from tests.support.api import Harness
@@ -78,15 +78,9 @@ def spanner_database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         os.environ["SPANNER_EMULATOR_HOST"] = previous
 
 
-STORE_KINDS = ["memory", "sqlite", "firestore", "spanner", "redis"]
-_STORE_SERVERS = {"firestore": "firestore_emulator", "spanner": "spanner_database", "redis": "redis_server"}
-
-
 @pytest.fixture(params=STORE_KINDS, ids=STORE_KINDS)
 def store_kind(request: pytest.FixtureRequest) -> str:
-    if request.param in _STORE_SERVERS:
-        request.getfixturevalue(_STORE_SERVERS[request.param])
-    return request.param
+    return with_server(request)
 
 
 @pytest.fixture

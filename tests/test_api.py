@@ -6,14 +6,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 
 from app.main import create_app
 from app.settings import Settings
 from app.stores import StoreUnavailable
+from app.stores.memory import MemoryStore
 from app.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown, TargetThrottled
 from app.targets.scripted import ScriptedTarget
-from tests.support.api import JOB, Harness, run_id_of
+from tests.support.clock import Clock
+from tests.support.api import JOB, ROUTES, Harness, run_id_of
 
 
 # -- processed / duplicate ---------------------------------------------------------------------
@@ -308,3 +311,17 @@ def test_routes_are_validated_at_start_up(tmp_path: Path) -> None:
     bad.write_text("routes:\n  etl:\n    target: {type: http, url: not-a-url}\n")
     with pytest.raises(ConfigError, match=r"routes file .*routes.yaml: route 'etl': field 'target.url'"):
         create_app(Settings(routes_file=str(bad), auth="none"))
+
+
+async def test_the_apps_drain_refuses_new_deliveries_with_503(clock: Clock) -> None:
+    """`app.state.drain` is what `runonce serve` calls on SIGTERM: the runner the lifespan built
+    must then refuse new runs (another instance takes them) and dispatch nothing."""
+    target = ScriptedTarget()
+    app = create_app(Settings(routes=ROUTES, auth="none", store="sqlite:///unused.db"),
+                     store=MemoryStore(), targets={"etl": target, "bare": target}, clock=clock)
+    transport = httpx.ASGITransport(app=app)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport, base_url="http://runonce") as client:
+        app.state.drain()
+        response = await client.post("/v1/routes/etl:run", headers=JOB)
+    assert response.status_code == 503 and response.json()["status"] == "unavailable"
+    assert "shutting down" in response.json()["error"]["message"] and target.dispatched == []

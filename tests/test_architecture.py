@@ -64,6 +64,7 @@ def imported_modules(name: str, path: Path, *, module_level: bool) -> set[str]:
             source = node.module or ""
         found.add(source)
         found.update(f"{source}.{alias.name}" for alias in node.names)
+    found.discard(name)  # a package's `from . import submodule` names the package itself
     return found
 
 
@@ -111,12 +112,16 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
 
 
+LEAVES = ("app.errors", "app.names")  # import nothing of runonce: anything may import them
+
+
 def test_the_schedule_engine_imports_nothing_else_of_runonce() -> None:
     """app/schedules is Cloud Scheduler's formats and nothing more; lint and the routes use it, not
-    the other way round. Imports inside functions count here too."""
+    the other way round (only the leaves: its exception derives from the one root). Imports inside
+    functions count here too."""
     graph = app_import_graph(module_level=False)
     outside = {(name, dep) for name, deps in graph.items() if name.startswith("app.schedules")
-               for dep in deps if dep != "app" and not dep.startswith("app.schedules")}
+               for dep in deps if dep != "app" and not dep.startswith(("app.schedules", *LEAVES))}
     assert not outside, f"app/schedules imports from the rest of runonce: {sorted(outside)}"
 
 
@@ -165,3 +170,158 @@ def test_the_shared_name_rules_are_declared_once() -> None:
         for rule, text in rules.items() if text in node.value
     )
     assert not copies, "\n".join(copies)
+
+
+COPIES = {  # files that cannot import app/names.py, and the rules they repeat (anchored)
+    "ROUTE_NAME": ["deploy/scheduler-job.sh", "deploy/smoke.sh", "terraform/variables.tf"],
+    "PROJECT_ID": ["deploy/lib/common.sh", "terraform/variables.tf"],
+}
+
+
+def test_the_deploy_scripts_and_terraform_repeat_the_name_rules_exactly() -> None:
+    from app import names
+
+    drift = sorted(
+        f"{file} does not say names.{rule} as ^{getattr(names, rule)}$"
+        for rule, files in COPIES.items() for file in files
+        if f"^{getattr(names, rule)}$" not in (REPO / file).read_text(encoding="utf-8")
+    )
+    assert not drift, "\n".join(drift)
+
+
+# -- (b) (c) short functions, a thin create_app ----------------------------------------------------
+
+MAX_FUNCTION_LINES = 80
+MAX_CREATE_APP_LINES = 60
+
+
+def functions() -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    for name, path in APP_MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield name, node
+
+
+def length(node: ast.AST) -> int:
+    """Lines from `def` to the last line of the body (decorators not counted)."""
+    return node.end_lineno - node.lineno + 1  # type: ignore[attr-defined,operator]
+
+
+def test_no_function_in_app_is_over_80_lines() -> None:
+    long = sorted(f"{name}.{node.name} ({length(node)} lines)" for name, node in functions()
+                  if length(node) > MAX_FUNCTION_LINES)
+    assert not long, f"over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+def test_create_app_is_wiring_only() -> None:
+    [create_app] = [node for name, node in functions() if name == "app.main" and node.name == "create_app"]
+    assert length(create_app) < MAX_CREATE_APP_LINES, f"create_app is {length(create_app)} lines"
+
+
+# -- (d) one exception root --------------------------------------------------------------------------
+
+
+def _resolved_bases() -> dict[str, list[str]]:
+    """`module.Class` -> its bases as dotted names, resolved through the module's imports."""
+    classes: dict[str, list[str]] = {}
+    for name, path in APP_MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        is_package = path.name == "__init__.py"
+        aliases: dict[str, str] = {}
+        for node in _imports(tree.body, module_level=False):
+            if isinstance(node, ast.Import):
+                aliases.update({(a.asname or a.name).split(".")[0]: (a.name if a.asname else a.name.split(".")[0])
+                                for a in node.names})
+                continue
+            if node.level:
+                base = name.split(".") if is_package else name.split(".")[:-1]
+                source = ".".join(base[: len(base) - (node.level - 1)] + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            aliases.update({a.asname or a.name: f"{source}.{a.name}" for a in node.names})
+        local = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                bases = []
+                for base in node.bases:
+                    text = ast.unparse(base)
+                    head, _, rest = text.partition(".")
+                    if head in local:
+                        bases.append(f"{name}.{text}")
+                    elif head in aliases:
+                        bases.append(aliases[head] + (f".{rest}" if rest else ""))
+                    else:
+                        bases.append(f"builtins.{text}")
+                classes[f"{name}.{node.name}"] = bases
+    return classes
+
+
+def _external_is_exception(dotted: str) -> bool:
+    import importlib
+
+    module, _, attr = dotted.rpartition(".")
+    try:
+        value = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError):
+        return False
+    return isinstance(value, type) and issubclass(value, BaseException)
+
+
+ROOT = "app.errors.RunonceError"
+
+
+def test_every_exception_in_app_derives_from_the_one_root() -> None:
+    """One hierarchy (app/errors.py): the web layer maps it to statuses in one place, and nothing a
+    module raises escapes as a bare ValueError or a library's exception."""
+    classes = _resolved_bases()
+
+    def roots(cls: str, seen: frozenset[str] = frozenset()) -> set[str]:
+        """The outermost bases `cls` reaches without passing through ROOT: ROOT itself, or external classes."""
+        if cls == ROOT:
+            return {ROOT}
+        if cls not in classes or cls in seen:
+            return {cls}
+        return set().union(*(roots(base, seen | {cls}) for base in classes[cls])) if classes[cls] else set()
+
+    stray = sorted(
+        f"{cls} derives from {', '.join(sorted(found))}, not {ROOT}"
+        for cls in classes if cls != ROOT
+        for found in [roots(cls)]
+        if ROOT not in found and any(_external_is_exception(r) for r in found)
+    )
+    assert not stray, "\n".join(stray)
+
+
+# -- (e) a target type lives in its own module ---------------------------------------------------
+
+NOT_A_TARGET = {  # the same word, another meaning
+    ("app.access", "http"): "the ASGI scope type",
+    ("app.lint", "http"): "a URL scheme",
+}
+
+
+def target_types() -> dict[str, str]:
+    """Each target module's type string (`type: Literal["workflows"]` on its config model) -> module."""
+    found = {}
+    for name, path in APP_MODULES.items():
+        if name.startswith("app.targets."):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "type"
+                        and ast.unparse(node.annotation).startswith("Literal[")):
+                    found[ast.literal_eval(node.annotation.slice)] = name  # type: ignore[attr-defined]
+    return found
+
+
+def test_a_target_type_name_appears_only_in_its_own_module() -> None:
+    """Adding a target is one module (plus its fake, tests and docs): nothing else in app/ lists the
+    types; the registry finds them."""
+    types = target_types()
+    assert {"workflows", "cloud_run_job", "cloud_build_trigger", "http", "log"} <= set(types)
+    elsewhere = sorted(
+        f"{path.relative_to(REPO)}:{node.lineno} names target type {node.value!r} (defined in {types[node.value]})"
+        for name, path in APP_MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in types
+        and types[node.value] != name and (name, node.value) not in NOT_A_TARGET
+    )
+    assert not elsewhere, "\n".join(elsewhere)

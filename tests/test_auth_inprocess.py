@@ -13,6 +13,7 @@ import pytest
 from google.auth import crypt, jwt
 
 from app import errors
+from app.api.answers import render
 from app.auth import OidcAuthenticator
 from app.certs import CertCache
 from app.main import create_app
@@ -149,10 +150,10 @@ async def test_a_plain_mapping_of_headers_is_read_like_starlettes(certs, google_
         assert await auth.authenticate({"x-serverless-authorization": f"Bearer {token(google_key)}"}) == SCHEDULER
         with pytest.raises(errors.Unauthenticated, match="no bearer token") as missing:
             await auth.authenticate({})
-        assert missing.value.headers() == {"WWW-Authenticate": "Bearer"}
+        assert render(missing.value).headers == {"WWW-Authenticate": "Bearer"}
         with pytest.raises(errors.Unauthenticated, match="not a JWT") as bad:
             await auth.authenticate({"authorization": "Bearer x"})
-        assert bad.value.headers() == {"WWW-Authenticate": 'Bearer error="invalid_token"'}
+        assert render(bad.value).headers == {"WWW-Authenticate": 'Bearer error="invalid_token"'}
 
 
 async def test_two_spaces_after_the_scheme_still_carry_the_token(app: App, google_key: oidc.SigningKey) -> None:

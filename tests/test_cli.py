@@ -16,14 +16,14 @@ from click.testing import CliRunner
 
 from app.cli import main
 from app.stores import Finish
-from app.stores.base import COMPLETED
+from app.stores.base import COMPLETED, SKIPPED
 from app.stores.sqlite import SQLiteStore
 from tests.support.procs import REPO
 from tests.support.runs import LEASE, RETENTION, new_run
 
 
-def seed(db: Path, *, finished: bool) -> str:
-    """One run, claimed now (live lease) and optionally completed."""
+def seed(db: Path, *, finished: bool, skipped: bool = False) -> str:
+    """One run, claimed now (live lease) and optionally completed (or skipped)."""
 
     async def go() -> str:
         store = SQLiteStore(str(db))
@@ -31,6 +31,8 @@ def seed(db: Path, *, finished: bool) -> str:
         claim = await store.claim(new_run(), now, LEASE, RETENTION)
         if finished:
             await store.finish(claim, Finish(COMPLETED, target={"type": "log", "resource": "log/x"}), now)
+        if skipped:
+            await store.finish(claim, Finish(SKIPPED, last_error="late: first claimed 7200s after …"), now)
         await store.close()
         return claim.record.run_id
 
@@ -111,6 +113,15 @@ def test_runs_show_and_list(cli) -> None:
     assert header.split() == ["RUN_ID", "STATUS", "ROUTE", "JOB", "SCHEDULE_TIME/TASK", "RESOURCE"]
     assert row.index("completed") == header.index("STATUS")  # the columns line up
     assert cli("runs", "list", "--status", "failed").output.splitlines() == [header]
+
+
+def test_runs_list_shows_skipped_runs(cli) -> None:
+    run_id = seed(cli.db, finished=False, skipped=True)
+    listed = cli("runs", "list", "--status", "skipped")
+    assert listed.exit_code == 0, listed.output
+    [row] = listed.output.splitlines()[1:]
+    assert row.split()[:2] == [run_id, "skipped"]
+    assert json.loads(cli("runs", "show", run_id).output)["last_error"].startswith("late: ")
     as_json = cli("runs", "list", "--json")
     assert json.loads(as_json.output.splitlines()[0])["run_id"] == run_id
 

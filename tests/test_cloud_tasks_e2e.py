@@ -41,13 +41,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TasksEmula
             "RUNONCE_STORE": f"sqlite:///{logs / 'runs.db'}",
             "RUNONCE_LOG_FORMAT": "text",
         }
-        server = start_server(env, logs)
-        emulator = start_tasks_emulator(logs)
+        emulator = start_tasks_emulator(logs)  # first: if it is missing, no server is left running
         try:
-            yield emulator, server, downstream
+            server = start_server(env, logs)
+            try:
+                yield emulator, server, downstream
+            finally:
+                server.stop()
         finally:
             emulator.stop()
-            server.stop()
 
 
 def http_task(server: ServerProcess, name: str, body: dict, schedule_in: float | None = None):

@@ -2,7 +2,7 @@
 `error.field`), headers (`Retry-After` an integer >= 1, `Runonce-Replayed`), and what the store
 keeps for the next retry. In-memory store, scripted target, hand-moved clock: milliseconds each.
 
-The web layer renders exactly these (`RunonceError.body()` / `.headers()`, `RunResult.body()`);
+The web layer renders exactly these (`app.api.answers.render`, `RunResult.body()`);
 tests/test_api.py covers that rendering."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from app import errors
+from app.api.answers import render
 from app.delivery import Delivery
 from app.protocol import ROUTE_BUSY_RETRY_AFTER_SECONDS, THROTTLE_BACKOFF_SECONDS, Runner
 from app.stores import Fenced, NewRun
@@ -43,10 +44,10 @@ async def answer(r: Runner, delivery=DELIVERY, payload: dict | None = None, body
     """What the web layer would send: the result's body, or the error's body and headers."""
     try:
         result = await r.run(delivery, payload if payload is not None else {}, body_sha256)
-    except errors.RunonceError as exc:
-        body = exc.body()
-        message = body["error"].pop("message")
-        return Answer(exc.http_status, body, exc.headers(), message)
+    except errors.DeliveryError as exc:
+        rendered = render(exc)
+        message = rendered.body["error"].pop("message")
+        return Answer(rendered.http_status, rendered.body, rendered.headers, message)
     return Answer(200, result.body(), {"Runonce-Replayed": "true"} if result.replayed else {})
 
 
@@ -378,7 +379,7 @@ async def test_store_down_before_the_dispatch_is_unavailable_and_calls_nothing(c
 
 async def test_draining_before_the_claim_refuses_and_stores_nothing(clock: Clock) -> None:
     r = make_runner(clock)
-    r.draining = True
+    r.shutdown.draining = True
     got = await answer(r)
     assert got == Answer(503, error("unavailable"), {}, got.message)
     assert await stored(r) is None
@@ -388,7 +389,7 @@ async def test_draining_after_the_claim_gives_the_run_back(clock: Clock) -> None
     class DrainsDuringClaim(MemoryStore):
         async def claim(self, *args, **kwargs):
             claim = await super().claim(*args, **kwargs)
-            r.draining = True
+            r.shutdown.draining = True
             return claim
 
     target = ScriptedTarget()
@@ -403,7 +404,7 @@ async def test_giving_a_run_back_after_losing_it_answers_in_progress(clock: Cloc
     class DrainsThenLoses(TakenOverDuringDispatch):
         async def claim(self, new, now, lease, retention):
             claim = await super().claim(new, now, lease, retention)
-            r.draining = True
+            r.shutdown.draining = True
             return claim
 
     store = DrainsThenLoses()
@@ -418,7 +419,7 @@ async def test_draining_with_the_store_down_says_the_retry_waits_for_the_lease(c
     class DrainsThenFails(BrokenStore):
         async def claim(self, *args, **kwargs):
             claim = await super().claim(*args, **kwargs)
-            r.draining, self.fail_finish = True, True
+            r.shutdown.draining, self.fail_finish = True, True
             return claim
 
     r = make_runner(clock, ScriptedTarget(), DrainsThenFails())
@@ -448,7 +449,7 @@ async def test_a_limit_of_one_admits_a_run_and_frees_the_route_after_every_outco
     assert first.http != 429 or outcome == "throttled"
     [sent] = target.dispatched  # the first delivery on an idle route is never refused
     assert sent.payload == {"mode": "full"}
-    assert r.in_flight == {"etl": 0}
+    assert r.limits.in_flight == {"etl": 0}
     target.on_dispatch = ScriptedTarget().on_dispatch
     assert (await answer(r, OTHER)).http == 200  # and the route is not left busy
 
@@ -458,13 +459,13 @@ async def test_the_route_is_freed_when_the_dispatch_is_fenced_or_the_store_fails
     store.clock = clock
     r = make_runner(clock, ScriptedTarget(), store, limit=1)
     assert (await answer(r)).http == 409
-    assert r.in_flight == {"etl": 0}
+    assert r.limits.in_flight == {"etl": 0}
 
     broken = BrokenStore()
     broken.fail_finish = True
     r = make_runner(clock, ScriptedTarget(), broken, limit=1)
     assert (await answer(r)).http == 504
-    assert r.in_flight == {"etl": 0}
+    assert r.limits.in_flight == {"etl": 0}
 
 
 async def test_the_route_is_freed_when_the_request_is_cancelled(clock: Clock) -> None:
@@ -472,11 +473,11 @@ async def test_the_route_is_freed_when_the_request_is_cancelled(clock: Clock) ->
     r = make_runner(clock, ScriptedTarget(hold(started, release)), limit=1)
     task = asyncio.create_task(answer(r))
     await started.wait()
-    assert r.in_flight == {"etl": 1}
+    assert r.limits.in_flight == {"etl": 1}
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert r.in_flight == {"etl": 0}
+    assert r.limits.in_flight == {"etl": 0}
 
 
 @pytest.mark.parametrize("limit", [1, 2, 3])
@@ -498,7 +499,7 @@ async def test_exactly_limit_runs_dispatch_at_once(clock: Clock, limit: int) -> 
     assert (await answer(r, replace(DELIVERY, job="one-too-many"))).http == 429
     release.set()
     assert [a.http for a in await asyncio.gather(*running)] == [200] * limit
-    assert r.in_flight == {"etl": 0}
+    assert r.limits.in_flight == {"etl": 0}
 
 
 # -- Retry-After ----------------------------------------------------------------------------------
@@ -508,7 +509,7 @@ async def test_exactly_limit_runs_dispatch_at_once(clock: Clock, limit: int) -> 
     ("seconds", "header"), [(-30, "1"), (0, "1"), (0.001, "1"), (1, "1"), (1.001, "2"), (299.5, "300")]
 )
 def test_retry_after_is_a_whole_number_of_seconds_never_below_one(seconds: float, header: str) -> None:
-    assert errors.InProgress("busy", retry_after=seconds).headers() == {"Retry-After": header}
+    assert render(errors.InProgress("busy", retry_after=seconds)).headers == {"Retry-After": header}
 
 
 def test_fenced_names_the_record_that_won() -> None:
@@ -530,18 +531,18 @@ async def test_drain_cuts_a_dispatch_to_the_grace_and_answers_unknown(clock: Clo
     r = make_runner(clock, ScriptedTarget(hangs_for(10)), dispatch_timeout=30)
     task = asyncio.create_task(answer(r))
     await asyncio.sleep(0.02)
-    r.drain(0.02)
+    r.shutdown.drain(0.02)
     got = await asyncio.wait_for(task, 5)  # not the 30 s deadline
     assert got == Answer(504, error("unknown", target=NOT_CREATED), {"Retry-After": "300"}, got.message)
     assert got.message.startswith("dispatch took longer than the shutdown grace")
-    assert r._dispatch_deadlines == set()
+    assert r.shutdown.deadlines == set()
 
 
 async def test_drain_never_lengthens_a_deadline_that_ends_sooner(clock: Clock) -> None:
     r = make_runner(clock, ScriptedTarget(hangs_for(10)), dispatch_timeout=0.05)
     task = asyncio.create_task(answer(r))
     await asyncio.sleep(0.01)
-    r.drain(60)
+    r.shutdown.drain(60)
     got = await asyncio.wait_for(task, 5)  # the 0.05 s deadline stands, not the 60 s grace
     assert got.http == 504 and (await stored(r)).status == IN_PROGRESS
 
@@ -576,6 +577,6 @@ async def test_drain_lets_a_dispatch_that_ends_within_the_grace_finish(clock: Cl
     r = make_runner(clock, ScriptedTarget(hangs_for(0.05)), dispatch_timeout=30)
     task = asyncio.create_task(answer(r))
     await asyncio.sleep(0.01)
-    r.drain(5)
+    r.shutdown.drain(5)
     got = await asyncio.wait_for(task, 5)
     assert got.http == 200 and got.body["status"] == "processed"

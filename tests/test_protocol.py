@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 
 from app import errors
+from app.api.answers import render
 from app.protocol import THROTTLE_BACKOFF_SECONDS, Runner
 from app.stores.base import COMPLETED, FAILED, IN_PROGRESS
 from app.stores.memory import MemoryStore
@@ -78,7 +79,7 @@ async def test_live_lease_answers_in_progress_with_the_time_left(clock: Clock) -
 
     with pytest.raises(errors.InProgress) as busy:
         await r.run(DELIVERY, {}, BODY)
-    assert busy.value.headers() == {"Retry-After": "200"}
+    assert render(busy.value).headers == {"Retry-After": "200"}
     release.set()
     assert (await first).status == "processed"
     assert len(target.dispatched) == 1
@@ -107,7 +108,7 @@ async def test_throttled_target_passes_on_retry_after_and_releases(clock: Clock)
 
     with pytest.raises(errors.Throttled) as throttled:
         await r.run(DELIVERY, {}, BODY)
-    assert throttled.value.headers() == {"Retry-After": "42"}
+    assert render(throttled.value).headers == {"Retry-After": "42"}
     assert (await record(r)).status == FAILED
 
 
@@ -124,7 +125,7 @@ async def test_unknown_outcome_keeps_the_claim_then_reconciles_after_the_lease(c
 
     with pytest.raises(errors.OutcomeUnknown) as unknown:
         await r.run(DELIVERY, {}, BODY)
-    assert unknown.value.headers() == {"Retry-After": "300"}
+    assert render(unknown.value).headers == {"Retry-After": "300"}
     assert "reconciled" in unknown.value.message
     stored = await record(r)
     assert stored.status == IN_PROGRESS and stored.last_error == "connection reset after sending"
@@ -285,14 +286,14 @@ class DrainsDuringClaim(MemoryStore):
 
     async def claim(self, *args, **kwargs):
         result = await super().claim(*args, **kwargs)
-        self.runner.drain(5)
+        self.runner.shutdown.drain(5)
         return result
 
 
 async def test_draining_refuses_new_runs_before_claiming(clock: Clock) -> None:
     target = ScriptedTarget()
     r = runner(target, clock)
-    r.drain(5)
+    r.shutdown.drain(5)
     with pytest.raises(errors.Unavailable, match="shutting down"):
         await r.run(DELIVERY, {}, BODY)
     assert target.dispatched == [] and await record(r) is None
@@ -340,7 +341,7 @@ async def test_drain_shortens_a_dispatch_in_flight_to_the_grace(clock: Clock) ->
     r = runner(ScriptedTarget(slow), clock, dispatch_timeout=30)
     task = asyncio.create_task(r.run(DELIVERY, {}, BODY))
     await asyncio.sleep(0.05)
-    r.drain(0.05)
+    r.shutdown.drain(0.05)
     with pytest.raises(errors.OutcomeUnknown, match="shutdown grace"):
         await task
     assert (await record(r)).status == IN_PROGRESS

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from app.stores import Decision, Finish, StoreUnavailable
-from app.stores.base import COMPLETED, FAILED, IN_PROGRESS
+from app.stores.base import COMPLETED, FAILED, IN_PROGRESS, SKIPPED
+from app.stores import sqlite as sqlite_store
 from app.stores.sqlite import SQLiteStore
 from tests.support.procs import free_port
 from tests.support.runs import LEASE, RETENTION, T0, claim, new_run
@@ -296,8 +297,8 @@ async def test_sqlite_ping_fails_while_another_process_holds_the_write_lock(tmp_
 async def test_sqlite_file_from_before_the_task_counters_gets_them(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     old = sqlite3.connect(path)
-    schema = "CREATE TABLE runs (" + ", ".join(
-        f"{name} TEXT" for name in ("run_id", "status", "attempt_id", "lease_expires", "expire_at", "created_at",
+    schema = "CREATE TABLE runs (run_id TEXT PRIMARY KEY, " + ", ".join(  # the key every released schema had
+        f"{name} TEXT" for name in ("status", "attempt_id", "lease_expires", "expire_at", "created_at",
                                     "updated_at", "route", "source", "project", "location", "job", "schedule_time",
                                     "task", "body_sha256", "target", "last_error")
     ) + ", attempts INTEGER)"
@@ -311,6 +312,33 @@ async def test_sqlite_file_from_before_the_task_counters_gets_them(tmp_path: Pat
         assert (got.task_retry_count, got.task_execution_count) == (2, 1)
     finally:
         await store.close()
+
+
+async def test_sqlite_file_from_before_skipped_takes_it_and_keeps_its_runs(tmp_path: Path) -> None:
+    """A file whose CHECK predates `skipped` would refuse a skipped run for good (503 on every retry):
+    opening it rebuilds the table with today's CHECK, rows and index included."""
+    path = tmp_path / "old.db"
+    old_schema = sqlite_store._SCHEMA.replace(", 'skipped')", ")")
+    assert old_schema != sqlite_store._SCHEMA
+    earlier = await claim(SQLiteStore(str(tmp_path / "scratch.db")))
+    with sqlite3.connect(path) as old:
+        old.executescript(old_schema)
+        with pytest.raises(sqlite3.IntegrityError):
+            old.execute(sqlite_store._UPSERT, sqlite_store._to_row(replace(earlier.record, status=SKIPPED)))
+        old.execute(sqlite_store._UPSERT, sqlite_store._to_row(earlier.record))
+    old.close()
+
+    store = SQLiteStore(str(path))
+    try:
+        assert await store.get(earlier.record.run_id, T0) == earlier.record
+        other = await claim(store, run=new_run(run_id="c" * 64))
+        skipped = await store.finish(other, Finish(SKIPPED, last_error="late: 2h"), T0)
+        assert (await store.get(skipped.run_id, T0)).status == SKIPPED
+    finally:
+        await store.close()
+    with sqlite3.connect(path) as conn:
+        names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    assert names == {"runs", "runs_by_created", "sqlite_autoindex_runs_1"}
 
 
 async def test_sqlite_keeps_no_target_as_null(tmp_path: Path) -> None:

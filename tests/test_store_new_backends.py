@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -13,12 +14,14 @@ from click.testing import CliRunner
 
 from app.cli import main
 from app.settings import ConfigError, load_settings
-from app.stores import Finish, StoreUnavailable, open_store, parse_redis_url, parse_spanner_url
+from app.stores import Fenced, Finish, StoreUnavailable, open_store, parse_redis_url, parse_spanner_url
 from app.stores.base import COMPLETED
 from tests.support.backends import run_store_init, start_redis
 from tests.support.procs import REPO
 from tests.support.runs import RETENTION, T0, claim
 from tests.support.stores import redis_url, spanner_table_url
+
+LOG_TARGET = {"type": "log", "resource": "x"}
 
 # -- the registry ------------------------------------------------------------------------------
 
@@ -127,30 +130,152 @@ async def test_redis_wait_replicas_unmet_is_unavailable(redis_server) -> None:
         await store.close()
 
 
-async def test_redis_killed_is_unavailable(tmp_path: Path) -> None:
+async def test_redis_killed_is_unavailable_and_the_error_names_the_operation(tmp_path: Path) -> None:
     server = start_redis(tmp_path)
     store = open_store(f"redis://127.0.0.1:{server.port}/0", timeout_seconds=1)
     try:
-        await store.ping()
+        won = await claim(store)
         server.kill()
-        with pytest.raises(StoreUnavailable):
-            await claim(store)
-        with pytest.raises(StoreUnavailable):
-            await store.ping()
+        for op, call in (
+            ("claim", lambda: claim(store)),
+            ("finish", lambda: store.finish(won, Finish(COMPLETED, target=LOG_TARGET), T0)),
+            ("release", lambda: store.release(won.record.run_id, T0)),
+            ("get", lambda: store.get(won.record.run_id, T0)),
+            ("list", lambda: store.list(T0)),
+            ("ping", store.ping),
+        ):
+            with pytest.raises(StoreUnavailable, match=f"^redis {op}: "):
+                await call()
     finally:
         server.stop()
         await store.close()
 
 
+async def test_redis_wait_replicas_met_by_a_real_replica(tmp_path: Path) -> None:
+    import redis
+
+    primary, replica = start_redis(tmp_path), start_redis(tmp_path)
+    store = open_store(f"redis://127.0.0.1:{primary.port}/0?wait_replicas=1", timeout_seconds=5)
+    try:
+        with redis.Redis(port=replica.port) as client:
+            client.replicaof("127.0.0.1", primary.port)
+            deadline = asyncio.get_running_loop().time() + 20
+            while client.info("replication").get("master_link_status") != "up":
+                assert asyncio.get_running_loop().time() < deadline, "the replica never synced"
+                await asyncio.sleep(0.05)
+            won = await claim(store)
+            done = await store.finish(won, Finish(COMPLETED, target=LOG_TARGET), T0)
+            assert won.won and done.status == COMPLETED
+            assert client.get(f"runonce:run:{won.record.run_id}") is not None  # the replica has it
+    finally:
+        await store.close()
+        replica.stop()
+        primary.stop()
+
+
+async def test_redis_url_user_password_and_database_are_used(tmp_path: Path) -> None:
+    import redis
+
+    server = start_redis(tmp_path)
+    with redis.Redis(port=server.port) as admin:
+        admin.acl_setuser("runonce", enabled=True, passwords=["+s3cret"], keys=["*"], commands=["+@all"])
+        admin.acl_setuser("default", enabled=False)
+    store = open_store(f"redis://runonce:s3cret@127.0.0.1:{server.port}/3", timeout_seconds=1)
+    wrong = open_store(f"redis://runonce:wrong@127.0.0.1:{server.port}/3", timeout_seconds=1)
+    try:
+        won = await claim(store)
+        with redis.Redis(port=server.port, db=3, username="runonce", password="s3cret") as client:
+            assert client.exists(f"runonce:run:{won.record.run_id}")
+            assert client.execute_command("SELECT", 0) and client.dbsize() == 0  # not in database 0
+        with pytest.raises(StoreUnavailable):
+            await wrong.ping()
+    finally:
+        await store.close()
+        await wrong.close()
+        server.stop()
+
+
+async def test_redis_finish_of_a_vanished_record_is_fenced_and_other_keys_are_left_alone(redis_server) -> None:
+    import redis
+
+    store = open_store(redis_url(redis_server))
+    try:
+        with redis.Redis(port=redis_server.port) as client:
+            client.set("someone-else:key", "not json")  # a shared instance
+            won = await claim(store)
+            assert [r.run_id for r in await store.list(T0)] == [won.record.run_id]
+            client.delete(f"runonce:run:{won.record.run_id}")  # evicted, or flushed
+        assert await store.get(won.record.run_id, T0) is None
+        with pytest.raises(Fenced) as refused:
+            await store.finish(won, Finish(COMPLETED, target=LOG_TARGET), T0)
+        assert refused.value.found is None and str(refused.value) == "run is now held by no record"
+    finally:
+        await store.close()
+
+
+async def test_redis_full_with_noeviction_refuses_the_claim(tmp_path: Path) -> None:
+    """The README's advice for Memorystore: with `noeviction` a full instance refuses the write
+    (503, nothing dispatched) instead of evicting another run's record."""
+    import redis
+
+    server = start_redis(tmp_path)
+    store = open_store(f"redis://127.0.0.1:{server.port}/0", timeout_seconds=1)
+    try:
+        with redis.Redis(port=server.port) as client:
+            client.config_set("maxmemory-policy", "noeviction")
+            client.config_set("maxmemory", 1)  # already full
+            with pytest.raises(StoreUnavailable, match="OutOfMemoryError"):
+                await claim(store)
+            assert client.dbsize() == 0
+            client.config_set("maxmemory", 0)
+        assert (await claim(store)).won
+    finally:
+        await store.close()
+        server.stop()
+
+
+@pytest.mark.parametrize(("policy", "limit", "warned"), [
+    ("volatile-lru", 100 * 2**20, True),  # Memorystore's default
+    ("allkeys-lru", 100 * 2**20, True),
+    ("noeviction", 100 * 2**20, False),
+    ("volatile-lru", 0, False),  # no memory limit: nothing is ever evicted
+])
+async def test_redis_that_would_evict_run_keys_is_warned_about_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, policy: str, limit: int, warned: bool
+) -> None:
+    import redis
+
+    server = start_redis(tmp_path)
+    store = open_store(f"redis://127.0.0.1:{server.port}/0", timeout_seconds=1)
+    try:
+        with redis.Redis(port=server.port) as client:
+            client.config_set("maxmemory-policy", policy)
+            client.config_set("maxmemory", limit)
+        with caplog.at_level("WARNING", logger="runonce.stores.redis"):
+            await store.ping()
+            await store.ping()
+        warnings = [r.getMessage() for r in caplog.records if r.name == "runonce.stores.redis"]
+        assert warnings == ([
+            f"redis maxmemory-policy is {policy}: when the instance is full it evicts run records and a retry "
+            "then dispatches the run again; set maxmemory-policy noeviction (a full instance then refuses "
+            "claims with 503)"
+        ] if warned else [])
+    finally:
+        await store.close()
+        server.stop()
+
+
 # -- Spanner -----------------------------------------------------------------------------------
 
 
-async def test_spanner_fresh_run_is_two_transactions(spanner_database: str) -> None:
+async def test_spanner_fresh_run_is_one_insert_and_one_replace(spanner_database: str) -> None:
+    """The claim is a mutation-only commit, the finish one read-write transaction on the claim's
+    version: no read before either (bench/store_rpcs.py counts the gRPC calls: 1 + 2)."""
     store = open_store(spanner_table_url(spanner_database))
     try:
         first = await claim(store)
         await store.finish(first, Finish(COMPLETED, target={"type": "log", "resource": "x"}), T0)
-        assert dict(store.transactions) == {"claim": 1, "finish": 1}  # type: ignore[attr-defined]
+        assert dict(store.calls) == {"insert": 1, "replace": 1}  # type: ignore[attr-defined]
     finally:
         await store.close()
 

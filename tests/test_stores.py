@@ -6,12 +6,13 @@ Each test is a rule of the run protocol (docs/contract.md, "The run record and i
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
 from app.stores import Decision, Fenced, Finish, RunStore
-from app.stores.base import COMPLETED, FAILED, IN_PROGRESS
+from app.stores.base import COMPLETED, FAILED, IN_PROGRESS, SKIPPED
 from tests.support.runs import LEASE, RETENTION, T0, claim, new_run
 
 
@@ -48,6 +49,18 @@ async def test_completed_run_is_replayed_with_its_target(store: RunStore) -> Non
     assert later.decision is Decision.REPLAY
     assert later.record.target == target
     assert later.record.attempts == 1
+
+
+async def test_skipped_run_is_replayed_with_its_reason_and_no_target(store: RunStore) -> None:
+    first = await claim(store)
+    reason = "late: first claimed 7200s after its schedule time"
+    skipped = await store.finish(first, Finish(SKIPPED, last_error=reason), T0 + timedelta(seconds=1))
+    assert skipped.status == SKIPPED and skipped.target is None
+
+    later = await claim(store, T0 + LEASE * 3)  # like completed: a replay for as long as it is kept
+    assert later.decision is Decision.REPLAY and not later.won
+    assert (later.record.status, later.record.last_error, later.record.attempts) == (SKIPPED, reason, 1)
+    assert [r.run_id for r in await store.list(T0, status=SKIPPED)] == [first.record.run_id]
 
 
 async def test_failed_run_is_claimable_at_once_and_keeps_last_error(store: RunStore) -> None:
@@ -191,3 +204,14 @@ async def test_records_survive_a_new_handle(make_store, store: RunStore) -> None
     other = make_store()
     assert (await other.get(first.record.run_id, T0)).status == COMPLETED
     assert (await claim(other)).decision is Decision.REPLAY
+
+
+async def test_a_takeover_records_the_cloud_tasks_counters_of_its_delivery(store: RunStore) -> None:
+    first = await store.claim(replace(new_run(), task_retry_count=0, task_execution_count=1), T0, LEASE, RETENTION)
+    assert (first.record.task_retry_count, first.record.task_execution_count) == (0, 1)
+    await store.finish(first, Finish(FAILED, last_error="HTTP 500"), T0)
+
+    retry = await store.claim(replace(new_run(), task_retry_count=3, task_execution_count=2), T0, LEASE, RETENTION)
+    assert retry.decision is Decision.TAKEOVER
+    assert (retry.record.task_retry_count, retry.record.task_execution_count) == (3, 2)
+    assert await store.get(retry.record.run_id, T0) == retry.record

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from ..errors import RunonceError
 
-class ScheduleError(ValueError):
+
+class ScheduleError(RunonceError, ValueError):
     """A schedule or time zone that Cloud Scheduler would reject (or that could never fire).
 
     `field` names the part at fault (`day-of-week`, `minute`, `groc`, `time zone`) and `text` the

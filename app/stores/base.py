@@ -1,7 +1,8 @@
 """The run record, the claim rules, and the interface every claim store implements.
 
-The rules live here once (`decide`, `fresh_record`, `takeover_record`); a store's job is to apply
-them atomically: read what is there, `decide`, and write conditionally on what it read.
+The rules live here once (`decide`, `fresh_record`, `takeover_record`), and so does the protocol
+that applies them (`RunStore.claim`, `finish`, `release`): read what is there, `decide`, write
+conditionally on what was read. A backend implements three primitives (see `RunStore`).
 
 Time windows of one run (a store never compares anything else):
 
@@ -9,7 +10,7 @@ Time windows of one run (a store never compares anything else):
         |--- lease live: other attempts get 409 ---|--- claimable: takeover (+ reconcile) ---|--- absent
         ^ claim (in_progress)                                                                 ^ TTL may delete
 
-A `failed` record is claimable at once; a `completed` one is replayed until `expire_at`.
+A `failed` record is claimable at once; a `completed` (or `skipped`) one is replayed until `expire_at`.
 """
 
 from __future__ import annotations
@@ -21,13 +22,18 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
-RunStatus = Literal["in_progress", "completed", "failed"]
+from ..errors import RunonceError
+
+RunStatus = Literal["in_progress", "completed", "failed", "skipped"]
 IN_PROGRESS: RunStatus = "in_progress"
 COMPLETED: RunStatus = "completed"
 FAILED: RunStatus = "failed"
+SKIPPED: RunStatus = "skipped"
+"""Terminal like completed, with nothing dispatched (late, or the previous run still running:
+app/guarantees.py); `last_error` holds `REASON: text`."""
 
 
-class StoreError(Exception):
+class StoreError(RunonceError):
     """Base of claim-store errors."""
 
 
@@ -104,7 +110,7 @@ class Decision(enum.Enum):
 
     CREATE = "create"  # nothing there (or an expired record): create a fresh record
     TAKEOVER = "takeover"  # failed, or its lease expired: replace it with a new attempt
-    REPLAY = "replay"  # completed: answer with the stored result
+    REPLAY = "replay"  # completed or skipped: answer with the stored result
     BUSY = "busy"  # another attempt holds a live lease
     MISMATCH = "mismatch"  # same run_id, different body
 
@@ -115,7 +121,7 @@ def decide(found: RunRecord | None, new: NewRun, now: datetime) -> Decision:
         return Decision.CREATE
     if found.body_sha256 != new.body_sha256:
         return Decision.MISMATCH
-    if found.status == COMPLETED:
+    if found.status in (COMPLETED, SKIPPED):
         return Decision.REPLAY
     if found.status == IN_PROGRESS and found.lease_expires > now:
         return Decision.BUSY
@@ -175,6 +181,11 @@ def claimed_record(
     return takeover_record(found, now, lease, new)
 
 
+Version = Any
+"""A store's opaque token for one state of a record (Firestore: the document's update time; SQLite
+and Spanner: the record itself). Only the store that issued it interprets it."""
+
+
 @dataclass(frozen=True)
 class Claim:
     """The answer to a claim.
@@ -182,13 +193,14 @@ class Claim:
     `decision` CREATE or TAKEOVER: this attempt holds the run; `record` is what was written and
     `previous` what it replaced (an in_progress `previous` means an earlier attempt may have created
     an execution: reconcile first). Otherwise `record` is the record found, unchanged.
-    `version` is store-private (Firestore's update time) and lets `finish` skip a read.
+    `version` is the store's token for the state it wrote (see `Version`): `finish` writes on it
+    without a read first. None when unknown: `finish` reads.
     """
 
     decision: Decision
     record: RunRecord
     previous: RunRecord | None = None
-    version: Any = field(default=None, compare=False, repr=False)
+    version: Version = field(default=None, compare=False, repr=False)
 
     @property
     def won(self) -> bool:
@@ -229,28 +241,58 @@ def finished_record(held: RunRecord, finish: Finish, now: datetime) -> RunRecord
     )
 
 
+# A conditional write loses only when another writer succeeded in between (or our own write's
+# answer was lost); this bounds a pathological livelock, after which the store counts as unavailable.
+MAX_RACES = 20
+
+# What each write changes: a store may write only these fields (Firestore does: a smaller write).
+FINISH_FIELDS = ("status", "target", "last_error", "updated_at")
+RELEASE_FIELDS = ("lease_expires", "updated_at")
+
+
 class RunStore(ABC):
     """A claim store. Every method takes `now` so tests drive the clock.
+
+    The claim protocol is written once, here, over three primitives a backend implements:
+
+        load(run_id)                        -> (record, version) | None
+        insert_if_absent(record)            -> version | None (None: a record exists)
+        replace_if_version(record, version) -> version | None (None: it is no longer at `version`)
+
+    claim:   insert_if_absent(fresh)   -> we hold a fresh run in one write
+             else load, decide, replace_if_version; a lost race is decided again from a new load
+    finish:  replace_if_version(finished, claim.version); on a lost race load: still ours -> again,
+             else Fenced
+    release: load, releasable, replace_if_version
+
+    Each primitive is one atomic step of the backend, so the result is that of a serializable
+    transaction: of any number of concurrent claims at most one wins. A write of ours whose answer
+    was lost (a client that resent it sees AlreadyExists / a changed version) is recognised on the
+    next load: by attempt_id for a claim, by the record being exactly what we wrote for finish and
+    release. A backend whose engine does a whole operation in one round trip may override it
+    (Redis: one Lua script each), held to the same conformance suite.
 
     Methods raise `StoreUnavailable` when the backend cannot be reached or times out.
     """
 
-    @abstractmethod
-    async def claim(self, new: NewRun, now: datetime, lease: timedelta, retention: timedelta) -> Claim:
-        """Atomically apply `decide` to the stored record and, on CREATE/TAKEOVER, write the claim.
-
-        Must be one atomic step against concurrent claims, in this process and others: of any
-        number of simultaneous claims of one run_id at most one may win.
-        """
+    # -- primitives -------------------------------------------------------------------------------
 
     @abstractmethod
-    async def finish(self, claim: Claim, finish: Finish, now: datetime) -> RunRecord:
-        """Write the outcome, only if the record is still held by `claim.record.attempt_id` and
-        still in_progress; return the written record. Raise `Fenced` otherwise."""
+    async def load(self, run_id: str) -> tuple[RunRecord, Version] | None:
+        """The stored record (expired or not) and its version, or None when there is none."""
 
-    @abstractmethod
-    async def get(self, run_id: str, now: datetime) -> RunRecord | None:
-        """The record, or None if absent or expired."""
+    async def insert_if_absent(self, record: RunRecord) -> Version | None:
+        """Write `record` unless a record with its run_id exists; its version, or None if one does."""
+        raise NotImplementedError(f"{type(self).__name__} must implement insert_if_absent, or override claim")
+
+    async def replace_if_version(
+        self, record: RunRecord, version: Version, changed: tuple[str, ...] | None = None
+    ) -> Version | None:
+        """Write `record` over the stored one if that is still at `version`; the new version, or
+        None when it moved on or is gone. `changed`: the only fields that differ (a hint)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement replace_if_version, or override claim, finish and release"
+        )
 
     @abstractmethod
     async def list(
@@ -259,13 +301,84 @@ class RunStore(ABC):
         """Unexpired records, newest first."""
 
     @abstractmethod
-    async def release(self, run_id: str, now: datetime) -> RunRecord | None:
-        """Admin: end the live lease of an in_progress run so the next delivery takes over (and
-        reconciles). Returns the updated record, or None when there is nothing to release."""
-
-    @abstractmethod
     async def ping(self) -> None:
         """Raise `StoreUnavailable` unless the store answers."""
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
+
+    # -- the protocol, once -----------------------------------------------------------------------
+
+    async def claim(self, new: NewRun, now: datetime, lease: timedelta, retention: timedelta) -> Claim:
+        """Atomically apply `decide` to the stored record and, on CREATE/TAKEOVER, write the claim.
+
+        Of any number of simultaneous claims of one run_id, in this process and others, at most
+        one wins."""
+        record = fresh_record(new, now, lease, retention)
+        version = await self.insert_if_absent(record)
+        if version is not None:
+            return Claim(Decision.CREATE, record, version=version)
+        # Every claim this call wrote, by attempt_id: (decision, record it replaced).
+        sent: dict[str, tuple[Decision, RunRecord | None]] = {record.attempt_id: (Decision.CREATE, None)}
+        for _ in range(MAX_RACES):
+            loaded = await self.load(new.run_id)
+            if loaded is None:  # deleted since (TTL): create again
+                version = await self.insert_if_absent(record)
+                if version is not None:
+                    return Claim(Decision.CREATE, record, version=version)
+                continue
+            found, version = loaded
+            if found.attempt_id in sent:  # our own write landed, its answer was lost
+                decision, previous = sent[found.attempt_id]
+                return Claim(decision, found, previous=previous, version=version)
+            decision = decide(found, new, now)
+            if decision not in (Decision.CREATE, Decision.TAKEOVER):
+                return Claim(decision, found)
+            claimed = claimed_record(found, decision, new, now, lease, retention)
+            sent[claimed.attempt_id] = (decision, found)
+            written = await self.replace_if_version(claimed, version)
+            if written is not None:
+                return Claim(decision, claimed, previous=found, version=written)
+        raise StoreUnavailable(f"claim of {new.run_id}: still contended after {MAX_RACES} tries")
+
+    async def finish(self, claim: Claim, finish: Finish, now: datetime) -> RunRecord:
+        """Write the outcome, only if the record is still held by `claim.record.attempt_id` and
+        still in_progress; return the written record. Raise `Fenced` otherwise."""
+        held, version = claim.record, claim.version
+        for _ in range(MAX_RACES):
+            record = finished_record(held, finish, now)
+            if version is not None and await self.replace_if_version(record, version, FINISH_FIELDS) is not None:
+                return record
+            loaded = await self.load(held.run_id)
+            found, version = loaded if loaded is not None else (None, None)
+            if found is not None and found == record:
+                return found  # our own write landed, its answer was lost
+            if not holds(found, claim):
+                raise Fenced(found)
+            assert found is not None
+            held = found  # still ours (an admin touched the lease): write over what is there
+        raise StoreUnavailable(f"finish of {held.run_id}: still contended after {MAX_RACES} tries")
+
+    async def release(self, run_id: str, now: datetime) -> RunRecord | None:
+        """Admin: end the live lease of an in_progress run so the next delivery takes over (and
+        reconciles). Returns the updated record, or None when there is nothing to release."""
+        released: RunRecord | None = None  # pragma: no mutate - nothing written yet: no record equals None (or "")
+        for _ in range(MAX_RACES):
+            loaded = await self.load(run_id)
+            found, version = loaded if loaded is not None else (None, None)
+            if found is not None and found == released:
+                return found  # our own write landed, its answer was lost
+            if not releasable(found, now):
+                return None
+            assert found is not None
+            released = replace(found, lease_expires=now, updated_at=now)
+            if await self.replace_if_version(released, version, RELEASE_FIELDS) is not None:
+                return released
+        raise StoreUnavailable(f"release of {run_id}: still contended after {MAX_RACES} tries")
+
+    async def get(self, run_id: str, now: datetime) -> RunRecord | None:
+        """The record, or None if absent or expired (TTL deletion lags)."""
+        loaded = await self.load(run_id)
+        if loaded is None or loaded[0].expire_at <= now:
+            return None
+        return loaded[0]

@@ -1,8 +1,10 @@
 """Redis / Memorystore claim store (`RUNONCE_STORE=redis://HOST:PORT/DB`, `rediss://…`).
 
 One key per run, `runonce:run:{run_id}`, holding the record as JSON. `claim`, `finish` and
-`release` are each ONE Lua script: Redis runs a script atomically, so read → decide → write cannot
-interleave with another client's, and a fresh run costs two round trips (claim, finish).
+`release` override `RunStore`'s protocol with ONE Lua script each: Redis runs a script atomically,
+so read → decide → write cannot interleave with another client's, and a fresh run costs two round
+trips (claim, finish), where the protocol over primitives would cost three or more (GET, then a
+compare-and-set script, as a script must see the value to compare it). `get` is the protocol's, over `load`.
 
 The rules are written twice, in `base.py` (Python) and in the scripts below (Lua); the conformance
 suite in tests/test_stores.py holds the scripts to the same rules as every other store.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from dataclasses import fields
 from datetime import datetime, timedelta
 from typing import Any
@@ -43,10 +46,13 @@ from .base import (
     RunStatus,
     RunStore,
     StoreUnavailable,
+    Version,
     fresh_record,
     new_attempt_id,
     rfc3339,
 )
+
+logger = logging.getLogger("runonce.stores.redis")
 
 KEY_PREFIX = "runonce:run:"
 MAX_CONNECTIONS = 32  # per process; Memorystore allows 65,000 clients
@@ -65,7 +71,7 @@ if not found or found.expire_at <= now then
   return {'create', ARGV[3], raw}
 end
 if found.body_sha256 ~= ARGV[2] then return {'mismatch', raw, false} end
-if found.status == 'completed' then return {'replay', raw, false} end
+if found.status == 'completed' or found.status == 'skipped' then return {'replay', raw, false} end
 if found.status == 'in_progress' and found.lease_expires > now then return {'busy', raw, false} end
 found.status = 'in_progress'
 found.attempt_id = ARGV[5]
@@ -117,19 +123,14 @@ def _to_json(record: RunRecord) -> str:
     values = record.as_dict()
     for name in _TIME_FIELDS:
         values[name] = rfc3339(values[name])
-    return json.dumps(values, separators=(",", ":"))
+    return json.dumps(values, separators=(",", ":"))  # pragma: no mutate - spacing only
 
 
 def _from_json(raw: bytes | str) -> RunRecord:
     values = json.loads(raw)
     for name in _TIME_FIELDS:
         values[name] = datetime.fromisoformat(values[name])
-    # cjson writes integers it decoded as numbers (2, not 2.0) and an empty map as [].
-    for name in ("attempts", "task_retry_count", "task_execution_count"):
-        if isinstance(values.get(name), float):
-            values[name] = int(values[name])
-    if values.get("target") == []:
-        values["target"] = {}
+    # What a script rewrote reads back as written: cjson writes 2 (not 2.0) and {} (not []).
     return RunRecord(**{name: values.get(name) for name in _FIELDS})
 
 
@@ -137,21 +138,24 @@ class RedisStore(RunStore):
     def __init__(self, url: RedisURL, timeout_seconds: float = 5.0):
         self.url = url
         self._timeout = timeout_seconds
-        tls = {"connection_class": aioredis.SSLConnection, "ssl_ca_certs": url.ca_file} if url.tls else {}
+        tls = {"connection_class": aioredis.SSLConnection, "ssl_ca_certs": url.ca_file} if url.tls else {}  # pragma: no mutate - the tests have no TLS redis-server (rediss:// URLs are checked in test_store_new_backends)
         # A bounded pool that waits (up to the store timeout) for a free connection: a storm of
         # deliveries queues for the pool instead of failing with "too many connections".
         pool = aioredis.BlockingConnectionPool(
-            host=url.host, port=url.port, db=url.db, username=url.username, password=url.password,
-            socket_timeout=timeout_seconds, socket_connect_timeout=timeout_seconds,
-            max_connections=MAX_CONNECTIONS, timeout=timeout_seconds, **tls,
+            host=url.host, port=url.port,  # pragma: no mutate - redis-py's default host is the tests' own address
+            db=url.db, username=url.username, password=url.password,
+            # Belt and braces: every call is also bounded by the store timeout (`_call`).
+            socket_timeout=timeout_seconds, socket_connect_timeout=timeout_seconds,  # pragma: no mutate - see above
+            max_connections=MAX_CONNECTIONS, timeout=timeout_seconds, **tls,  # pragma: no mutate - see above
         )
         # No silent resend: a claim resent after a lost reply would find its own write and answer
         # busy. A failed call is a 503, and Scheduler's retry is the resend.
-        self._client = aioredis.Redis(connection_pool=pool, retry=Retry(NoBackoff(), 0))
+        self._client = aioredis.Redis(connection_pool=pool, retry=Retry(NoBackoff(), 0))  # pragma: no mutate - a resend shows only when a reply is lost, which a local server does not do
         self._claim = self._client.register_script(_CLAIM)
         self._finish = self._client.register_script(_FINISH)
         self._release = self._client.register_script(_RELEASE)
         self.round_trips = 0
+        self._eviction_checked = False
         """Requests sent (a script plus its WAIT go in one pipeline: one round trip)."""
 
     def _key(self, run_id: str) -> str:
@@ -169,9 +173,9 @@ class RedisStore(RunStore):
         """Run a write script; with wait_replicas, WAIT on the same connection (one pipeline)."""
         if not self.url.wait_replicas:
             return await self._call(op, script(keys=[self._key(run_id)], args=args))
-        async with self._client.pipeline(transaction=False) as pipe:
+        async with self._client.pipeline(transaction=False) as pipe:  # pragma: no mutate - inside MULTI, WAIT does not block: with a replica that lags, the write is refused (503), never relied on
             pipe.eval(script.script, 1, self._key(run_id), *args)
-            pipe.wait(self.url.wait_replicas, max(1, int(self._timeout * 1000 / 2)))
+            pipe.wait(self.url.wait_replicas, max(1, int(self._timeout * 1000 / 2)))  # pragma: no mutate - how long to wait, within the store timeout
             result, acked = await self._call(op, pipe.execute())
         if acked < self.url.wait_replicas:
             raise StoreUnavailable(
@@ -180,11 +184,11 @@ class RedisStore(RunStore):
             )
         return result
 
-    # -- RunStore -----------------------------------------------------------------------------
+    # -- RunStore: claim, finish and release overridden, one script each ----------------------
 
     async def claim(self, new: NewRun, now: datetime, lease: timedelta, retention: timedelta) -> Claim:
         fresh = fresh_record(new, now, lease, retention)
-        ttl_ms = max(1, int(retention.total_seconds() * 1000))
+        ttl_ms = max(1, int(retention.total_seconds() * 1000))  # pragma: no mutate - max(): SET PX refuses 0; retention is hours
         args = [
             rfc3339(now), new.body_sha256, _to_json(fresh), ttl_ms, new_attempt_id(), rfc3339(now + lease),
             json.dumps(new.task_retry_count), json.dumps(new.task_execution_count),
@@ -205,10 +209,9 @@ class RedisStore(RunStore):
             raise Fenced(_from_json(record) if record else None)
         return _from_json(record)
 
-    async def get(self, run_id: str, now: datetime) -> RunRecord | None:
+    async def load(self, run_id: str) -> tuple[RunRecord, Version] | None:
         raw = await self._call("get", self._client.get(self._key(run_id)))
-        found = _from_json(raw) if raw else None
-        return found if found is not None and found.expire_at > now else None
+        return (_from_json(raw), raw) if raw else None
 
     async def list(
         self, now: datetime, route: str | None = None, status: RunStatus | None = None, limit: int = 50
@@ -217,7 +220,8 @@ class RedisStore(RunStore):
 
         async def scan() -> list[RunRecord]:
             records = []
-            async for key in self._client.scan_iter(match=KEY_PREFIX + "*", count=500):
+            ours = KEY_PREFIX + "*"  # a shared instance has other keys too
+            async for key in self._client.scan_iter(match=ours, count=500):  # pragma: no mutate - count is a batch-size hint
                 raw = await self._client.get(key)
                 if raw:
                     records.append(_from_json(raw))
@@ -236,6 +240,24 @@ class RedisStore(RunStore):
 
     async def ping(self) -> None:
         await self._call("ping", self._client.ping())
+        if not self._eviction_checked:
+            self._eviction_checked = True
+            await self._warn_if_evicting()
+
+    async def _warn_if_evicting(self) -> None:
+        """Once per process: a Redis with a memory limit and any policy but `noeviction` drops keys
+        when full, and every run key has a TTL (Memorystore's default, volatile-lru, evicts exactly those)."""
+        try:
+            memory = await self._call("info", self._client.info("memory"))  # pragma: no mutate - a failure here is silent; INFO's sections are case-insensitive
+        except StoreUnavailable:
+            return  # INFO refused or failed: the ping itself answered, nothing more to tell
+        policy = memory.get("maxmemory_policy")
+        if memory.get("maxmemory") and policy != "noeviction":
+            logger.warning(
+                "redis maxmemory-policy is %s: when the instance is full it evicts run records and a retry "
+                "then dispatches the run again; set maxmemory-policy noeviction (a full instance then refuses "
+                "claims with 503)", policy,
+            )
 
     async def close(self) -> None:
         await self._client.aclose(close_connection_pool=True)  # ours: passed in, so not closed by default

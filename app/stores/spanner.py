@@ -1,12 +1,18 @@
 """Cloud Spanner claim store (`RUNONCE_STORE=spanner://projects/P/instances/I/databases/D[?table=T]`).
 
-One row per run. `claim`, `finish` and `release` are each one read-write transaction: read the row,
-apply the shared rules of `base.py`, buffer an insert or update, commit. Spanner's transactions are
-serializable, so of any number of concurrent claims one commits and the others are aborted and
-retried from the read by the client's `run_in_transaction` (where they find the winner's row).
+One row per run, and `RunStore`'s protocol over three primitives, a record's version being the
+record itself (what `load` read):
 
-Round trips for a fresh run: the claim's read begins its transaction inline, then the commit (2);
-the finish the same (2): 4 in all, plus session creation, which the client's pool amortises.
+    load:               a strong single-use read                            1 round trip
+    insert_if_absent:   a mutation-only commit (`insert`): AlreadyExists if the row exists   1
+    replace_if_version: one read-write transaction: read, compare with `version`, update     2
+
+So a fresh run costs 3 round trips (insert; finish's read + commit), a replay 2 (insert refused,
+read), a takeover 4. The textbook shape, one read-write transaction per operation (read → decide →
+write), costs 4 per fresh run and makes concurrent deliveries of one run contend for the row's lock
+(Spanner aborts and retries all but one); here losers of a storm are refused by the insert and read
+a snapshot, lock-free. Spanner's transactions are serializable and a mutation-only commit is atomic,
+so at most one claim wins.
 
 The client is synchronous: every call runs on this store's thread pool, bounded by the store
 timeout, so the event loop never blocks. Rows are deleted by the table's row deletion policy after
@@ -22,8 +28,8 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import fields, replace
-from datetime import datetime, timedelta, timezone
+from dataclasses import fields
+from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from google.api_core import exceptions as gexc
@@ -31,22 +37,7 @@ from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
 
 from . import SpannerURL
-from .base import (
-    Claim,
-    Decision,
-    Fenced,
-    Finish,
-    NewRun,
-    RunRecord,
-    RunStatus,
-    RunStore,
-    StoreUnavailable,
-    claimed_record,
-    decide,
-    finished_record,
-    holds,
-    releasable,
-)
+from .base import RunRecord, RunStatus, RunStore, StoreUnavailable, Version
 
 T = TypeVar("T")
 
@@ -108,19 +99,17 @@ class SpannerStore(RunStore):
         self._client = spanner.Client(project=url.project)
         self._database = self._client.instance(url.instance).database(url.database)
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="runonce-spanner")
-        self.transactions: Counter[str] = Counter()
-        """Transactions and reads started, by operation (each costs the round trips the module says)."""
+        self.calls: Counter[str] = Counter()
+        """Primitives called, by name (`load`, `insert`, `replace`; each costs what the module says)."""
 
     # -- plumbing -----------------------------------------------------------------------------
 
     async def _run(self, op: str, fn: Callable[[], T]) -> T:
-        self.transactions[op] += 1
+        self.calls[op] += 1
 
         def call() -> T:
             try:
                 return fn()
-            except Fenced:
-                raise
             except _UNAVAILABLE as exc:
                 raise StoreUnavailable(f"spanner {op}: {type(exc).__name__}: {exc}") from exc
 
@@ -150,43 +139,39 @@ class SpannerStore(RunStore):
         rows = list(reader.read(self.table, _COLUMNS, spanner.KeySet(keys=[[run_id]])))
         return _from_row(rows[0]) if rows else None
 
-    def _write(self, txn: Any, record: RunRecord) -> None:
-        txn.insert_or_update(self.table, _COLUMNS, [_to_row(record)])
+    # -- primitives (the protocol is RunStore's) -----------------------------------------------
 
-    # -- RunStore -----------------------------------------------------------------------------
-
-    async def claim(self, new: NewRun, now: datetime, lease: timedelta, retention: timedelta) -> Claim:
-        def body(txn: Any) -> Claim:
-            found = self._read(txn, new.run_id)
-            decision = decide(found, new, now)
-            if decision not in (Decision.CREATE, Decision.TAKEOVER):
-                assert found is not None
-                return Claim(decision, found)
-            record = claimed_record(found, decision, new, now, lease, retention)
-            self._write(txn, record)
-            return Claim(decision, record, previous=found)
-
-        return await self._transaction("claim", body)
-
-    async def finish(self, claim: Claim, finish: Finish, now: datetime) -> RunRecord:
-        def body(txn: Any) -> RunRecord:
-            found = self._read(txn, claim.record.run_id)
-            if not holds(found, claim):
-                raise Fenced(found)
-            assert found is not None
-            record = finished_record(found, finish, now)
-            self._write(txn, record)
-            return record
-
-        return await self._transaction("finish", body)
-
-    async def get(self, run_id: str, now: datetime) -> RunRecord | None:
+    async def load(self, run_id: str) -> tuple[RunRecord, Version] | None:
         def read() -> RunRecord | None:
             with self._database.snapshot() as snapshot:
                 return self._read(snapshot, run_id)
 
-        found = await self._run("get", read)
-        return found if found is not None and found.expire_at > now else None
+        found = await self._run("load", read)
+        return (found, found) if found is not None else None
+
+    async def insert_if_absent(self, record: RunRecord) -> Version | None:
+        def insert() -> bool:
+            try:
+                with self._database.batch() as batch:
+                    batch.insert(self.table, _COLUMNS, [_to_row(record)])
+            except gexc.AlreadyExists:
+                return False
+            return True
+
+        return record if await self._run("insert", insert) else None
+
+    async def replace_if_version(
+        self, record: RunRecord, version: Version, changed: tuple[str, ...] | None = None
+    ) -> Version | None:
+        def body(txn: Any) -> bool:
+            if self._read(txn, record.run_id) != version:
+                return False
+            txn.update(self.table, _COLUMNS, [_to_row(record)])
+            return True
+
+        return record if await self._transaction("replace", body) else None
+
+    # -- the rest of RunStore ------------------------------------------------------------------
 
     async def list(
         self, now: datetime, route: str | None = None, status: RunStatus | None = None, limit: int = 50
@@ -205,18 +190,6 @@ class SpannerStore(RunStore):
                 return [_from_row(row) for row in snapshot.execute_sql(sql, params=params, param_types=types)]
 
         return await self._run("list", query)
-
-    async def release(self, run_id: str, now: datetime) -> RunRecord | None:
-        def body(txn: Any) -> RunRecord | None:
-            found = self._read(txn, run_id)
-            if not releasable(found, now):
-                return None
-            assert found is not None
-            record = replace(found, lease_expires=now, updated_at=now)
-            self._write(txn, record)
-            return record
-
-        return await self._transaction("release", body)
 
     async def ping(self) -> None:
         def select() -> None:

@@ -1,8 +1,13 @@
 """SQLite claim store: the embedded default (`sqlite:///PATH`).
 
-Atomicity comes from SQLite's own write lock: every claim or finish is one `BEGIN IMMEDIATE`
-transaction that reads the row, applies the shared rules and writes, so two writers — threads or
-uvicorn worker processes on the same file — cannot interleave. WAL lets readers run beside the
+`RunStore`'s protocol over single statements, each atomic under SQLite's write lock, so writers in
+other threads or uvicorn worker processes on the same file cannot interleave with one:
+
+    insert_if_absent:   INSERT ... ON CONFLICT (run_id) DO NOTHING            (1 row: we wrote it)
+    replace_if_version: UPDATE ... WHERE run_id = ? AND every column IS its value in `version`
+
+A record's version is the record itself (what `load` read). A fresh run is two statements (the
+insert, then the finish's update), each its own transaction. WAL lets readers run beside the
 writer; `busy_timeout` makes a writer wait for the lock up to the store timeout, after which the
 store counts as unavailable (503).
 
@@ -19,26 +24,10 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, TypeVar
 
-from .base import (
-    Claim,
-    Decision,
-    Fenced,
-    Finish,
-    NewRun,
-    RunRecord,
-    RunStatus,
-    RunStore,
-    StoreUnavailable,
-    claimed_record,
-    decide,
-    finished_record,
-    holds,
-    releasable,
-    rfc3339,
-)
+from .base import RunRecord, RunStatus, RunStore, StoreUnavailable, Version, rfc3339
 
 T = TypeVar("T")
 
@@ -48,7 +37,7 @@ _TIME_COLUMNS = {"lease_expires", "expire_at", "created_at", "updated_at"}
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id        TEXT PRIMARY KEY,
-    status        TEXT NOT NULL CHECK (status IN ('in_progress', 'completed', 'failed')),
+    status        TEXT NOT NULL CHECK (status IN ('in_progress', 'completed', 'failed', 'skipped')),
     attempt_id    TEXT NOT NULL,
     attempts      INTEGER NOT NULL,
     lease_expires TEXT NOT NULL,  -- RFC 3339 UTC, fixed width: compares as text
@@ -96,8 +85,40 @@ def _add_missing_columns(conn: sqlite3.Connection) -> None:
             conn.execute(f"ALTER TABLE runs ADD COLUMN {name} INTEGER")
 
 
+def _allow_skipped(conn: sqlite3.Connection) -> None:
+    """Files made before the `skipped` status have a CHECK that refuses it, and SQLite cannot alter
+    a CHECK: copy the rows into a table with today's schema, in one transaction."""
+    if "'skipped'" in _table_sql(conn):
+        return
+    conn.execute("BEGIN IMMEDIATE")  # pragma: no mutate - SQL keywords are case-insensitive
+    try:
+        if "'skipped'" not in _table_sql(conn):  # another process may have done it meanwhile
+            create_table, create_index = _SCHEMA.split(";")[:2]
+            columns = ", ".join(_COLUMNS)
+            conn.execute("ALTER TABLE runs RENAME TO runs_before_skipped")
+            conn.execute(create_table)
+            conn.execute(f"INSERT INTO runs ({columns}) SELECT {columns} FROM runs_before_skipped")
+            conn.execute("DROP TABLE runs_before_skipped")  # and its index, made again below
+            conn.execute(create_index)
+    except BaseException:
+        conn.execute("ROLLBACK")  # pragma: no mutate - SQL keywords are case-insensitive
+        raise
+    conn.execute("COMMIT")  # pragma: no mutate - SQL keywords are case-insensitive
+
+
+def _table_sql(conn: sqlite3.Connection) -> str:
+    return str(conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'runs'").fetchone()[0])
+
+
 _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM runs"
-_UPSERT = f"INSERT OR REPLACE INTO runs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
+_INSERT = (
+    f"INSERT INTO runs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
+    " ON CONFLICT (run_id) DO NOTHING"
+)
+_REPLACE = (
+    f"UPDATE runs SET {', '.join(f'{name} = ?' for name in _COLUMNS)}"
+    f" WHERE {' AND '.join(f'{name} IS ?' for name in _COLUMNS)}"  # IS: NULL matches NULL
+)
 
 
 class SQLiteStore(RunStore):
@@ -116,7 +137,9 @@ class SQLiteStore(RunStore):
     def _connect(self) -> sqlite3.Connection:
         if self._conn is None:
             conn = sqlite3.connect(
-                self.path, timeout=self._timeout, isolation_level=None, check_same_thread=False  # pragma: no mutate - busy_timeout is set right after; autocommit vs implicit BEGIN changes nothing before our BEGIN IMMEDIATE
+                self.path,
+                isolation_level=None,  # autocommit: each statement is its own transaction
+                timeout=self._timeout, check_same_thread=False,  # pragma: no mutate - busy_timeout is set right after; the connection is used on the store's one thread only
             )
             try:
                 conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
@@ -139,6 +162,7 @@ class SQLiteStore(RunStore):
                     conn.execute("PRAGMA journal_mode = WAL")  # pragma: no mutate - SQL keywords and pragma names are case-insensitive
                 conn.executescript(_SCHEMA)
                 _add_missing_columns(conn)
+                _allow_skipped(conn)
                 return
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) or time.monotonic() > deadline:
@@ -154,60 +178,26 @@ class SQLiteStore(RunStore):
 
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
-    @staticmethod
-    def _transaction(conn: sqlite3.Connection, body: Callable[[], T]) -> T:
-        conn.execute("BEGIN IMMEDIATE")  # pragma: no mutate - SQL keywords and pragma names are case-insensitive; takes the write lock before the read: no lost updates
-        try:
-            result = body()
-        except BaseException:
-            conn.execute("ROLLBACK")  # pragma: no mutate - SQL keywords and pragma names are case-insensitive
-            raise
-        conn.execute("COMMIT")  # pragma: no mutate - SQL keywords and pragma names are case-insensitive
-        return result
+    # -- primitives (the protocol is RunStore's) -----------------------------------------------
 
-    @staticmethod
-    def _read(conn: sqlite3.Connection, run_id: str) -> RunRecord | None:
-        row = conn.execute(f"{_SELECT} WHERE run_id = ?", (run_id,)).fetchone()
-        return _from_row(row) if row is not None else None
-
-    # -- RunStore -----------------------------------------------------------------------------
-
-    async def claim(self, new: NewRun, now: datetime, lease: timedelta, retention: timedelta) -> Claim:
-        def work(conn: sqlite3.Connection) -> Claim:
-            def body() -> Claim:
-                found = self._read(conn, new.run_id)
-                decision = decide(found, new, now)
-                if decision not in (Decision.CREATE, Decision.TAKEOVER):
-                    assert found is not None
-                    return Claim(decision, found)
-                record = claimed_record(found, decision, new, now, lease, retention)
-                conn.execute(_UPSERT, _to_row(record))
-                return Claim(decision, record, previous=found)
-
-            return self._transaction(conn, body)
+    async def load(self, run_id: str) -> tuple[RunRecord, Version] | None:
+        def work(conn: sqlite3.Connection) -> tuple[RunRecord, Version] | None:
+            row = conn.execute(f"{_SELECT} WHERE run_id = ?", (run_id,)).fetchone()
+            return (record := _from_row(row), record) if row is not None else None
 
         return await self._run(work)
 
-    async def finish(self, claim: Claim, finish: Finish, now: datetime) -> RunRecord:
-        def work(conn: sqlite3.Connection) -> RunRecord:
-            def body() -> RunRecord:
-                found = self._read(conn, claim.record.run_id)
-                if not holds(found, claim):
-                    raise Fenced(found)
-                record = finished_record(found, finish, now)
-                conn.execute(_UPSERT, _to_row(record))
-                return record
+    async def insert_if_absent(self, record: RunRecord) -> Version | None:
+        wrote = await self._run(lambda conn: conn.execute(_INSERT, _to_row(record)).rowcount)
+        return record if wrote else None
 
-            return self._transaction(conn, body)
+    async def replace_if_version(
+        self, record: RunRecord, version: Version, changed: tuple[str, ...] | None = None
+    ) -> Version | None:
+        wrote = await self._run(lambda conn: conn.execute(_REPLACE, _to_row(record) + _to_row(version)).rowcount)
+        return record if wrote else None
 
-        return await self._run(work)
-
-    async def get(self, run_id: str, now: datetime) -> RunRecord | None:
-        def work(conn: sqlite3.Connection) -> RunRecord | None:
-            found = self._read(conn, run_id)
-            return found if found is not None and found.expire_at > now else None
-
-        return await self._run(work)
+    # -- the rest of RunStore ------------------------------------------------------------------
 
     async def list(
         self, now: datetime, route: str | None = None, status: RunStatus | None = None, limit: int = 50
@@ -222,26 +212,14 @@ class SQLiteStore(RunStore):
 
         return await self._run(work)
 
-    async def release(self, run_id: str, now: datetime) -> RunRecord | None:
-        def work(conn: sqlite3.Connection) -> RunRecord | None:
-            def body() -> RunRecord | None:
-                found = self._read(conn, run_id)
-                if not releasable(found, now):
-                    return None
-                conn.execute(
-                    "UPDATE runs SET lease_expires = ?, updated_at = ? WHERE run_id = ?",  # pragma: no mutate - SQL keywords and pragma names are case-insensitive
-                    (rfc3339(now), rfc3339(now), run_id),
-                )
-                return self._read(conn, run_id)
-
-            return self._transaction(conn, body)
-
-        return await self._run(work)
-
     async def ping(self) -> None:
         # Take the write lock a claim needs (and give it back): a SELECT would pass while another
         # process holds the database locked and every claim times out.
-        await self._run(lambda conn: self._transaction(conn, lambda: None))
+        def lock(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")  # pragma: no mutate - SQL keywords are case-insensitive
+            conn.execute("ROLLBACK")  # pragma: no mutate - SQL keywords are case-insensitive
+
+        await self._run(lock)
 
     async def close(self) -> None:
         def work() -> None:

@@ -11,7 +11,6 @@ from typing import Annotated, Union
 
 from pydantic import Field
 
-from . import bigquery_job, cloud_build_trigger, cloud_run_job, http, log, workflows
 from .base import (
     NOTHING_SENT,
     DispatchRequest,
@@ -23,13 +22,18 @@ from .base import (
     TargetThrottled,
     encode_json,
 )
+from .bigquery_job import TARGET as BIGQUERY_JOB
+from .cloud_build_trigger import TARGET as CLOUD_BUILD_TRIGGER
+from .cloud_run_job import TARGET as CLOUD_RUN_JOB
+from .cloud_tasks_task import TARGET as CLOUD_TASKS_TASK
+from .http import TARGET as HTTP
+from .log import TARGET as LOG
 from .registry import Grant, TargetContext, TargetType
+from .workflows import TARGET as WORKFLOWS
 
 TARGET_TYPES: dict[str, TargetType] = {
     entry.name: entry
-    for entry in (
-        log.TARGET, http.TARGET, workflows.TARGET, cloud_run_job.TARGET, cloud_build_trigger.TARGET, bigquery_job.TARGET,
-    )
+    for entry in (LOG, HTTP, WORKFLOWS, CLOUD_RUN_JOB, CLOUD_BUILD_TRIGGER, BIGQUERY_JOB, CLOUD_TASKS_TASK)
 }
 """Every target type by its `type:` name (like httpx's `mounts`: a plain table, looked up once)."""
 

@@ -27,12 +27,14 @@ from typing import Any
 
 import httpx
 
+from ..errors import RunonceError
+
 MAX_PAYLOAD_DEPTH = 64
 """Deepest nesting of objects and arrays in a payload: well below the recursion limits of Python's
 JSON encoder and of protobuf (100), leaving room for the envelope each target wraps around it."""
 
 
-class TargetError(Exception):
+class TargetError(RunonceError):
     """Base of dispatch and reconciliation outcomes other than success."""
 
     def __init__(self, message: str):
@@ -153,6 +155,13 @@ class Target(ABC):
         Raise `TargetOutcomeUnknown` when it cannot tell: the run is then never dispatched blind.
         """
         return None
+
+    async def is_running(self, resource: str) -> bool:
+        """Whether the execution `resource` (the string `dispatch` returned and the record keeps
+        as target.resource) is still running; an execution that no longer exists is not. Raise
+        `TargetOutcomeUnknown` when it cannot read the state (network error, 5xx, permission).
+        Targets that cannot tell do not override it (routes with `overlap: skip|wait` refuse them)."""
+        raise NotImplementedError
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""

@@ -23,13 +23,16 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_core import PydanticCustomError
 
 from .base import DispatchRequest, Target, TargetFailed, TargetOutcomeUnknown
-from .google import GoogleAuth, call_rest, reconciling, resource_parts, resource_pattern, rest_base_url
+from .google import GoogleAuth, call_rest, read_state, reconciling, resource_parts, resource_pattern, rest_base_url
 from .registry import Grant, TargetType
 
 logger = logging.getLogger("runonce.target.cloud_build_trigger")
 
 DEFAULT_ENDPOINT = "https://cloudbuild.googleapis.com"
 TRIGGER_PATTERN = resource_pattern("triggers", r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+BUILD_PATTERN = resource_pattern("builds", r"[A-Za-z0-9_-]+")
+RUNNING_STATUSES = ("PENDING", "QUEUED", "WORKING")
+FINAL_STATUSES = ("SUCCESS", "FAILURE", "INTERNAL_ERROR", "TIMEOUT", "CANCELLED", "EXPIRED")
 SUBSTITUTION_PATTERN = r"^_[A-Z0-9_]+$"
 UUID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 RUN_FIELD_SUBSTITUTIONS = ("_RUNONCE_JOB", "_RUNONCE_SCHEDULE_TIME", "_RUNONCE_TASK", "_RUNONCE_SOURCE")
@@ -204,6 +207,20 @@ class CloudBuildTriggerTarget(Target):
         if len(found) > 1:
             logger.warning("run %s has %d builds: %s", request.run_id, len(found), ", ".join(found))
         return found[-1] if found else None  # newest first: the last is the earliest
+
+    async def is_running(self, resource: str) -> bool:
+        """`builds.get`: PENDING, QUEUED or WORKING runs; a final status, or no build, does not."""
+        if not re.match(BUILD_PATTERN, resource):
+            raise TargetOutcomeUnknown(f"{resource} is not a build's name")
+        build = await read_state(self._http, self._auth, f"{self._base}/v1/{resource}", resource)
+        if build is None:
+            return False
+        status = build.get("status")
+        if status in RUNNING_STATUSES:
+            return True
+        if status in FINAL_STATUSES:
+            return False
+        raise TargetOutcomeUnknown(f"get {resource}: status {status}")
 
     async def _resolve_trigger_id(self) -> str:
         """Builds name their trigger by id; a trigger configured by name is looked up once."""

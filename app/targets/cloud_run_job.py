@@ -22,13 +22,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from .base import DispatchRequest, Target, TargetFailed, TargetOutcomeUnknown
-from .google import GoogleAuth, call_rest, reconciling, resource_pattern, rest_base_url
+from .google import GoogleAuth, call_rest, read_state, reconciling, resource_pattern, rest_base_url
 from .registry import Grant, TargetType
 
 logger = logging.getLogger("runonce.target.cloud_run_job")
 
 DEFAULT_ENDPOINT = "https://run.googleapis.com"
 JOB_PATTERN = resource_pattern("jobs", r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?")
+EXECUTION_PATTERN = JOB_PATTERN.removesuffix("$") + r"/executions/[a-z0-9-]{1,63}$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 RESERVED_ENV = {"CLOUD_RUN_JOB", "CLOUD_RUN_EXECUTION", "CLOUD_RUN_TASK_INDEX", "CLOUD_RUN_TASK_ATTEMPT", "CLOUD_RUN_TASK_COUNT"}
 MAX_ENV_VALUE_BYTES = 32768
@@ -172,6 +173,16 @@ class CloudRunJobTarget(Target):
         if len(found) > 1:
             logger.warning("run %s has %d executions: %s", request.run_id, len(found), ", ".join(found))
         return found[-1] if found else None
+
+    async def is_running(self, resource: str) -> bool:
+        """`executions.get`: an execution without `completionTime`, or with tasks still running
+        (`runningCount`), runs; one that no longer exists does not."""
+        if not re.match(EXECUTION_PATTERN, resource):
+            raise TargetOutcomeUnknown(f"{resource} is not an execution's name")
+        execution = await read_state(self._http, self._auth, f"{self._base}/v2/{resource}", resource)
+        if execution is None:
+            return False
+        return not execution.get("completionTime") or int(execution.get("runningCount") or 0) > 0
 
     def _carries(self, execution: dict[str, Any], run_id: str) -> bool:
         containers = (execution.get("template") or {}).get("containers") or []

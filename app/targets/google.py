@@ -18,7 +18,8 @@ as "answered" only when it carries the `google.rpc.Status` details that Google's
 error they send (AIP-193); without them it may be a reset after sending, hence unknown.
 
 A *reconciliation* (read-only lookups) never releases the claim: every failure there becomes
-TargetOutcomeUnknown (see `reconciling`), so a run is never dispatched blind.
+TargetOutcomeUnknown (see `reconciling`), so a run is never dispatched blind. So does a failed read
+of an execution's state (`is_running`): the overlap policy then never decides on a guess.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import json
 import re
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -286,15 +287,35 @@ def translated(action: str) -> Iterator[None]:
 
 
 @contextmanager
-def reconciling(action: str) -> Iterator[None]:
-    """Around a reconciliation: any failure means "cannot tell", which keeps the claim."""
+def reading(action: str, doubt: str | None = None) -> Iterator[None]:
+    """Around a read-only lookup (a reconciliation, an execution's state): any failure means
+    "cannot tell", `TargetOutcomeUnknown`, which keeps the claim; an API's refusal is prefixed
+    with `doubt`."""
     try:
         with translated(action):
             yield
     except TargetOutcomeUnknown:
         raise
     except TargetError as exc:
-        raise TargetOutcomeUnknown(f"cannot tell whether this run already started: {exc.message}") from exc
+        raise TargetOutcomeUnknown(f"{doubt}: {exc.message}" if doubt else exc.message) from exc
+
+
+def reconciling(action: str) -> AbstractContextManager[None]:
+    """Around a reconciliation."""
+    return reading(action, "cannot tell whether this run already started")
+
+
+async def read_state(
+    http: httpx.AsyncClient, auth: GoogleAuth, url: str, resource: str
+) -> dict[str, Any] | None:
+    """GET an execution (REST) to read its state: the resource, or None when it no longer exists.
+    Any other failure is `TargetOutcomeUnknown`."""
+    action = f"get {resource}"
+    with reading(action):
+        response = await send_rest(http, auth, "GET", url, action)
+        if response.status_code == 404:
+            return None
+        return json_of(action, response)
 
 
 async def send_rest(

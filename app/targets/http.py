@@ -10,7 +10,7 @@ Functions that require authentication expect.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import httpx
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
@@ -39,6 +39,21 @@ class HttpTargetConfig(BaseModel):
     )
 
 
+def run_document(request: DispatchRequest) -> bytes:
+    """The run as JSON, `{run_id, job, schedule_time, source, payload[, task]}`: the body of the
+    request the `http` target sends (and the `cloud_tasks_task` target's task)."""
+    body: dict[str, Any] = {
+        "run_id": request.run_id,
+        "job": request.job,
+        "schedule_time": request.schedule_time,
+        "source": request.source,
+        "payload": request.payload,
+    }
+    if request.task is not None:
+        body["task"] = request.task
+    return encode_json(body).encode("utf-8")
+
+
 class HttpTarget(Target):
     type = "http"
 
@@ -51,16 +66,7 @@ class HttpTarget(Target):
             raise ValueError("an http target with an audience needs Google credentials (auth)")
 
     async def dispatch(self, request: DispatchRequest) -> str:
-        body = {
-            "run_id": request.run_id,
-            "job": request.job,
-            "schedule_time": request.schedule_time,
-            "source": request.source,
-            "payload": request.payload,
-        }
-        if request.task is not None:
-            body["task"] = request.task
-        content = encode_json(body).encode("utf-8")
+        content = run_document(request)
         headers = {"Idempotency-Key": request.run_id, "Content-Type": "application/json"}
         if self.config.audience:
             headers["Authorization"] = f"Bearer {await self._id_token(self.config.audience)}"

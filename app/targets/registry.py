@@ -41,12 +41,17 @@ class Grant:
     `role` is a predefined role (`roles/…`) or, with `permissions`, the id of a custom role that
     runonce defines in the resource's project (a project-level custom role can be granted nowhere
     else). `on` says where it is granted: `project` (the resource's project) or the resource
-    itself, by the kind the deploy scripts know (`run-job`: a Cloud Run job).
+    itself, by the kind the deploy scripts know (`run-job`: a Cloud Run job, `tasks-queue`: a Cloud
+    Tasks queue, `service-account`: a service account, by email).
+
+    `field`: the config field (dotted) naming what it is granted on, when that is not the type's
+    `resource_field`; a route that leaves the field out needs no such grant (a task's OIDC account).
     """
 
     role: str
-    on: Literal["project", "run-job"]
+    on: Literal["project", "run-job", "tasks-queue", "service-account"]
     permissions: tuple[str, ...] = ()
+    field: str | None = None
 
 
 @dataclass(frozen=True)

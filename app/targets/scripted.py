@@ -9,6 +9,7 @@ from .base import DispatchRequest, Target
 
 Handler = Callable[[DispatchRequest], Awaitable[str]]
 Reconciler = Callable[[DispatchRequest], Awaitable[str | None]]
+StateReader = Callable[[str], Awaitable[bool]]
 
 
 async def _created(request: DispatchRequest) -> str:
@@ -22,11 +23,15 @@ async def _nothing_found(request: DispatchRequest) -> str | None:
 class ScriptedTarget(Target):
     type = "scripted"
 
-    def __init__(self, dispatch: Handler = _created, reconcile: Reconciler = _nothing_found):
+    def __init__(
+        self, dispatch: Handler = _created, reconcile: Reconciler = _nothing_found, running: StateReader | None = None
+    ):
         self.on_dispatch = dispatch
         self.on_reconcile = reconcile
+        self.on_is_running = running  # None: cannot tell, like the http and log targets
         self.dispatched: list[DispatchRequest] = []
         self.reconciled: list[DispatchRequest] = []
+        self.state_reads: list[str] = []
 
     async def dispatch(self, request: DispatchRequest) -> str:
         self.dispatched.append(request)
@@ -35,3 +40,9 @@ class ScriptedTarget(Target):
     async def reconcile(self, request: DispatchRequest) -> str | None:
         self.reconciled.append(request)
         return await self.on_reconcile(request)
+
+    async def is_running(self, resource: str) -> bool:
+        if self.on_is_running is None:
+            return await super().is_running(resource)
+        self.state_reads.append(resource)
+        return await self.on_is_running(resource)

@@ -16,12 +16,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
-from .base import DispatchRequest, Target, TargetFailed
+from .base import DispatchRequest, Target, TargetFailed, TargetOutcomeUnknown
 from .google import (
     RUN_ID_LABEL,
     GoogleAuth,
     check_labels,
     grpc_target,
+    reading,
     reconciling,
     resource_name_problem,
     run_id_label,
@@ -148,6 +149,24 @@ class WorkflowsTarget(Target):
         if len(found) > 1:
             logger.warning("run %s has %d executions: %s", request.run_id, len(found), ", ".join(found))
         return found[-1] if found else None  # newest first: the last is the earliest
+
+    async def is_running(self, resource: str) -> bool:
+        """`executions.get`: ACTIVE or QUEUED (in the backlog) runs; SUCCEEDED, FAILED, CANCELLED
+        or gone does not; UNAVAILABLE ("execution data is unavailable") cannot tell."""
+        from google.api_core.exceptions import NotFound
+        from google.cloud.workflows.executions_v1.types import Execution
+
+        states = Execution.State
+        with reading(f"get {resource}"):
+            try:
+                execution = await self._client.get_execution(name=resource, metadata=await self._metadata(), retry=None)
+            except NotFound:
+                return False
+        if execution.state in (states.ACTIVE, states.QUEUED):
+            return True
+        if execution.state in (states.SUCCEEDED, states.FAILED, states.CANCELLED):
+            return False
+        raise TargetOutcomeUnknown(f"get {resource}: state {execution.state.name}")
 
     def _carries(self, argument: str, run_id: str) -> bool:
         """Does this execution's argument carry `run_id` (or no token at all, only the label)?"""

@@ -38,6 +38,7 @@ DOCUMENTS = {  # API host -> its discovery document
     "artifactregistry": "artifactregistry.v1",
     "iamcredentials": "iamcredentials.v1",
     "spanner": "spanner.v1",
+    "cloudtasks": "cloudtasks.v2",
 }
 # Scheduler's answer for the next fire time of any job here (output-only `scheduleTime`): what a
 # forced run carries as X-CloudScheduler-ScheduleTime.

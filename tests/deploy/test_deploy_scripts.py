@@ -47,6 +47,8 @@ routes:
     target: {{type: http, url: "https://hooks-xyz.a.run.app/run", audience: "https://hooks-xyz.a.run.app"}}
   demo:
     target: {{type: log}}
+  rollup:
+    target: {{type: bigquery_job, project: bq-proj, location: US, configuration: {{query: {{query: "SELECT @run_id"}}}}}}
 """
 
 
@@ -88,7 +90,8 @@ def deploy(fake: FakeGoogle, tmp_path: Path):
         "CLOUDSDK_PROXY_PORT": str(fake.port),
         "PYTHON": shutil.which("python3") or "python3",
     }
-    for api in ("cloudscheduler", "iam", "cloudresourcemanager", "firestore", "run", "serviceusage", "artifactregistry", "spanner"):
+    for api in ("cloudscheduler", "iam", "cloudresourcemanager", "firestore", "run", "serviceusage", "artifactregistry", "spanner",
+                "cloudtasks"):
         env[f"CLOUDSDK_API_ENDPOINT_OVERRIDES_{api.upper()}"] = f"http://{api}.fake.invalid/"
 
     def run(script: str, *args: str, extra_env: dict[str, str] | None = None, expect: int = 0):
@@ -260,6 +263,7 @@ def test_setup_creates_accounts_store_ttl_and_least_privilege_grants_then_change
             ("roles/datastore.user", (member,), f'resource.name == "projects/{PROJECT}/databases/(default)"')],
         "v1/projects/wf-proj": [("roles/workflows.invoker", (member,), None)],
         "v1/projects/cb-proj": [("projects/cb-proj/roles/runonceBuildRunner", (member,), None)],
+        "v1/projects/bq-proj": [("roles/bigquery.jobUser", (member,), None)],
         f"v1/projects/{PROJECT}/locations/{REGION}/jobs/batch": [
             ("roles/run.jobsExecutorWithOverrides", (member,), None),
             (f"projects/{PROJECT}/roles/runonceExecutionReader", (member,), None)],
@@ -279,6 +283,33 @@ def test_setup_creates_accounts_store_ttl_and_least_privilege_grants_then_change
     second = deploy("setup.sh", *args)
     assert fake.mutations() == [], "a second run must change nothing"
     assert "+ " not in second.stderr
+
+
+def test_setup_grants_a_cloud_tasks_route_on_its_queue_and_actas_on_its_oidc_account(
+    deploy, fake: FakeGoogle, tmp_path: Path
+) -> None:
+    queue = f"projects/tq-proj/locations/{REGION}/queues/exports"
+    token_account = "export-invoker@tq-proj.iam.gserviceaccount.com"
+    routes = tmp_path / "routes.yaml"
+    routes.write_text(f"""routes:
+  export:
+    target: {{type: cloud_tasks_task, queue: {queue}, http_request: {{url: "https://x.a.run.app/run",
+              oidc_token: {{service_account_email: {token_account}}}}}}}
+  plain:
+    target: {{type: cloud_tasks_task, queue: {queue}, http_request: {{url: "https://y.a.run.app/run"}}}}
+""")
+    common = ["--project", PROJECT, "--region", REGION, "--routes-file", str(routes)]
+    deploy("setup.sh", *common)
+    member = f"serviceAccount:{RUNTIME}"
+    grants = {r.path.split(":")[0]: policy_bindings(r) for r in fake.mutations() if r.method_id.endswith("setIamPolicy")}
+    assert grants[f"v2/{queue}"] == [("roles/cloudtasks.enqueuer", (member,), None),
+                                     ("roles/cloudtasks.viewer", (member,), None)]
+    assert grants[f"v1/projects/tq-proj/serviceAccounts/{token_account}"] == [
+        ("roles/iam.serviceAccountUser", (member,), None)]
+    assert len(grants) == 3  # and the claim store's; nothing on the project of the queue
+    fake.requests.clear()
+    deploy("setup.sh", *common)
+    assert fake.mutations() == [], "a second run must change nothing"
 
 
 def test_setup_can_grant_the_predefined_cloud_build_role(deploy, fake: FakeGoogle, routes_file: Path) -> None:
@@ -368,10 +399,10 @@ def test_deploy_service_is_private_runs_as_runtime_account_with_routes_as_config
         "RUNONCE_DISPATCH_TIMEOUT_SECONDS": "30",
         "RUNONCE_RETENTION_SECONDS": "86400",
     }
-    # The routes reach the service unchanged, and runonce's own parser accepts them (all five
-    # target types: this needs the Google target adapters, issue 4, in the code base).
+    # The routes reach the service unchanged, and runonce's own parser accepts them (every
+    # target type).
     assert yaml.safe_load(env["RUNONCE_ROUTES"]) == yaml.safe_load(ROUTES_YAML)
-    assert set(parse_routes(env["RUNONCE_ROUTES"], "RUNONCE_ROUTES")) == {"etl", "batch", "build", "hook", "demo"}
+    assert set(parse_routes(env["RUNONCE_ROUTES"], "RUNONCE_ROUTES")) == {"etl", "batch", "build", "hook", "demo", "rollup"}
 
     # No public access: the only IAM write grants run.invoker to the invoker account.
     writes = [r for r in fake.mutations() if r.method_id.endswith("setIamPolicy")]

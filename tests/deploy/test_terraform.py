@@ -17,7 +17,7 @@ from deploy_tools import REPO, provider_lib, provider_version, run, tool
 
 from app.scheduler_retry import RetryConfig, retry_window
 from app.targets import TARGET_TYPES
-from tests.support.target_grants import custom_roles
+from tests.support.target_grants import custom_roles, registry_grants
 
 pytestmark = pytest.mark.deploy
 
@@ -295,7 +295,7 @@ def rules_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copy(TERRAFORM / "variables.tf", directory)
     shutil.copy(TERRAFORM / "rules.tf", directory)
     outputs = ["retry_window_seconds", "retry_window_longest_seconds", "workflow_projects", "run_job_grants", "build_projects", "bigquery_projects", "scheduler_region",
-               "spanner_ddl", "spanner_store_url"]
+               "spanner_ddl", "spanner_store_url", "tasks_queue_grants", "task_token_accounts"]
     (directory / "outputs.tf").write_text(
         "".join(f'output "{name}" {{\n  value = local.{name}\n}}\n' for name in outputs)
     )
@@ -370,6 +370,35 @@ def test_grants_follow_the_routes_targets(rules_module: Path, tmp_path: Path) ->
     }
 
 
+def test_cloud_tasks_routes_grant_on_their_queue_and_actas_on_their_oidc_accounts(rules_module: Path, tmp_path: Path) -> None:
+    """As deploy/lib/routes_iam.py grants them: enqueuer and viewer on each queue (once however many
+    routes use it), serviceAccountUser on each oidc_token account."""
+    queue = "projects/tq-proj/locations/europe-west1/queues/exports"
+    account = "export-invoker@tq-proj.iam.gserviceaccount.com"
+    routes = {
+        "export": {"target": {"type": "cloud_tasks_task", "queue": queue,
+                              "http_request": {"url": "https://x.a.run.app/run", "oidc_token": {"service_account_email": account}}}},
+        "plain": {"target": {"type": "cloud_tasks_task", "queue": queue, "http_request": {"url": "https://y.a.run.app/run"}}},
+    }
+    outputs = evaluate(rules_module, tmp_path, {**BASE_VARS, "routes": {**ROUTES, **routes}})
+    where = {"project": "tq-proj", "location": "europe-west1", "name": "exports"}
+    assert outputs["tasks_queue_grants"] == {
+        f"{queue} roles/cloudtasks.enqueuer": {"queue": where, "role": "roles/cloudtasks.enqueuer"},
+        f"{queue} roles/cloudtasks.viewer": {"queue": where, "role": "roles/cloudtasks.viewer"},
+    }
+    assert outputs["task_token_accounts"] == [account]
+
+    sys.path.insert(0, str(REPO / "deploy" / "lib"))
+    from routes_iam import grants
+
+    expected = [
+        ("roles/cloudtasks.enqueuer", "tasks-queue", queue), ("roles/cloudtasks.viewer", "tasks-queue", queue),
+        ("roles/iam.serviceAccountUser", "service-account", account),
+    ]
+    assert grants({"routes": routes}, "routes") == expected
+    assert registry_grants(routes) == expected
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -388,6 +417,7 @@ def test_grants_follow_the_routes_targets(rules_module: Path, tmp_path: Path) ->
         ({"routes": {"Bad Name": {"target": {"type": "log"}}}}, "every route name must be 1-63 lower-case"),
         ({"routes": {"x": {"target": {"type": "ftp"}}}}, "Every route needs target.type, one of"),
         ({"routes": {"x": {"target": {"type": "cloud_run_job", "job": "batch"}}}}, "cloud_run_job needs job"),
+        ({"routes": {"x": {"target": {"type": "cloud_tasks_task", "queue": "exports"}}}}, "cloud_tasks_task needs queue"),
         ({"jobs": {"nightly": {"route": "etl", "schedule": "  "}}}, "must be a non-empty unix-cron expression"),
         ({"jobs": {"nightly": {"route": "etl", "schedule": "0 0 3 * * *"}}}, "must be a non-empty unix-cron expression"),
         ({"jobs": {"nightly": {"route": "etl", "schedule": "0 3 * * *", "body": "[1]"}}}, "body must be a JSON object"),
@@ -402,7 +432,7 @@ def test_grants_follow_the_routes_targets(rules_module: Path, tmp_path: Path) ->
          "redis_transit_encryption_mode must be SERVER_AUTHENTICATION or DISABLED."),
     ],
     ids=["short-retries", "short-deadline", "unknown-route", "retention", "timeout-vs-lease", "zone-not-region", "image-by-tag",
-         "route-name", "target-type", "job-name-format", "empty-schedule", "six-field-cron", "body-not-object",
+         "route-name", "target-type", "job-name-format", "queue-name-format", "empty-schedule", "six-field-cron", "body-not-object",
          "redis-without-network", "redis-without-url", "subnetwork-without-network", "redis-instance-name", "unknown-store", "redis-tls-mode"],
 )
 def test_broken_configuration_stops_the_plan_with_a_precise_message(

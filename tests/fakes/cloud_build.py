@@ -1,4 +1,5 @@
-"""Fake Cloud Build API v1 (REST): triggers.run, triggers.get and builds.list (regional paths).
+"""Fake Cloud Build API v1 (REST): triggers.run, triggers.get, builds.list and builds.get
+(regional paths). A build is QUEUED until the test moves it on (`set_status`: WORKING, SUCCESS, …).
 
 Requests are checked against `cloudbuild.v1.json`. `builds.list` understands only the filter terms
 Cloud Build documents and runonce uses (`trigger_id="…"`, `create_time>="…"`, joined by AND) and
@@ -19,6 +20,7 @@ from .rest import ApiError, FakeRestApi, now_rfc3339
 RUN = "cloudbuild.projects.locations.triggers.run"
 GET_TRIGGER = "cloudbuild.projects.locations.triggers.get"
 LIST = "cloudbuild.projects.locations.builds.list"
+GET_BUILD = "cloudbuild.projects.locations.builds.get"
 
 _TERM = re.compile(r'^(trigger_id)="([^"]+)"$|^(create_time)>="([^"]+)"$')
 
@@ -55,6 +57,8 @@ class FakeCloudBuild(FakeRestApi):
             return dict(self._trigger(params["name"]))
         if method_id == LIST:
             return self._list(params["parent"], request.query)
+        if method_id == GET_BUILD:
+            return self._build(params["name"])
         self.violation(f"{method_id}: not expected from runonce")
         raise ApiError("UNIMPLEMENTED", f"{method_id} is not faked")
 
@@ -98,6 +102,23 @@ class FakeCloudBuild(FakeRestApi):
             "name": f"projects/{project}/locations/{location}/operations/{build_id}",
             "metadata": {"@type": "type.googleapis.com/google.devtools.cloudbuild.v1.BuildOperationMetadata", "build": build},
         }
+
+    def set_status(self, name: str, status: str) -> None:
+        with self.lock:
+            [build] = [b for b in self.builds if b["name"] == name]
+            build["status"] = status
+            if status not in ("PENDING", "QUEUED", "WORKING"):
+                build["finishTime"] = now_rfc3339()
+
+    def finish(self, name: str, status: str = "SUCCESS") -> None:
+        self.set_status(name, status)
+
+    def _build(self, name: str) -> dict[str, Any]:
+        with self.lock:
+            for build in self.builds:
+                if build["name"] == name:
+                    return dict(build)
+        raise ApiError("NOT_FOUND", f"Build {name.split('/')[-1]} not found")
 
     def add_unrelated_builds(self, trigger_name: str, count: int) -> None:
         trigger = self._trigger(trigger_name)

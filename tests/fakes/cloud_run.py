@@ -1,5 +1,8 @@
 """Fake Cloud Run Admin API v2 (REST): jobs.run, jobs.executions.list and .get.
 
+An execution runs (`runningCount` = its task count, no `completionTime`) until the test calls
+`finish(name)`, which sets `completionTime` and the succeeded/failed/cancelled counts as Cloud Run does.
+
 Requests are checked against `run.v2.json`. `jobs.run` applies the container overrides to a copy of
 the job's template and answers the long-running operation whose metadata is the new Execution
 (as Cloud Run does: the execution's name is known at once).
@@ -122,12 +125,23 @@ class FakeCloudRun(FakeRestApi):
                 "template": template,
                 "reconciling": True,
                 "etag": f'"{uuid.uuid4().hex[:8]}"',
+                "startTime": now_rfc3339(),
+                "runningCount": task_count,
             }
             self.executions.append(execution)
         if record:
             env = {v["name"]: v.get("value") for c in template["containers"] for v in c.get("env", [])}
             self.record_created(RUN, execution["name"], env.get(self.token_env), {"execution": execution, "overrides": overrides})
         return execution
+
+    def finish(self, name: str, outcome: str = "succeeded") -> None:
+        """The execution completes: every task succeeded, failed or was cancelled."""
+        with self.lock:
+            [execution] = [e for e in self.executions if e["name"] == name]
+            execution.pop("runningCount", None)
+            execution[f"{outcome}Count"] = execution["taskCount"]
+            execution["completionTime"] = now_rfc3339()
+            execution["reconciling"] = False
 
     def _list(self, parent: str, query: dict[str, list[str]]) -> dict[str, Any]:
         with self.lock:

@@ -88,6 +88,16 @@ class FakeWorkflows(FakeGoogleApi):
             self._store(workflow, types.Execution(argument=json.dumps({"idempotency_key": token}),
                                                    labels={"runonce-run-id": token[:63]}))
 
+    def finish(self, name: str, state: str = "SUCCEEDED") -> None:
+        """The execution ends (SUCCEEDED, FAILED, CANCELLED), or moves to any other `State`."""
+        with self.lock:
+            [execution] = [e for e in self.executions if e.name == name]
+            execution.state = types.Execution.State[state]
+            if state in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                end = timestamp_pb2.Timestamp()
+                end.GetCurrentTime()
+                execution.end_time = end
+
     def close(self) -> None:
         self.release()
         asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)

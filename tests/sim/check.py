@@ -5,16 +5,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from app import errors
+from datetime import datetime, timedelta
+
+from app.api.answers import ANSWERS
+from app.guarantees import skip_reason
 from app.stores import RunRecord
-from app.stores.base import COMPLETED, IN_PROGRESS
+from app.stores.base import COMPLETED, IN_PROGRESS, SKIPPED
 
 if TYPE_CHECKING:
-    from .world import World
+    from .world import Answer, Outcome, World
+
+OVERLAP = ("ovs", "ovw")
 
 # Every answer the status table allows: (HTTP status, body status).
-STATUS_TABLE = {(200, "processed"), (200, "duplicate")} | {
-    (cls.http_status, cls.status) for cls in (*errors.ALL_ERRORS, errors.ForcedRunRefused)
+STATUS_TABLE = {(200, "processed"), (200, "duplicate"), (200, "skipped")} | {
+    (answer.http_status, answer.status) for answer in ANSWERS.values()
 }
 
 
@@ -47,7 +52,13 @@ def check(world: World, records: list[RunRecord]) -> list[str]:
     # concurrent duplicate delivery, which is fine.
     settled = config.quiet_at + config.lease + 2 * config.max_skew + config.dispatch_timeout + config.store_timeout
     for outcome in outcomes.values():
-        relevant = [(t, a) for t, a in outcome.attempts if a is None or a.status != "forced_run_refused"]
+        relevant = [
+            (t, a) for t, a in outcome.attempts
+            if a is None or (
+                a.status != "forced_run_refused" and not _waited_for_good_reason(world, outcome, a)
+                and not _raced_its_twin(world, a)
+            )
+        ]
         late = [a for t, a in relevant if t >= settled]
         failing = any(a is None or not a.ok for _, a in relevant)
         owed = failing and bool(late) and (len(late) >= 2 or late[0] is None or late[0].status != "in_progress")
@@ -81,9 +92,85 @@ def check(world: World, records: list[RunRecord]) -> list[str]:
         if not answer.ok:
             continue
         record = by_id.get(answer.body.get("run_id", ""))
-        if record is None or record.status != COMPLETED:
+        expected = SKIPPED if answer.status == "skipped" else COMPLETED
+        if record is None or record.status != expected:
             state = record.status if record else "no record"
             violations.append(f"I5 {answer.execution} was told {answer.status} for run {answer.body.get('run_id', '')[:8]}, record: {state}")
+        elif answer.status == "skipped" and answer.body.get("reason") != skip_reason(record)[0]:
+            violations.append(f"I5 {answer.execution} was told skipped ({answer.body.get('reason')}), record: {record.last_error}")
         elif "target" in answer.body and answer.body["target"] != record.target:
             violations.append(f"I5 {answer.execution} was told target {answer.body['target']}, record has {record.target}")
+    violations += _guarantees(world, records)
     return violations
+
+
+def _guarantees(world: World, records: list[RunRecord]) -> list[str]:
+    """I6-I8, issue 13: what overlap and lateness promise, over the downstream's own record."""
+    config, violations = world.config, []
+    by_id = {r.run_id: r for r in records}
+    # I6: on a route with overlap skip|wait, no execution starts while another run of the same
+    # Scheduler job still runs (Scheduler never has two executions of a job outstanding; runs of
+    # different jobs on one route may race, by design).
+    for route in OVERLAP:
+        started = [(t, run_id, origin.split(".")[0], resource)
+                   for run_id, executions in world.downstreams[route].executions.items()
+                   for resource, t, origin in executions]
+        ends = world.downstreams[route].ends
+        for t, run_id, job, resource in started:
+            for other_t, other_run, other_job, other in started:
+                if job == other_job and other_run != run_id and other_t <= t < ends[other]:
+                    violations.append(f"I6 {resource} of {job} started at {t:.2f} while {other} ran ({other_t:.2f}-{ends[other]:.2f})")
+    for record in records:
+        world.covered[f"runs {record.status}"] += 1
+        if record.status == SKIPPED:
+            world.covered[f"runs skipped ({skip_reason(record)[0]})"] += 1
+            # I7: a skipped run started nothing.
+            found = sum(len(d.executions.get(record.run_id, ())) for d in world.downstreams.values())
+            if found:
+                violations.append(f"I7 run {record.run_id[:8]} is skipped ({record.last_error}) yet has {found} execution(s)")
+    # I8: on the lateness route, a run starts only if its first claim was in time, and is skipped
+    # as late only if it was not.
+    limit = timedelta(seconds=config.max_lateness)
+    for run_id in world.downstreams["lat"].executions:
+        record = by_id.get(run_id)
+        if record is not None and record.source == "scheduler" and _lateness(record) > limit:
+            violations.append(f"I8 run {run_id[:8]} was dispatched though first claimed {_lateness(record)} late")
+    for record in records:
+        if record.status == SKIPPED and skip_reason(record)[0] == "late" and _lateness(record) <= limit:
+            violations.append(f"I8 run {record.run_id[:8]} was skipped as late, first claimed {_lateness(record)} late")
+    return violations
+
+
+def _lateness(record: RunRecord) -> timedelta:
+    assert record.schedule_time is not None
+    return record.created_at - datetime.fromisoformat(record.schedule_time)
+
+
+def _raced_its_twin(world: World, answer: Answer) -> bool:
+    """A 409 `in_progress` while a duplicate of the same attempt (at-least-once delivery) held the
+    claim is the right answer, whatever the twin was told."""
+    return answer.status == "in_progress" and any(
+        other is not answer and other.execution == answer.execution
+        and other.sent <= answer.answered and answer.sent <= other.answered
+        for other in world.answers
+    )
+
+
+def _waited_for_good_reason(world: World, outcome: Outcome, answer: Answer) -> bool:
+    """A 409 `waiting` is no failure when, while it was being answered, another run's execution on
+    the route was running, or another run's attempt may have held a live lease (it may have been
+    dispatching). Runs of several jobs on one `wait` route can so keep each other waiting."""
+    if answer.status != "waiting":
+        return False
+    downstream = world.downstreams[outcome.execution.route]
+    since = answer.sent - world.config.lease
+    running = any(
+        started <= answer.answered and downstream.ends[resource] >= since
+        for executions in downstream.executions.values()
+        for resource, started, _ in executions
+    )
+    return running or any(
+        other.execution.key != outcome.execution.key and other.execution.route == outcome.execution.route
+        and any(since <= sent <= answer.answered for sent, _ in other.attempts)
+        for other in world.outcomes.values()
+    )

@@ -104,7 +104,7 @@ def describe(report: Report) -> list[str]:
 
 def budget(store: str) -> tuple[int, int, float]:
     """(first seed, histories, seconds) from the environment, with CI's defaults per store."""
-    default = {"memory": 2000, "sqlite": 800, "firestore": 60}[store]
+    default = {"memory": 2000, "sqlite": 800, "firestore": 60, "spanner": 60, "redis": 200}[store]
     seed = int(os.environ.get("RUNONCE_SIM_SEED", DEFAULT_SEED))
     histories = int(os.environ.get("RUNONCE_SIM_HISTORIES", default))
     seconds = float(os.environ.get("RUNONCE_SIM_SECONDS", 10_000))

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.stores import memory
+from app.stores import base
 from app.stores.base import Decision
+from tests.support.stores import redis_url, spanner_table_url
 
 from .run import budget, explore, replay_command, shrink
 from .world import draw_config, run_history
@@ -35,6 +36,18 @@ def test_simulation_on_the_firestore_emulator(capsys: pytest.CaptureFixture[str]
     _explore("firestore", capsys)
 
 
+def test_simulation_on_the_spanner_emulator(
+    spanner_database: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("RUNONCE_SIM_SPANNER_URL", spanner_table_url(spanner_database))
+    _explore("spanner", capsys)
+
+
+def test_simulation_on_redis(redis_server, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("RUNONCE_SIM_REDIS_URL", redis_url(redis_server))
+    _explore("redis", capsys)
+
+
 def test_a_seed_replays_the_same_history() -> None:
     config = next(c for c in map(lambda seed: draw_config(seed, "sqlite"), range(20261016, 20261116)) if c.fault_rate >= 0.3)
     first, again = run_history(config), run_history(config)
@@ -48,13 +61,13 @@ def test_a_seed_replays_the_same_history() -> None:
 def test_the_checker_catches_a_planted_bug_and_shrinks_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """A store that ignores live leases (every busy claim taken over) must be caught, shrunk to
     a shorter fault list that still fails, and printed with a replay command."""
-    real = memory.decide
+    real = base.decide
 
     def no_leases(found, new, now):  # type: ignore[no-untyped-def]
         decision = real(found, new, now)
         return Decision.TAKEOVER if decision is Decision.BUSY else decision
 
-    monkeypatch.setattr(memory, "decide", no_leases)
+    monkeypatch.setattr(base, "decide", no_leases)
     summary = explore("memory", 20261016, 100, 60, shrink_failures=False)
     assert summary.failures, "the planted bug went unnoticed"
     report = min(summary.failures, key=lambda r: len(r.faults))

@@ -2,11 +2,11 @@
 history is played in virtual time against several instances sharing one real store; then the
 invariants of issue 10 are checked over everything every party saw. One history in five goes
 through the real app (`create_app` over ASGI); the others call `parse_delivery` and the `Runner`
-directly and answer with app/errors.py's status and body, which is five times faster.
+directly and answer with app/api/answers.py's status and body, which is five times faster.
 
 Parties and boundaries (a fault can be injected at each `|`):
 
-    Cloud Scheduler / Cloud Tasks --HTTP--> instance (app + Runner) --| store (memory, SQLite, Firestore)
+    Cloud Scheduler / Cloud Tasks --HTTP--> instance (app + Runner) --| store (memory, SQLite, Firestore, Spanner, Redis)
        retries, attempt deadline,            skewed clock, may crash  --| downstream (reconciles or dedupes)
        duplicates, redelivery                at any boundary (kill -9)
 
@@ -36,7 +36,8 @@ import httpx
 from httpx._transports import default as httpx_default
 
 from app import errors
-from app.delivery import ForcedRunRefused, InvalidDelivery, parse_delivery, parse_namespace
+from app.api.answers import render
+from app.delivery import parse_delivery, parse_namespace
 from app.main import create_app
 from app.protocol import Runner
 from app.routes import load_routes
@@ -52,6 +53,7 @@ from .vloop import InlineExecutor, VirtualTimeLoop
 
 T = TypeVar("T")
 T0 = datetime(2026, 10, 16, 12, 0, tzinfo=timezone.utc)
+SIM_WORKFLOW = "projects/sim-project/locations/us-central1/workflows/sim"
 NAMESPACE = "project=sim-project&location=us-central1"
 QUERY = {"project": ["sim-project"], "location": ["us-central1"]}
 BODY = {"mode": "full"}
@@ -64,13 +66,20 @@ ROUTES = {
     "ded": ("dedupe", "reconciles"),
     "rej": ("reject", "dedupes"),
     "tsk": ("separate", "reconciles"),
+    "ovs": ("separate", "reconciles"),
+    "ovw": ("separate", "reconciles"),
+    "lat": ("separate", "reconciles"),
 }
+OVERLAP = {"ovs": "skip", "ovw": "wait"}
+"""Routes with an overlap policy (their downstream's executions run for a while) and the one with
+max_lateness_seconds (`lat`); issue 13."""
 STORE_FAULTS = ("fail_before_commit", "commit_lose_answer", "commit_then_timeout", "crash_before", "crash_after")
 DISPATCH_FAULTS = (
     "fail_before_send", "throttled", "unknown_after_create", "raise_after_create", "hang", "lose_response",
     "crash_before", "crash_after",
 )
 RECONCILE_FAULTS = ("cannot_tell", "hang", "crash_before", "crash_after")
+STATE_FAULTS = ("cannot_tell", "hang", "crash_before", "crash_after")
 FIRESTORE_ONLY = ("client_retry_after_commit",)  # below the store interface: the GAPIC call
 
 EXECUTION: contextvars.ContextVar[str] = contextvars.ContextVar("sim_execution", default="?")
@@ -134,9 +143,17 @@ class Config:
     web: bool  # deliveries through the real app over ASGI (else straight to parse_delivery + Runner)
     jobs: tuple[tuple[Execution, ...], ...]  # one serial sequence per Scheduler job
     task_executions: tuple[Execution, ...]
+    run_length: float = 0.0  # an execution of an overlap route runs up to this long
+    max_lateness: int = 1  # route `lat`
 
     def settings(self) -> Settings:
-        routes = {"routes": {name: {"target": {"type": "log"}, "forced_runs": policy} for name, (policy, _) in ROUTES.items()}}
+        routes: dict[str, dict[str, Any]] = {
+            name: {"target": {"type": "log"}, "forced_runs": policy} for name, (policy, _) in ROUTES.items()
+        }
+        for name, overlap in OVERLAP.items():  # a target type that reads state (the sim's own is used)
+            routes[name].update(overlap=overlap, target={"type": "workflows", "workflow": SIM_WORKFLOW})
+        routes["lat"]["max_lateness_seconds"] = self.max_lateness
+        routes = {"routes": routes}
         return Settings(
             routes=json.dumps(routes), auth="none", store="sqlite:///unused.db", lease_seconds=self.lease,
             retention_seconds=self.retention, dispatch_timeout_seconds=self.dispatch_timeout,
@@ -162,11 +179,14 @@ def draw_config(seed: int, store: str) -> Config:
             max_doublings=rng.randint(0, 4), max_duration=rng.choice([0.0, 10.0, 30.0, 60.0, 120.0]),
         )
 
+    run_length = rng.choice([10.0, 60.0, 200.0])
+    max_lateness = rng.choice([3, 10, 30])
     jobs = []
     for j in range(rng.randint(1, 3)):
-        route = rng.choice(["sep", "sep", "ded", "rej"])
+        route = rng.choice(["sep", "sep", "ded", "rej", "ovs", "ovw", "lat"])
         period = rng.choice([30.0, 60.0, 120.0])
         first = rng.uniform(5.0, 40.0)
+        delay = rng.uniform(0, 2 * max_lateness) if route == "lat" and rng.random() < 0.5 else 0.0  # an outage
         sequence = []
         for k in range(rng.randint(1, 3)):
             s = first + k * period
@@ -176,7 +196,7 @@ def draw_config(seed: int, store: str) -> Config:
             if rng.random() < 0.4:  # a force run carries the next schedule time and arrives early
                 early = round(s) - tolerance - rng.uniform(0.1, 12.0)
                 sequence.append(Execution(f"j{j}.{k}.forced", route, headers, max(0.0, early), key, forced=True))
-            sequence.append(Execution(f"j{j}.{k}", route, headers, round(s) + rng.uniform(0, 0.3), key))
+            sequence.append(Execution(f"j{j}.{k}", route, headers, round(s) + delay + rng.uniform(0, 0.3), key))
         jobs.append(tuple(sequence))
     tasks = []
     for t in range(rng.randint(0, 3)):
@@ -188,7 +208,7 @@ def draw_config(seed: int, store: str) -> Config:
         dispatch_timeout=dispatch_timeout, lag=lag, lease=lease, retention=100_000.0, tolerance=tolerance,
         attempt_deadline=attempt_deadline, scheduler=retry(), tasks=retry(),
         fault_rate=rng.choice([0.05, 0.15, 0.3]), quiet_at=rng.uniform(10.0, 100.0), web=rng.random() < 0.2,
-        jobs=tuple(jobs), task_executions=tuple(tasks),
+        jobs=tuple(jobs), task_executions=tuple(tasks), run_length=run_length, max_lateness=max_lateness,
     )
 
 
@@ -233,13 +253,18 @@ class Downstream:
     route: str
     kind: str
     executions: dict[str, list[tuple[str, float, str]]] = field(default_factory=dict)
+    seed: int = 0
+    run_length: float = 0.0  # how long an execution may run (draw per execution)
+    ends: dict[str, float] = field(default_factory=dict)  # resource -> when it stops running
 
     def create(self, run_id: str, now: float, origin: str) -> str:
         found = self.executions.get(run_id)
         if self.kind == "dedupes" and found:
             return found[0][0]
-        resource = f"{self.route}/exec-{uuid.uuid4().hex[:8]}"
+        n = len(found or ())
+        resource = f"{self.route}/{run_id[:8]}.{n}"
         self.executions.setdefault(run_id, []).append((resource, now, origin))
+        self.ends[resource] = now + random.Random(f"{self.seed}/{resource}/length").uniform(0, self.run_length)
         return resource
 
     def find(self, run_id: str) -> str | None:
@@ -271,6 +296,7 @@ class Instance:
                 self.store, targets, lease=timedelta(seconds=settings.lease_seconds),
                 retention=timedelta(seconds=settings.retention_seconds),
                 dispatch_timeout=timedelta(seconds=settings.dispatch_timeout_seconds), clock=self.clock,
+                guards=world.guards,
             )
 
     def clock(self) -> datetime:
@@ -285,10 +311,10 @@ class Instance:
         )
 
     async def stop(self) -> None:
-        if not self.dead:
-            await self._stack.aclose()
+        if not self.dead and self.world.config.web:
+            await self._stack.aclose()  # the app's lifespan closes the store
         else:
-            await self.inner.close()  # the OS would close a killed process's files
+            await self.inner.close()  # the OS would close a killed process's files (and the Runner has no lifespan)
 
     async def deliver(self, execution: Execution, headers: dict[str, str]) -> Answer:
         started = self.world.loop.time()
@@ -307,26 +333,22 @@ class Instance:
         return answer
 
     async def _run(self, execution: Execution, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
-        """What `main.deliver` does, without HTTP: parse, run, and answer with the status and body
-        that app/errors.py gives each outcome (the web histories go through the app itself)."""
+        """What `api.deliveries.deliver` does, without HTTP: parse, run, and answer with the status
+        and body that app/api/answers.py gives each outcome (the web histories go through the app itself)."""
         route = execution.route
         try:
-            try:
-                namespace = parse_namespace(QUERY, None)
-                delivery = parse_delivery(
-                    route, headers, namespace, received_at=self.clock(),
-                    forced_run_tolerance=timedelta(seconds=self.world.settings.forced_run_tolerance_seconds),
-                    policy=self.world.policies[route],
-                )
-            except ForcedRunRefused as exc:
-                raise errors.ForcedRunRefused(exc.reason, field=exc.field, route=route) from exc
-            except InvalidDelivery as exc:
-                raise errors.Invalid(exc.reason, field=exc.field, route=route) from exc
+            namespace = parse_namespace(QUERY, None)
+            delivery = parse_delivery(
+                route, headers, namespace, received_at=self.clock(),
+                forced_run_tolerance=timedelta(seconds=self.world.settings.forced_run_tolerance_seconds),
+                policy=self.world.policies[route],
+            )
             result = await self.runner.run(delivery, BODY, BODY_SHA256)
-        except errors.RunonceError as exc:
+        except errors.DeliveryError as exc:
             if exc.route is None:
                 exc.route = route
-            return exc.http_status, exc.body()
+            answer = render(exc)
+            return answer.http_status, answer.body
         return 200, result.body()
 
     async def boundary(self, fault: str | None) -> None:
@@ -399,6 +421,9 @@ class FaultyStore(RunStore):
     async def release(self, run_id: str, now: datetime) -> RunRecord | None:
         return await self._call("release", run_id, lambda: self.inner.release(run_id, now))
 
+    async def load(self, run_id: str) -> tuple[RunRecord, Any] | None:  # unused: every operation above is wrapped
+        return await self.inner.load(run_id)
+
     async def list(self, now: datetime, route: str | None = None, status: RunStatus | None = None, limit: int = 50) -> list[RunRecord]:
         return await self.inner.list(now, route, status, limit)
 
@@ -459,6 +484,18 @@ class SimTarget(Target):
         await self.instance.boundary("crash_after" if fault == "crash_after" else None)
         return found
 
+    async def is_running(self, resource: str) -> bool:
+        key, fault = self.world.faults.pick("state", resource.split("/")[1], STATE_FAULTS)
+        await self.instance.boundary("crash_before" if fault == "crash_before" else None)
+        self.world.covered["state reads"] += 1
+        if fault == "cannot_tell":
+            raise TargetOutcomeUnknown("simulated: the state read failed")
+        if fault == "hang":
+            await _forever()
+        running = self.world.loop.time() < self.downstream.ends[resource]
+        await self.instance.boundary("crash_after" if fault == "crash_after" else None)
+        return running
+
 
 @dataclass(frozen=True)
 class Answer:
@@ -494,9 +531,14 @@ class World:
     def __init__(self, config: Config, loop: VirtualTimeLoop, faults: dict[str, str] | None = None):
         self.config, self.loop = config, loop
         self.settings = config.settings()
-        self.policies = {name: route.policy for name, route in load_routes(self.settings).items()}
+        routes = load_routes(self.settings)
+        self.policies = {name: route.policy for name, route in routes.items()}
+        self.guards = {name: route.guard for name, route in routes.items()}
         self.faults = Faults(config, loop, faults)
-        self.downstreams = {route: Downstream(route, kind) for route, (_, kind) in ROUTES.items()}
+        self.downstreams = {
+            route: Downstream(route, kind, seed=config.seed, run_length=config.run_length if route in OVERLAP else 0.0)
+            for route, (_, kind) in ROUTES.items()
+        }
         self.answers: list[Answer] = []
         self.violations: list[str] = []  # seen while the history runs (the rest are checked at the end)
         self.covered: Counter[str] = Counter()
@@ -522,6 +564,10 @@ class World:
             store._executor.shutdown()
             store._executor = InlineExecutor()  # type: ignore[assignment]
             return store
+        if self.config.store in SERVER_STORES:
+            from app.stores import open_store
+
+            return open_store(server_store_url(self.config.store), timeout_seconds=self.config.store_timeout)
         from app.stores.firestore import FirestoreStore
 
         store = FirestoreStore(project="runonce-sim", collection=self._collection, timeout_seconds=self.config.store_timeout)
@@ -529,9 +575,9 @@ class World:
         return store
 
     async def store_io(self, call: Callable[[], Awaitable[T]]) -> T:
-        """Firestore calls are real network calls: one at a time (a fixed order) with virtual time
-        standing still while they run."""
-        if self.config.store != "firestore":
+        """Firestore, Spanner and Redis calls are real network calls: one at a time (a fixed order)
+        with virtual time standing still while they run."""
+        if self.config.store in ("memory", "sqlite"):
             return await call()
         async with self._io_lock:
             self.loop.io_busy += 1
@@ -653,6 +699,40 @@ class World:
         shutil.rmtree(self._tmp, ignore_errors=True)
 
 
+SERVER_STORES = {"spanner": "RUNONCE_SIM_SPANNER_URL", "redis": "RUNONCE_SIM_REDIS_URL"}
+"""Stores on a server the caller started, named by these variables (a fresh, empty store: every
+history wipes it first, see `wipe_server_store`)."""
+
+
+def server_store_url(store: str) -> str:
+    import os
+
+    url = os.environ.get(SERVER_STORES[store])
+    if not url:
+        raise RuntimeError(f"--store {store} needs {SERVER_STORES[store]} (python -m tests.sim starts one itself)")
+    return url
+
+
+async def wipe_server_store(store: str) -> None:
+    """Histories share one Spanner table / Redis database, one after another: each starts empty."""
+    url = server_store_url(store)
+    if store == "redis":
+        import redis.asyncio as aioredis
+
+        client = aioredis.Redis.from_url(url)
+        await client.flushdb()
+        await client.aclose()
+        return
+    from app.stores import open_store
+
+    spanner = open_store(url)
+    await asyncio.get_running_loop().run_in_executor(
+        None, lambda: spanner._database.run_in_transaction(  # type: ignore[attr-defined]
+            lambda txn: txn.execute_update(f"DELETE FROM {spanner.table} WHERE TRUE"))  # type: ignore[attr-defined]
+    )
+    await spanner.close()
+
+
 def _fast_tmp() -> str | None:
     """tmpfs when there is one: SQLite's FULL sync is a no-op there."""
     import os
@@ -698,6 +778,8 @@ async def play(config: Config, faults: dict[str, str] | None = None) -> Report:
     loop = asyncio.get_running_loop()
     assert isinstance(loop, VirtualTimeLoop)
     world = World(config, loop, faults)
+    if config.store in SERVER_STORES:
+        await world.store_io(lambda: wipe_server_store(config.store))
     try:
         await world.play()
         records = await world.records()

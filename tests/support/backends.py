@@ -46,7 +46,9 @@ def start_redis(log_dir: Path, port: int | None = None) -> Server:
         )
     port = port or free_port()
     log = log_dir / f"redis-{port}.log"
-    proc = _spawn([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], log)
+    # --dir: a replica's full sync writes an RDB file even with --save "": keep it out of the repo.
+    proc = _spawn([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                   "--dir", str(log_dir)], log)
     server = Server(proc, port, log)
     try:
         wait_for(lambda: listening(port), 20, "redis-server", proc, log)

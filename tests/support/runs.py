@@ -46,6 +46,7 @@ class BrokenStore(MemoryStore):
         super().__init__()
         self.fail_claim = False
         self.fail_finish = False
+        self.fail_list = False
 
     async def claim(self, *args, **kwargs):
         if self.fail_claim:
@@ -56,3 +57,8 @@ class BrokenStore(MemoryStore):
         if self.fail_finish:
             raise StoreUnavailable("deadline exceeded")
         return await super().finish(*args, **kwargs)
+
+    async def list(self, *args, **kwargs):
+        if self.fail_list:
+            raise StoreUnavailable("list: deadline exceeded")
+        return await super().list(*args, **kwargs)

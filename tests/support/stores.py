@@ -9,6 +9,17 @@ from tests.support.backends import Server
 
 FIRESTORE_PROJECT = "runonce-test"
 
+STORE_KINDS = ["memory", "sqlite", "firestore", "spanner", "redis"]
+STORE_SERVERS = {"firestore": "firestore_emulator", "spanner": "spanner_database", "redis": "redis_server"}
+"""The session fixture (tests/conftest.py) that starts each kind's server."""
+
+
+def with_server(request) -> str:  # type: ignore[no-untyped-def]
+    """A `store_kind` fixture's body: start the server `request.param` needs, return the kind."""
+    if request.param in STORE_SERVERS:
+        request.getfixturevalue(STORE_SERVERS[request.param])
+    return request.param
+
 
 def firestore_store(collection: str | None = None, timeout_seconds: float = 5.0):
     from app.stores.firestore import FirestoreStore

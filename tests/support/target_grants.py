@@ -15,6 +15,14 @@ def project_of(value: str) -> str:
     return value.split("/")[1] if value.startswith("projects/") else value
 
 
+def field_of(target: Mapping[str, Any], dotted: str) -> Any:
+    """`target["a"]["b"]` for "a.b", or None when any part is missing."""
+    value: Any = target
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return value
+
+
 def registry_grants(routes: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """(role, where, resource) per grant, in route order, without repeats: a custom role is named
     `projects/P/roles/ID` in the resource's project; `where` is `project` (resource = the project)
@@ -28,6 +36,11 @@ def registry_grants(routes: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         project = project_of(value)
         for grant in entry.grants:
             role = f"projects/{project}/roles/{grant.role}" if grant.permissions else grant.role
+            if grant.field is not None:
+                named = field_of(route["target"], grant.field)
+                if named is not None:
+                    found.append((role, grant.on, named))
+                continue
             found.append((role, grant.on, project if grant.on == "project" else value))
     return list(dict.fromkeys(found))
 

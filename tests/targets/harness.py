@@ -7,7 +7,9 @@ a lease to expire costs seconds.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -17,8 +19,10 @@ from typing import Any
 
 import httpx
 
-from tests.fakes.google_api import FakeGoogleApi
+from app.targets import DispatchRequest
+from tests.fakes.google_api import Created, FakeGoogleApi
 from tests.fakes.metadata import FakeMetadataServer
+from tests.support.procs import ServerProcess
 
 LEASE_SECONDS = 4
 DISPATCH_TIMEOUT_SECONDS = 2
@@ -41,6 +45,14 @@ class Adapter:
 
     def executions_for(self, run_id: str) -> list[str]:
         return self.fake.created_for(run_id)
+
+
+def request_for(name: str, payload: dict | None = None) -> DispatchRequest:
+    """A run of its own for each `name`, as an adapter receives it."""
+    return DispatchRequest(
+        run_id=hashlib.sha256(name.encode()).hexdigest(), route="r", job="nightly-job",
+        schedule_time="2026-10-16T12:00:00Z", source="scheduler", payload=payload or {},
+    )
 
 
 def routes_config() -> dict[str, Any]:
@@ -124,3 +136,25 @@ def wait_for_lease_expiry(record: dict[str, Any]) -> None:
     left = (expires - datetime.now(timezone.utc)).total_seconds()
     if left > 0:
         time.sleep(left + 0.2)
+
+
+def kill_9_during_create(server: ServerProcess, fake: FakeGoogleApi, create: str, route: str, when: str) -> Created:
+    """Deliver the run at `when` to `server` and kill -9 it while `fake` holds the answer to the
+    create it has done, so nothing after the create runs in the proxy. Returns what was created."""
+    fake.hold_after_create(create)
+    outcome: dict[str, Any] = {}
+
+    def attempt() -> None:
+        try:
+            outcome["response"] = deliver(server.url, route, when)
+        except httpx.HTTPError as exc:
+            outcome["error"] = exc
+
+    caller = threading.Thread(target=attempt)
+    caller.start()
+    assert fake.created_event.wait(20), "the fake API never received the create"
+    server.kill()
+    fake.release()
+    caller.join(10)
+    assert "error" in outcome, "the killed proxy cannot have answered"
+    return fake.created[-1]

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 
-from app.targets import DispatchRequest, TargetFailed
+from app.targets import TargetFailed
 from app.targets.cloud_build_trigger import CloudBuildTriggerTarget, CloudBuildTriggerTargetConfig
 from app.targets.cloud_run_job import CloudRunJobTarget, CloudRunJobTargetConfig
 from app.targets.workflows import WorkflowsTarget, WorkflowsTargetConfig
@@ -18,14 +17,7 @@ from tests.fakes.cloud_run import LIST as EXECUTIONS_LIST
 from tests.fakes.metadata import MetadataTokenAuth
 from tests.fakes.workflows import CREATE
 
-from .harness import JOB, TRIGGER, WORKFLOW
-
-
-def request_for(name: str, payload: dict | None = None) -> DispatchRequest:
-    return DispatchRequest(
-        run_id=hashlib.sha256(name.encode()).hexdigest(), route="r", job="nightly-job",
-        schedule_time="2026-10-16T12:00:00Z", source="scheduler", payload=payload or {},
-    )
+from .harness import JOB, TRIGGER, WORKFLOW, request_for
 
 
 @pytest.fixture

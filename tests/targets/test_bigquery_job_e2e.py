@@ -3,11 +3,9 @@ against the fake BigQuery API: the figure that matters is BigQuery jobs per sche
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.fakes.bigquery import GET, INSERT, FakeBigQuery
@@ -18,6 +16,7 @@ from .harness import (
     PROJECT,
     answers,
     deliver,
+    kill_9_during_create,
     new_schedule_time,
     run_record,
     server_env,
@@ -195,24 +194,8 @@ def test_a_backend_error_keeps_the_claim(server, bigquery, code: str) -> None:
 
 def test_kill_9_after_the_insert_creates_nothing_new_on_the_retry(tmp_path, metadata, fakes, bigquery) -> None:
     first = start_server(env_for(tmp_path, metadata, fakes, bigquery), tmp_path)
-    bigquery.hold_after_create(INSERT)
     when = new_schedule_time()
-    outcome: dict = {}
-
-    def attempt() -> None:
-        try:
-            outcome["response"] = deliver(first.url, ROUTE, when)
-        except httpx.HTTPError as exc:
-            outcome["error"] = exc
-
-    caller = threading.Thread(target=attempt)
-    caller.start()
-    assert bigquery.created_event.wait(20), "the fake API never received the insert"
-    first.kill()
-    bigquery.release()
-    caller.join(10)
-    assert "error" in outcome, "the killed proxy cannot have answered"
-    run_id = bigquery.created[-1].token
+    run_id = kill_9_during_create(first, bigquery, INSERT, ROUTE, when).token
     [created] = jobs_for(bigquery, run_id)
     inserts = bigquery.calls[INSERT]
 

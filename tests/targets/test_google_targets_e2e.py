@@ -7,9 +7,7 @@ counts what the fake API created: the figure that matters is executions per sche
 from __future__ import annotations
 
 import json
-import threading
 
-import httpx
 import pytest
 
 from tests.support.procs import start_server
@@ -21,6 +19,7 @@ from .harness import (
     Adapter,
     answers,
     deliver,
+    kill_9_during_create,
     new_schedule_time,
     run_record,
     server_env,
@@ -215,27 +214,10 @@ def test_crash_after_create_is_reconciled_after_the_lease(tmp_path, metadata, fa
     """kill -9 while the API holds the answer to a create it has done; the restarted proxy
     reconciles after the lease and creates nothing."""
     env = server_env(tmp_path, metadata, fakes)
-    first = start_server(env, tmp_path)
-    adapter.fake.hold_after_create(adapter.create)
     when = new_schedule_time()
-    outcome: dict = {}
-
-    def attempt() -> None:
-        try:
-            outcome["response"] = deliver(first.url, adapter.route, when)
-        except httpx.HTTPError as exc:
-            outcome["error"] = exc
-
-    caller = threading.Thread(target=attempt)
-    caller.start()
-    assert adapter.fake.created_event.wait(20), "the fake API never received the create"
-    first.kill()
-    adapter.fake.release()
-    caller.join(10)
-    assert "error" in outcome, "the killed proxy cannot have answered"
+    crashed = kill_9_during_create(start_server(env, tmp_path), adapter.fake, adapter.create, adapter.route, when)
     creates = adapter.fake.calls[adapter.create]
-    [created] = [c.resource for c in adapter.fake.created[-1:]]
-    run_id = adapter.fake.created[-1].token
+    created, run_id = crashed.resource, crashed.token
 
     second = start_server(env, tmp_path)
     try:

@@ -128,7 +128,7 @@ def test_routes_iam_declares_what_the_registry_declares() -> None:
             continue
         field, _pattern, roles = declared
         assert field == entry.resource_field, name
-        assert roles == [(grant.role, grant.on) for grant in entry.grants], name
+        assert roles == [(g.role, g.on) if g.field is None else (g.role, g.on, g.field) for g in entry.grants], name
     assert {role: tuple(p) for role, p in script.CUSTOM_ROLES.items()} == custom_roles()
 
 
