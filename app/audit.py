@@ -30,7 +30,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
-from . import logs
+from . import errors, logs
 from .delivery import SCHEDULER_JOB, SCHEDULER_TIME, Delivery, format_schedule_time, parse_delivery
 from .metrics import Metrics
 from .routes import Route
@@ -53,14 +53,10 @@ fire time expires exactly at fire time + retention, when a store already counts 
 _DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 
 
-class RangeRefused(Exception):
+class RangeRefused(errors.InvalidDelivery):
     """A range the audit or backfill cannot answer truthfully (too old, empty, too wide, in the
-    future). `field` names the flag or body field at fault."""
-
-    def __init__(self, field: str, reason: str):
-        super().__init__(f"{field}: {reason}")
-        self.field = field
-        self.reason = reason
+    future): refused like any invalid request (400 `invalid`), nothing is claimed. `field` names
+    the flag or body field at fault."""
 
 
 def parse_duration(text: str, field: str) -> timedelta:
