@@ -332,8 +332,8 @@ def parse_body(raw: bytes) -> tuple[dict[str, Any], str]:
     if not raw.strip():
         payload: Any = {}
     else:
-        try:
-            text = raw.decode("utf-8")  # strict: json.loads(bytes) would also guess UTF-16 and UTF-32
+        try:  # strict UTF-8: json.loads(bytes) would also guess UTF-16 and UTF-32
+            text = raw.decode("utf-8")  # pragma: no mutate - "UTF-8" names the same codec
         except UnicodeDecodeError as exc:
             raise InvalidDelivery("body", "body is not valid UTF-8") from exc
         try:

@@ -4,6 +4,8 @@
      ├── ConfigError             settings.py          a setting or the routes file is wrong: start-up stops
      ├── ScheduleError           schedules/errors.py  a schedule or time zone Scheduler would reject (also a ValueError)
      ├── CertsUnavailable        certs.py             token-signing certificates unreadable, none kept from before
+     ├── RangeRefused            audit.py             a range the audit or backfill cannot answer truthfully
+     ├── Skip, Wait              guarantees.py        a route guard's verdict, which the Runner turns into an outcome
      ├── StoreError              stores/base.py
      │    ├── StoreUnavailable                        the store did not answer; nothing is known to have changed
      │    └── Fenced                                  a finish was refused: another attempt holds the run now
@@ -135,8 +137,6 @@ class LeaseHeld(InProgress):
             "retry after Retry-After seconds to get its outcome",
             run_id=run_id, route=route, retry_after=retry_after,
         )
-        self.attempt = attempt
-        self.lease_expires = lease_expires
 
 
 class LostRun(InProgress):
@@ -158,8 +158,6 @@ class PayloadMismatch(DeliveryError):
             f"{body_sha256}; a run's body cannot change between retries",
             field="body", run_id=run_id, route=route,
         )
-        self.recorded_sha256 = recorded_sha256
-        self.body_sha256 = body_sha256
 
 
 def _given_back(unreleased: Exception | None) -> str:
@@ -227,7 +225,6 @@ class RouteBusy(Throttled):
             f"{self.situation(route, limit)}; {_given_back(unreleased)}",
             run_id=run_id, route=route, target=target, retry_after=retry_after,
         )
-        self.limit = limit
 
     @staticmethod
     def situation(route: str, limit: int) -> str:
@@ -277,9 +274,7 @@ class ShuttingDown(Unavailable):
     """SIGTERM: this instance takes no new runs; another one will. `claimed`: the run had been
     claimed and was given back (`unreleased`: why it could not be)."""
 
-    def __init__(
-        self, *, run_id: str, route: str, claimed: bool = False, unreleased: Exception | None = None
-    ):
+    def __init__(self, *, run_id: str, route: str, claimed: bool = False, unreleased: Exception | None = None):
         if claimed:
             message = f"runonce is shutting down; {_given_back(unreleased)}, retry"
         else:

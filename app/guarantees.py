@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
+from .errors import RunonceError
 from .stores import RunRecord, RunStore, StoreUnavailable
 from .stores.base import COMPLETED, IN_PROGRESS
 from .targets import DispatchRequest, Target, TargetError
@@ -58,7 +59,7 @@ class RouteGuard:
         return self.overlap != "allow" or self.max_lateness is not None
 
 
-class Skip(Exception):
+class Skip(RunonceError):
     """Do not dispatch: record the run `skipped` with this reason (retries replay it)."""
 
     def __init__(self, reason: SkipReason, message: str):
@@ -70,7 +71,7 @@ class Skip(Exception):
         return f"{self.reason}: {self.message}"
 
 
-class Wait(Exception):
+class Wait(RunonceError):
     """Do not dispatch now: give the claim back and answer 409, so the caller retries."""
 
     def __init__(self, message: str):

@@ -325,3 +325,34 @@ async def test_the_apps_drain_refuses_new_deliveries_with_503(clock: Clock) -> N
         response = await client.post("/v1/routes/etl:run", headers=JOB)
     assert response.status_code == 503 and response.json()["status"] == "unavailable"
     assert "shutting down" in response.json()["error"]["message"] and target.dispatched == []
+
+
+async def test_starlettes_own_404_and_405_answer_in_runonces_shape(api: Harness) -> None:
+    missing = await api.client.post("/v1/nothing-here", headers=JOB)
+    assert (missing.status_code, missing.json()) == (404, {"status": "not_found", "route": None, "error": {"message": "Not Found"}})
+    wrong = await api.client.get("/v1/routes/etl:run", headers=JOB)
+    assert (wrong.status_code, wrong.json()) == (
+        405, {"status": "invalid", "route": None, "error": {"message": "Method Not Allowed"}}
+    )
+    assert wrong.headers["allow"] == "POST"
+
+
+async def test_a_request_validation_error_answers_400_invalid_naming_the_field() -> None:
+    """No endpoint today declares a typed parameter FastAPI could refuse; one that does (say an
+    admin endpoint's `?limit=`) gets runonce's answer, not FastAPI's default 422 shape."""
+    from fastapi import FastAPI
+
+    from app.api.answers import HANDLERS
+
+    app = FastAPI(exception_handlers=HANDLERS)
+
+    @app.get("/v1/things")
+    async def things(limit: int) -> dict[str, int]:
+        return {"limit": limit}
+
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://runonce") as client:
+        response = await client.get("/v1/things", params={"limit": "many"})
+    assert response.status_code == 400
+    body = response.json()
+    assert (body["status"], body["route"], body["error"]["field"]) == ("invalid", None, "query.limit")
+    assert "integer" in body["error"]["message"]

@@ -4,6 +4,7 @@ and a run_id that does not depend on the machine's time zone."""
 
 from __future__ import annotations
 
+import hashlib
 import time
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
@@ -16,6 +17,7 @@ from app.delivery import (
     InvalidDelivery,
     SchedulePolicy,
     format_schedule_time,
+    parse_body,
     parse_delivery,
     parse_rfc3339,
 )
@@ -233,3 +235,34 @@ def test_snap_without_an_earlier_fire_time_is_refused_naming_the_header() -> Non
 def test_without_snap_a_missing_schedule_time_is_refused() -> None:
     for policy in (None, SchedulePolicy(missing_schedule_time="snap"), SchedulePolicy(schedule=parse_schedule("0 9 * * *"))):
         assert refused({"X-CloudScheduler-JobName": "nightly"}, policy=policy).field == TIME
+
+
+# -- the body: part of the run's identity ----------------------------------------------------------
+
+
+def body_refused(raw: bytes) -> str:
+    with pytest.raises(InvalidDelivery) as caught:
+        parse_body(raw)
+    assert caught.value.field == "body"
+    return caught.value.reason
+
+
+def test_a_body_hashes_the_same_whatever_its_key_order_and_whitespace() -> None:
+    payload, digest = parse_body(b'{"b": [1, 2], "a": "\xc3\xa9"}')
+    assert payload == {"a": "é", "b": [1, 2]}
+    # The canonical text is fixed: records keep its hash, so a new form would turn retries across
+    # an upgrade into payload mismatches.
+    assert digest == hashlib.sha256('{"a":"é","b":[1,2]}'.encode()).hexdigest()
+    assert parse_body(b'\n{"a":"\\u00e9","b":[1,2]}  ')[1] == digest
+    assert parse_body(b"") == ({}, parse_body(b"{}")[1])
+
+
+@pytest.mark.parametrize("constant", [b"NaN", b"Infinity", b"-Infinity"])
+def test_a_non_finite_constant_is_refused_by_name(constant: bytes) -> None:
+    assert body_refused(b'{"x": ' + constant + b"}") == f"body is not accepted JSON: {constant.decode()} is not valid JSON"
+
+
+def test_int64_is_the_integer_range_and_a_longer_number_is_refused_before_python_reads_it() -> None:
+    assert parse_body(b'{"n": -9223372036854775808}')[0] == {"n": -9223372036854775808}  # 20 characters
+    for digits in (b"-92233720368547758080", b"9" * 25, b"9" * 5000):  # 21 characters and more
+        assert body_refused(b'{"n": ' + digits + b"}") == "body is not accepted JSON: an integer is beyond 64 bits"

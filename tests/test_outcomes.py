@@ -429,6 +429,42 @@ async def test_draining_with_the_store_down_says_the_retry_waits_for_the_lease(c
     assert (await stored(r)).status == IN_PROGRESS
 
 
+# -- the words of each answer: the facts an operator reads -------------------------------------------
+
+
+async def test_a_throttled_answer_starts_with_the_targets_own_words(clock: Clock) -> None:
+    r = make_runner(clock, ScriptedTarget(raising(TargetThrottled("HTTP 429 from downstream"))))
+    assert (await answer(r)).message.startswith("HTTP 429 from downstream; the claim was released")
+
+
+async def test_a_fenced_answer_names_the_attempt_that_holds_the_run_now(clock: Clock) -> None:
+    store = TakenOverDuringDispatch()
+    store.clock = clock
+    got = await answer(make_runner(clock, ScriptedTarget(), store))
+    assert "(run is now held by attempt " in got.message
+
+
+async def test_draining_before_the_claim_says_another_instance_will_take_it(clock: Clock) -> None:
+    r = make_runner(clock)
+    r.shutdown.draining = True
+    assert (await answer(r)).message == "runonce is shutting down; retry (another instance will take it)"
+
+
+async def test_route_busy_records_why_and_says_when_the_claim_could_not_be_released(clock: Clock) -> None:
+    started, release = asyncio.Event(), asyncio.Event()
+    store = BrokenStore()
+    r = make_runner(clock, ScriptedTarget(hold(started, release)), store, limit=1)
+    first = asyncio.create_task(answer(r, OTHER))
+    await started.wait()
+    await answer(r)
+    assert (await stored(r)).last_error == "route 'etl' already has 1 dispatch(es) in flight (max_concurrent_dispatches)"
+    store.fail_finish = True
+    got = await answer(r, replace(DELIVERY, job="weekly"))
+    assert got.http == 429 and "the claim could not be released (deadline exceeded)" in got.message
+    release.set()
+    await first
+
+
 # -- per-route in-flight accounting ------------------------------------------------------------
 
 

@@ -124,8 +124,12 @@ async def test_redis_wait_replicas_unmet_is_unavailable(redis_server) -> None:
     """No replica acknowledges (this server has none): the claim is not relied on, nothing dispatches."""
     store = open_store(redis_url(redis_server) + "?wait_replicas=1", timeout_seconds=0.5)
     try:
-        with pytest.raises(StoreUnavailable, match="only 0 of 1 replica"):
+        with pytest.raises(StoreUnavailable) as refused:
             await claim(store)
+        assert str(refused.value) == (
+            "redis claim: only 0 of 1 replica(s) acknowledged the write (wait_replicas): a failover could lose "
+            "it, so it is not relied on"
+        )
     finally:
         await store.close()
 
@@ -148,6 +152,16 @@ async def test_redis_killed_is_unavailable_and_the_error_names_the_operation(tmp
                 await call()
     finally:
         server.stop()
+        await store.close()
+
+
+async def test_redis_fresh_run_is_two_round_trips(redis_server) -> None:
+    store = open_store(redis_url(redis_server))
+    try:
+        won = await claim(store)
+        await store.finish(won, Finish(COMPLETED, target=LOG_TARGET), T0)
+        assert store.round_trips == 2  # type: ignore[attr-defined] - the claim script, the finish script
+    finally:
         await store.close()
 
 

@@ -117,7 +117,7 @@ async def delivery_error(request: Request, exc: Exception) -> JSONResponse:
 async def http_error(request: Request, exc: Exception) -> JSONResponse:
     """Starlette's own answers (no such path 404, wrong method 405) in runonce's body shape."""
     assert isinstance(exc, StarletteHTTPException)
-    status = {404: "not_found", 405: "invalid"}.get(exc.status_code, "invalid")
+    status = "not_found" if exc.status_code == 404 else "invalid"  # 405: a method the endpoint does not take
     body = {"status": status, "route": None, "error": {"message": str(exc.detail)}}
     return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 

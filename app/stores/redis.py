@@ -135,7 +135,7 @@ def _from_json(raw: bytes | str) -> RunRecord:
 
 
 class RedisStore(RunStore):
-    def __init__(self, url: RedisURL, timeout_seconds: float = 5.0):
+    def __init__(self, url: RedisURL, timeout_seconds: float):
         self.url = url
         self._timeout = timeout_seconds
         tls = {"connection_class": aioredis.SSLConnection, "ssl_ca_certs": url.ca_file} if url.tls else {}  # pragma: no mutate - the tests have no TLS redis-server (rediss:// URLs are checked in test_store_new_backends)
@@ -155,7 +155,7 @@ class RedisStore(RunStore):
         self._finish = self._client.register_script(_FINISH)
         self._release = self._client.register_script(_RELEASE)
         self.round_trips = 0
-        self._eviction_checked = False
+        self._eviction_checked = False  # pragma: no mutate - None is as false
         """Requests sent (a script plus its WAIT go in one pipeline: one round trip)."""
 
     def _key(self, run_id: str) -> str:
@@ -164,7 +164,7 @@ class RedisStore(RunStore):
     async def _call(self, op: str, coro: Any) -> Any:
         self.round_trips += 1
         try:
-            async with asyncio.timeout(self._timeout):
+            async with asyncio.timeout(self._timeout):  # pragma: no mutate - the sockets' own timeouts are the same: two bounds, one value
                 return await coro
         except (TimeoutError, rexc.RedisError, OSError) as exc:
             raise StoreUnavailable(f"redis {op}: {type(exc).__name__}: {exc}") from exc

@@ -97,8 +97,8 @@ class CloudTasksHttpRequestConfig(BaseModel):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname or re.search(r"\s", value):
+        # Cloud Tasks: "This string must begin with either "http://" or "https://"".
+        if not value.startswith(("http://", "https://")) or not urlsplit(value).hostname or re.search(r"\s", value):
             raise _error("url", "must be an http:// or https:// URL with a host (got {value})", value=value)
         if len(value) > MAX_URL_LENGTH:
             raise _error("url", "is longer than Cloud Tasks' {limit} characters", limit=MAX_URL_LENGTH)
