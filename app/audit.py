@@ -20,7 +20,6 @@ This module reads routes, a store and a clock handed to it; it knows nothing of 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import re
@@ -30,9 +29,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
-from . import logs
-from .delivery import SCHEDULER_JOB, SCHEDULER_TIME, Delivery, format_schedule_time, parse_delivery
-from .errors import RunonceError
+from . import errors, logs
+from .delivery import SCHEDULER_JOB, SCHEDULER_TIME, Delivery, format_schedule_time, parse_body, parse_delivery
 from .metrics import Metrics
 from .routes import Route
 from .schedules import get_zone, parse_schedule
@@ -54,14 +52,10 @@ fire time expires exactly at fire time + retention, when a store already counts 
 _DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 
 
-class RangeRefused(RunonceError):
+class RangeRefused(errors.InvalidDelivery):
     """A range the audit or backfill cannot answer truthfully (too old, empty, too wide, in the
-    future). `field` names the flag or body field at fault."""
-
-    def __init__(self, field: str, reason: str):
-        super().__init__(f"{field}: {reason}")
-        self.field = field
-        self.reason = reason
+    future): refused like any invalid request (400 `invalid`), nothing is claimed. `field` names
+    the flag or body field at fault."""
 
 
 def parse_duration(text: str, field: str) -> timedelta:
@@ -81,10 +75,8 @@ def parse_duration(text: str, field: str) -> timedelta:
 
 
 def body_sha256(payload: Mapping[str, Any]) -> str:
-    """The sha256 a delivery with this JSON object body is claimed with (key order and whitespace
-    do not count: the web layer hashes the same canonical form)."""
-    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    """The sha256 a delivery with this JSON object body is claimed with (`parse_body`'s)."""
+    return parse_body(json.dumps(payload, ensure_ascii=False).encode("utf-8"))[1]
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,9 @@ from typing import Any
 import httpx
 
 from . import errors
-from .api.answers import ANSWERS, answer_for
 from .audit import RangeRefused, ScheduledRun, auditable, body_sha256, catch_up_runs, scheduled_runs
 from .delivery import format_schedule_time
-from .protocol import Runner
+from .protocol import Runner, RunResult
 from .routes import Route
 from .settings import Settings
 from .stores import RunStore, StoreUnavailable
@@ -45,28 +44,42 @@ NOT_STARTED = "not_started"
 
 @dataclass(frozen=True)
 class Outcome:
-    """What one run's delivery answered: `processed`, `duplicate`, or an error status (`in_progress`,
-    `failed`, `unknown`, ...), with the resource or the error message."""
+    """What one run's delivery came to: the protocol's result (`processed`, `duplicate`, ...), the
+    error it ended with, or neither (`not_started`: the backfill was stopped first)."""
 
     run: ScheduledRun
-    outcome: str
-    resource: str | None = None
-    error: str | None = None
+    result: RunResult | None = None
+    error: errors.DeliveryError | None = None
+
+    @property
+    def outcome(self) -> str:
+        """The status word a delivery of this run would have been answered with."""
+        if self.result is not None:
+            return self.result.status
+        if self.error is None:
+            return NOT_STARTED
+        from .api.answers import answer_for  # the one table of status words (the web layer's)
+
+        return answer_for(self.error).status
 
     @property
     def ok(self) -> bool:
-        return self.outcome not in _NOT_DONE
+        return self.result is not None
+
+    @property
+    def unknown(self) -> bool:
+        """The target may have acted: the claim was kept."""
+        return isinstance(self.error, errors.OutcomeUnknown)
 
     def to_json(self) -> dict[str, Any]:
         body = {**self.run.to_json(), "outcome": self.outcome}
-        if self.resource is not None:
-            body["resource"] = self.resource
+        resource = (self.result.record.target or {}).get("resource") if self.result is not None else None
+        if resource is not None:
+            body["resource"] = resource
         if self.error is not None:
-            body["error"] = self.error
+            body["error"] = self.error.message
         return body
 
-
-_NOT_DONE = {NOT_STARTED, *(answer.status for answer in ANSWERS.values())}
 
 logger = logging.getLogger("runonce.catch_up")
 
@@ -95,10 +108,9 @@ async def run_one(runner: Runner, run: ScheduledRun, route: Route) -> Outcome:
     """`run` through the protocol with the body its Scheduler job sends. An explicit run of a past
     time (backfill, catch-up): the route's max_lateness_seconds does not stop it, its overlap does."""
     try:
-        result = await runner.run(run.delivery, dict(route.body), body_sha256(route.body), late_ok=True)
+        return Outcome(run, result=await runner.run(run.delivery, dict(route.body), body_sha256(route.body), late_ok=True))
     except errors.DeliveryError as exc:
-        return Outcome(run, answer_for(exc).status, error=exc.message)
-    return Outcome(run, result.status, resource=(result.record.target or {}).get("resource"))
+        return Outcome(run, error=exc)
 
 
 async def run_all(
@@ -114,7 +126,7 @@ async def run_all(
     async def worker() -> None:
         for index, run in pending:  # one shared iterator: each run is taken once
             if stop.is_set():
-                outcomes[index] = Outcome(run, NOT_STARTED)
+                outcomes[index] = Outcome(run)
                 continue
             outcomes[index] = await run_one(runner, run, route)
             if done is not None:
@@ -159,7 +171,7 @@ async def release_unknown(store: RunStore, outcomes: list[Outcome], now: datetim
     the next delivery then takes over at once and reconciles, instead of waiting out the lease."""
     released = []
     for outcome in outcomes:
-        if outcome.outcome == errors.OutcomeUnknown.status:
+        if outcome.unknown:
             try:
                 if await store.release(outcome.run.run_id, now) is not None:
                     released.append(outcome.run.run_id)

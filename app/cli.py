@@ -334,6 +334,8 @@ def audit_command(route: str | None, since: str | None, start: datetime | None, 
     """
     from .audit import AuditReport, RangeRefused, audit, auditable, parse_duration
 
+    report: AuditReport
+
     if (since is None) == (start is None):
         raise click.UsageError("give --since DURATION, or --from T [--to T]")
     if since is not None and end is not None:
@@ -351,12 +353,12 @@ def audit_command(route: str | None, since: str | None, start: datetime | None, 
         last = end if end is not None else now
         field = "since" if since is not None else "from"
         missing = _no_store(settings)
-        if missing:  # nothing has ever run here: every fire time is missed
+        if missing:  # nothing has ever run here: every fire time due is missed
             click.echo(missing, err=True)
             from .stores.memory import MemoryStore
 
-            report: AuditReport = asyncio.run(audit(MemoryStore(), routes, first, last, now, lease=lease,
-                                                    retention=retention, start_field=field))
+            report = asyncio.run(audit(MemoryStore(), routes, first, last, now, lease=lease, retention=retention,
+                                       start_field=field))
         else:
             report = _with_store(settings, lambda store: audit(
                 store, routes, first, last, now, lease=lease, retention=retention, start_field=field))
@@ -447,7 +449,7 @@ async def _backfill(settings: Settings, name: str, route: Any, store: Any, runs:
         def interrupt() -> None:
             if stop.is_set():
                 click.echo("\ninterrupted again: cutting the runs in flight short", err=True)
-                runner.drain(0)
+                runner.shutdown.drain(0)
                 return
             stop.set()
             click.echo(f"\ninterrupted: starting no more runs; those in flight finish (at most "
@@ -480,7 +482,8 @@ def _print_backfill(name: str, runs: list[Any], outcomes: list[Any] | None, outp
             outcome, detail = "dry_run", ""
         else:
             found = outcomes[index]
-            outcome, detail = found.outcome, found.resource or found.error or ""
+            row = found.to_json()
+            outcome, detail = row["outcome"], row.get("resource") or row.get("error") or ""
         local = run.time.astimezone(run.zone).isoformat()
         click.echo(f"{run.to_json()['schedule_time']:<20}  {local:<25}  {run.run_id}  {outcome}  {detail}".rstrip())
 

@@ -19,7 +19,8 @@ from fastapi import FastAPI
 from . import logs
 from .access import AccessLog
 from .admission import Shutdown
-from .api import answers, deliveries, health, runs
+from .api import answers, deliveries, health, missed, runs
+from .audit import AUDIT_ROUTE, AuditTarget, check_catch_up_windows
 from .auth import build_authenticator
 from .metrics import Metrics
 from .protocol import Runner, utcnow
@@ -41,6 +42,9 @@ def create_app(
     """The runonce ASGI app. `store`, `targets` (by route name) and `clock` are for tests; by
     default they come from the settings and the routes."""
     routes = load_routes(settings)
+    problems = check_catch_up_windows(routes, settings.retention_seconds)
+    if problems:
+        raise ConfigError("\n".join(problems))
     authenticator = build_authenticator(settings, {name: r.allowed_callers for name, r in routes.items()})
     if store is None:
         store = _open_store(settings)
@@ -67,7 +71,7 @@ def create_app(
     state.shutdown = Shutdown()
     state.drain = partial(state.shutdown.drain, settings.shutdown_grace_seconds)  # runonce serve, on SIGTERM
     app.add_middleware(AccessLog, metrics=metrics, project=logs.discover_project())
-    for module in (deliveries, runs, health):
+    for module in (deliveries, runs, missed, health):
         app.include_router(module.router)
     return app
 
@@ -86,6 +90,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     built = dict(state.given_targets) if state.given_targets is not None else {
         name: build_target(route.target, context) for name, route in routes.items()
     }
+    built[AUDIT_ROUTE] = AuditTarget(  # the audit job's runs (app/api/missed.py)
+        state.store, routes, lease=timedelta(seconds=settings.lease_seconds),
+        retention=timedelta(seconds=settings.retention_seconds), clock=state.clock, metrics=state.metrics,
+    )
     state.runner = Runner(
         state.store,
         built,

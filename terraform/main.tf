@@ -30,6 +30,7 @@ locals {
     RUNONCE_AUTH                     = var.auth
     RUNONCE_AUDIENCE                 = local.service_url
     RUNONCE_ALLOWED_CALLERS          = google_service_account.invoker.email
+    RUNONCE_ADMIN_CALLERS            = join(",", local.admin_callers)
     RUNONCE_LEASE_SECONDS            = tostring(var.lease_seconds)
     RUNONCE_DISPATCH_TIMEOUT_SECONDS = tostring(var.dispatch_timeout_seconds)
     RUNONCE_RETENTION_SECONDS        = tostring(var.retention_seconds)

@@ -171,6 +171,42 @@ variable "invoker_service_account_id" {
   }
 }
 
+variable "auditor_service_account_id" {
+  description = "Account ID of the service account the audit's Scheduler job calls as (an admin caller)."
+  type        = string
+  default     = "runonce-auditor"
+
+  validation {
+    condition     = can(regex("^[a-z]([-a-z0-9]{4,28}[a-z0-9])$", var.auditor_service_account_id))
+    error_message = "Service account IDs are 6-30 lower-case letters, digits and hyphens, starting with a letter."
+  }
+}
+
+variable "admin_callers" {
+  description = "Emails allowed on runonce's admin API (GET /v1/runs, POST /v1/audit:run, POST /v1/routes/{route}:backfill), besides the auditor account (RUNONCE_ADMIN_CALLERS)."
+  type        = list(string)
+  default     = []
+}
+
+variable "audit" {
+  description = <<-EOT
+    The missed-runs audit (README "Missed runs: audit, catch-up and backfill"): a Scheduler job job_name calling
+    POST /v1/audit:run every 10 minutes as the auditor account, a log-based metric runonce/missed_runs and an alert
+    policy on it that notifies notification_channels (projects/P/notificationChannels/ID). enabled = false creates none.
+  EOT
+  type = object({
+    enabled               = optional(bool, true)
+    job_name              = optional(string, "runonce-audit")
+    notification_channels = optional(list(string), [])
+  })
+  default = {}
+
+  validation {
+    condition     = can(regex("^[a-zA-Z0-9_-]{1,500}$", var.audit.job_name))
+    error_message = "audit.job_name is a Scheduler job ID: letters, digits, '-' and '_' (e.g. \"runonce-audit\")."
+  }
+}
+
 variable "store" {
   description = "Claim store (RUNONCE_STORE): \"firestore\" (a Firestore database and TTL policy), \"spanner\" (a Cloud Spanner database whose table has a row deletion policy) or \"redis\" (a Memorystore for Redis instance, reached over Direct VPC egress on network)."
   type        = string

@@ -69,7 +69,7 @@ async def test_runs_start_oldest_first_at_most_concurrency_at_once_with_the_jobs
     outcomes = await run_all(runner(target), runs, ROUTE, concurrency=3)
     assert [o.outcome for o in outcomes] == ["processed"] * 10 and peak == 3
     assert [r.run_id for r in target.dispatched] == [run.run_id for run in runs]
-    assert {r.payload["mode"] for r in target.dispatched} == {"full"} and outcomes[0].resource.startswith("done/")
+    assert {r.payload["mode"] for r in target.dispatched} == {"full"} and outcomes[0].to_json()["resource"].startswith("done/")
 
 
 async def test_a_stopped_backfill_starts_nothing_more_and_says_so() -> None:
@@ -92,7 +92,7 @@ async def test_a_failed_run_is_reported_and_a_second_backfill_dispatches_it_agai
 
     failing.on_dispatch = refuse
     first = await run_all(runner(failing, store), runs, ROUTE, concurrency=2)
-    assert [o.outcome for o in first] == ["failed", "failed"] and "HTTP 400" in first[0].error
+    assert [o.outcome for o in first] == ["failed", "failed"] and "HTTP 400" in first[0].to_json()["error"]
     second = await run_all(runner(ScriptedTarget(), store), runs, ROUTE, concurrency=2)
     assert [o.outcome for o in second] == ["processed", "processed"]
     third = await run_all(runner(ScriptedTarget(), store), runs, ROUTE, concurrency=2)

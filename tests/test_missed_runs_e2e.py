@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -30,13 +31,15 @@ LEASE_SECONDS = 6
 DISPATCH_TIMEOUT_SECONDS = 1
 NAMESPACE = {"project": "e2e-project", "location": "us-central1"}
 BODY = {"mode": "full"}
-ROUTE_NAMES = ("holes", "twice", "slow", "cut")
+ROUTE_NAMES = ("holes", "twice", "slow", "cut", "caught", "served")
+CATCH_UP = {"caught": "latest"}
 
 
 def routes_json(downstream: Downstream) -> str:
     return json.dumps({"routes": {
         name: {"target": {"type": "http", "url": f"{downstream.url}/{name}"}, "namespace": NAMESPACE,
-               "job": f"{name}-job", "schedule": "* * * * *", "time_zone": "Europe/Paris", "body": BODY}
+               "job": f"{name}-job", "schedule": "* * * * *", "time_zone": "Europe/Paris", "body": BODY,
+               "catch_up": CATCH_UP.get(name, "none")}
         for name in ROUTE_NAMES
     }})
 
@@ -194,3 +197,81 @@ def test_a_second_ctrl_c_cuts_the_dispatches_short_and_releases_their_claims(ser
     cut = next(row for row in report["runs"] if row["outcome"] == "unknown")
     listed = runonce(server, "runs", "show", cut["run_id"])
     assert json.loads(listed.stdout)["status"] == "in_progress"
+
+
+def audit_run(server: ServerProcess, at: datetime) -> httpx.Response:
+    """The audit job's delivery for schedule time `at` (its body: the job's period)."""
+    return httpx.post(
+        f"{server.url}/v1/audit:run?project={NAMESPACE['project']}&location={NAMESPACE['location']}",
+        headers={"X-CloudScheduler-JobName": "runonce-audit", "X-CloudScheduler-ScheduleTime": format_schedule_time(at)},
+        json={"since": "10m"}, timeout=60,
+    )
+
+
+def caught_run(server: ServerProcess, at: datetime) -> ScheduledRun:
+    """The run catch_up: latest dispatches at an audit at `at`: the fire time a minute before."""
+    [run] = fire_times(server, "caught", at - timedelta(minutes=1), at - timedelta(seconds=LEASE_SECONDS))
+    return run
+
+
+def test_catch_up_and_a_late_scheduler_delivery_are_one_execution_in_either_order_and_at_once(
+    server: ServerProcess, downstream: Downstream,
+) -> None:
+    now = minutes_ago(0)
+    before = downstream.calls["/caught"]
+    # the audit first, then Scheduler's late retry: a duplicate
+    first = audit_run(server, now - timedelta(minutes=2))
+    run = caught_run(server, now - timedelta(minutes=2))
+    assert first.status_code == 200 and first.json()["status"] == "processed", first.text
+    assert [(c["run_id"], c["outcome"]) for c in first.json()["caught_up"]] == [(run.run_id, "processed")]
+    assert run.run_id in {m["run_id"] for m in first.json()["missed"]}
+    assert deliver(server, run).json()["status"] == "duplicate"
+    # Scheduler's late delivery first, then the audit: nothing left to catch up
+    run = caught_run(server, now - timedelta(minutes=1))
+    assert deliver(server, run).json()["status"] == "processed"
+    assert audit_run(server, now - timedelta(minutes=1)).json()["caught_up"] == []
+    # both at once, while the target takes a moment
+    downstream.set("/caught", 200, 0.5)
+    run = caught_run(server, now)
+    with ThreadPoolExecutor(2) as pool:
+        audited, late = pool.map(lambda send: send(), [lambda: audit_run(server, now), lambda: deliver(server, run)])
+    caught = audited.json()["caught_up"]
+    if caught:  # the audit found no record yet: its catch-up and the delivery raced for the claim
+        assert [c["run_id"] for c in caught] == [run.run_id], audited.text
+        assert {caught[0]["outcome"], late.json()["status"]} in ({"processed", "in_progress"}, {"processed", "duplicate"})
+    else:  # the delivery's claim came first: the run was not missed
+        assert late.json()["status"] == "processed"
+    assert downstream.calls["/caught"] - before == 3  # one execution per run
+    assert deliver(server, run).json()["status"] == "duplicate"
+    assert downstream.calls["/caught"] - before == 3
+
+
+def test_a_duplicated_audit_delivery_replays_and_catches_up_nothing(server: ServerProcess, downstream: Downstream) -> None:
+    at = minutes_ago(3)
+    first = audit_run(server, at)
+    again = audit_run(server, at)
+    assert again.status_code == 200 and again.json()["status"] == "duplicate"
+    assert again.headers["runonce-replayed"] == "true" and "caught_up" not in again.json()
+    assert again.json()["target"] == first.json()["target"] and again.json()["run_id"] == first.json()["run_id"]
+    refused = httpx.post(f"{server.url}/v1/audit:run", json={"since": "soon"}, timeout=30,
+                         headers={"X-CloudScheduler-JobName": "runonce-audit",
+                                  "X-CloudScheduler-ScheduleTime": format_schedule_time(at)})
+    assert refused.status_code == 400 and refused.json()["error"]["field"] == "body.since"
+
+
+def test_the_backfill_endpoint_runs_and_replays_like_the_command(server: ServerProcess, downstream: Downstream) -> None:
+    start, end = minutes_ago(6), minutes_ago(3)
+    url = f"{server.url}/v1/routes/served:backfill"
+    body = {"from": format_schedule_time(start), "to": format_schedule_time(end)}
+    dry = httpx.post(url, json={**body, "dry_run": True}, timeout=60).json()
+    expected = [run.run_id for run in fire_times(server, "served", start, end)]
+    assert [r["run_id"] for r in dry["runs"]] == expected
+    before = downstream.calls["/served"]
+    first = httpx.post(url, json=body, timeout=60).json()
+    again = httpx.post(url, json=body, timeout=60).json()
+    assert [r["outcome"] for r in first["runs"]] == ["processed"] * 3 and [r["outcome"] for r in again["runs"]] == ["duplicate"] * 3
+    assert downstream.calls["/served"] - before == 3
+    bad = httpx.post(url, json={**body, "to": "tomorrow"}, timeout=30)
+    assert bad.status_code == 400 and bad.json()["error"]["field"] == "body.to"
+    future = httpx.post(url, json={**body, "to": "2999-01-01T00:00:00Z"}, timeout=30)
+    assert future.status_code == 400 and future.json()["error"]["field"] == "body.to"

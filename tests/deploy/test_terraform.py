@@ -538,3 +538,90 @@ def test_the_lease_rule_uses_the_services_own_numbers() -> None:
     margin = float(re.search(r"^\s*lease_margin_seconds\s*=\s*(\S+)", text, re.M).group(1))
     assert store_timeout == Settings.model_fields["store_timeout_seconds"].default
     assert margin == LEASE_MARGIN_SECONDS
+
+
+# --- the missed-runs audit (terraform/audit.tf) ------------------------------------------------
+
+def _locals(hcl_trees: dict[str, dict]) -> dict:
+    return {key: value for t in module_trees(hcl_trees) for entry in t.get("locals", []) for key, value in items(entry)}
+
+
+def test_the_audit_job_calls_the_audit_every_10_minutes_as_an_admin_caller(hcl_trees: dict[str, dict]) -> None:
+    """Its body's `since` is its own period (each fire time reported by one audit), with runonce's
+    parser; the auditor is the one admin caller added, and may invoke the service."""
+    from datetime import datetime, timedelta, timezone
+
+    from app.audit import DEFAULT_SINCE, audit_since
+    from app.schedules import get_zone, parse_schedule
+
+    resources, local = _resources(hcl_trees), _locals(hcl_trees)
+    job = resources["google_cloud_scheduler_job.audit"]
+    target = job["http_target"][0]
+    assert string(target["uri"]) == "${local.service_url}/v1/audit:run?project=${var.project_id}&location=${local.scheduler_region}"
+    assert target["body"] == "${base64encode(local.audit_body)}"
+    assert target["oidc_token"][0]["service_account_email"] == "${google_service_account.auditor[0].email}"
+    assert string(local["audit_schedule"]) == "*/10 * * * *" and string(job["time_zone"]) == "Etc/UTC"
+    since = re.fullmatch(r'\$\{jsonencode\(\{since = "(\w+)"\}\)\}', local["audit_body"].replace("\n", "").replace("  ", " "))
+    assert since is not None, local["audit_body"]
+    first = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    fires = [parse_schedule("*/10 * * * *").next_after(first + timedelta(minutes=m), get_zone("Etc/UTC")) for m in (0, 10)]
+    assert audit_since({"since": since.group(1)}) == fires[1] - fires[0] == DEFAULT_SINCE
+    assert "google_service_account.auditor[0].email" in local["admin_callers"]
+    main = (TERRAFORM / "main.tf").read_text()
+    assert 'RUNONCE_ADMIN_CALLERS            = join(",", local.admin_callers)' in main
+    grant = resources["google_cloud_run_v2_service_iam_member.auditor"]
+    assert string(grant["role"]) == "roles/run.invoker" and grant["member"] == "${google_service_account.auditor[0].member}"
+
+
+def test_the_audit_jobs_retry_settings_satisfy_the_retry_rule(hcl_trees: dict[str, dict], rules_module: Path, tmp_path: Path) -> None:
+    """The same rule as every job's (rules.tf), with its attempt deadline the request timeout."""
+    retry = {k: int(v) for k, v in items(_locals(hcl_trees)["audit_retry"])}
+    job = {"route": "etl", "schedule": "*/10 * * * *", "attempt_deadline_seconds": 120, "retry": retry}
+    outputs = evaluate(rules_module, tmp_path, {**BASE_VARS, "jobs": {"runonce-audit": job}})
+    assert outputs["retry_window_seconds"] == {"runonce-audit": 600}
+
+
+def test_the_missed_runs_metric_counts_the_line_the_audit_logs(hcl_trees: dict[str, dict], caplog) -> None:
+    """The log filter's every term holds for the JSON line runonce writes for a missed run, and the
+    route label reads a field it has. Evaluated on the real formatter's output."""
+    import asyncio
+    import logging
+    from datetime import datetime, timedelta, timezone
+
+    from app.audit import AUDIT_ROUTE, AuditTarget
+    from app.logs import JsonFormatter
+    from app.metrics import Metrics
+    from app.routes import parse_routes
+    from app.stores.memory import MemoryStore
+    from app.targets import DispatchRequest
+
+    routes = parse_routes("routes: {etl: {target: {type: log}, job: etl-job, schedule: '*/5 * * * *', "
+                          "namespace: {project: proj-1, location: us-central1}}}", "test")
+    now = datetime(2026, 3, 8, 12, 0, 30, tzinfo=timezone.utc)
+    audit = AuditTarget(MemoryStore(), routes, lease=timedelta(seconds=300), retention=timedelta(days=1),
+                        clock=lambda: now, metrics=Metrics())
+    with caplog.at_level(logging.ERROR, logger="runonce.audit"):
+        asyncio.run(audit.dispatch(DispatchRequest(run_id="a" * 64, route=AUDIT_ROUTE, job="runonce-audit",
+                                                   schedule_time="2026-03-08T12:00:00Z", source="scheduler")))
+    entries = [json.loads(JsonFormatter().format(record)) for record in caplog.records]
+    assert len(entries) == 2  # 11:45 and 11:50 have no record
+    local = _locals(hcl_trees)
+    terms = [line.strip() for line in local["missed_runs_log_filter"].splitlines() if "=" in line]  # not <<-EOT
+    assert [term.split("=")[0] for term in terms] == [
+        "resource.type", "resource.labels.service_name", "severity", "jsonPayload.outcome",
+    ]
+    for term in terms:
+        key, value = term.split("=", 1)
+        if key.startswith("resource."):
+            continue  # set by Cloud Run, not by runonce
+        value = value.strip('"').replace("${var.service_name}", "runonce")
+        found = entries[0]
+        for part in key.removeprefix("jsonPayload.").split("."):
+            found = found[part]
+        assert found == value, term
+    metric = _resources(hcl_trees)["google_logging_metric.missed_runs"]
+    assert string(metric["label_extractors"]["route"]) == "EXTRACT(jsonPayload.route)" and entries[0]["route"] == "etl"
+    policy = _resources(hcl_trees)["google_monitoring_alert_policy.missed_runs"]
+    condition = policy["conditions"][0]["condition_threshold"][0]
+    assert "logging.googleapis.com/user/${google_logging_metric.missed_runs[0].name}" in condition["filter"]
+    assert string(local["missed_runs_metric"]) == "runonce/missed_runs"
