@@ -324,8 +324,8 @@ async def test_sqlite_file_from_before_skipped_takes_it_and_keeps_its_runs(tmp_p
     with sqlite3.connect(path) as old:
         old.executescript(old_schema)
         with pytest.raises(sqlite3.IntegrityError):
-            old.execute(sqlite_store._UPSERT, sqlite_store._to_row(replace(earlier.record, status=SKIPPED)))
-        old.execute(sqlite_store._UPSERT, sqlite_store._to_row(earlier.record))
+            old.execute(sqlite_store._INSERT, sqlite_store._to_row(replace(earlier.record, status=SKIPPED)))
+        old.execute(sqlite_store._INSERT, sqlite_store._to_row(earlier.record))
     old.close()
 
     store = SQLiteStore(str(path))
