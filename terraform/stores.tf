@@ -84,6 +84,10 @@ resource "google_redis_instance" "this" {
   connect_mode            = "DIRECT_PEERING"
   transit_encryption_mode = var.redis_transit_encryption_mode
   labels                  = var.labels
+  # Memorystore's default volatile-lru evicts keys with a TTL when memory is full, and every run key
+  # has one: a claim could vanish and a retry dispatch again. noeviction refuses the write instead
+  # (503, nothing dispatched), as the README's Claim stores section says.
+  redis_configs = { "maxmemory-policy" = "noeviction" }
 
   depends_on = [google_project_service.apis]
 }

@@ -478,6 +478,8 @@ def test_store_choice_wires_database_grant_vpc_egress_and_env(hcl_trees: dict[st
     redis = resources["google_redis_instance.this"]
     assert redis["authorized_network"] == "${var.network}"
     assert redis["transit_encryption_mode"] == "${var.redis_transit_encryption_mode}"
+    # volatile-lru (Memorystore's default) would evict run keys, all of which have a TTL
+    assert {unquote(k): string(v) for k, v in redis["redis_configs"].items()} == {"maxmemory-policy": "noeviction"}
     template = resources["google_cloud_run_v2_service.this"]["template"][0]
     dynamic = {unquote(label): body for entry in template["dynamic"] for label, body in items(entry)}
     vpc = dynamic["vpc_access"]
