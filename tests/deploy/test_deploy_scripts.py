@@ -176,6 +176,8 @@ def test_help_documents_every_flag_the_script_parses(deploy, script: str) -> Non
                                "--subnet", "runonce"], "--subnet needs --network (Direct VPC egress)"),
         ("audit-job.sh", ["--project", PROJECT, "--region", REGION, "--notification-channels", "email:me@x.com"],
          "--notification-channels must be comma-separated projects/P/notificationChannels/ID"),
+        ("scheduler-job.sh", ["--project", PROJECT, "--location", REGION, "--job", "j", "--path", "/v1/audit:run?x=1",
+                              "--schedule", "0 3 * * *"], "--path must be a runonce path such as /v1/audit:run"),
         ("deploy-service.sh", ["--project", PROJECT, "--region", REGION, "--image", IMAGE, "--routes-file", "ROUTES",
                                "--admin-callers", "runonce-auditor"], "--admin-callers must be comma-separated email addresses"),
     ],
@@ -183,7 +185,7 @@ def test_help_documents_every_flag_the_script_parses(deploy, script: str) -> Non
          "body-not-object", "unknown-flag", "retention-below-longest-window", "database-with-yaml",
          "project-not-an-id", "tag-outside-artifact-registry", "deploy-lease-rule", "job-lease-rule",
          "spanner-url-without-database", "unknown-store", "redis-without-network", "subnet-without-network",
-         "audit-channel-not-a-name", "admin-caller-not-an-email"],
+         "audit-channel-not-a-name", "path-with-a-query", "admin-caller-not-an-email"],
 )
 def test_bad_input_exits_2_with_a_precise_message_and_touches_nothing(
     deploy, fake: FakeGoogle, routes_file: Path, script: str, args: list[str], message: str
