@@ -151,7 +151,10 @@ fi
 
 # Alert policies have generated IDs: the display name finds ours (gcloud has them in alpha only).
 POLICY_NAME="runonce: a scheduled run was missed"
-POLICIES="$(gc alpha monitoring policies list --project="$PROJECT_ID" --filter="displayName=\"$POLICY_NAME\"" --format=json)"
+POLICIES="$(gc alpha monitoring policies list --project="$PROJECT_ID" --filter="displayName=\"$POLICY_NAME\"" --format=json)" || {
+  log "! cannot list alert policies: gcloud has them in its alpha track only (gcloud components install alpha)"
+  exit 1
+}
 read -r COUNT EXISTING_POLICY <<<"$("$PYTHON" -c 'import json, sys; p = json.load(sys.stdin); print(len(p), p[0]["name"] if p else "")' <<<"$POLICIES")"
 if (( COUNT > 1 )); then
   log "! $COUNT alert policies are named '$POLICY_NAME': delete all but one, then run again"

@@ -719,3 +719,13 @@ def test_the_scripts_missed_runs_filter_matches_the_line_the_audit_logs(deploy, 
     assert {term.split("=")[0] for term in terms} >= {"severity", "jsonPayload.outcome"}
     assert unmet_terms(terms, entry) == []
     assert metric["labelExtractors"]["route"] == "EXTRACT(jsonPayload.route)" and entry["route"] == "etl"
+
+
+def test_audit_job_refuses_to_choose_between_two_policies_of_its_name(deploy, fake: FakeGoogle) -> None:
+    deploy("audit-job.sh", *AUDIT_ARGS)
+    (name, policy), = fake.state.alert_policies.items()
+    fake.state.alert_policies[name + "0"] = {**policy, "name": name + "0", "combiner": "AND"}
+    fake.requests.clear()
+    result = deploy("audit-job.sh", *AUDIT_ARGS, expect=1)
+    assert "2 alert policies are named 'runonce: a scheduled run was missed': delete all but one" in result.stderr
+    assert [r for r in fake.mutations() if r.api == "monitoring"] == []
