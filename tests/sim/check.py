@@ -101,6 +101,7 @@ def check(world: World, records: list[RunRecord]) -> list[str]:
         elif "target" in answer.body and answer.body["target"] != record.target:
             violations.append(f"I5 {answer.execution} was told target {answer.body['target']}, record has {record.target}")
     violations += _guarantees(world, records)
+    violations += _catch_ups(world, by_id)
     return violations
 
 
@@ -133,11 +134,55 @@ def _guarantees(world: World, records: list[RunRecord]) -> list[str]:
     limit = timedelta(seconds=config.max_lateness)
     for run_id in world.downstreams["lat"].executions:
         record = by_id.get(run_id)
-        if record is not None and record.source == "scheduler" and _lateness(record) > limit:
+        late_ok = run_id in world.caught_up_runs  # a catch-up or backfill runs a past time on purpose
+        if record is not None and record.source == "scheduler" and _lateness(record) > limit and not late_ok:
             violations.append(f"I8 run {run_id[:8]} was dispatched though first claimed {_lateness(record)} late")
     for record in records:
         if record.status == SKIPPED and skip_reason(record)[0] == "late" and _lateness(record) <= limit:
             violations.append(f"I8 run {record.run_id[:8]} was skipped as late, first claimed {_lateness(record)} late")
+    return violations
+
+
+def _catch_ups(world: World, by_id: dict[str, RunRecord]) -> list[str]:
+    """I9-I11, issue 13 §3-4: a catch-up or backfill of a fire time is the run Scheduler's delivery
+    for that time is (same run_id, so I1 counts their executions together), replays a run that had
+    completed, and leaves no claim held beyond its lease. (A Scheduler delivery that may be a force
+    run's retry is answered for the force run while that one is unfinished: not compared in I9.)"""
+    from .world import T0  # (world imports this module)
+
+    config, violations = world.config, []
+    lease = timedelta(seconds=config.lease + config.max_skew + 0.01)
+    executions = {e.id: e for sequence in config.jobs for e in sequence}
+    done = [a for a in world.answers if a.ok and a.status in ("processed", "duplicate")]
+    for run in world.caught_up:
+        name, answer = run.catch_up.id, run.answer
+        world.covered["catch-up runs"] += 1
+        world.covered["catch-up re-runs"] += sum(r.run_id == run.run_id and r.answer.sent < answer.sent and r.catch_up == run.catch_up for r in world.caught_up) > 0
+        # I9: the same run_id as every Scheduler delivery of that fire time.
+        for other in world.answers:
+            execution = executions.get(other.execution)
+            if execution is not None and not execution.forced and execution.key == (run.catch_up.job, run.time):
+                forced = getattr(by_id.get(other.body.get("run_id", "")), "source", "") == "scheduler-forced"
+                if other.body.get("run_id", run.run_id) != run.run_id and not forced:
+                    violations.append(f"I9 {name} ran {run.time} as {run.run_id[:8]}, Scheduler's {execution.id} as {other.body['run_id'][:8]}")
+                elif other.sent <= answer.answered and answer.sent <= other.answered:
+                    world.covered["catch-up runs racing a Scheduler attempt"] += 1
+        retrying = [o for o in world.outcomes.values() if o.execution.key == (run.catch_up.job, run.time)
+                    and len(o.attempts) > 1 and o.attempts[0][0] < answer.sent < o.attempts[-1][0]]
+        world.covered["catch-up runs while Scheduler retries"] += bool(retrying)
+        # I10: a run completed before this one began is replayed: nothing starts, the answer is a duplicate.
+        if any(a.body.get("run_id") == run.run_id and a.answered <= answer.sent for a in done):
+            world.covered["catch-up runs of a completed run"] += 1
+            started = [t for d in world.downstreams.values() for _, t, o in d.executions.get(run.run_id, ()) if o == name and answer.sent <= t <= answer.answered]
+            if started or (answer.ok and answer.status != "duplicate"):
+                violations.append(f"I10 {name} of completed run {run.run_id[:8]} ({run.time}) answered {answer.status}, {len(started)} execution(s) started")
+        # I11: right after a crash-free run, no claim is held beyond a lease from then, and a 200 left it finished.
+        for record in run.records:
+            if record.status == IN_PROGRESS:
+                until = record.lease_expires - (T0 + timedelta(seconds=answer.answered))
+                if until > lease or (answer.ok and answer.body.get("run_id") == record.run_id):
+                    violations.append(f"I11 {name} of {run.time} answered {answer.code} {answer.status}, left run {record.run_id[:8]} in_progress for {until}")
+        world.covered["catch-up runs answered for a force run"] += answer.body.get("run_id", run.run_id) != run.run_id
     return violations
 
 
@@ -173,4 +218,8 @@ def _waited_for_good_reason(world: World, outcome: Outcome, answer: Answer) -> b
         other.execution.key != outcome.execution.key and other.execution.route == outcome.execution.route
         and any(since <= sent <= answer.answered for sent, _ in other.attempts)
         for other in world.outcomes.values()
+    ) or any(  # a catch-up or backfill of another fire time, on the same route
+        run.catch_up.route == outcome.execution.route and run.time != outcome.execution.key[1]
+        and since <= run.answer.sent <= answer.answered
+        for run in world.caught_up
     )
