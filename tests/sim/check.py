@@ -153,7 +153,9 @@ def _catch_ups(world: World, by_id: dict[str, RunRecord]) -> list[str]:
     config, violations = world.config, []
     lease = timedelta(seconds=config.lease + config.max_skew + 0.01)
     executions = {e.id: e for sequence in config.jobs for e in sequence}
-    done = [a for a in world.answers if a.ok and a.status in ("processed", "duplicate")]
+    keys = {e.id: e.key for e in executions.values() if not e.forced} | {r.catch_up.id: None for r in world.caught_up}
+    done = [a for a in world.answers if a.ok and a.status in ("processed", "duplicate") and a.execution in keys
+            and getattr(by_id.get(a.body.get("run_id", "")), "source", "") != "scheduler-forced"]
     for run in world.caught_up:
         name, answer = run.catch_up.id, run.answer
         world.covered["catch-up runs"] += 1
@@ -170,10 +172,15 @@ def _catch_ups(world: World, by_id: dict[str, RunRecord]) -> list[str]:
         retrying = [o for o in world.outcomes.values() if o.execution.key == (run.catch_up.job, run.time)
                     and len(o.attempts) > 1 and o.attempts[0][0] < answer.sent < o.attempts[-1][0]]
         world.covered["catch-up runs while Scheduler retries"] += bool(retrying)
-        # I10: a run completed before this one began is replayed: nothing starts, the answer is a duplicate.
-        if any(a.body.get("run_id") == run.run_id and a.answered <= answer.sent for a in done):
+        # I10: a fire time completed (by Scheduler's delivery or a catch-up) before this run began is
+        # replayed: the answer is a duplicate and nothing starts, whatever run_id it was keyed as.
+        # (A Scheduler delivery answered for a force run completed that force run, not this time's run.)
+        key = (run.catch_up.job, run.time)
+        if any(a.answered <= answer.sent and (keys[a.execution] == key or a.body.get("run_id") == run.run_id) for a in done):
             world.covered["catch-up runs of a completed run"] += 1
-            started = [t for d in world.downstreams.values() for _, t, o in d.executions.get(run.run_id, ()) if o == name and answer.sent <= t <= answer.answered]
+            run_ids = {run.run_id, answer.body.get("run_id", run.run_id)}
+            started = [t for d in world.downstreams.values() for run_id in run_ids
+                       for _, t, o in d.executions.get(run_id, ()) if o == name and answer.sent <= t <= answer.answered]
             if started or (answer.ok and answer.status != "duplicate"):
                 violations.append(f"I10 {name} of completed run {run.run_id[:8]} ({run.time}) answered {answer.status}, {len(started)} execution(s) started")
         # I11: right after a crash-free run, no claim is held beyond a lease from then, and a 200 left it finished.
