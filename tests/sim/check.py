@@ -145,52 +145,59 @@ def _guarantees(world: World, records: list[RunRecord]) -> list[str]:
 
 def _catch_ups(world: World, by_id: dict[str, RunRecord]) -> list[str]:
     """I9-I11, issue 13 §3-4: a catch-up or backfill of a fire time is the run Scheduler's delivery
-    for that time is (same run_id, so I1 counts their executions together), replays a run that had
-    completed, and leaves no claim held beyond its lease. (A Scheduler delivery that may be a force
-    run's retry is answered for the force run while that one is unfinished: not compared in I9.)"""
+    for that time is (same run_id, so I1 counts their executions together), replays a time that had
+    completed, and leaves no claim held beyond its lease. A Scheduler delivery of a time whose force
+    run is unresolved is that force run's retry (protocol._claim), and so is a catch-up's: answers
+    for a force run are not the time's run."""
     from .world import T0  # (world imports this module)
 
     config, violations = world.config, []
     lease = timedelta(seconds=config.lease + config.max_skew + 0.01)
-    executions = {e.id: e for sequence in config.jobs for e in sequence}
-    keys = {e.id: e.key for e in executions.values() if not e.forced} | {r.catch_up.id: None for r in world.caught_up}
-    done = [a for a in world.answers if a.ok and a.status in ("processed", "duplicate") and a.execution in keys
-            and getattr(by_id.get(a.body.get("run_id", "")), "source", "") != "scheduler-forced"]
+    scheduled = {e.id: e.key for sequence in config.jobs for e in sequence if not e.forced}
+    # Answers that completed a fire time's own run: Scheduler's deliveries and catch-ups.
+    done = [
+        (scheduled.get(a.execution), a) for a in world.answers
+        if a.ok and a.status in ("processed", "duplicate") and not _for_a_force_run(a, by_id)
+        and (a.execution in scheduled or a.execution.startswith("c"))
+    ]
     for run in world.caught_up:
-        name, answer = run.catch_up.id, run.answer
+        name, answer, key = run.catch_up.id, run.answer, (run.catch_up.job, run.time)
         world.covered["catch-up runs"] += 1
-        world.covered["catch-up re-runs"] += sum(r.run_id == run.run_id and r.answer.sent < answer.sent and r.catch_up == run.catch_up for r in world.caught_up) > 0
+        world.covered["catch-up re-runs"] += run.rerun
+        world.covered["catch-up runs answered for a force run"] += _for_a_force_run(answer, by_id)
         # I9: the same run_id as every Scheduler delivery of that fire time.
         for other in world.answers:
-            execution = executions.get(other.execution)
-            if execution is not None and not execution.forced and execution.key == (run.catch_up.job, run.time):
-                forced = getattr(by_id.get(other.body.get("run_id", "")), "source", "") == "scheduler-forced"
-                if other.body.get("run_id", run.run_id) != run.run_id and not forced:
-                    violations.append(f"I9 {name} ran {run.time} as {run.run_id[:8]}, Scheduler's {execution.id} as {other.body['run_id'][:8]}")
-                elif other.sent <= answer.answered and answer.sent <= other.answered:
-                    world.covered["catch-up runs racing a Scheduler attempt"] += 1
-        retrying = [o for o in world.outcomes.values() if o.execution.key == (run.catch_up.job, run.time)
-                    and len(o.attempts) > 1 and o.attempts[0][0] < answer.sent < o.attempts[-1][0]]
-        world.covered["catch-up runs while Scheduler retries"] += bool(retrying)
-        # I10: a fire time completed (by Scheduler's delivery or a catch-up) before this run began is
-        # replayed: the answer is a duplicate and nothing starts, whatever run_id it was keyed as.
-        # (A Scheduler delivery answered for a force run completed that force run, not this time's run.)
-        key = (run.catch_up.job, run.time)
-        if any(a.answered <= answer.sent and (keys[a.execution] == key or a.body.get("run_id") == run.run_id) for a in done):
+            if scheduled.get(other.execution) != key or _for_a_force_run(other, by_id):
+                continue
+            if other.body.get("run_id", run.run_id) != run.run_id:
+                violations.append(f"I9 {name} ran {run.time} as {run.run_id[:8]}, Scheduler's {other.execution} as {other.body['run_id'][:8]}")
+            world.covered["catch-up runs racing a Scheduler attempt"] += other.sent <= answer.answered and answer.sent <= other.answered
+        world.covered["catch-up runs while Scheduler retries"] += any(
+            o.execution.key == key and o.attempts and o.attempts[0][0] < answer.sent < o.attempts[-1][0] for o in world.outcomes.values()
+        )
+        # I10: a fire time completed before this run began is replayed: the answer is a duplicate
+        # and nothing starts, whatever run_id it was keyed as.
+        if any(a.answered <= answer.sent and (done_key == key or a.body.get("run_id") == run.run_id) for done_key, a in done):
             world.covered["catch-up runs of a completed run"] += 1
             run_ids = {run.run_id, answer.body.get("run_id", run.run_id)}
             started = [t for d in world.downstreams.values() for run_id in run_ids
-                       for _, t, o in d.executions.get(run_id, ()) if o == name and answer.sent <= t <= answer.answered]
+                       for _, t, origin in d.executions.get(run_id, ()) if origin == name and answer.sent <= t <= answer.answered]
             if started or (answer.ok and answer.status != "duplicate"):
                 violations.append(f"I10 {name} of completed run {run.run_id[:8]} ({run.time}) answered {answer.status}, {len(started)} execution(s) started")
-        # I11: right after a crash-free run, no claim is held beyond a lease from then, and a 200 left it finished.
+        # I11: right after a crash-free run, no claim is held beyond a lease from then, and a 200
+        # left the run it answered for finished.
         for record in run.records:
-            if record.status == IN_PROGRESS:
-                until = record.lease_expires - (T0 + timedelta(seconds=answer.answered))
-                if until > lease or (answer.ok and answer.body.get("run_id") == record.run_id):
-                    violations.append(f"I11 {name} of {run.time} answered {answer.code} {answer.status}, left run {record.run_id[:8]} in_progress for {until}")
-        world.covered["catch-up runs answered for a force run"] += answer.body.get("run_id", run.run_id) != run.run_id
+            if record.status != IN_PROGRESS:
+                continue
+            until = record.lease_expires - (T0 + timedelta(seconds=answer.answered))
+            if until > lease or (answer.ok and answer.body.get("run_id") == record.run_id):
+                violations.append(f"I11 {name} of {run.time} answered {answer.code} {answer.status}, left run {record.run_id[:8]} in_progress for {until}")
     return violations
+
+
+def _for_a_force_run(answer: Answer, by_id: dict[str, RunRecord]) -> bool:
+    record = by_id.get(answer.body.get("run_id", ""))
+    return record is not None and record.source == "scheduler-forced"
 
 
 def _lateness(record: RunRecord) -> timedelta:

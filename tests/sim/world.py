@@ -399,7 +399,7 @@ class Instance:
             return answer.http_status, answer.body
         return 200, result.body()
 
-    async def catch_up(self, catch_up: CatchUp, time: str) -> CaughtUp:
+    async def catch_up(self, catch_up: CatchUp, time: str, rerun: bool) -> CaughtUp:
         """One fire time through this instance's Runner as `backfill.run_one` does (late_ok), with the
         delivery `audit.scheduled_delivery` builds (Scheduler's run_id), answered as the API would."""
         world = self.world
@@ -422,7 +422,7 @@ class Instance:
         records = []
         for run_id in dict.fromkeys([run.run_id, body.get("run_id") or run.run_id]):
             records.append(await world.store_io(lambda: self.inner.get(run_id, self.clock())))
-        return CaughtUp(catch_up, time, run.run_id, answered, tuple(r for r in records if r is not None))
+        return CaughtUp(catch_up, time, run.run_id, answered, tuple(r for r in records if r is not None), rerun)
 
     async def boundary(self, fault: str | None) -> None:
         """Crash here if told to (or if the process already died): nothing after this runs."""
@@ -598,6 +598,7 @@ class CaughtUp:
     run_id: str
     answer: Answer
     records: tuple[RunRecord, ...]  # right after it ended: its run's, and the one it was answered for
+    rerun: bool  # the second run of the same backfill
 
 
 @dataclass
@@ -771,7 +772,7 @@ class World:
             context = contextvars.copy_context()
             context.run(EXECUTION.set, catch_up.id)
             for time in catch_up.times:
-                task = self.loop.create_task(instance.catch_up(catch_up, time), context=context)
+                task = self.loop.create_task(instance.catch_up(catch_up, time, bool(round_)), context=context)
                 self.requests[task] = instance  # type: ignore[assignment]
                 while not task.done() and not instance.dead:  # a crash freezes it for good
                     await asyncio.wait({task}, timeout=1.0)
