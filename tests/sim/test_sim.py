@@ -92,3 +92,20 @@ def test_the_checker_catches_a_backfill_keyed_apart_from_scheduler(monkeypatch: 
     summary = explore("memory", 20261016, 100, 60, shrink_failures=False)
     found = {v.split()[0] for report in summary.failures for v in report.violations}
     assert {"I9", "I10"} <= found, found
+
+
+def test_the_checker_catches_a_backfill_that_claims_for_longer_than_the_lease(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A backfill whose Runner claims with four leases (say, its own lease setting): a run it
+    leaves unresolved stays held beyond a lease from its end (I11)."""
+    real = world.run_one
+
+    async def long_lease(runner, run, route):  # type: ignore[no-untyped-def]
+        lease, runner.lease = runner.lease, runner.lease * 4
+        try:
+            return await real(runner, run, route)
+        finally:
+            runner.lease = lease
+
+    monkeypatch.setattr(world, "run_one", long_lease)
+    summary = explore("memory", 20261016, 100, 60, shrink_failures=False)
+    assert any(v.startswith("I11 ") for report in summary.failures for v in report.violations)
