@@ -24,7 +24,7 @@ import json
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
@@ -123,8 +123,11 @@ def scheduled_delivery(name: str, route: Route, time: datetime) -> Delivery:
     assert route.job is not None and route.namespace is not None  # pragma: no mutate - Route validates
     headers = {SCHEDULER_JOB: route.job, SCHEDULER_TIME: format_schedule_time(time)}
     namespace = (route.namespace.project, route.namespace.location)
-    return parse_delivery(name, headers, namespace, received_at=time, forced_run_tolerance=timedelta(0),
-                          policy=route.policy)
+    delivery = parse_delivery(name, headers, namespace, received_at=time, forced_run_tolerance=timedelta(0),
+                              policy=route.policy)
+    # Never a force run's retry: that rule rests on Scheduler having one execution of a job
+    # outstanding, and a catch-up or backfill is no Scheduler execution. It runs `time`'s own run.
+    return replace(delivery, may_be_forced_retry=False)
 
 
 def scheduled_runs(routes: Mapping[str, Route], start: datetime, end: datetime) -> list[ScheduledRun]:

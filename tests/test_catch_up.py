@@ -19,7 +19,7 @@ from app.metrics import Metrics
 from app.protocol import Runner
 from app.routes import parse_routes
 from app.stores.sqlite import SQLiteStore
-from app.targets import DispatchRequest
+from app.targets import DispatchRequest, TargetFailed
 from app.targets.scripted import ScriptedTarget
 from tests.support.clock import Clock
 
@@ -170,3 +170,30 @@ async def test_catch_up_racing_schedulers_late_delivery_is_one_execution(tmp_pat
     assert executed == [run.run_id]
     outcomes = {caught.outcome, late.status if not isinstance(late, errors.InProgress) else "in_progress"}
     assert outcomes == {"processed", "in_progress"} and retried.status == "duplicate"
+
+
+async def test_a_catch_up_of_a_time_whose_force_run_is_unresolved_runs_the_scheduled_run_itself(world: World) -> None:
+    """A force run carrying 11:50 (sent at 11:46) failed, and Scheduler's 11:50 delivery never came.
+    The audit's catch-up of 11:50 is the scheduled run, not a retry of that force run (Scheduler's
+    one-outstanding-execution rule says nothing of a catch-up): 11:50's own run executes and the
+    outcome names it. Found by the simulation (seed 20261104): the table said 11:50 ran when only
+    the force run had been retried."""
+    await fill(world, skip={MISSED})
+    real = world.etl.on_dispatch
+
+    async def refuse_once(request: DispatchRequest) -> str:
+        world.etl.on_dispatch = real
+        raise TargetFailed("refused")
+
+    world.etl.on_dispatch = refuse_once
+    config = ROUTES["etl"]
+    headers = {"X-CloudScheduler-JobName": config.job, "X-CloudScheduler-ScheduleTime": MISSED.isoformat()}
+    forced = parse_delivery("etl", headers, ("proj-1", "us-central1"), MISSED - timedelta(minutes=4),
+                            timedelta(seconds=5), config.policy)
+    assert forced.source == "scheduler-forced"
+    with pytest.raises(errors.DeliveryError):
+        await world.runner.run(forced, dict(config.body), body_sha256(config.body))
+    _, caught = await world.run_audit()
+    assert [(o.run.route, o.run.time, o.outcome) for o in caught] == [("etl", MISSED, "processed")]
+    dispatched = world.etl.dispatched[-1]
+    assert dispatched.run_id == caught[0].run.run_id != forced.run_id and dispatched.source == "scheduler"

@@ -101,6 +101,7 @@ def check(world: World, records: list[RunRecord]) -> list[str]:
         elif "target" in answer.body and answer.body["target"] != record.target:
             violations.append(f"I5 {answer.execution} was told target {answer.body['target']}, record has {record.target}")
     violations += _guarantees(world, records)
+    violations += _catch_ups(world, by_id)
     return violations
 
 
@@ -133,12 +134,70 @@ def _guarantees(world: World, records: list[RunRecord]) -> list[str]:
     limit = timedelta(seconds=config.max_lateness)
     for run_id in world.downstreams["lat"].executions:
         record = by_id.get(run_id)
-        if record is not None and record.source == "scheduler" and _lateness(record) > limit:
+        late_ok = run_id in world.caught_up_runs  # a catch-up or backfill runs a past time on purpose
+        if record is not None and record.source == "scheduler" and _lateness(record) > limit and not late_ok:
             violations.append(f"I8 run {run_id[:8]} was dispatched though first claimed {_lateness(record)} late")
     for record in records:
         if record.status == SKIPPED and skip_reason(record)[0] == "late" and _lateness(record) <= limit:
             violations.append(f"I8 run {record.run_id[:8]} was skipped as late, first claimed {_lateness(record)} late")
     return violations
+
+
+def _catch_ups(world: World, by_id: dict[str, RunRecord]) -> list[str]:
+    """I9-I11, issue 13 §3-4: a catch-up or backfill of a fire time is the run Scheduler's delivery
+    for that time is (same run_id, so I1 counts their executions together), replays a time that had
+    completed, and leaves no claim held beyond its lease. A Scheduler delivery of a time whose force
+    run is unresolved is that force run's retry (protocol._claim), and so is a catch-up's: answers
+    for a force run are not the time's run."""
+    from .world import T0  # (world imports this module)
+
+    config, violations = world.config, []
+    lease = timedelta(seconds=config.lease + config.max_skew + 0.01)
+    scheduled = {e.id: e.key for sequence in config.jobs for e in sequence if not e.forced}
+    # Answers that completed a fire time's own run: Scheduler's deliveries and catch-ups.
+    done = [
+        (scheduled.get(a.execution), a) for a in world.answers
+        if a.ok and a.status in ("processed", "duplicate") and not _for_a_force_run(a, by_id)
+        and (a.execution in scheduled or a.execution.startswith("c"))
+    ]
+    for run in world.caught_up:
+        name, answer, key = run.catch_up.id, run.answer, (run.catch_up.job, run.time)
+        world.covered["catch-up runs"] += 1
+        world.covered["catch-up re-runs"] += run.rerun
+        world.covered["catch-up runs answered for a force run"] += _for_a_force_run(answer, by_id)
+        # I9: the same run_id as every Scheduler delivery of that fire time.
+        for other in world.answers:
+            if scheduled.get(other.execution) != key or _for_a_force_run(other, by_id):
+                continue
+            if other.body.get("run_id", run.run_id) != run.run_id:
+                violations.append(f"I9 {name} ran {run.time} as {run.run_id[:8]}, Scheduler's {other.execution} as {other.body['run_id'][:8]}")
+            world.covered["catch-up runs racing a Scheduler attempt"] += other.sent <= answer.answered and answer.sent <= other.answered
+        world.covered["catch-up runs while Scheduler retries"] += any(
+            o.execution.key == key and o.attempts and o.attempts[0][0] < answer.sent < o.attempts[-1][0] for o in world.outcomes.values()
+        )
+        # I10: a fire time completed before this run began is replayed: the answer is a duplicate
+        # and nothing starts, whatever run_id it was keyed as.
+        if any(a.answered <= answer.sent and (done_key == key or a.body.get("run_id") == run.run_id) for done_key, a in done):
+            world.covered["catch-up runs of a completed run"] += 1
+            run_ids = {run.run_id, answer.body.get("run_id", run.run_id)}
+            started = [t for d in world.downstreams.values() for run_id in run_ids
+                       for _, t, origin in d.executions.get(run_id, ()) if origin == name and answer.sent <= t <= answer.answered]
+            if started or (answer.ok and answer.status != "duplicate"):
+                violations.append(f"I10 {name} of completed run {run.run_id[:8]} ({run.time}) answered {answer.status}, {len(started)} execution(s) started")
+        # I11: right after a crash-free run, no claim is held beyond a lease from then, and a 200
+        # left the run it answered for finished.
+        for record in run.records:
+            if record.status != IN_PROGRESS:
+                continue
+            until = record.lease_expires - (T0 + timedelta(seconds=answer.answered))
+            if until > lease or (answer.ok and answer.body.get("run_id") == record.run_id):
+                violations.append(f"I11 {name} of {run.time} answered {answer.code} {answer.status}, left run {record.run_id[:8]} in_progress for {until}")
+    return violations
+
+
+def _for_a_force_run(answer: Answer, by_id: dict[str, RunRecord]) -> bool:
+    record = by_id.get(answer.body.get("run_id", ""))
+    return record is not None and record.source == "scheduler-forced"
 
 
 def _lateness(record: RunRecord) -> timedelta:
@@ -173,4 +232,8 @@ def _waited_for_good_reason(world: World, outcome: Outcome, answer: Answer) -> b
         other.execution.key != outcome.execution.key and other.execution.route == outcome.execution.route
         and any(since <= sent <= answer.answered for sent, _ in other.attempts)
         for other in world.outcomes.values()
+    ) or any(  # a catch-up or backfill of another fire time, on the same route
+        run.catch_up.route == outcome.execution.route and run.time != outcome.execution.key[1]
+        and since <= run.answer.sent <= answer.answered
+        for run in world.caught_up
     )

@@ -1,6 +1,6 @@
 """The simulation in `make test`: a fixed number of seeded histories per store (more with
 RUNONCE_SIM_HISTORIES / RUNONCE_SIM_SECONDS, another start with RUNONCE_SIM_SEED), each checked
-against invariants I1-I5; a failure is shrunk and printed with its replay command."""
+against invariants I1-I11; a failure is shrunk and printed with its replay command."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from app.stores import base
 from app.stores.base import Decision
 from tests.support.stores import redis_url, spanner_table_url
 
+from . import world
 from .run import budget, explore, replay_command, shrink
 from .world import draw_config, run_history
 
@@ -76,3 +77,35 @@ def test_the_checker_catches_a_planted_bug_and_shrinks_it(monkeypatch: pytest.Mo
     assert small.violations and len(small.faults) <= len(report.faults)
     assert set(small.faults) <= set(report.faults)
     assert f"--seed {report.config.seed}" in replay_command(small)
+
+
+def test_the_checker_catches_a_backfill_keyed_apart_from_scheduler(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A backfill that keys its runs other than Scheduler's delivery (here: under another job name)
+    executes a fire time Scheduler already ran: caught as a different run_id (I9) and as a completed
+    time executed again (I10)."""
+    real = world.scheduled_delivery
+
+    def keyed_apart(name, route, time):  # type: ignore[no-untyped-def]
+        return real(name, route.model_copy(update={"job": f"backfill-{route.job}"}), time)
+
+    monkeypatch.setattr(world, "scheduled_delivery", keyed_apart)
+    summary = explore("memory", 20261016, 100, 60, shrink_failures=False)
+    found = {v.split()[0] for report in summary.failures for v in report.violations}
+    assert {"I9", "I10"} <= found, found
+
+
+def test_the_checker_catches_a_backfill_that_claims_for_longer_than_the_lease(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A backfill whose Runner claims with four leases (say, its own lease setting): a run it
+    leaves unresolved stays held beyond a lease from its end (I11)."""
+    real = world.run_one
+
+    async def long_lease(runner, run, route):  # type: ignore[no-untyped-def]
+        lease, runner.lease = runner.lease, runner.lease * 4
+        try:
+            return await real(runner, run, route)
+        finally:
+            runner.lease = lease
+
+    monkeypatch.setattr(world, "run_one", long_lease)
+    summary = explore("memory", 20261016, 100, 60, shrink_failures=False)
+    assert any(v.startswith("I11 ") for report in summary.failures for v in report.violations)

@@ -37,10 +37,13 @@ from httpx._transports import default as httpx_default
 
 from app import errors
 from app.api.answers import render
+from app.audit import ScheduledRun, scheduled_delivery
+from app.backfill import run_one
 from app.delivery import parse_delivery, parse_namespace
 from app.main import create_app
 from app.protocol import Runner
 from app.routes import load_routes
+from app.schedules import get_zone
 from app.settings import LEASE_MARGIN_SECONDS, Settings
 from app.stores import Claim, Fenced, Finish, NewRun, RunRecord, RunStore, StoreUnavailable
 from app.stores.base import RunStatus
@@ -124,6 +127,20 @@ class Execution:
 
 
 @dataclass(frozen=True)
+class CatchUp:
+    """A catch-up (after an audit) or a `runonce backfill` of past fire times of one Scheduler job,
+    run through an instance's Runner as app/backfill.py does: oldest first, one after another;
+    `again`: the same backfill is run once more this long after it ended (a re-run)."""
+
+    id: str
+    route: str
+    job: str
+    times: tuple[str, ...]  # schedule times, as the job's X-CloudScheduler-ScheduleTime
+    start: float
+    again: float | None = None
+
+
+@dataclass(frozen=True)
 class Config:
     seed: int
     store: str
@@ -145,6 +162,7 @@ class Config:
     task_executions: tuple[Execution, ...]
     run_length: float = 0.0  # an execution of an overlap route runs up to this long
     max_lateness: int = 1  # route `lat`
+    catch_ups: tuple[CatchUp, ...] = ()
 
     def settings(self) -> Settings:
         routes: dict[str, dict[str, Any]] = {
@@ -153,6 +171,11 @@ class Config:
         for name, overlap in OVERLAP.items():  # a target type that reads state (the sim's own is used)
             routes[name].update(overlap=overlap, target={"type": "workflows", "workflow": SIM_WORKFLOW})
         routes["lat"]["max_lateness_seconds"] = self.max_lateness
+        for catch_up in self.catch_ups:  # the fields a route's fire times need a run_id (issue 13 §3)
+            routes[catch_up.route].update(
+                job=catch_up.job, schedule="* * * * *", body=BODY,
+                namespace={"project": QUERY["project"][0], "location": QUERY["location"][0]},
+            )
         routes = {"routes": routes}
         return Settings(
             routes=json.dumps(routes), auth="none", store="sqlite:///unused.db", lease_seconds=self.lease,
@@ -204,12 +227,37 @@ def draw_config(seed: int, store: str) -> Config:
         headers = {"X-CloudTasks-QueueName": "exports", "X-CloudTasks-TaskName": name}
         tasks.append(Execution(f"t{t}", "tsk", headers, rng.uniform(0, 60.0), ("exports", name), tasks=True))
     return Config(
+        catch_ups=draw_catch_ups(seed, jobs),
         seed=seed, store=store, instances=rng.randint(1, 3), max_skew=max_skew, store_timeout=store_timeout,
         dispatch_timeout=dispatch_timeout, lag=lag, lease=lease, retention=100_000.0, tolerance=tolerance,
         attempt_deadline=attempt_deadline, scheduler=retry(), tasks=retry(),
         fault_rate=rng.choice([0.05, 0.15, 0.3]), quiet_at=rng.uniform(10.0, 100.0), web=rng.random() < 0.2,
         jobs=tuple(jobs), task_executions=tuple(tasks), run_length=run_length, max_lateness=max_lateness,
     )
+
+
+def draw_catch_ups(seed: int, jobs: list[tuple[Execution, ...]]) -> tuple[CatchUp, ...]:
+    """In one history in three, catch-ups / backfills of some of a job's fire times, at random
+    times from just after the first of them: before, during (retries in flight) or after Scheduler's
+    execution. Drawn from their own RNG, so a seed's other draws are those it had before. A route
+    names one job, so only a job alone on its route is caught up."""
+    rng = random.Random(f"{seed}/catch-up")
+    if rng.random() >= 1 / 3:
+        return ()
+    routes = Counter(sequence[0].route for sequence in jobs)
+    alone = [sequence for sequence in jobs if routes[sequence[0].route] == 1]
+    found = []
+    for n in range(rng.randint(1, 3) if alone else 0):
+        sequence = rng.choice(alone)
+        keys = sorted({e.key[1] for e in sequence})
+        times = tuple(rng.sample(keys, rng.randint(1, len(keys))))
+        times = tuple(sorted(times)) if rng.random() < 0.8 else times  # a catch-up of `all` is oldest first
+        first = min(e.start for e in sequence if e.key[1] == min(times) and not e.forced)
+        fired = (datetime.fromisoformat(min(times)) - T0).total_seconds()  # a past time: not before it fired
+        start = max(fired, first + rng.choice([-1.0, 0.0, 0.0, 2.0, 10.0, 40.0]) + rng.uniform(0, rng.choice([0.3, 2.0])))
+        again = rng.choice([None, 0.0, rng.uniform(0, 60.0)]) if rng.random() < 0.5 else None
+        found.append(CatchUp(f"c{n}", sequence[0].route, sequence[0].key[0], times, start, again))
+    return tuple(found)
 
 
 # -- faults --------------------------------------------------------------------------------------
@@ -350,6 +398,31 @@ class Instance:
             answer = render(exc)
             return answer.http_status, answer.body
         return 200, result.body()
+
+    async def catch_up(self, catch_up: CatchUp, time: str, rerun: bool) -> CaughtUp:
+        """One fire time through this instance's Runner as `backfill.run_one` does (late_ok), with the
+        delivery `audit.scheduled_delivery` builds (Scheduler's run_id), answered as the API would."""
+        world = self.world
+        route = world.routes[catch_up.route]
+        run = ScheduledRun(scheduled_delivery(catch_up.route, route, datetime.fromisoformat(time)), get_zone(route.time_zone))
+        runner = self.app.state.runner if world.config.web else self.runner
+        world.caught_up_runs.add(run.run_id)
+        started = world.loop.time()
+        outcome = await run_one(runner, run, route)
+        if outcome.result is not None:
+            code, body = 200, outcome.result.body()
+        else:
+            assert outcome.error is not None
+            answer = render(outcome.error)
+            code, body = answer.http_status, answer.body
+        answered = Answer(catch_up.id, self.name, started, world.loop.time(), code, body)
+        world.answers.append(answered)
+        # Read back at once (no fault, no time passes) what it left of its run and of the run it was
+        # answered for (a force run for the same time, while that one is unresolved: protocol._claim).
+        records = []
+        for run_id in dict.fromkeys([run.run_id, body.get("run_id") or run.run_id]):
+            records.append(await world.store_io(lambda: self.inner.get(run_id, self.clock())))
+        return CaughtUp(catch_up, time, run.run_id, answered, tuple(r for r in records if r is not None), rerun)
 
     async def boundary(self, fault: str | None) -> None:
         """Crash here if told to (or if the process already died): nothing after this runs."""
@@ -516,6 +589,18 @@ class Answer:
         return self.code == 200
 
 
+@dataclass(frozen=True)
+class CaughtUp:
+    """What one catch-up / backfill run of one fire time came to, and the record right after it."""
+
+    catch_up: CatchUp
+    time: str
+    run_id: str
+    answer: Answer
+    records: tuple[RunRecord, ...]  # right after it ended: its run's, and the one it was answered for
+    rerun: bool  # the second run of the same backfill
+
+
 @dataclass
 class Outcome:
     """What Scheduler / Tasks saw of one execution."""
@@ -532,7 +617,7 @@ class World:
     def __init__(self, config: Config, loop: VirtualTimeLoop, faults: dict[str, str] | None = None):
         self.config, self.loop = config, loop
         self.settings = config.settings()
-        routes = load_routes(self.settings)
+        routes = self.routes = load_routes(self.settings)
         self.policies = {name: route.policy for name, route in routes.items()}
         self.guards = {name: route.guard for name, route in routes.items()}
         self.faults = Faults(config, loop, faults)
@@ -544,6 +629,8 @@ class World:
         self.violations: list[str] = []  # seen while the history runs (the rest are checked at the end)
         self.covered: Counter[str] = Counter()
         self.outcomes: dict[str, Outcome] = {}
+        self.caught_up: list[CaughtUp] = []  # catch-up / backfill runs that ended (not crashed)
+        self.caught_up_runs: set[str] = set()  # every run_id a catch-up / backfill touched
         self.requests: dict[asyncio.Task[Answer], Instance] = {}
         self.frozen: set[asyncio.Task[Any]] = set()
         self.instances: list[Instance] = []
@@ -671,11 +758,34 @@ class World:
         await asyncio.sleep(execution.start)
         await self.run_execution(execution)
 
+    async def run_catch_up(self, catch_up: CatchUp) -> None:
+        """The catch-up's fire times one after another on a live instance (a crash ends it: as a
+        killed `runonce backfill`); then, for a re-run, the same again."""
+        await asyncio.sleep(catch_up.start)
+        for round_ in range(1 if catch_up.again is None else 2):
+            if round_:
+                await asyncio.sleep(catch_up.again or 0.0)
+            live = [i for i in self.slots if i is not None and not i.dead]
+            if not live:
+                continue  # no instance up: this backfill could not start
+            instance = random.Random(f"{self.config.seed}/{catch_up.id}/{round_}").choice(live)
+            context = contextvars.copy_context()
+            context.run(EXECUTION.set, catch_up.id)
+            for time in catch_up.times:
+                task = self.loop.create_task(instance.catch_up(catch_up, time, bool(round_)), context=context)
+                self.requests[task] = instance  # type: ignore[assignment]
+                while not task.done() and not instance.dead:  # a crash freezes it for good
+                    await asyncio.wait({task}, timeout=1.0)
+                if not task.done():
+                    break
+                self.caught_up.append(task.result())
+
     async def play(self) -> None:
         self.slots = [None] * self.config.instances
         for slot in range(self.config.instances):
             await self.start_instance(slot)
         parties = [self.run_job(seq) for seq in self.config.jobs] + [self.run_task(t) for t in self.config.task_executions]
+        parties += [self.run_catch_up(c) for c in self.config.catch_ups]
         await asyncio.gather(*parties)
         for _ in range(10_000):  # let every attempt still running (not crashed) finish
             running = [t for t, i in self.requests.items() if not t.done() and not i.dead]
