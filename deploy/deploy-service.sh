@@ -21,6 +21,8 @@ Options (each also read from the environment variable in brackets):
   --service NAME                Cloud Run service (default: runonce)               [SERVICE]
   --runtime-sa ID|EMAIL         runtime account (default: runonce)                 [RUNTIME_SA]
   --invoker-sa ID|EMAIL         the only account allowed to call (default: runonce-invoker) [INVOKER_SA]
+  --admin-callers EMAILS        RUNONCE_ADMIN_CALLERS, comma-separated: the runs API, the audit and
+                                backfill (audit-job.sh's runonce-auditor@PROJECT...) [ADMIN_CALLERS]
   --store URL                   RUNONCE_STORE: firestore (default), spanner://projects/P/instances/I/databases/D[?table=T]
                                 or redis[s]://[:PASSWORD@]HOST:PORT/DB[?ca_file=PATH] (a Memorystore
                                 instance: needs --network)                         [STORE]
@@ -54,6 +56,7 @@ ROUTES_FILE="${ROUTES_FILE:-}"
 SERVICE="${SERVICE:-runonce}"
 RUNTIME_SA="${RUNTIME_SA:-runonce}"
 INVOKER_SA="${INVOKER_SA:-runonce-invoker}"
+ADMIN_CALLERS="${ADMIN_CALLERS:-}"
 STORE="${STORE:-firestore}"
 NETWORK="${NETWORK:-}"
 SUBNET="${SUBNET:-}"
@@ -78,6 +81,7 @@ while [[ $# -gt 0 ]]; do
     --service) SERVICE="$(flag_value "$@")"; shift 2 ;;
     --runtime-sa) RUNTIME_SA="$(flag_value "$@")"; shift 2 ;;
     --invoker-sa) INVOKER_SA="$(flag_value "$@")"; shift 2 ;;
+    --admin-callers) ADMIN_CALLERS="$(flag_value "$@")"; shift 2 ;;
     --store) STORE="$(flag_value "$@")"; shift 2 ;;
     --network) NETWORK="$(flag_value "$@")"; shift 2 ;;
     --subnet) SUBNET="$(flag_value "$@")"; shift 2 ;;
@@ -113,6 +117,9 @@ check_lease_rule "$LEASE_SECONDS" "$DISPATCH_TIMEOUT_SECONDS" "$RETENTION_SECOND
 [[ "$IMAGE" == *@sha256:* || "$IMAGE" =~ ^[a-z0-9-]+-docker\.pkg\.dev/ ]] ||
   usage_error "--image must be in Artifact Registry (REGION-docker.pkg.dev/...) or name a digest (IMAGE@sha256:...): a re-pushed tag would not be deployed"
 [[ "$AUTH" =~ ^(oidc|cloud_run_iam)$ ]] || usage_error "--auth must be oidc or cloud_run_iam"
+ADMIN_EMAIL='[^,@[:space:]]+@[^,@[:space:]]+'
+[[ -z "$ADMIN_CALLERS" || "$ADMIN_CALLERS" =~ ^$ADMIN_EMAIL(,$ADMIN_EMAIL)*$ ]] ||
+  usage_error "--admin-callers must be comma-separated email addresses, got '$ADMIN_CALLERS'"
 check_names "$PROJECT_ID" "$FIRESTORE_DATABASE" "$FIRESTORE_COLLECTION"
 check_store "$STORE"
 [[ "$STORE" =~ $REDIS_STORE && -z "$NETWORK" ]] &&
@@ -139,7 +146,9 @@ STORE_ENV=("RUNONCE_STORE=$STORE")
   "RUNONCE_FIRESTORE_DATABASE=$FIRESTORE_DATABASE"
   "RUNONCE_FIRESTORE_COLLECTION=$FIRESTORE_COLLECTION"
 )
-"$PYTHON" - "$ENV_FILE" "$ROUTES_FILE" ${STORE_ENV[@]+"${STORE_ENV[@]}"} \
+ADMIN_ENV=()
+[[ -z "$ADMIN_CALLERS" ]] || ADMIN_ENV=("RUNONCE_ADMIN_CALLERS=$ADMIN_CALLERS")
+"$PYTHON" - "$ENV_FILE" "$ROUTES_FILE" ${STORE_ENV[@]+"${STORE_ENV[@]}"} ${ADMIN_ENV[@]+"${ADMIN_ENV[@]}"} \
   "RUNONCE_AUTH=$AUTH" \
   "RUNONCE_AUDIENCE=$URL" \
   "RUNONCE_ALLOWED_CALLERS=$INVOKER_EMAIL" \

@@ -13,13 +13,15 @@ usage() {
 Usage: $(basename "$0") --project PROJECT_ID --location REGION --job JOB_ID --route ROUTE --schedule CRON [options]
 
 The job POSTs to SERVICE_URL/v1/routes/ROUTE:run?project=PROJECT_ID&location=REGION: the URL carries
-the job's namespace, since Scheduler sends neither in its headers.
+the job's namespace, since Scheduler sends neither in its headers. --path replaces the route's path
+(audit-job.sh: /v1/audit:run), and then --route is not needed.
 
 Options (each also read from the environment variable in brackets):
   --project ID                  project of the job (and of the service)            [PROJECT_ID]
   --location REGION             Scheduler location                                  [SCHEDULER_LOCATION, REGION]
   --job JOB_ID                  Scheduler job ID                                    [JOB]
   --route ROUTE                 runonce route name                                  [ROUTE]
+  --path PATH                   path instead of /v1/routes/ROUTE:run (optional)     [TARGET_PATH]
   --schedule CRON               unix-cron, 5 fields (e.g. "0 3 * * *")              [SCHEDULE]
   --time-zone TZ                tz database name (default: Etc/UTC)                 [TIME_ZONE]
   --body JSON                   JSON object handed to the target (optional)         [BODY]
@@ -47,6 +49,7 @@ PROJECT_ID="${PROJECT_ID:-}"
 LOCATION="${SCHEDULER_LOCATION:-${REGION:-}}"
 JOB="${JOB:-}"
 ROUTE="${ROUTE:-}"
+TARGET_PATH="${TARGET_PATH:-}"
 SCHEDULE="${SCHEDULE:-}"
 TIME_ZONE="${TIME_ZONE:-Etc/UTC}"
 BODY="${BODY:-}"
@@ -72,6 +75,7 @@ while [[ $# -gt 0 ]]; do
     --location) LOCATION="$(flag_value "$@")"; shift 2 ;;
     --job) JOB="$(flag_value "$@")"; shift 2 ;;
     --route) ROUTE="$(flag_value "$@")"; shift 2 ;;
+    --path) TARGET_PATH="$(flag_value "$@")"; shift 2 ;;
     --schedule) SCHEDULE="$(flag_value "$@")"; shift 2 ;;
     --time-zone) TIME_ZONE="$(flag_value "$@")"; shift 2 ;;
     --body) BODY="$(flag_value "$@")"; shift 2 ;;
@@ -98,9 +102,13 @@ done
 require "$PROJECT_ID" "--project (or PROJECT_ID)"
 require "$LOCATION" "--location (or SCHEDULER_LOCATION / REGION)"
 require "$JOB" "--job (or JOB)"
-require "$ROUTE" "--route (or ROUTE)"
 [[ "$JOB" =~ ^[A-Za-z0-9_-]{1,500}$ ]] || usage_error "--job may contain only letters, digits, '-' and '_', got '$JOB'"
-[[ "$ROUTE" =~ ^[a-z0-9][a-z0-9_-]{0,62}$ ]] || usage_error "--route must be 1-63 lower-case letters, digits, '-' or '_', got '$ROUTE'"
+if [[ -z "$TARGET_PATH" ]]; then
+  require "$ROUTE" "--route (or ROUTE)"
+  [[ "$ROUTE" =~ ^[a-z0-9][a-z0-9_-]{0,62}$ ]] || usage_error "--route must be 1-63 lower-case letters, digits, '-' or '_', got '$ROUTE'"
+  TARGET_PATH="/v1/routes/$ROUTE:run"
+fi
+[[ "$TARGET_PATH" =~ ^/v1/[A-Za-z0-9_/:.-]+$ ]] || usage_error "--path must be a runonce path such as /v1/audit:run, got '$TARGET_PATH'"
 (( $(wc -w <<<"$SCHEDULE") == 5 )) || usage_error "--schedule must be a unix-cron expression with 5 fields (e.g. \"0 3 * * *\"), got '$SCHEDULE'"
 [[ "$TIME_ZONE" =~ ^(UTC|[A-Za-z]+(/[A-Za-z0-9_+-]+)+)$ ]] || usage_error "--time-zone must be a tz database name such as Europe/Paris, got '$TIME_ZONE'"
 if [[ -n "$BODY" ]]; then
@@ -121,7 +129,7 @@ log "retries span ${WINDOW}s to ${LONGEST}s after the first attempt (app/schedul
 INVOKER_EMAIL="$(sa_email "$INVOKER_SA" "$PROJECT_ID")"
 SERVICE_URL="${SERVICE_URL:-$(service_url "$SERVICE" "$PROJECT_ID" "${SERVICE_REGION:-$LOCATION}")}"
 SERVICE_URL="${SERVICE_URL%/}"
-URI="$SERVICE_URL/v1/routes/$ROUTE:run?project=$PROJECT_ID&location=$LOCATION"
+URI="$SERVICE_URL$TARGET_PATH?project=$PROJECT_ID&location=$LOCATION"
 
 SETTINGS=(
   --schedule="$SCHEDULE"

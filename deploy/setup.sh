@@ -94,16 +94,6 @@ RUNTIME_EMAIL="$(sa_email "$RUNTIME_SA" "$PROJECT_ID")"
 INVOKER_EMAIL="$(sa_email "$INVOKER_SA" "$PROJECT_ID")"
 RUNTIME_MEMBER="serviceAccount:$RUNTIME_EMAIL"
 
-ensure_service_account() { # EMAIL DISPLAY_NAME DESCRIPTION
-  if gc iam service-accounts describe "$1" --project="$PROJECT_ID" --format='value(email)' >/dev/null 2>&1; then
-    log "= service account $1 exists"
-    return 0
-  fi
-  log "+ service account $1"
-  gc iam service-accounts create "${1%%@*}" --project="$PROJECT_ID" --display-name="$2" --description="$3" \
-    --format='value(email)' >/dev/null
-}
-
 ensure_service_account "$RUNTIME_EMAIL" "runonce runtime" \
   "Identity of the runonce Cloud Run service: claim store and the targets of its routes."
 ensure_service_account "$INVOKER_EMAIL" "runonce invoker" \

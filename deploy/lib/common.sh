@@ -108,6 +108,17 @@ ensure_binding() {
     --format='value(etag)' >/dev/null
 }
 
+# ensure_service_account EMAIL DISPLAY_NAME DESCRIPTION: an account of $PROJECT_ID, created if missing.
+ensure_service_account() { # EMAIL DISPLAY_NAME DESCRIPTION
+  if gc iam service-accounts describe "$1" --project="$PROJECT_ID" --format='value(email)' >/dev/null 2>&1; then
+    log "= service account $1 exists"
+    return 0
+  fi
+  log "+ service account $1"
+  gc iam service-accounts create "${1%%@*}" --project="$PROJECT_ID" --display-name="$2" --description="$3" \
+    --format='value(email)' >/dev/null
+}
+
 # ensure_custom_role projects/P/roles/ID PERMISSION,PERMISSION...: a project-level custom role with
 # exactly these permissions; created, or updated when they differ, else left alone.
 ensure_custom_role() {

@@ -39,6 +39,8 @@ DOCUMENTS = {  # API host -> its discovery document
     "iamcredentials": "iamcredentials.v1",
     "spanner": "spanner.v1",
     "cloudtasks": "cloudtasks.v2",
+    "logging": "logging.v2",
+    "monitoring": "monitoring.v3",
 }
 # Scheduler's answer for the next fire time of any job here (output-only `scheduleTime`): what a
 # forced run carries as X-CloudScheduler-ScheduleTime.
@@ -80,6 +82,8 @@ class State:
     jobs: dict[str, dict] = field(default_factory=dict)
     roles: dict[str, dict] = field(default_factory=dict)  # projects/P/roles/ID -> Role
     images: dict[str, str] = field(default_factory=dict)  # REGION-docker.pkg.dev/P/REPO/IMAGE:TAG -> sha256:...
+    log_metrics: dict[str, dict] = field(default_factory=dict)  # projects/P/metrics/NAME -> LogMetric
+    alert_policies: dict[str, dict] = field(default_factory=dict)  # projects/P/alertPolicies/ID -> AlertPolicy
 
 
 class FakeGoogle:
@@ -279,6 +283,57 @@ class FakeGoogle:
             return {"token": oidc.sign(self.key, claims)}
         if method_id == "cloudscheduler.projects.locations.jobs.patch":
             return _patch(s.jobs, rel, body, query)
+        if method_id.startswith(("logging.projects.metrics.", "monitoring.projects.alertPolicies.")):
+            return self._monitoring(method_id, path.split("/", 1)[1], query, body)
+        raise Violation(f"{method_id}: valid, but this fake does not implement it")
+
+    def _monitoring(self, method_id: str, rel: str, query: dict, body: Any) -> Any:
+        """Log-based metrics (Logging v2) and alert policies (Monitoring v3), kept as the API
+        returns them: with the fields the server adds, so a second run compares against those.
+        Not a metric's createTime/updateTime: `gcloud logging metrics update` sends the metric it
+        read back, which Google accepts (it ignores output-only fields) but the checker would not."""
+        s = self.state
+        rel = unquote(rel)  # gcloud sends a metric's '/' as %252F: the path carries %2F once decoded
+        if method_id == "logging.projects.metrics.get":
+            if rel not in s.log_metrics:
+                raise NotFound(rel)
+            return s.log_metrics[rel]
+        if method_id in ("logging.projects.metrics.create", "logging.projects.metrics.update"):
+            name = f"{rel}/{body['name']}" if method_id.endswith("create") else rel
+            if method_id.endswith("update") and name not in s.log_metrics:
+                raise NotFound(name)
+            if name.removeprefix(f"projects/{s.project_id}/metrics/") != body["name"]:
+                raise Violation(f"metric name {body['name']!r} differs from the path {name!r}")
+            metric = copy.deepcopy(body)
+            metric.setdefault("metricDescriptor", {}).update(
+                name=f"projects/{s.project_id}/metricDescriptors/logging.googleapis.com/user/{body['name']}",
+                type=f"logging.googleapis.com/user/{body['name']}")
+            s.log_metrics[name] = metric
+            return metric
+        if method_id == "monitoring.projects.alertPolicies.list":
+            wanted = query.get("filter", [""])[0]
+            match = re.fullmatch(r'displayName\s*=\s*"([^"]*)"', wanted) if wanted else None
+            if wanted and match is None:
+                raise Violation(f"this fake filters alert policies by displayName=\"...\" only, got {wanted!r}")
+            found = [p for name, p in s.alert_policies.items() if name.startswith(rel + "/")
+                     and (match is None or p["displayName"] == match.group(1))]
+            return {"alertPolicies": found, "totalSize": len(found)} if found else {}
+        if method_id == "monitoring.projects.alertPolicies.create":
+            name = f"{rel}/{uuid.uuid4().int % 10**19}"  # rel: projects/P/alertPolicies
+            policy = {**copy.deepcopy(body), "name": name,
+                      "creationRecord": {"mutateTime": "2026-11-30T00:00:00Z"}}
+            for condition in policy.get("conditions", []):
+                condition["name"] = f"{name}/conditions/{uuid.uuid4().int % 10**19}"
+            s.alert_policies[name] = policy
+            return policy
+        if method_id == "monitoring.projects.alertPolicies.patch":
+            if rel not in s.alert_policies:
+                raise NotFound(rel)
+            if query.get("updateMask"):
+                return _patch(s.alert_policies, rel, body, query)
+            s.alert_policies[rel] = {**copy.deepcopy(body), "name": rel,
+                                     "creationRecord": s.alert_policies[rel]["creationRecord"]}
+            return s.alert_policies[rel]
         raise Violation(f"{method_id}: valid, but this fake does not implement it")
 
     def _deliver(self, job: dict) -> None:

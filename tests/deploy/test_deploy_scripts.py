@@ -91,7 +91,7 @@ def deploy(fake: FakeGoogle, tmp_path: Path):
         "PYTHON": shutil.which("python3") or "python3",
     }
     for api in ("cloudscheduler", "iam", "cloudresourcemanager", "firestore", "run", "serviceusage", "artifactregistry", "spanner",
-                "cloudtasks"):
+                "cloudtasks", "logging", "monitoring"):
         env[f"CLOUDSDK_API_ENDPOINT_OVERRIDES_{api.upper()}"] = f"http://{api}.fake.invalid/"
 
     def run(script: str, *args: str, extra_env: dict[str, str] | None = None, expect: int = 0):
@@ -120,7 +120,7 @@ def test_shellcheck_finds_nothing() -> None:
 
 
 
-@pytest.mark.parametrize("script", ["setup.sh", "deploy-service.sh", "scheduler-job.sh"])
+@pytest.mark.parametrize("script", ["setup.sh", "deploy-service.sh", "scheduler-job.sh", "audit-job.sh"])
 def test_help_documents_every_flag_the_script_parses(deploy, script: str) -> None:
     result = deploy(script, "--help")
     source = (DEPLOY / script).read_text()
@@ -174,11 +174,18 @@ def test_help_documents_every_flag_the_script_parses(deploy, script: str) -> Non
          "--store redis://... needs --network: Cloud Run reaches Memorystore only through Direct VPC egress"),
         ("deploy-service.sh", ["--project", PROJECT, "--region", REGION, "--image", IMAGE, "--routes-file", "ROUTES",
                                "--subnet", "runonce"], "--subnet needs --network (Direct VPC egress)"),
+        ("audit-job.sh", ["--project", PROJECT, "--region", REGION, "--notification-channels", "email:me@x.com"],
+         "--notification-channels must be comma-separated projects/P/notificationChannels/ID"),
+        ("scheduler-job.sh", ["--project", PROJECT, "--location", REGION, "--job", "j", "--path", "/v1/audit:run?x=1",
+                              "--schedule", "0 3 * * *"], "--path must be a runonce path such as /v1/audit:run"),
+        ("deploy-service.sh", ["--project", PROJECT, "--region", REGION, "--image", IMAGE, "--routes-file", "ROUTES",
+                               "--admin-callers", "runonce-auditor"], "--admin-callers must be comma-separated email addresses"),
     ],
     ids=["missing-project", "missing-image", "six-field-cron", "retries-shorter-than-lease", "short-deadline",
          "body-not-object", "unknown-flag", "retention-below-longest-window", "database-with-yaml",
          "project-not-an-id", "tag-outside-artifact-registry", "deploy-lease-rule", "job-lease-rule",
-         "spanner-url-without-database", "unknown-store", "redis-without-network", "subnet-without-network"],
+         "spanner-url-without-database", "unknown-store", "redis-without-network", "subnet-without-network",
+         "audit-channel-not-a-name", "path-with-a-query", "admin-caller-not-an-email"],
 )
 def test_bad_input_exits_2_with_a_precise_message_and_touches_nothing(
     deploy, fake: FakeGoogle, routes_file: Path, script: str, args: list[str], message: str
@@ -204,7 +211,7 @@ def test_scripts_expand_arrays_safely_for_bash_3_2() -> None:
     assert unguarded == []
 
 
-@pytest.mark.parametrize("script", ["setup.sh", "deploy-service.sh", "scheduler-job.sh", "smoke.sh"])
+@pytest.mark.parametrize("script", ["setup.sh", "deploy-service.sh", "scheduler-job.sh", "smoke.sh", "audit-job.sh"])
 def test_scripts_refuse_a_shell_that_is_not_bash_3_2_or_later(script: str) -> None:
     result = subprocess.run(["sh", str(DEPLOY / script), "--help"], capture_output=True, text=True)
     assert (result.returncode, result.stdout) == (1, "")
@@ -617,3 +624,108 @@ def test_deploy_service_passes_a_spanner_store_through_without_vpc_egress(
     (create,) = fake.find("run.namespaces.services.create")
     assert _env(create.body)["RUNONCE_STORE"] == store
     assert "run.googleapis.com/network-interfaces" not in create.body["spec"]["template"]["metadata"]["annotations"]
+
+
+# --- audit-job.sh (terraform/audit.tf's audit job, metric and alert) --------------------------------
+
+AUDITOR = f"runonce-auditor@{PROJECT}.iam.gserviceaccount.com"
+AUDIT_ARGS = ["--project", PROJECT, "--region", REGION]
+
+
+def _terraform_missed_runs_filter(service: str) -> str:
+    """The log filter of terraform/audit.tf (the heredoc `missed_runs_log_filter`), for SERVICE."""
+    text = (REPO / "terraform" / "audit.tf").read_text()
+    body = re.search(r"missed_runs_log_filter = <<-EOT\n(.*?)\n\s*EOT", text, re.S).group(1)
+    return "".join(line.strip() + "\n" for line in body.splitlines()).replace("${var.service_name}", service)
+
+
+def test_audit_job_creates_the_auditor_its_job_the_metric_and_the_alert_as_terraform_does_then_changes_nothing(
+    deploy, fake: FakeGoogle, routes_file: Path
+) -> None:
+    deploy("deploy-service.sh", *AUDIT_ARGS, "--image", IMAGE, "--routes-file", str(routes_file), "--admin-callers", AUDITOR)
+    env = _env(fake.state.services["runonce"])
+    assert env["RUNONCE_ADMIN_CALLERS"] == AUDITOR
+    fake.requests.clear()
+    result = deploy("audit-job.sh", *AUDIT_ARGS, "--notification-channels", f"projects/{PROJECT}/notificationChannels/42")
+    assert f"--admin-callers {AUDITOR}" in result.stderr
+
+    (account,) = fake.find("iam.projects.serviceAccounts.create")
+    assert account.body["accountId"] == "runonce-auditor"
+    (grant,) = fake.find("run.projects.locations.services.setIamPolicy")
+    assert policy_bindings(grant) == [("roles/run.invoker", (f"serviceAccount:{INVOKER}", f"serviceAccount:{AUDITOR}"), None)]
+
+    (create,) = fake.find("cloudscheduler.projects.locations.jobs.create")
+    job = create.body
+    assert job["name"] == f"projects/{PROJECT}/locations/{REGION}/jobs/runonce-audit"
+    assert (job["schedule"], job["timeZone"], job["attemptDeadline"]) == ("*/10 * * * *", "Etc/UTC", "120s")
+    target = job["httpTarget"]
+    assert target["uri"] == f"{URL}/v1/audit:run?project={PROJECT}&location={REGION}"
+    assert (target["httpMethod"], target["headers"]) == ("POST", {"Content-Type": "application/json"})
+    assert target["oidcToken"] == {"serviceAccountEmail": AUDITOR, "audience": URL}
+    assert json.loads(base64.b64decode(target["body"])) == {"since": "10m"}
+    assert job["retryConfig"] == {"retryCount": 5, "minBackoffDuration": "20s", "maxBackoffDuration": "300s",
+                                  "maxDoublings": 4, "maxRetryDuration": "0s"}
+
+    (metric,) = fake.find("logging.projects.metrics.create")
+    assert metric.path == f"v2/projects/{PROJECT}/metrics"
+    assert metric.body["name"] == "runonce/missed_runs"
+    assert metric.body["filter"].strip() == _terraform_missed_runs_filter("runonce").strip()
+    assert metric.body["labelExtractors"] == {"route": "EXTRACT(jsonPayload.route)"}
+    descriptor = metric.body["metricDescriptor"]
+    assert (descriptor["metricKind"], descriptor["valueType"]) == ("DELTA", "INT64")
+    assert [label["key"] for label in descriptor["labels"]] == ["route"]
+
+    (policy,) = fake.find("monitoring.projects.alertPolicies.create")
+    assert policy.body["displayName"] == "runonce: a scheduled run was missed"
+    assert policy.body["notificationChannels"] == [f"projects/{PROJECT}/notificationChannels/42"]
+    (condition,) = policy.body["conditions"]
+    threshold = condition["conditionThreshold"]
+    assert 'metric.type = "logging.googleapis.com/user/runonce/missed_runs"' in threshold["filter"]
+    assert (threshold["comparison"], threshold.get("thresholdValue", 0)) == ("COMPARISON_GT", 0)
+    assert threshold["aggregations"][0]["groupByFields"] == ["metric.label.route"]
+
+    assert [r.method_id.rsplit(".", 1)[-1] for r in fake.mutations()] == [
+        "create", "setIamPolicy", "create", "create", "create"]
+    fake.requests.clear()
+    deploy("audit-job.sh", *AUDIT_ARGS, "--notification-channels", f"projects/{PROJECT}/notificationChannels/42")
+    assert fake.mutations() == [], "a second run must change nothing"
+
+
+def test_audit_job_brings_a_changed_metric_and_policy_back_without_a_second_policy(deploy, fake: FakeGoogle) -> None:
+    deploy("audit-job.sh", *AUDIT_ARGS)
+    (metric_name,) = fake.state.log_metrics
+    fake.state.log_metrics[metric_name]["filter"] = "severity=ERROR"
+    (policy_name,) = fake.state.alert_policies
+    fake.state.alert_policies[policy_name]["combiner"] = "AND"
+    fake.requests.clear()
+    deploy("audit-job.sh", *AUDIT_ARGS, "--notification-channels", f"projects/{PROJECT}/notificationChannels/7")
+    assert sorted(r.method_id for r in fake.mutations()) == [
+        "logging.projects.metrics.update", "monitoring.projects.alertPolicies.patch"]
+    assert fake.state.log_metrics[metric_name]["filter"].strip() == _terraform_missed_runs_filter("runonce").strip()
+    (policy,) = fake.state.alert_policies.values()
+    assert (policy["name"], policy["combiner"]) == (policy_name, "OR")
+    assert policy["notificationChannels"] == [f"projects/{PROJECT}/notificationChannels/7"]
+
+
+def test_the_scripts_missed_runs_filter_matches_the_line_the_audit_logs(deploy, fake: FakeGoogle, caplog) -> None:
+    """Each runonce-side term of the metric's filter holds for the JSON line the real formatter
+    writes for a missed run (resource.* terms are Cloud Run's), and the route label's field exists."""
+    from audit_lines import missed_run_lines, unmet_terms
+
+    deploy("audit-job.sh", *AUDIT_ARGS)
+    (metric,) = fake.state.log_metrics.values()
+    (entry, *_) = missed_run_lines(caplog)
+    terms = [line for line in metric["filter"].splitlines() if line]
+    assert {term.split("=")[0] for term in terms} >= {"severity", "jsonPayload.outcome"}
+    assert unmet_terms(terms, entry) == []
+    assert metric["labelExtractors"]["route"] == "EXTRACT(jsonPayload.route)" and entry["route"] == "etl"
+
+
+def test_audit_job_refuses_to_choose_between_two_policies_of_its_name(deploy, fake: FakeGoogle) -> None:
+    deploy("audit-job.sh", *AUDIT_ARGS)
+    (name, policy), = fake.state.alert_policies.items()
+    fake.state.alert_policies[name + "0"] = {**policy, "name": name + "0", "combiner": "AND"}
+    fake.requests.clear()
+    result = deploy("audit-job.sh", *AUDIT_ARGS, expect=1)
+    assert "2 alert policies are named 'runonce: a scheduled run was missed': delete all but one" in result.stderr
+    assert [r for r in fake.mutations() if r.api == "monitoring"] == []

@@ -586,41 +586,16 @@ def test_the_audit_jobs_retry_settings_satisfy_the_retry_rule(hcl_trees: dict[st
 def test_the_missed_runs_metric_counts_the_line_the_audit_logs(hcl_trees: dict[str, dict], caplog) -> None:
     """The log filter's every term holds for the JSON line runonce writes for a missed run, and the
     route label reads a field it has. Evaluated on the real formatter's output."""
-    import asyncio
-    import logging
-    from datetime import datetime, timedelta, timezone
+    from audit_lines import missed_run_lines, unmet_terms
 
-    from app.audit import AUDIT_ROUTE, AuditTarget
-    from app.logs import JsonFormatter
-    from app.metrics import Metrics
-    from app.routes import parse_routes
-    from app.stores.memory import MemoryStore
-    from app.targets import DispatchRequest
-
-    routes = parse_routes("routes: {etl: {target: {type: log}, job: etl-job, schedule: '*/5 * * * *', "
-                          "namespace: {project: proj-1, location: us-central1}}}", "test")
-    now = datetime(2026, 3, 8, 12, 0, 30, tzinfo=timezone.utc)
-    audit = AuditTarget(MemoryStore(), routes, lease=timedelta(seconds=300), retention=timedelta(days=1),
-                        clock=lambda: now, metrics=Metrics())
-    with caplog.at_level(logging.ERROR, logger="runonce.audit"):
-        asyncio.run(audit.dispatch(DispatchRequest(run_id="a" * 64, route=AUDIT_ROUTE, job="runonce-audit",
-                                                   schedule_time="2026-03-08T12:00:00Z", source="scheduler")))
-    entries = [json.loads(JsonFormatter().format(record)) for record in caplog.records]
+    entries = missed_run_lines(caplog)
     assert len(entries) == 2  # 11:45 and 11:50 have no record
     local = _locals(hcl_trees)
     terms = [line.strip() for line in local["missed_runs_log_filter"].splitlines() if "=" in line]  # not <<-EOT
     assert [term.split("=")[0] for term in terms] == [
         "resource.type", "resource.labels.service_name", "severity", "jsonPayload.outcome",
     ]
-    for term in terms:
-        key, value = term.split("=", 1)
-        if key.startswith("resource."):
-            continue  # set by Cloud Run, not by runonce
-        value = value.strip('"').replace("${var.service_name}", "runonce")
-        found = entries[0]
-        for part in key.removeprefix("jsonPayload.").split("."):
-            found = found[part]
-        assert found == value, term
+    assert unmet_terms(terms, entries[0]) == []
     metric = _resources(hcl_trees)["google_logging_metric.missed_runs"]
     assert string(metric["label_extractors"]["route"]) == "EXTRACT(jsonPayload.route)" and entries[0]["route"] == "etl"
     policy = _resources(hcl_trees)["google_monitoring_alert_policy.missed_runs"]
