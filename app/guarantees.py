@@ -117,6 +117,11 @@ MAX_RECENT = 20
 """How many of the route's newest completed (and in-progress) runs are looked at: a bound on the
 cost, far above the runs a route can have outstanding."""
 
+CLOCK_SKEW = timedelta(seconds=5)
+"""How far apart two instances' clocks may be (Cloud Run's agree to well under a second). Records
+are stamped by the instance that wrote them, so the run that completed last may be stamped up to
+this much before an earlier one: every completed run stamped within it of the latest is asked."""
+
 
 async def previous_state(
     store: RunStore, target: Target, held: RunRecord, now: datetime
@@ -126,10 +131,11 @@ async def previous_state(
 
     Each run was dispatched only once the one dispatched before it was done, so only the latest
     dispatched execution can still run: the completed run that completed last (`updated_at`; a
-    run that waited long was claimed first, dispatched last). A run still `in_progress` whose
-    latest attempt came after that (its outcome unknown, perhaps given up by Scheduler) may have
-    started one without naming it: while its lease is live it is being dispatched (`unknown`);
-    after, its execution is looked up by its run_id as a reconciliation would. A run of another
+    run that waited long was claimed first, dispatched last), or, since instances' clocks differ,
+    any completed within `CLOCK_SKEW` of it. A run still `in_progress` whose latest attempt came
+    after that (its outcome unknown, perhaps given up by Scheduler) may have started one without
+    naming it: while its lease is live it is being dispatched (`unknown`); after, its execution is
+    looked up by its run_id as a reconciliation would. A run of another
     target type (the route was re-pointed since) is not this target's to ask. `failed` and
     `skipped` runs started nothing.
     """
@@ -140,14 +146,16 @@ async def previous_state(
         )
     except StoreUnavailable as exc:
         return Previous.UNKNOWN, f"the claim store could not list the route's runs ({exc})"
-    last = max(completed, key=lambda run: run.updated_at) if completed else None
+    latest = max((run.updated_at for run in completed), default=None)
+    since = latest - CLOCK_SKEW if latest is not None else None
     earlier: list[tuple[RunRecord, str | None]] = [
         (run, None) for run in unresolved
-        if run.run_id != held.run_id and (last is None or run.updated_at >= last.updated_at)
+        if run.run_id != held.run_id and (since is None or run.updated_at >= since)
     ]
-    ran = last.target if last else None
-    if last and ran and ran.get("resource") and ran.get("type") == target.type:
-        earlier.append((last, ran["resource"]))
+    for run in sorted(completed, key=lambda run: run.updated_at, reverse=True):
+        ran = run.target
+        if since is not None and run.updated_at >= since and ran and ran.get("resource") and ran.get("type") == target.type:
+            earlier.append((run, ran["resource"]))
     for run, resource in earlier:
         if resource is None and run.lease_expires > now:
             return Previous.UNKNOWN, f"run {run.run_id} of the route is being dispatched now (its lease runs to {run.lease_expires:%Y-%m-%dT%H:%M:%SZ})"

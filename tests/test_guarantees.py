@@ -512,6 +512,47 @@ async def test_the_run_dispatched_last_is_asked_even_when_it_was_claimed_first(c
     assert f"previous execution {slow.record.target['resource']} is still running" in message
 
 
+@pytest.mark.parametrize("behind", [0.5, 4.9])
+async def test_the_run_dispatched_last_is_asked_even_when_its_instance_clock_is_behind(clock: Clock, behind: float) -> None:
+    """Two instances' clocks differ: the run that completed last may be stamped before the one
+    it waited for, and must still be asked (found by the simulation, seed 41337446 on SQLite: the
+    next run dispatched while it still ran)."""
+    store = BrokenStore()
+    executions = Executions()
+    target = ScriptedTarget(running=executions.is_running)
+    fast = runner(target, clock, RouteGuard("wait"), store)
+    behind_clock = Clock(clock() - timedelta(seconds=behind))
+    slow = runner(target, behind_clock, RouteGuard("wait"), store)
+    first = await fast.run(delivery(0), {}, BODY)
+    executions.finished.add(first.record.target["resource"])
+    behind_clock.advance(0.2)
+    second = await slow.run(delivery(1), {}, BODY)  # dispatched after the first ended, stamped before it
+    assert second.status == "processed" and second.record.updated_at < first.record.updated_at
+    clock.advance(1)
+    message = await waits(fast, delivery(2))
+    assert f"previous execution {second.record.target['resource']} is still running" in message
+    executions.finished.add(second.record.target["resource"])
+    assert (await fast.run(delivery(2), {}, BODY)).status == "processed"
+
+
+async def test_a_completed_run_stamped_well_before_the_latest_is_not_asked(clock: Clock) -> None:
+    """Only the runs that may have completed last are asked: one stamped more than the clock skew
+    before the latest completion ended before it was dispatched."""
+    executions = Executions()
+    target = ScriptedTarget(running=executions.is_running)
+    r = runner(target, clock, RouteGuard("wait"))
+    old = await r.run(delivery(0), {}, BODY)
+    executions.finished.add(old.record.target["resource"])
+    clock.advance(5.1)
+    new = await r.run(delivery(1), {}, BODY)
+    executions.finished.add(new.record.target["resource"])
+    executions.finished.discard(old.record.target["resource"])  # would say "running" if asked
+    target.state_reads.clear()
+    clock.advance(1)
+    assert (await r.run(delivery(2), {}, BODY)).status == "processed"
+    assert target.state_reads == [new.record.target["resource"]]
+
+
 async def test_a_skipped_force_run_leaves_the_scheduled_run_its_own(clock: Clock) -> None:
     """Like a completed force run, a skipped one is resolved: the scheduled delivery for the same
     time is not its retry (found by the simulation, seed 20261590 on SQLite: taken for the force
