@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping
+from urllib.request import getproxies as proxies_from_environment
 
 import aiohttp
 import httpx
@@ -78,8 +79,11 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             keepalive_timeout=self._limits.keepalive_expiry,
             ssl=httpx.create_ssl_context(),  # httpx's trust store (certifi), as before
         )
-        # trust_env: HTTP(S)_PROXY / NO_PROXY are honoured, as httpx's own transport does.
-        self._session = aiohttp.ClientSession(connector=connector, trust_env=True, auto_decompress=False)
+        # HTTP(S)_PROXY / NO_PROXY are honoured, as by httpx's own transport. Only when one is set:
+        # aiohttp's trust_env looks the proxy (and ~/.netrc) up again on a thread for every request.
+        self._session = aiohttp.ClientSession(
+            connector=connector, trust_env=bool(proxies_from_environment()), auto_decompress=False
+        )
         return self._session
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

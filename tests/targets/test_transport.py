@@ -129,6 +129,18 @@ async def test_connections_are_kept_alive_and_reused(client: httpx.AsyncClient) 
     assert (len(server.requests), server.connections) == (5, 1)
 
 
+async def test_a_proxy_in_the_environment_is_used_as_httpx_would(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with Server(answering()) as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        http = target_client(2.0)
+        assert (await http.post("http://downstream.invalid/run", content=b"{}")).status_code == 200
+        await http.aclose()
+    [(line, headers, body)] = proxy.requests
+    assert line == "POST http://downstream.invalid/run HTTP/1.1" and body == b"{}"
+
+
 async def test_a_refused_connection_sent_nothing() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
