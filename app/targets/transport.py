@@ -33,6 +33,8 @@ import aiohttp
 import httpx
 
 USER_AGENT = "runonce/0.1"
+MAX_HEADER_BYTES = 100 * 1024
+MAX_HEADERS = 1024
 
 _NOT_SENT_BY_HTTPX = frozenset({"Accept", "Accept-Encoding", "Content-Type", "User-Agent"})
 """Headers aiohttp would add by itself: httpx's request already says all it means to send."""
@@ -82,7 +84,12 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         # HTTP(S)_PROXY / NO_PROXY are honoured, as by httpx's own transport. Only when one is set:
         # aiohttp's trust_env looks the proxy (and ~/.netrc) up again on a thread for every request.
         self._session = aiohttp.ClientSession(
-            connector=connector, trust_env=bool(proxies_from_environment()), auto_decompress=False
+            connector=connector,
+            trust_env=bool(proxies_from_environment()),
+            auto_decompress=False,  # httpx decodes, as with its own transport
+            cookie_jar=aiohttp.DummyCookieJar(),  # httpx keeps the client's cookies: not twice
+            # httpcore reads answers whose header block is up to 100 KiB; aiohttp's default is 8 KiB
+            max_line_size=MAX_HEADER_BYTES, max_field_size=MAX_HEADER_BYTES, max_headers=MAX_HEADERS,
         )
         return self._session
 

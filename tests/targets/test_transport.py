@@ -122,6 +122,16 @@ async def test_answers_keep_their_status_headers_and_encoded_body(client: httpx.
     assert answer.json() == {"error": "busy"}  # httpx decodes, as with its own transport
 
 
+async def test_big_headers_are_read_and_cookies_are_sent_back_once(client: httpx.AsyncClient) -> None:
+    big = "x" * 40_000
+    async with Server(answering(headers=f"X-Big: {big}\r\nSet-Cookie: session=abc; Path=/\r\n")) as server:
+        first = await client.post(server.url, content=b"{}")
+        await client.post(server.url, content=b"{}")
+    assert first.headers["x-big"] == big
+    (_, sent_first, _), (_, sent_second, _) = server.requests
+    assert "Cookie" not in sent_first and sent_second["Cookie"] == "session=abc"  # httpx's cookie, once
+
+
 async def test_connections_are_kept_alive_and_reused(client: httpx.AsyncClient) -> None:
     async with Server(answering()) as server:
         for _ in range(5):
