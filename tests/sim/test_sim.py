@@ -4,6 +4,8 @@ against invariants I1-I11; a failure is shrunk and printed with its replay comma
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from app.stores import base
@@ -109,3 +111,33 @@ def test_the_checker_catches_a_backfill_that_claims_for_longer_than_the_lease(mo
     monkeypatch.setattr(world, "run_one", long_lease)
     summary = explore("memory", 20261016, 100, 60, shrink_failures=False)
     assert any(v.startswith("I11 ") for report in summary.failures for v in report.violations)
+
+
+# Seeds whose previous execution on the `wait` route ran past Scheduler's whole retry window, with
+# attempts whose deadline ran out before runonce answered them 409 `waiting`.
+WAITS_PAST_THE_WINDOW = [
+    (52005337, {"get:cf7da41c:9": "crash_before"}),
+    (52005348, {"list:ovw:10": "crash_after"}),
+]
+
+
+@pytest.mark.parametrize(("seed", "faults"), WAITS_PAST_THE_WINDOW)
+def test_a_wait_past_the_retry_window_is_a_missed_run_and_a_wait_that_never_ends_is_caught(
+    seed: int, faults: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """README, overlap `wait`: if the job's retry window runs out while the previous execution
+    runs, the run is missed. An attempt Scheduler stopped waiting for is judged by runonce's late
+    answer, a 409 `waiting` like its in-time ones: no I2. But a state read that says "running"
+    after the execution ended keeps the run waiting for nothing: I2, also when that read is so slow
+    that every such answer comes past the attempt deadline."""
+    config = draw_config(seed, "memory")
+    report = run_history(config, faults)
+    assert report.violations == []
+    assert report.covered["attempts past their deadline, answered waiting (I2)"] > 0
+
+    async def never_ends(self: world.SimTarget, resource: str) -> bool:
+        await asyncio.sleep(config.attempt_deadline)
+        return True
+
+    monkeypatch.setattr(world.SimTarget, "is_running", never_ends)
+    assert any(v.startswith("I2 ") for v in run_history(config, faults).violations)
