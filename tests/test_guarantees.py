@@ -535,6 +535,35 @@ async def test_the_run_dispatched_last_is_asked_even_when_its_instance_clock_is_
     assert (await fast.run(delivery(2), {}, BODY)).status == "processed"
 
 
+async def test_the_run_dispatched_last_is_asked_when_an_older_run_completes_later_by_reconciliation(clock: Clock) -> None:
+    """A run whose attempt dispatched without recording it completes when a later retry reconciles
+    it: completed last, dispatched long before. The run dispatched after its execution ended is the
+    one that may still run (found by the simulation, seed 55003565 on memory: a catch-up's run
+    reconciled while a force run's execution ran, and the next force run dispatched over it)."""
+    store = BrokenStore()
+    executions = Executions()
+
+    async def lookup(request):
+        return "scripted/lost" if request.run_id == delivery(0).run_id else None
+
+    target = ScriptedTarget(reconcile=lookup, running=executions.is_running)
+    r = runner(target, clock, RouteGuard("wait"), store)
+    await unresolved_run(store, 0, clock())  # dispatched scripted/lost, did not record it
+    executions.finished.add("scripted/lost")
+    clock.advance(LEASE.total_seconds() + 1)
+    running = await r.run(delivery(1), {}, BODY)  # looked scripted/lost up: done, so dispatched
+    clock.advance(60)
+    late = await r.run(delivery(0), {}, BODY)  # the retry of the first run reconciles it
+    assert (late.status, late.record.target["resource"]) == ("processed", "scripted/lost")
+    assert late.record.updated_at - running.record.updated_at > timedelta(seconds=5)
+
+    clock.advance(1)
+    message = await waits(r, delivery(2))
+    assert f"previous execution {running.record.target['resource']} is still running" in message
+    executions.finished.add(running.record.target["resource"])
+    assert (await r.run(delivery(2), {}, BODY)).status == "processed"
+
+
 async def test_a_completed_run_stamped_well_before_the_latest_is_not_asked(clock: Clock) -> None:
     """Only the runs that may have completed last are asked: one stamped more than the clock skew
     before the latest completion ended before it was dispatched."""
