@@ -5,9 +5,12 @@ against invariants I1-I11; a failure is shrunk and printed with its replay comma
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from typing import Any
 
 import pytest
 
+from app.protocol import Runner
 from app.stores import base
 from app.stores.base import Decision
 from tests.support.stores import redis_url, spanner_table_url
@@ -121,6 +124,27 @@ WAITS_PAST_THE_WINDOW = [
 ]
 
 
+# A force run's late retry: its attempt processed past the deadline, the next one was the scheduled
+# run (README, Force runs) and waited for that execution; the last retry processed past the deadline.
+PROCESSED_PAST_THE_DEADLINE = [
+    (53004771, {"claim:a0ff263a:1": "crash_after"}),
+    (57005603, {
+        "claim:2d9b0c4a:1": "crash_after", "claim:561ea58c:6": "commit_lose_answer", "claim:5cd497e7:1": "crash_before",
+        "dispatch:5cd497e7:1": "crash_after", "finish:561ea58c:3": "crash_before", "finish:d4d150c7:1": "fail_before_commit",
+        "get:2c22622a:2": "commit_then_timeout", "get:d4d150c7:3": "crash_before", "list:ovs:2": "commit_lose_answer",
+        "list:ovs:4": "commit_lose_answer", "reconcile:d4d150c7:2": "crash_after", "release:2d9b0c4a:1": "crash_before",
+        "release:561ea58c:2": "crash_after",
+    }),
+]
+
+
+@pytest.mark.parametrize(("seed", "faults"), PROCESSED_PAST_THE_DEADLINE)
+def test_an_attempt_processed_past_a_short_deadline_is_no_failure(seed: int, faults: dict[str, str]) -> None:
+    report = run_history(draw_config(seed, "memory"), faults)
+    assert report.violations == []
+    assert report.covered["attempts past a short deadline, answered 200 or waiting (I2)"] > 0
+
+
 @pytest.mark.parametrize(("seed", "faults"), WAITS_PAST_THE_WINDOW)
 def test_a_wait_past_the_retry_window_is_a_missed_run_and_a_wait_that_never_ends_is_caught(
     seed: int, faults: dict[str, str], monkeypatch: pytest.MonkeyPatch
@@ -133,7 +157,7 @@ def test_a_wait_past_the_retry_window_is_a_missed_run_and_a_wait_that_never_ends
     config = draw_config(seed, "memory")
     report = run_history(config, faults)
     assert report.violations == []
-    assert report.covered["attempts past their deadline, answered waiting (I2)"] > 0
+    assert report.covered["attempts past a short deadline, answered 200 or waiting (I2)"] > 0
 
     async def never_ends(self: world.SimTarget, resource: str) -> bool:
         await asyncio.sleep(config.attempt_deadline)
@@ -141,3 +165,21 @@ def test_a_wait_past_the_retry_window_is_a_missed_run_and_a_wait_that_never_ends
 
     monkeypatch.setattr(world.SimTarget, "is_running", never_ends)
     assert any(v.startswith("I2 ") for v in run_history(config, faults).violations)
+
+
+def test_an_answer_past_a_deadline_that_follows_the_retry_rule_is_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the attempt deadline README's retry rule asks for (dispatch timeout + three store
+    calls), runonce answers in time: a Runner planted to answer later is caught (I2), though each
+    late answer is a 200."""
+    config = draw_config(52005348, "memory")
+    config = dataclasses.replace(config, attempt_deadline=config.dispatch_timeout + 3 * config.store_timeout)
+    assert run_history(config, {}).violations == []
+    real = Runner.run
+
+    async def slow(self: Runner, *args: Any, **kwargs: Any) -> Any:
+        result = await real(self, *args, **kwargs)
+        await asyncio.sleep(config.attempt_deadline)
+        return result
+
+    monkeypatch.setattr(Runner, "run", slow)
+    assert any(v.startswith("I2 ") for v in run_history(config, {}).violations)
