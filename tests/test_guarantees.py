@@ -15,6 +15,7 @@ from app import errors
 from app.api.answers import render
 from app.delivery import Delivery
 from app.guarantees import (
+    CLOCK_SKEW,
     WAIT_RETRY_AFTER_SECONDS,
     Previous,
     RouteGuard,
@@ -562,6 +563,40 @@ async def test_the_run_dispatched_last_is_asked_when_an_older_run_completes_late
     assert f"previous execution {running.record.target['resource']} is still running" in message
     executions.finished.add(running.record.target["resource"])
     assert (await r.run(delivery(2), {}, BODY)).status == "processed"
+
+
+async def completed_run(store: BrokenStore, minute: int, claimed: datetime, done: datetime) -> str:
+    """A run claimed and completed at these times; its resource."""
+    claim = await store.claim(r_new(delivery(minute)), claimed, LEASE, timedelta(days=1))
+    resource = f"scripted/{minute}"
+    await store.finish(claim, Finish(COMPLETED, target={"type": "scripted", "resource": resource}), done)
+    return resource
+
+
+async def test_a_completed_run_stamped_exactly_the_clock_skew_before_the_newest_first_claim_is_asked(clock: Clock) -> None:
+    """The window includes its bound; the newest completion is asked first."""
+    store = BrokenStore()
+    executions = Executions()
+    target = ScriptedTarget(running=executions.is_running)
+    r = runner(target, clock, RouteGuard("wait"), store)
+    t = clock()
+    oldest = await completed_run(store, 0, t, t)
+    newest = await completed_run(store, 1, t + CLOCK_SKEW, t + CLOCK_SKEW + timedelta(seconds=1))
+    executions.finished.add(newest)
+    clock.advance(10)
+    assert f"previous execution {oldest} is still running" in await waits(r, delivery(2))
+    assert target.state_reads == [newest, oldest]
+
+
+async def test_an_unresolved_run_stamped_exactly_the_clock_skew_before_the_newest_first_claim_is_looked_into(clock: Clock) -> None:
+    store = BrokenStore()
+    executions = Executions()
+    target = ScriptedTarget(running=executions.is_running)
+    r = runner(target, clock, RouteGuard("wait"), store)
+    await unresolved_run(store, 0, clock())  # its lease live throughout
+    executions.finished.add(await completed_run(store, 1, clock() + CLOCK_SKEW, clock() + CLOCK_SKEW))
+    clock.advance(10)
+    assert f"run {delivery(0).run_id} of the route is being dispatched now" in await waits(r, delivery(2))
 
 
 async def test_a_completed_run_stamped_well_before_the_latest_is_not_asked(clock: Clock) -> None:
