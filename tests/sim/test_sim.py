@@ -138,6 +138,15 @@ PROCESSED_PAST_THE_DEADLINE = [
 ]
 
 
+def test_a_wait_while_its_own_twin_claims_the_scheduled_runs_key_is_no_failure() -> None:
+    """Seed 70000719: the force run's last retry arrived twice; one copy claimed the scheduled
+    run's key (to learn whether it retries the force run), the other saw that live claim and
+    answered 409 `waiting`; Scheduler gave up, and the scheduled execution then ran the force run."""
+    faults = {"claim:c15496e3:1": "crash_after", "get:0a02e4ee:1": "crash_after", "list:ovs:1": "commit_then_timeout",
+              "reconcile:54ea8f77:1": "cannot_tell"}
+    assert run_history(draw_config(70000719, "memory"), faults).violations == []
+
+
 @pytest.mark.parametrize(("seed", "faults"), PROCESSED_PAST_THE_DEADLINE)
 def test_an_attempt_processed_past_a_short_deadline_is_no_failure(seed: int, faults: dict[str, str]) -> None:
     report = run_history(draw_config(seed, "memory"), faults)
