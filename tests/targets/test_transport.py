@@ -105,6 +105,7 @@ async def test_the_request_arrives_as_httpx_built_it(client: httpx.AsyncClient) 
                                    headers={"Idempotency-Key": "k" * 64, "Content-Type": "application/json"})
         await client.get(f"{server.url}/state")
     assert answer.status_code == 200 and answer.json() == {"ok": True} and answer.reason_phrase == "Whatever"
+    assert answer.http_version == "HTTP/1.1"
     (post_line, post, body), (get_line, get, get_body) = server.requests
     assert post_line == "POST /run?x=1 HTTP/1.1" and body == b'{"a":1}'
     assert post["Idempotency-Key"] == "k" * 64 and post["Content-Type"] == "application/json"
@@ -112,6 +113,20 @@ async def test_the_request_arrives_as_httpx_built_it(client: httpx.AsyncClient) 
     assert get_line == "GET /state HTTP/1.1" and get_body == b""
     assert "Content-Type" not in get and "Content-Length" not in get  # nothing aiohttp made up
     assert [k for k in post if k.lower() == "content-type"] == ["Content-Type"]  # once, as given
+
+
+async def test_a_body_without_a_content_type_goes_without_one(client: httpx.AsyncClient) -> None:
+    async with Server(answering()) as server:
+        await client.post(server.url, content=b"raw")
+    [(_, headers, body)] = server.requests
+    assert body == b"raw" and "Content-Type" not in headers  # aiohttp would say application/octet-stream
+
+
+async def test_a_redirect_is_answered_not_followed(client: httpx.AsyncClient) -> None:
+    async with Server(answering(302, b"", "Location: /elsewhere\r\n")) as server:
+        answer = await client.post(f"{server.url}/run", content=b"{}")
+    assert answer.status_code == 302 and answer.headers["location"] == "/elsewhere"
+    assert len(server.requests) == 1  # a POST is sent once, wherever the target points
 
 
 async def test_answers_keep_their_status_headers_and_encoded_body(client: httpx.AsyncClient) -> None:
@@ -137,6 +152,48 @@ async def test_connections_are_kept_alive_and_reused(client: httpx.AsyncClient) 
         for _ in range(5):
             assert (await client.post(server.url, content=b"{}")).status_code == 200
     assert (len(server.requests), server.connections) == (5, 1)
+
+
+async def test_an_idle_connection_is_not_reused_past_the_keep_alive_expiry() -> None:
+    http = httpx.AsyncClient(transport=AiohttpTransport(httpx.Limits(keepalive_expiry=0.2)))
+    async with Server(answering()) as server:
+        await http.post(server.url, content=b"{}")
+        await asyncio.sleep(1.0)  # a server may close an idle connection as the client reuses it
+        await http.post(server.url, content=b"{}")
+    await http.aclose()
+    assert (len(server.requests), server.connections) == (2, 2)
+
+
+async def test_the_clients_timeout_bounds_a_request_that_gets_no_answer() -> None:
+    http = target_client(0.3)
+    async with Server(never_answer) as server:
+        with pytest.raises(httpx.ReadTimeout):
+            await asyncio.wait_for(http.post(server.url, content=b"{}"), 10)  # not httpx's default 5 s per read
+    await http.aclose()
+
+
+async def test_a_connect_that_times_out_sent_nothing() -> None:
+    """A listener whose backlog is full drops new SYNs: the connect hangs until its timeout."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        filled = []
+        for _ in range(4):  # the kernel admits backlog + 1 before dropping
+            sock = socket.socket()
+            sock.setblocking(False)
+            sock.connect_ex(("127.0.0.1", port))
+            filled.append(sock)
+        await asyncio.sleep(0.1)
+        http = target_client(0.3)
+        try:
+            with pytest.raises(httpx.ConnectTimeout) as raised:
+                await asyncio.wait_for(http.post(f"http://127.0.0.1:{port}/", content=b"{}"), 10)
+        finally:
+            await http.aclose()
+            for sock in filled:
+                sock.close()
+    assert isinstance(raised.value, NOTHING_SENT)
 
 
 async def test_a_proxy_in_the_environment_is_used_as_httpx_would(monkeypatch: pytest.MonkeyPatch) -> None:
