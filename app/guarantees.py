@@ -119,8 +119,9 @@ cost, far above the runs a route can have outstanding."""
 
 CLOCK_SKEW = timedelta(seconds=5)
 """How far apart two instances' clocks may be (Cloud Run's agree to well under a second). Records
-are stamped by the instance that wrote them, so the run that completed last may be stamped up to
-this much before an earlier one: every completed run stamped within it of the latest is asked."""
+are stamped by the instance that wrote them, so a run may be stamped completed up to this much
+before a first claim that came earlier: every completed run stamped within it of the newest first
+claim is asked."""
 
 
 async def previous_state(
@@ -130,14 +131,17 @@ async def previous_state(
     when idle).
 
     Each run was dispatched only once the one dispatched before it was done, so only the latest
-    dispatched execution can still run: the completed run that completed last (`updated_at`; a
-    run that waited long was claimed first, dispatched last), or, since instances' clocks differ,
-    any completed within `CLOCK_SKEW` of it. A run still `in_progress` whose latest attempt came
-    after that (its outcome unknown, perhaps given up by Scheduler) may have started one without
-    naming it: while its lease is live it is being dispatched (`unknown`); after, its execution is
-    looked up by its run_id as a reconciliation would. A run of another
-    target type (the route was re-pointed since) is not this target's to ask. `failed` and
-    `skipped` runs started nothing.
+    dispatched execution can still run. Every execution was created after its run's first claim
+    (`created_at`), and that one after every other: so the run dispatched last completed after the
+    newest first claim among the completed runs, and each run that completed since then is asked
+    (less `CLOCK_SKEW`: instances' clocks differ). Completion order alone would miss it: a run
+    that waited long was claimed first and dispatched last, and a run whose dispatch went
+    unrecorded completes when a retry reconciles it, dispatched long before. A run still
+    `in_progress` whose latest attempt came after that (its outcome unknown, perhaps given up by
+    Scheduler) may have started one without naming it: while its lease is live it is being
+    dispatched (`unknown`); after, its execution is looked up by its run_id as a reconciliation
+    would. A run of another target type (the route was re-pointed since) is not this target's to
+    ask. `failed` and `skipped` runs started nothing.
     """
     try:
         completed, unresolved = await asyncio.gather(
@@ -146,8 +150,8 @@ async def previous_state(
         )
     except StoreUnavailable as exc:
         return Previous.UNKNOWN, f"the claim store could not list the route's runs ({exc})"
-    latest = max((run.updated_at for run in completed), default=None)
-    since = latest - CLOCK_SKEW if latest is not None else None
+    newest_claim = max((run.created_at for run in completed), default=None)
+    since = newest_claim - CLOCK_SKEW if newest_claim is not None else None
     earlier: list[tuple[RunRecord, str | None]] = [
         (run, None) for run in unresolved
         if run.run_id != held.run_id and (since is None or run.updated_at >= since)

@@ -15,6 +15,7 @@ from app import errors
 from app.api.answers import render
 from app.delivery import Delivery
 from app.guarantees import (
+    CLOCK_SKEW,
     WAIT_RETRY_AFTER_SECONDS,
     Previous,
     RouteGuard,
@@ -533,6 +534,69 @@ async def test_the_run_dispatched_last_is_asked_even_when_its_instance_clock_is_
     assert f"previous execution {second.record.target['resource']} is still running" in message
     executions.finished.add(second.record.target["resource"])
     assert (await fast.run(delivery(2), {}, BODY)).status == "processed"
+
+
+async def test_the_run_dispatched_last_is_asked_when_an_older_run_completes_later_by_reconciliation(clock: Clock) -> None:
+    """A run whose attempt dispatched without recording it completes when a later retry reconciles
+    it: completed last, dispatched long before. The run dispatched after its execution ended is the
+    one that may still run (found by the simulation, seed 55003565 on memory: a catch-up's run
+    reconciled while a force run's execution ran, and the next force run dispatched over it)."""
+    store = BrokenStore()
+    executions = Executions()
+
+    async def lookup(request):
+        return "scripted/lost" if request.run_id == delivery(0).run_id else None
+
+    target = ScriptedTarget(reconcile=lookup, running=executions.is_running)
+    r = runner(target, clock, RouteGuard("wait"), store)
+    await unresolved_run(store, 0, clock())  # dispatched scripted/lost, did not record it
+    executions.finished.add("scripted/lost")
+    clock.advance(LEASE.total_seconds() + 1)
+    running = await r.run(delivery(1), {}, BODY)  # looked scripted/lost up: done, so dispatched
+    clock.advance(60)
+    late = await r.run(delivery(0), {}, BODY)  # the retry of the first run reconciles it
+    assert (late.status, late.record.target["resource"]) == ("processed", "scripted/lost")
+    assert late.record.updated_at - running.record.updated_at > timedelta(seconds=5)
+
+    clock.advance(1)
+    message = await waits(r, delivery(2))
+    assert f"previous execution {running.record.target['resource']} is still running" in message
+    executions.finished.add(running.record.target["resource"])
+    assert (await r.run(delivery(2), {}, BODY)).status == "processed"
+
+
+async def completed_run(store: BrokenStore, minute: int, claimed: datetime, done: datetime) -> str:
+    """A run claimed and completed at these times; its resource."""
+    claim = await store.claim(r_new(delivery(minute)), claimed, LEASE, timedelta(days=1))
+    resource = f"scripted/{minute}"
+    await store.finish(claim, Finish(COMPLETED, target={"type": "scripted", "resource": resource}), done)
+    return resource
+
+
+async def test_a_completed_run_stamped_exactly_the_clock_skew_before_the_newest_first_claim_is_asked(clock: Clock) -> None:
+    """The window includes its bound; the newest completion is asked first."""
+    store = BrokenStore()
+    executions = Executions()
+    target = ScriptedTarget(running=executions.is_running)
+    r = runner(target, clock, RouteGuard("wait"), store)
+    t = clock()
+    oldest = await completed_run(store, 0, t, t)
+    newest = await completed_run(store, 1, t + CLOCK_SKEW, t + CLOCK_SKEW + timedelta(seconds=1))
+    executions.finished.add(newest)
+    clock.advance(10)
+    assert f"previous execution {oldest} is still running" in await waits(r, delivery(2))
+    assert target.state_reads == [newest, oldest]
+
+
+async def test_an_unresolved_run_stamped_exactly_the_clock_skew_before_the_newest_first_claim_is_looked_into(clock: Clock) -> None:
+    store = BrokenStore()
+    executions = Executions()
+    target = ScriptedTarget(running=executions.is_running)
+    r = runner(target, clock, RouteGuard("wait"), store)
+    await unresolved_run(store, 0, clock())  # its lease live throughout
+    executions.finished.add(await completed_run(store, 1, clock() + CLOCK_SKEW, clock() + CLOCK_SKEW))
+    clock.advance(10)
+    assert f"run {delivery(0).run_id} of the route is being dispatched now" in await waits(r, delivery(2))
 
 
 async def test_a_completed_run_stamped_well_before_the_latest_is_not_asked(clock: Clock) -> None:

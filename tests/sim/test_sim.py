@@ -4,8 +4,13 @@ against invariants I1-I11; a failure is shrunk and printed with its replay comma
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+from typing import Any
+
 import pytest
 
+from app.protocol import Runner
 from app.stores import base
 from app.stores.base import Decision
 from tests.support.stores import redis_url, spanner_table_url
@@ -109,3 +114,81 @@ def test_the_checker_catches_a_backfill_that_claims_for_longer_than_the_lease(mo
     monkeypatch.setattr(world, "run_one", long_lease)
     summary = explore("memory", 20261016, 100, 60, shrink_failures=False)
     assert any(v.startswith("I11 ") for report in summary.failures for v in report.violations)
+
+
+# Seeds whose previous execution on the `wait` route ran past Scheduler's whole retry window, with
+# attempts whose deadline ran out before runonce answered them 409 `waiting`.
+WAITS_PAST_THE_WINDOW = [
+    (52005337, {"get:cf7da41c:9": "crash_before"}),
+    (52005348, {"list:ovw:10": "crash_after"}),
+]
+
+
+# A force run's late retry: its attempt processed past the deadline, the next one was the scheduled
+# run (README, Force runs) and waited for that execution; the last retry processed past the deadline.
+PROCESSED_PAST_THE_DEADLINE = [
+    (53004771, {"claim:a0ff263a:1": "crash_after"}),
+    (57005603, {
+        "claim:2d9b0c4a:1": "crash_after", "claim:561ea58c:6": "commit_lose_answer", "claim:5cd497e7:1": "crash_before",
+        "dispatch:5cd497e7:1": "crash_after", "finish:561ea58c:3": "crash_before", "finish:d4d150c7:1": "fail_before_commit",
+        "get:2c22622a:2": "commit_then_timeout", "get:d4d150c7:3": "crash_before", "list:ovs:2": "commit_lose_answer",
+        "list:ovs:4": "commit_lose_answer", "reconcile:d4d150c7:2": "crash_after", "release:2d9b0c4a:1": "crash_before",
+        "release:561ea58c:2": "crash_after",
+    }),
+]
+
+
+def test_a_wait_while_its_own_twin_claims_the_scheduled_runs_key_is_no_failure() -> None:
+    """Seed 70000719: the force run's last retry arrived twice; one copy claimed the scheduled
+    run's key (to learn whether it retries the force run), the other saw that live claim and
+    answered 409 `waiting`; Scheduler gave up, and the scheduled execution then ran the force run."""
+    faults = {"claim:c15496e3:1": "crash_after", "get:0a02e4ee:1": "crash_after", "list:ovs:1": "commit_then_timeout",
+              "reconcile:54ea8f77:1": "cannot_tell"}
+    assert run_history(draw_config(70000719, "memory"), faults).violations == []
+
+
+@pytest.mark.parametrize(("seed", "faults"), PROCESSED_PAST_THE_DEADLINE)
+def test_an_attempt_processed_past_a_short_deadline_is_no_failure(seed: int, faults: dict[str, str]) -> None:
+    report = run_history(draw_config(seed, "memory"), faults)
+    assert report.violations == []
+    assert report.covered["attempts past a short deadline, answered 200 or waiting (I2)"] > 0
+
+
+@pytest.mark.parametrize(("seed", "faults"), WAITS_PAST_THE_WINDOW)
+def test_a_wait_past_the_retry_window_is_a_missed_run_and_a_wait_that_never_ends_is_caught(
+    seed: int, faults: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """README, overlap `wait`: if the job's retry window runs out while the previous execution
+    runs, the run is missed. An attempt Scheduler stopped waiting for is judged by runonce's late
+    answer, a 409 `waiting` like its in-time ones: no I2. But a state read that says "running"
+    after the execution ended keeps the run waiting for nothing: I2, also when that read is so slow
+    that every such answer comes past the attempt deadline."""
+    config = draw_config(seed, "memory")
+    report = run_history(config, faults)
+    assert report.violations == []
+    assert report.covered["attempts past a short deadline, answered 200 or waiting (I2)"] > 0
+
+    async def never_ends(self: world.SimTarget, resource: str) -> bool:
+        await asyncio.sleep(config.attempt_deadline)
+        return True
+
+    monkeypatch.setattr(world.SimTarget, "is_running", never_ends)
+    assert any(v.startswith("I2 ") for v in run_history(config, faults).violations)
+
+
+def test_an_answer_past_a_deadline_that_follows_the_retry_rule_is_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the attempt deadline README's retry rule asks for (dispatch timeout + three store
+    calls), runonce answers in time: a Runner planted to answer later is caught (I2), though each
+    late answer is a 200."""
+    config = draw_config(52005348, "memory")
+    config = dataclasses.replace(config, attempt_deadline=config.dispatch_timeout + 3 * config.store_timeout)
+    assert run_history(config, {}).violations == []
+    real = Runner.run
+
+    async def slow(self: Runner, *args: Any, **kwargs: Any) -> Any:
+        result = await real(self, *args, **kwargs)
+        await asyncio.sleep(config.attempt_deadline)
+        return result
+
+    monkeypatch.setattr(Runner, "run", slow)
+    assert any(v.startswith("I2 ") for v in run_history(config, {}).violations)

@@ -608,6 +608,13 @@ class Outcome:
     execution: Execution
     attempts: list[tuple[float, Answer | None]] = field(default_factory=list)  # None: no answer in time
     succeeded: bool = False
+    # attempt index -> the request Scheduler / Tasks stopped waiting for (its answer may come later)
+    abandoned: dict[int, asyncio.Task[Answer]] = field(default_factory=dict)
+
+    def late_answer(self, index: int) -> Answer | None:
+        """What runonce answered attempt `index` after the attempt deadline ran out, if it did."""
+        task = self.abandoned.get(index)
+        return task.result() if task is not None and task.done() and not task.cancelled() else None
 
 
 # -- the world -----------------------------------------------------------------------------------
@@ -706,11 +713,14 @@ class World:
 
     # Scheduler and Cloud Tasks
 
-    async def deliver(self, execution: Execution, headers: dict[str, str], rng: random.Random) -> Answer | None:
-        """One HTTP attempt: to a live instance, waiting at most the attempt deadline."""
+    async def deliver(
+        self, execution: Execution, headers: dict[str, str], rng: random.Random
+    ) -> tuple[Answer | None, asyncio.Task[Answer] | None]:
+        """One HTTP attempt: to a live instance, waiting at most the attempt deadline. Returns the
+        answer, or None and the request left running when the deadline ran out first."""
         live = [i for i in self.slots if i is not None and not i.dead]
         if not live:
-            return None  # no instance: connection refused
+            return None, None  # no instance: connection refused
         instance = rng.choice(live)
         context = contextvars.copy_context()
         context.run(EXECUTION.set, execution.id)
@@ -720,7 +730,7 @@ class World:
             twin = self.loop.create_task(instance.deliver(execution, headers), context=context)
             self.requests[twin] = instance
         done, _ = await asyncio.wait({task}, timeout=self.config.attempt_deadline)
-        return task.result() if task in done else None
+        return (task.result(), None) if task in done else (None, task)
 
     async def run_execution(self, execution: Execution) -> None:
         policy = self.config.tasks if execution.tasks else self.config.scheduler
@@ -733,7 +743,9 @@ class World:
                 headers["X-CloudTasks-TaskRetryCount"] = str(retries)
                 headers["X-CloudTasks-TaskExecutionCount"] = str(sum(1 for _, a in outcome.attempts if a is not None))
             now = self.loop.time()
-            answer = await self.deliver(execution, headers, rng)
+            answer, abandoned = await self.deliver(execution, headers, rng)
+            if abandoned is not None:
+                outcome.abandoned[len(outcome.attempts)] = abandoned
             outcome.attempts.append((now, answer))
             if answer is not None and answer.ok:
                 outcome.succeeded = True
