@@ -2,8 +2,9 @@
 
 Each httpx client builds its own `ssl.SSLContext` and loads the whole CA bundle into it: about 250 M
 instructions, 20-30 ms of CPU, every time. runonce's clients (the OIDC certificates, the Cloud Run
-IAM check, the metadata server) share this one instead, built on first use with httpx's own defaults
-(certifi, or SSL_CERT_FILE / SSL_CERT_DIR), so each trusts exactly what it trusted before.
+IAM check, the metadata server, the targets' transport) share this one instead, built on first use
+with httpx's own defaults (certifi, or SSL_CERT_FILE / SSL_CERT_DIR), so each trusts exactly what
+it trusted before.
 """
 
 from __future__ import annotations
