@@ -32,6 +32,7 @@ from google.auth import jwt
 from . import errors
 from .certs import CertCache, CertsUnavailable
 from .settings import EMAIL_PATTERN, ConfigError, Settings
+from .tls import client_context
 
 logger = logging.getLogger("runonce.auth")
 
@@ -273,7 +274,7 @@ def build_authenticator(
         from .cloud_run_iam import check_invoker_iam
 
         check_invoker_iam(settings, environ)
-    http = httpx.AsyncClient(headers={"User-Agent": "runonce/0.1"})
+    http = httpx.AsyncClient(headers={"User-Agent": "runonce/0.1"}, verify=client_context())
     certs = CertCache(settings.oidc_certs_url, http)
     logger.info(
         "authentication: Google ID tokens for audience %s; %d admin caller(s)",

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 import httpx
 
 from .settings import ConfigError, Settings
+from .tls import client_context
 
 PUBLIC_MEMBERS = ("allUsers", "allAuthenticatedUsers")
 TIMEOUT_SECONDS = 10.0
@@ -39,7 +40,7 @@ def check_invoker_iam(settings: Settings, environ: Mapping[str, str] = os.enviro
     host = environ.get("GCE_METADATA_HOST") or "metadata.google.internal"
     base = (settings.run_endpoint or "https://run.googleapis.com").rstrip("/")
     try:
-        with httpx.Client(timeout=TIMEOUT_SECONDS) as http:
+        with httpx.Client(timeout=TIMEOUT_SECONDS, verify=client_context()) as http:
             metadata = _metadata_reader(http, host)
             project = metadata("project/project-id")
             region = metadata("instance/region").rsplit("/", 1)[-1]  # projects/NUMBER/regions/REGION

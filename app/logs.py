@@ -25,6 +25,8 @@ from typing import Any
 
 import httpx
 
+from .tls import client_context
+
 TRACE = "logging.googleapis.com/trace"
 SPAN_ID = "logging.googleapis.com/spanId"
 TRACE_SAMPLED = "logging.googleapis.com/trace_sampled"
@@ -81,7 +83,7 @@ def discover_project(timeout: float = 1.0) -> str | None:
     try:
         response = httpx.get(
             f"http://{host}/computeMetadata/v1/project/project-id",
-            headers={"Metadata-Flavor": "Google"}, timeout=timeout,
+            headers={"Metadata-Flavor": "Google"}, timeout=timeout, verify=client_context(),
         )
         return response.text.strip() if response.status_code == 200 else None
     except httpx.HTTPError:

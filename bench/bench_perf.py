@@ -15,6 +15,7 @@ the median over rounds, and the ratio columns are runonce's figure over each bas
     .venv/bin/python bench/bench_perf.py --smoke    # seconds: proves every row still prints
     .venv/bin/python bench/bench_perf.py --container  # also podman run -> first 200 (builds the image)
     .venv/bin/python bench/bench_perf.py --skip cold-start memory rtt   # CPU, throughput, latency only
+    .venv/bin/python bench/bench_perf.py --skip loopback rtt --cold-starts 5  # the cold-start rows only
 
 Rows: server CPU per fresh delivery (utime+stime from /proc of the server and all its processes),
 deliveries/s at 16 concurrent, median and p99 latency one at a time at loopback and with
@@ -365,13 +366,15 @@ def measure_cold_starts(contender_list: list[Contender], firestore: str, downstr
             server = start(contender, firestore, downstream, logs)
             if round_no >= 0:
                 figures.add(contender.name, "cold_start_s", time.perf_counter() - server.started)
+                # CPU spent to get there (imports, set-up, first delivery): steadier than wall time on a shared machine
+                figures.add(contender.name, "cold_start_cpu_s", cpu_seconds(server.pid))
             server.stop()
 
 
 IMAGE = "localhost/runonce:bench-perf"  # its own tag: the deploy tests' image may be in use meanwhile
 
 
-def measure_container_cold_starts(firestore: str, downstream: str, figures: Figures, runs: int) -> str:
+def measure_container_cold_starts(firestore: str, downstream: str, figures: Figures, runs: int, image: str = IMAGE) -> str:
     """podman run -> first 200 on a fresh delivery, runonce's image with the same settings as the
     process (host network: the emulator and the downstream are on loopback). Builds the image from
     this checkout first (podman on a locally bootstrapped Debian base, as tests/deploy do)."""
@@ -379,10 +382,10 @@ def measure_container_cold_starts(firestore: str, downstream: str, figures: Figu
     from deploy_image import RUN_FLAGS, build, remove_container
     from deploy_tools import tool
 
-    build(IMAGE)
+    build(image)
     for _ in range(runs):  # the floor: podman itself, starting and ending a process in this image
         started = time.perf_counter()
-        subprocess.run([tool("podman"), "run", "--rm", *RUN_FLAGS, "--network=host", "--entrypoint", "true", IMAGE],
+        subprocess.run([tool("podman"), "run", "--rm", *RUN_FLAGS, "--network=host", "--entrypoint", "true", image],
                        capture_output=True, check=True)
         figures.add("runonce", "container_floor_s", time.perf_counter() - started)
     for _ in range(runs):
@@ -391,13 +394,13 @@ def measure_container_cold_starts(firestore: str, downstream: str, figures: Figu
         for name, value in contenders()[0].env(firestore, downstream).items():
             command += ["-e", f"{name}={value}"]
         started = time.perf_counter()
-        container = subprocess.run([*command, IMAGE], capture_output=True, text=True, check=True).stdout.strip()
+        container = subprocess.run([*command, image], capture_output=True, text=True, check=True).stdout.strip()
         try:
             run(first_answer_on(port, "container", lambda: None))
             figures.add("runonce", "cold_start_container_s", time.perf_counter() - started)
         finally:
             remove_container(container)
-    return f"container cold start: podman run (runc, host network) of {IMAGE} -> first 200 on a fresh delivery"
+    return f"container cold start: podman run (runc, host network) of {image} -> first 200 on a fresh delivery"
 
 
 class LatencyProxy:
@@ -462,6 +465,7 @@ ROWS = [
     ("throughput@rtt", "throughput at 16 concurrent, RTT +{rtt} ms (/s)", "{:.0f}"),
     ("rss_max_mb", "RSS max over {memory} deliveries (MB)", "{:.1f}"),
     ("cold_start_s", "cold start: process start -> first 200 (s)", "{:.2f}"),
+    ("cold_start_cpu_s", "  server CPU from process start to that 200 (s)", "{:.2f}"),
     ("cold_start_container_s", "cold start: container start -> first 200 (s)", "{:.2f}"),
     ("container_floor_s", "  podman run --rm of `true` in that image (s)", "{:.2f}"),
 ]
@@ -521,8 +525,11 @@ def main() -> None:
                         help="modelled round trip added to every Firestore call (bench/latency_proxy.py)")
     parser.add_argument("--container", action="store_true",
                         help="also time podman run -> first 200 (builds this checkout's image with podman first)")
-    parser.add_argument("--skip", nargs="+", default=[], choices=["cold-start", "memory", "rtt"],
-                        help="leave these rows out (n/a), e.g. to re-measure CPU quickly after a change")
+    parser.add_argument("--image", default=IMAGE, help="tag to build and run with --container (default: %(default)s)")
+    parser.add_argument("--skip", nargs="+", default=[], choices=["cold-start", "loopback", "memory", "rtt"],
+                        help="leave these rows out (n/a), e.g. to re-measure CPU quickly after a change; "
+                             "`--skip loopback rtt` measures the cold starts alone (loopback: the CPU, "
+                             "throughput, latency and memory rows at loopback)")
     parser.add_argument("--smoke", action="store_true", help="tiny numbers: proves that every row still prints")
     parser.add_argument("--json", type=Path, help="also write every sample here")
     args = parser.parse_args()
@@ -542,13 +549,14 @@ def main() -> None:
         if "cold-start" not in args.skip:
             measure_cold_starts(listed, emulator.host, downstream.url, logs, figures, args)
         if args.container:
-            container_note = measure_container_cold_starts(emulator.host, downstream.url, figures, args.cold_starts)
+            container_note = measure_container_cold_starts(emulator.host, downstream.url, figures, args.cold_starts, args.image)
         def at_loopback(servers: list[Server]) -> None:
             measure_rounds(servers, emulator.proc.pid, figures, "", args)
             if "memory" not in args.skip:
                 measure_memory(servers, figures, args)
 
-        with_servers(listed, emulator.host, downstream.url, logs, at_loopback)
+        if "loopback" not in args.skip:
+            with_servers(listed, emulator.host, downstream.url, logs, at_loopback)
         if "rtt" not in args.skip:
             measure_with_latency(listed, emulator, downstream.url, logs, figures, args)
     finally:

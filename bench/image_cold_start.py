@@ -1,5 +1,6 @@
 """Container cold start and image size: build the image (podman, Debian base bootstrapped locally,
-as in tests/deploy), then time `podman run` -> first 200 on /healthz, N times.
+as in tests/deploy), then time `podman run` -> first 200 on /healthz, N times, and podman's own floor
+(`podman run --rm` of `true` in the image: what any container costs here before Python starts).
 
     .venv/bin/python bench/image_cold_start.py [--runs 5] [--store sqlite|firestore]
 
@@ -22,7 +23,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests" / "deploy"), str(REPO)]
 
 from deploy_image import RUN_FLAGS, build_image, remove_container, wait_healthy  # noqa: E402
-from deploy_tools import free_port, tool  # noqa: E402
+from deploy_tools import tool  # noqa: E402
+
+from tests.support.procs import free_port  # noqa: E402
 
 ROUTES = json.dumps({"routes": {"demo": {"target": {"type": "log"}}}})
 
@@ -46,9 +49,13 @@ def main() -> None:
                 "FIRESTORE_EMULATOR_HOST": emulator.host}
     else:
         env |= {"RUNONCE_STORE": "sqlite:////var/lib/runonce/runonce.db"}
-    timings = []
+    timings, floor = [], []
     try:
         for _ in range(args.runs):
+            started = time.monotonic()
+            subprocess.run([tool("podman"), "run", "--rm", *RUN_FLAGS, "--entrypoint", "true", image],
+                           capture_output=True, check=True)
+            floor.append(time.monotonic() - started)
             port = free_port()
             command = [tool("podman"), "run", "-d", *RUN_FLAGS]
             if args.store == "firestore":
@@ -70,6 +77,7 @@ def main() -> None:
     print(f"image {image}: {size / 1e6:.0f} MB ({size} bytes)")
     print(f"cold start ({args.store} store), podman run -> first 200 on /healthz, {args.runs} runs: "
           f"median {statistics.median(timings):.2f} s, min {min(timings):.2f} s, max {max(timings):.2f} s")
+    print(f"podman's floor, podman run --rm of `true` in the image: median {statistics.median(floor):.2f} s")
 
 
 if __name__ == "__main__":

@@ -32,6 +32,8 @@ from urllib.request import getproxies as proxies_from_environment
 import aiohttp
 import httpx
 
+from ..tls import client_context
+
 USER_AGENT = "runonce/0.1"
 MAX_HEADER_BYTES = 100 * 1024
 MAX_HEADERS = 1024
@@ -79,7 +81,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         connector = aiohttp.TCPConnector(
             limit=self._limits.max_connections or 0,
             keepalive_timeout=self._limits.keepalive_expiry,
-            ssl=httpx.create_ssl_context(),  # httpx's trust store (certifi), as before
+            ssl=client_context(),  # httpx's trust store (certifi), as before; loaded once per process
         )
         # HTTP(S)_PROXY / NO_PROXY are honoured, as by httpx's own transport. Only when one is set:
         # aiohttp's trust_env looks the proxy (and ~/.netrc) up again on a thread for every request.

@@ -103,6 +103,23 @@ def test_final_image_has_no_pip_build_tools_or_caches(image: str) -> None:
     assert result.stdout.strip() == ""
 
 
+def test_every_module_serve_imports_is_precompiled_in_the_image(image: str) -> None:
+    """The image runs with PYTHONDONTWRITEBYTECODE: a module without its .pyc is compiled again at
+    every start. Without them start-up's imports take twice the CPU (0.98 s against 0.44 s measured
+    in this image, issue 14: cold start)."""
+    script = (
+        "import importlib.util, os, sys\n"
+        "import app.cli, app.main, app.stores.firestore, uvicorn\n"
+        "sources = [m.__file__ for m in list(sys.modules.values()) if (getattr(m, '__file__', None) or '').endswith('.py')]\n"
+        "missing = [f for f in sources if not os.path.exists(importlib.util.cache_from_source(f))]\n"
+        "print(len(sources), missing)"
+    )
+    result = run([tool("podman"), "run", "--rm", "--runtime=runc", "--ulimit", "nofile=1024:1024",
+                  "--ulimit", "nproc=1000:1000", "--entrypoint", "python3", image, "-c", script])
+    count, missing = result.stdout.split(" ", 1)
+    assert int(count) > 500 and missing.strip() == "[]", result.stdout
+
+
 def test_container_answers_healthz_and_processes_a_log_delivery_as_non_root(container: tuple[str, int]) -> None:
     name, port = container
     wait_healthy(port)
