@@ -35,7 +35,7 @@ from google.api_core import retry_async
 from google.cloud import firestore
 from google.cloud.firestore_v1 import _helpers
 from google.cloud.firestore_v1.services.firestore.transports.base import DEFAULT_CLIENT_INFO
-from google.cloud.firestore_v1.types import common, document, write
+from google.cloud.firestore_v1.types import document
 from google.cloud.firestore_v1.types import firestore as rpc
 
 from .base import RunRecord, RunStatus, RunStore, StoreUnavailable, Version
@@ -50,10 +50,7 @@ _CommitRequest = rpc.CommitRequest.pb()
 _CommitResponse = rpc.CommitResponse.pb()
 _BatchGetRequest = rpc.BatchGetDocumentsRequest.pb()
 _BatchGetResponse = rpc.BatchGetDocumentsResponse.pb()
-_Write = write.Write.pb()
 _Document = document.Document.pb()
-_Value = document.Value.pb()
-_Timestamp = type(common.Precondition.pb()().update_time)
 
 # What the GAPIC client applies to these two methods (firestore_v1's transports/grpc_asyncio.py):
 # per-attempt deadline, and which errors are retried, with what backoff, for how long.
@@ -143,9 +140,18 @@ class FirestoreStore(RunStore):
             raise gexc.from_grpc_error(exc) from exc
         return call
 
-    async def _commit(self, op: str, write_pb: Any) -> Any:
-        """One write in one Commit; the WriteResult's update_time (the new version)."""
-        request = _CommitRequest(database=self._database, writes=[write_pb])
+    def _write(self, record: RunRecord, names: tuple[str, ...]) -> tuple[Any, Any]:
+        """A CommitRequest of one Write setting `names` of the record's document: (request, write)."""
+        request = _CommitRequest(database=self._database)
+        write_pb = request.writes.add()
+        write_pb.update.name = self._documents + record.run_id
+        doc_fields = write_pb.update.fields
+        for name in names:
+            _encode(doc_fields[name], getattr(record, name))
+        return request, write_pb
+
+    async def _commit(self, op: str, request: Any) -> Any:
+        """The update time of the Commit's one write: the record's new version."""
         response = await self._rpc(op, self._commit_call(request))
         return response.write_results[0].update_time
 
@@ -168,10 +174,10 @@ class FirestoreStore(RunStore):
         return None if response is grpc.aio.EOF else response
 
     async def insert_if_absent(self, record: RunRecord) -> Version | None:
-        write_pb = _Write(update=self._document(record, _FIELDS))
+        request, write_pb = self._write(record, _FIELDS)
         write_pb.current_document.exists = False
         try:
-            return await self._commit("create", write_pb)
+            return await self._commit("create", request)
         except gexc.AlreadyExists:
             return None
 
@@ -179,20 +185,13 @@ class FirestoreStore(RunStore):
         self, record: RunRecord, version: Version, changed: tuple[str, ...] | None = None
     ) -> Version | None:
         names = _FIELDS if changed is None else changed  # a smaller write: only what the operation changes
-        write_pb = _Write(update=self._document(record, names))
+        request, write_pb = self._write(record, names)
         write_pb.update_mask.field_paths.extend(sorted(names))
         write_pb.current_document.update_time.CopyFrom(version)
         try:
-            return await self._commit("update", write_pb)
+            return await self._commit("update", request)
         except (gexc.FailedPrecondition, gexc.NotFound):
             return None
-
-    def _document(self, record: RunRecord, names: tuple[str, ...]) -> Any:
-        doc = _Document(name=self._documents + record.run_id)
-        doc_fields = doc.fields
-        for name in names:
-            _encode(doc_fields[name], getattr(record, name))
-        return doc
 
     # -- the rest of RunStore ------------------------------------------------------------------
 

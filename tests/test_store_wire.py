@@ -5,7 +5,8 @@ metadata (routing, resource prefix, auth on the emulator), and fail and retry as
 A gRPC server stands where Firestore would (FIRESTORE_EMULATOR_HOST) and records what each client
 sends; both the store and the library's own `DocumentReference` talk to it, and what they sent is
 compared message for message. The emulator-backed tests (test_stores.py, test_store_backends.py)
-show the records round-trip; these show nothing else changed on the wire."""
+show the records round-trip; these show nothing else changed on the wire. They need no emulator,
+so the mutation run (which leaves out tests named for Firestore) runs them against firestore.py."""
 
 from __future__ import annotations
 
@@ -17,23 +18,23 @@ from typing import Any
 import grpc
 import pytest
 from google.cloud import firestore
-from google.cloud.firestore_v1.types import document as document_types
-from google.cloud.firestore_v1.types import firestore as rpc_types
 from google.cloud.firestore_v1.types import write as write_types
 
 from app.stores import Finish, StoreUnavailable
 from app.stores.base import COMPLETED, FINISH_FIELDS, RELEASE_FIELDS, finished_record, fresh_record
-from app.stores.firestore import FirestoreStore
+from app.stores.firestore import (
+    FirestoreStore,
+    _BatchGetRequest as BatchGetRequest,
+    _BatchGetResponse as BatchGetResponse,
+    _CommitRequest as CommitRequest,
+    _CommitResponse as CommitResponse,
+    _Document as Document,
+)
 from tests.support.procs import free_port
 from tests.support.runs import LEASE, RETENTION, T0, new_run
 from tests.support.stores import FIRESTORE_PROJECT
 
-CommitRequest = rpc_types.CommitRequest.pb()
-CommitResponse = rpc_types.CommitResponse.pb()
-BatchGetRequest = rpc_types.BatchGetDocumentsRequest.pb()
-BatchGetResponse = rpc_types.BatchGetDocumentsResponse.pb()
 WriteResult = write_types.WriteResult.pb()
-Document = document_types.Document.pb()
 COLLECTION = "runs"
 
 
