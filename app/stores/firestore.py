@@ -25,7 +25,7 @@ import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import fields
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 import grpc
@@ -33,9 +33,9 @@ from google.api_core import exceptions as gexc
 from google.api_core import gapic_v1
 from google.api_core import retry_async
 from google.cloud import firestore
+from google.cloud._helpers import _datetime_to_pb_timestamp
 from google.cloud.firestore_v1 import _helpers
 from google.cloud.firestore_v1.services.firestore.transports.base import DEFAULT_CLIENT_INFO
-from google.cloud.firestore_v1.types import document
 from google.cloud.firestore_v1.types import firestore as rpc
 
 from .base import RunRecord, RunStatus, RunStore, StoreUnavailable, Version
@@ -50,11 +50,11 @@ _CommitRequest = rpc.CommitRequest.pb()
 _CommitResponse = rpc.CommitResponse.pb()
 _BatchGetRequest = rpc.BatchGetDocumentsRequest.pb()
 _BatchGetResponse = rpc.BatchGetDocumentsResponse.pb()
-_Document = document.Document.pb()
 
 # What the GAPIC client applies to these two methods (firestore_v1's transports/grpc_asyncio.py):
-# per-attempt deadline, and which errors are retried, with what backoff, for how long.
-_ATTEMPT_TIMEOUT = 60.0
+# each attempt's deadline, and which errors are retried, with what backoff, for how long.
+_COMMIT_TIMEOUT = 60.0
+_BATCH_GET_TIMEOUT = 300.0
 _COMMIT_RETRY = retry_async.AsyncRetry(
     initial=0.1, maximum=60.0, multiplier=1.3, deadline=60.0,
     predicate=retry_async.if_exception_type(gexc.ResourceExhausted, gexc.ServiceUnavailable),
@@ -65,7 +65,6 @@ _BATCH_GET_RETRY = retry_async.AsyncRetry(
 )
 
 _FIELDS = tuple(f.name for f in fields(RunRecord))
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 class FirestoreStore(RunStore):
@@ -126,14 +125,14 @@ class FirestoreStore(RunStore):
         if self._commit_stub is None:
             self._stubs()
         try:
-            return await self._commit_stub(request, timeout=_ATTEMPT_TIMEOUT, metadata=self._metadata)
+            return await self._commit_stub(request, timeout=_COMMIT_TIMEOUT, metadata=self._metadata)
         except grpc.RpcError as exc:
             raise gexc.from_grpc_error(exc) from exc
 
     async def _batch_get_once(self, request: Any) -> Any:
         if self._batch_get_stub is None:
             self._stubs()
-        call = self._batch_get_stub(request, timeout=_ATTEMPT_TIMEOUT, metadata=self._metadata)
+        call = self._batch_get_stub(request, timeout=_BATCH_GET_TIMEOUT, metadata=self._metadata)
         try:
             await call.wait_for_connection()  # where api_core's retry sees a stream's errors
         except grpc.RpcError as exc:
@@ -162,8 +161,8 @@ class FirestoreStore(RunStore):
         response = await self._rpc("get", self._read_one(request))
         if response is None or not response.HasField("found"):
             return None
-        found = response.found
-        return _from_fields(found.fields), found.update_time
+        found = response.found  # decoded as DocumentSnapshot.to_dict() does (not on a fresh run's path)
+        return _from_doc(_helpers.decode_dict(found.fields, self._client)), found.update_time
 
     async def _read_one(self, request: Any) -> Any:
         call = await self._batch_get_call(request)
@@ -224,48 +223,23 @@ class FirestoreStore(RunStore):
 
 
 def _encode(value_pb: Any, value: Any) -> None:
-    """Set a Value protobuf as google-cloud-firestore's encode_value would for the record's types."""
+    """Set a Value protobuf to `value` as google-cloud-firestore's `encode_value` does; the record's
+    own types directly, anything else through `encode_value` itself."""
     if value is None:
         value_pb.null_value = 0
-    elif isinstance(value, str):
+    elif type(value) is str:
         value_pb.string_value = value
-    elif isinstance(value, bool):
-        value_pb.boolean_value = value
-    elif isinstance(value, int):
+    elif type(value) is int:
         value_pb.integer_value = value
-    elif isinstance(value, datetime):
-        if value.tzinfo is None:  # naive: UTC, as the client reads it
-            value = value.replace(tzinfo=timezone.utc)
-        since = value - _EPOCH
-        value_pb.timestamp_value.seconds = since.days * 86400 + since.seconds
-        value_pb.timestamp_value.nanos = since.microseconds * 1000
-    elif isinstance(value, dict):
+    elif type(value) is datetime:
+        value_pb.timestamp_value.CopyFrom(_datetime_to_pb_timestamp(value))
+    elif type(value) is dict:
         value_pb.map_value.SetInParent()  # an empty map is still a map
         entries = value_pb.map_value.fields
         for key, item in value.items():
             _encode(entries[key], item)
     else:
         value_pb.CopyFrom(_helpers.encode_value(value)._pb)
-
-
-def _decode(value_pb: Any) -> Any:
-    kind = value_pb.WhichOneof("value_type")
-    if kind == "string_value":
-        return value_pb.string_value
-    if kind == "timestamp_value":  # a plain UTC datetime, microseconds (as every store's records)
-        ts = value_pb.timestamp_value
-        return _EPOCH + timedelta(seconds=ts.seconds, microseconds=ts.nanos // 1000)
-    if kind == "null_value":
-        return None
-    if kind == "integer_value":
-        return value_pb.integer_value
-    if kind == "map_value":
-        return {key: _decode(item) for key, item in value_pb.map_value.fields.items()}
-    return _helpers.decode_value(document.Value.wrap(value_pb), None)
-
-
-def _from_fields(doc_fields: Any) -> RunRecord:
-    return RunRecord(**{name: _decode(value) for name, value in doc_fields.items()})
 
 
 def _from_doc(doc: dict[str, Any] | None) -> RunRecord:
