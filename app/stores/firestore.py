@@ -81,17 +81,18 @@ class FirestoreStore(RunStore):
         self._timeout = timeout_seconds
         self.round_trips: Counter[str] = Counter()
         """Firestore calls made, by operation (`create`, `get`, `update`, `query`)."""
-        database_name = self._client._database_string
-        self._database = database_name
-        self._documents = f"{database_name}/documents/{collection}/"
-        # The document API's metadata, plus what its GAPIC layer adds per call.
+        self._database = self._client._database_string
+        self._documents = f"{self._database}/documents/{collection}/"
+        # The document API's metadata (resource prefix; on the emulator, its owner token), plus what
+        # its GAPIC layer adds per call (routing header, client version).
         self._metadata = (
             *self._client._rpc_metadata,
-            gapic_v1.routing_header.to_grpc_metadata((("database", database_name),)),
+            gapic_v1.routing_header.to_grpc_metadata((("database", self._database),)),
             DEFAULT_CLIENT_INFO.to_grpc_metadata(),
         )
         self._commit_stub: Callable[..., Any] | None = None
         self._batch_get_stub: Callable[..., Any] | None = None
+        # One call each, retried as the GAPIC retries it (tests replace `_commit_call` to lose an answer).
         self._commit_call = _COMMIT_RETRY(self._commit_once)
         self._batch_get_call = _BATCH_GET_RETRY(self._batch_get_once)
 
