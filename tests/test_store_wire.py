@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import grpc
@@ -158,8 +158,9 @@ async def test_writes_are_the_document_apis_create_and_update(stand_in, clients)
 async def test_reads_are_the_document_apis_get(stand_in, clients) -> None:
     store, library = clients
     ref = library.collection(COLLECTION)
-    record = finished_record(fresh_record(new_run(), T0, LEASE, RETENTION),
-                             Finish(COMPLETED, target={"type": "log", "resource": "x"}), T0)
+    now = T0 + timedelta(microseconds=123_456)  # microseconds survive the round trip
+    record = finished_record(fresh_record(new_run(), now, LEASE, RETENTION),
+                             Finish(COMPLETED, target={"type": "log", "resource": "x"}), now)
 
     assert await store.load(record.run_id) is None
     assert not (await ref.document(record.run_id).get()).exists
