@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import httpx
 
 from . import errors
 from .audit import RangeRefused, ScheduledRun, auditable, body_sha256, catch_up_runs, scheduled_runs
@@ -31,6 +30,7 @@ from .routes import Route
 from .settings import Settings
 from .stores import RunStore, StoreUnavailable
 from .targets import TargetContext, build_target
+from .targets.transport import target_client
 
 MAX_RUNS = 1000
 """`runonce backfill` refuses more fire times than this without --yes."""
@@ -184,8 +184,7 @@ async def release_unknown(store: RunStore, outcomes: list[Outcome], now: datetim
 async def local_runner(settings: Settings, routes: dict[str, Route], store: RunStore) -> AsyncIterator[Runner]:
     """A `Runner` in this process with the settings `serve` uses (store, lease, timeouts, endpoint
     overrides, ADC for the targets), for `routes` only."""
-    http = httpx.AsyncClient(timeout=httpx.Timeout(settings.dispatch_timeout_seconds),
-                             headers={"User-Agent": "runonce/0.1"})
+    http = target_client(settings.dispatch_timeout_seconds)
     context = TargetContext(http=http, endpoints=settings.endpoint_overrides())
     targets = {name: build_target(route.target, context) for name, route in routes.items()}
     try:

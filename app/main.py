@@ -13,7 +13,6 @@ from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from functools import partial
 
-import httpx
 from fastapi import FastAPI
 
 from . import logs
@@ -28,6 +27,7 @@ from .routes import load_routes
 from .settings import ConfigError, Settings
 from .stores import RunStore, open_store
 from .targets import Target, TargetContext, build_target
+from .targets.transport import target_client
 
 logger = logging.getLogger("runonce")
 
@@ -81,10 +81,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """What needs the event loop: the HTTP client, the targets and the `Runner`; all closed at exit."""
     state = app.state
     settings: Settings = state.settings
-    http = httpx.AsyncClient(
-        timeout=httpx.Timeout(settings.dispatch_timeout_seconds),
-        headers={"User-Agent": "runonce/0.1"},
-    )
+    http = target_client(settings.dispatch_timeout_seconds)
     context = TargetContext(http=http, endpoints=settings.endpoint_overrides())
     routes = state.routes
     built = dict(state.given_targets) if state.given_targets is not None else {
