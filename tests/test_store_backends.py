@@ -83,20 +83,20 @@ async def test_firestore_claim_finds_its_own_lost_create() -> None:
 
 
 def lose_next_answer(store) -> list[str]:
-    """Test seam at the GAPIC call: the next commit that lands loses its answer, and the client sends
-    it again (as google-api-core's retry does on UNAVAILABLE), so the caller sees the second answer:
-    AlreadyExists or FailedPrecondition for a conditional write that had in fact committed."""
-    api = store._client._firestore_api
-    real_commit = api.commit
+    """Test seam at the store's Commit call: the next commit that lands loses its answer, and the
+    client sends it again (as google-api-core's retry does on UNAVAILABLE), so the caller sees the
+    second answer: AlreadyExists or FailedPrecondition for a conditional write that had in fact
+    committed."""
+    real_commit = store._commit_call
     seen: list[str] = []
 
     async def commit(*args, **kwargs):
         await real_commit(*args, **kwargs)  # a write that fails (AlreadyExists) keeps the seam armed
-        api.commit = real_commit  # only the next one that commits
+        store._commit_call = real_commit  # only the next one that commits
         seen.append("committed, answer lost")
         return await real_commit(*args, **kwargs)
 
-    api.commit = commit
+    store._commit_call = commit
     return seen
 
 

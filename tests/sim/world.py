@@ -864,11 +864,10 @@ def _fast_tmp() -> str | None:
 
 
 def _arm_lost_commit(store: Any) -> None:
-    """Firestore only, at the GAPIC call: when the FaultyStore asks for it, the next commit that
-    lands loses its answer and the client sends it again (as google-api-core's retry does), so the
-    store sees AlreadyExists / FailedPrecondition for its own write."""
-    api = store._client._firestore_api
-    real_commit = api.commit
+    """Firestore only, at the store's Commit call: when the FaultyStore asks for it, the next commit
+    that lands loses its answer and the client sends it again (as google-api-core's retry does), so
+    the store sees AlreadyExists / FailedPrecondition for its own write."""
+    real_commit = store._commit_call
     owner: list[FaultyStore] = []  # the FaultyStore wrapping this handle
 
     async def commit(*args: Any, **kwargs: Any) -> Any:
@@ -880,7 +879,7 @@ def _arm_lost_commit(store: Any) -> None:
             return await real_commit(*args, **kwargs)
         return result
 
-    api.commit = commit
+    store._commit_call = commit
     store._sim_owner = owner
 
 
