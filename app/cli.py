@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -114,7 +115,17 @@ def serve(host: str, port: int | None, workers: int) -> None:
     if workers > 1:  # each worker drains its connections; dispatches get uvicorn's timeout only
         uvicorn.run(app, workers=workers, factory=True, **options)
         return
+    _settle_garbage_collector()
     DrainingServer(uvicorn.Config(app, **options), on_exit=app.state.drain).run()
+
+
+def _settle_garbage_collector() -> None:
+    """Start-up's objects (modules, routes, models) live as long as the process: freeze them out of
+    the collector's scans, and let the young generation grow before a pass, since a delivery
+    leaves little cyclic garbage (issue 14: -0.1 ms CPU per delivery, `bench/bench_variant.py`)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 20)
 
 
 def _port_from_environment() -> int:
