@@ -1,11 +1,12 @@
-"""Missed runs: every fire time of a route as the run Scheduler would have delivered, and which left no record.
+"""Missed runs: every fire time of a route as the run Scheduler would have delivered, and which did not run.
 
 A route that names its Scheduler `job` (with its `schedule`, `time_zone` and `namespace`) has a
 run_id for each fire time known in advance: `scheduled_delivery` builds the delivery with
 `parse_delivery` from the two headers Scheduler sends, so it is exactly the one Scheduler's delivery
 for that time gets. With that,
 
-  - the audit lists the fire times of a range and asks the store for each run_id: no record = missed;
+  - the audit lists the fire times of a range and asks the store for each run_id: no record, or a
+    `failed` one (nothing was dispatched), = missed;
   - a catch-up or a backfill runs that delivery through the protocol (`Runner.run`), so it and a
     late Scheduler retry of the same run are one execution.
 
@@ -35,6 +36,7 @@ from .metrics import Metrics
 from .routes import Route
 from .schedules import get_zone, parse_schedule
 from .stores import RunStore, StoreUnavailable
+from .stores.base import FAILED
 from .targets import DispatchRequest, Target, TargetFailed
 
 MAX_FIRE_TIMES = 20_000
@@ -79,12 +81,18 @@ def body_sha256(payload: Mapping[str, Any]) -> str:
     return parse_body(json.dumps(payload, ensure_ascii=False).encode("utf-8"))[1]
 
 
+NO_DELIVERY = "no delivery"
+"""Why a fire time with no record is missed: no delivery of it reached runonce."""
+
+
 @dataclass(frozen=True)
 class ScheduledRun:
     """One fire time of a route, as the delivery Scheduler would send for it."""
 
     delivery: Delivery
     zone: ZoneInfo
+    why: str = NO_DELIVERY
+    """Why the run counts as missed: no delivery left a record, or its record says it `failed`."""
 
     @property
     def route(self) -> str:
@@ -103,7 +111,7 @@ class ScheduledRun:
         return {
             "route": self.route, "job": self.delivery.job, "schedule_time": format_schedule_time(self.time),
             "local_time": self.time.astimezone(self.zone).isoformat(), "time_zone": self.zone.key,
-            "run_id": self.run_id,
+            "run_id": self.run_id, "why": self.why,
         }
 
     def line(self) -> str:
@@ -177,16 +185,24 @@ def due_range(
 
 
 async def missing(store: RunStore, runs: Iterable[ScheduledRun], now: datetime) -> list[ScheduledRun]:
-    """The runs the store has no record of (in their order). Raises `StoreUnavailable`."""
+    """The runs that did not happen (in their order), each saying why: no record, or a `failed` one
+    (nothing was dispatched: the target refused, or the run waited for the route's previous
+    execution, or the route was busy, until Scheduler gave up). `in_progress`, `completed` and
+    `skipped` runs are accounted for. Raises `StoreUnavailable`."""
     runs = list(runs)
     gate = asyncio.Semaphore(LOOKUP_CONCURRENCY)
 
-    async def absent(run: ScheduledRun) -> bool:
+    async def why_missed(run: ScheduledRun) -> str | None:
         async with gate:
-            return await store.get(run.run_id, now) is None
+            record = await store.get(run.run_id, now)
+        if record is None:
+            return NO_DELIVERY
+        if record.status == FAILED:
+            return f"failed: {record.last_error}"
+        return None
 
-    found = await asyncio.gather(*(absent(run) for run in runs))
-    return [run for run, gone in zip(runs, found, strict=True) if gone]
+    found = await asyncio.gather(*(why_missed(run) for run in runs))
+    return [replace(run, why=why) for run, why in zip(runs, found, strict=True) if why is not None]
 
 
 @dataclass(frozen=True)
@@ -224,7 +240,7 @@ async def catch_up_runs(
     """The runs a route's `catch_up` policy dispatches at `at` (the audit's schedule time), oldest
     first, among the fire times due then (before `at` − the lease) and inside the window (after `at`
     − catch_up_window_seconds, default the retention): `latest` the route's latest fire time due if
-    it left no record (an older miss is superseded by the newer run and is only reported); `all`
+    it was missed (an older miss is superseded by the newer run and is only reported); `all`
     every missed run, at most MAX_CATCH_UP_PER_ROUTE. Never past what the store keeps: there,
     absence would re-run a run that did happen."""
     if route.catch_up == "none":
@@ -310,7 +326,7 @@ class AuditTarget(Target):
             raise TargetFailed(f"audit: the claim store did not answer ({exc}); nothing was reported") from exc
         for run in report.missed:
             logger.error(
-                "missed run %s of route %s: no delivery of %s", run.run_id, run.route, run.to_json()["schedule_time"],
+                "missed run %s of route %s at %s: %s", run.run_id, run.route, run.to_json()["schedule_time"], run.why,
                 extra={"fields": {"outcome": "missed", **run.to_json(), logs.LABELS: {"run_id": run.run_id, "route": run.route}}},
             )
             self.metrics.missed_runs.labels(run.route).inc()

@@ -337,7 +337,7 @@ def _range_error(exc: Any) -> click.UsageError:
 @click.option("--to", "end", type=InstantType(), help="End of the range (RFC 3339), exclusive  [default: now]")
 @click.option("--format", "output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def audit_command(route: str | None, since: str | None, start: datetime | None, end: datetime | None, output: str) -> None:
-    """List scheduled runs that left no record (missed): one line each.
+    """List scheduled runs that did not run (missed: no record, or `failed`): one line each.
 
     Every fire time of every route that names its `job` (+ `schedule`, `namespace`) in the range,
     except those within the lease of now (Scheduler may still deliver them), is looked up in the

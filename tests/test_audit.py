@@ -27,7 +27,7 @@ from app.main import create_app
 from app.routes import parse_routes
 from app.settings import ConfigError, Settings
 from app.stores import Finish, NewRun, RunStore
-from app.stores.base import COMPLETED
+from app.stores.base import COMPLETED, FAILED, SKIPPED
 from app.stores.sqlite import SQLiteStore
 
 LEASE = timedelta(seconds=300)
@@ -144,17 +144,28 @@ async def test_a_range_with_nothing_due_is_refused(store: RunStore) -> None:
     assert refused.value.field == "since" and "not due yet" in refused.value.reason
 
 
-async def test_a_record_in_any_state_is_not_missed(store: RunStore) -> None:
-    """in_progress (a retry may be on its way) and failed (Scheduler gave up, or will retry) are not
-    missed: someone delivered them."""
-    runs = scheduled_runs({"hourly": ROUTES["hourly"]}, NOW - timedelta(hours=2), NOW)
-    d = runs[0].delivery
-    await store.claim(NewRun(run_id=d.run_id, route=d.route, source=d.source, project=d.project,
-                             location=d.location, job=d.job, schedule_time=d.schedule_time_text, task=None,
-                             body_sha256=body_sha256({})), NOW - timedelta(hours=1), LEASE, RETENTION)
-    report = await audit(store, {"hourly": ROUTES["hourly"]}, NOW - timedelta(hours=2), NOW, NOW,
+async def test_a_failed_record_is_missed_with_why_and_any_other_state_is_not(store: RunStore) -> None:
+    """`failed`: nothing was dispatched and Scheduler gave up (or will retry: the catch-up and that
+    retry are one run); `in_progress` may have run (a retry reconciles it); `completed` and
+    `skipped` are accounted for."""
+    runs = scheduled_runs({"hourly": ROUTES["hourly"]}, NOW - timedelta(hours=5), NOW)
+    claims = {}
+    for run in runs[:4]:
+        d = run.delivery
+        claims[run.run_id] = await store.claim(NewRun(
+            run_id=d.run_id, route=d.route, source=d.source, project=d.project, location=d.location, job=d.job,
+            schedule_time=d.schedule_time_text, task=None, body_sha256=body_sha256({})), NOW - timedelta(hours=1), LEASE, RETENTION)
+    failed, _in_progress, completed, skipped = (claims[run.run_id] for run in runs[:4])
+    await store.finish(failed, Finish(FAILED, last_error="the route's previous execution x is still running (overlap: wait)"), NOW)
+    await store.finish(completed, Finish(COMPLETED, target={"type": "log", "resource": "log/x"}), NOW)
+    await store.finish(skipped, Finish(SKIPPED, last_error="late: 2h"), NOW)
+    report = await audit(store, {"hourly": ROUTES["hourly"]}, NOW - timedelta(hours=5), NOW, NOW,
                          lease=LEASE, retention=RETENTION)
-    assert [run.run_id for run in report.missed] == [runs[1].run_id]
+    assert [(run.run_id, run.why) for run in report.missed] == [
+        (runs[0].run_id, "failed: the route's previous execution x is still running (overlap: wait)"),
+        (runs[4].run_id, "no delivery"),
+    ]
+    assert report.missed[0].to_json()["why"].startswith("failed: ")
 
 
 def test_durations() -> None:
@@ -254,7 +265,7 @@ def audited(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         await store.close()
 
     asyncio.run(seed())
-    cli.holes = holes
+    cli.holes, cli.due = holes, len(runs)  # 5 or 6 fire times, as now is within a lease after the hour or not
     return cli
 
 
@@ -267,14 +278,15 @@ def test_runonce_audit_prints_one_line_per_missed_run_and_exits_1(audited) -> No
         assert line.split()[:3] == ["hourly", "job=hourly-job", format_schedule_time(run.time)]
         local = run.time.strftime("%Y-%m-%d %H:%M:%S+0000")
         assert f"({local} UTC)" in line and line.endswith(run.run_id), line
-    assert "2 missed of 6 fire time(s) of 1 route(s)" in result.stderr
+    assert f"2 missed of {audited.due} fire time(s) of 1 route(s)" in result.stderr
 
 
 def test_runonce_audit_json_and_exit_0_when_nothing_is_missed(audited) -> None:
     result = audited("audit", "--route", "hourly", "--since", "6h", "--format", "json")
     report = json.loads(result.stdout)
     assert [run["run_id"] for run in report["missed"]] == [run.run_id for run in audited.holes]
-    assert report["missed"][0]["job"] == "hourly-job" and report["checked"] == 6
+    assert report["missed"][0]["job"] == "hourly-job" and report["checked"] == audited.due
+    assert {run["why"] for run in report["missed"]} == {"no delivery"}
     start = format_schedule_time(audited.holes[0].time + timedelta(minutes=1))
     result = audited("audit", "--route", "hourly", "--from", start, "--to", format_schedule_time(audited.holes[1].time))
     assert result.exit_code == 0 and result.stdout == "", result.output

@@ -111,6 +111,43 @@ async def test_the_audit_reports_each_missed_run_once_and_catches_up_the_latest(
     assert world.etl.dispatched[-1].run_id == caught[0].run.run_id and world.etl.dispatched[-1].source == "scheduler"
 
 
+async def test_a_run_that_failed_until_scheduler_gave_up_is_missed_and_caught_up(world: World, caplog) -> None:
+    """A run whose attempts all ended `failed` did not happen (the target refused; or, on an
+    `overlap: wait` route, it waited for the previous execution past Scheduler's retry window): the
+    audit reports it with why, and catch-up runs it, once (issue 13 §1)."""
+    await fill(world, skip={MISSED})
+    real = world.etl.on_dispatch
+
+    async def refuse(request: DispatchRequest) -> str:
+        raise TargetFailed("the route's previous execution exec/x is still running (overlap: wait)")
+
+    world.etl.on_dispatch = refuse
+    with pytest.raises(errors.DeliveryError):
+        await world.scheduler("etl", MISSED)
+    assert (await world.store.get(caught_id(MISSED), world.clock())).status == "failed"
+    world.etl.on_dispatch = real
+    executed = len(world.etl.dispatched)
+    with caplog.at_level(logging.ERROR, logger="runonce.audit"):
+        result, caught = await world.run_audit()
+    reported = {r.fields["route"]: r.fields for r in caplog.records if getattr(r, "fields", {}).get("outcome") == "missed"}
+    assert reported["report"]["why"] == "no delivery"  # the other route's hole (fill skipped it too)
+    missed = reported["etl"]
+    assert missed["schedule_time"] == "2026-03-08T11:50:00Z" and missed["run_id"] == caught_id(MISSED)
+    assert missed["why"].startswith("failed: ") and "overlap: wait" in missed["why"]
+    assert [(o.run.route, o.outcome) for o in caught] == [("etl", "processed")]
+    assert len(world.etl.dispatched) == executed + 1 and world.etl.dispatched[-1].run_id == caught_id(MISSED)
+    world.clock.advance(600)
+    _, again = await world.run_audit(AUDIT_AT + timedelta(minutes=10))
+    assert caught_id(MISSED) not in {o.run.run_id for o in again}  # completed now: not missed
+    assert [r.run_id for r in world.etl.dispatched].count(caught_id(MISSED)) == 2  # the refused attempt, the catch-up
+
+
+def caught_id(when: datetime) -> str:
+    """The run_id of etl's Scheduler delivery at `when`."""
+    [run] = [r for r in scheduled_runs({"etl": ROUTES["etl"]}, when, when + timedelta(seconds=1))]
+    return run.run_id
+
+
 async def test_a_duplicated_audit_delivery_reports_nothing_twice_and_catches_up_nothing_twice(world: World, caplog) -> None:
     await fill(world, skip={MISSED})
     first, caught = await world.run_audit()
