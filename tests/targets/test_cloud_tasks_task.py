@@ -308,6 +308,7 @@ def test_defaults() -> None:
     ],
 )
 def test_each_mistake_is_named(fields: dict, expected: str) -> None:
+    fields = dict(fields)  # the parameter is shared by every run of this case (mutmut runs it twice in one process)
     queue = fields.pop("queue", QUEUE)
     with pytest.raises(ValidationError) as raised:
         CloudTasksTaskTargetConfig.model_validate(
