@@ -371,6 +371,43 @@ def measure_cold_starts(contender_list: list[Contender], firestore: str, downstr
             server.stop()
 
 
+# The libraries the stack names that a fresh delivery on this route cannot do without (the web
+# framework and server, the settings, the HTTP client API, the Firestore client): their imports alone
+# are a floor under any cold start on this stack, measured beside runonce's.
+STACK_IMPORTS = "import fastapi, uvicorn, httpx, pydantic_settings, google.cloud.firestore"
+
+
+def time_until_imported(command: list[str]) -> tuple[float, float | None]:
+    """Start `command` (a Python that runs STACK_IMPORTS, then prints a line and waits on stdin):
+    (seconds from start to that line, its CPU by then, or None where /proc cannot see it)."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        line = proc.stdout.readline()
+        elapsed = time.perf_counter() - started
+        if line.strip() != b"imported":
+            raise RuntimeError(f"{command[0]}: {line!r} {proc.stderr.read()[-2000:]!r}")
+        cpu = cpu_seconds(proc.pid) if Path(command[0]).name.startswith("python") else None
+        return elapsed, cpu
+    finally:
+        proc.stdin.close()  # the child reads EOF and exits
+        proc.wait(30)
+
+
+def stack_import_script() -> str:
+    return f"{STACK_IMPORTS}; import sys; print('imported', flush=True); sys.stdin.read()"
+
+
+def measure_stack_floor(figures: Figures, runs: int) -> None:
+    """Process start -> STACK_IMPORTS done, in this venv: what the cold start costs before runonce's
+    own code runs (after one untimed run, so the files are in the page cache)."""
+    for round_no in range(-1, runs):
+        elapsed, cpu = time_until_imported([sys.executable, "-c", stack_import_script()])
+        if round_no >= 0:
+            figures.add("runonce", "stack_floor_s", elapsed)
+            figures.add("runonce", "stack_floor_cpu_s", cpu)
+
+
 IMAGE = "localhost/runonce:bench-perf"  # its own tag: the deploy tests' image may be in use meanwhile
 
 
@@ -388,6 +425,10 @@ def measure_container_cold_starts(firestore: str, downstream: str, figures: Figu
         subprocess.run([tool("podman"), "run", "--rm", *RUN_FLAGS, "--network=host", "--entrypoint", "true", image],
                        capture_output=True, check=True)
         figures.add("runonce", "container_floor_s", time.perf_counter() - started)
+    for _ in range(runs):  # podman, Python and the stack's imports: the floor under any runonce in this image
+        elapsed, _ = time_until_imported([tool("podman"), "run", "--rm", "-i", *RUN_FLAGS, "--network=host",
+                                           "--entrypoint", "python", image, "-c", stack_import_script()])
+        figures.add("runonce", "container_stack_floor_s", elapsed)
     for _ in range(runs):
         port = free_port()
         command = [tool("podman"), "run", "-d", *RUN_FLAGS, "--network=host", "-e", f"PORT={port}"]
@@ -466,8 +507,11 @@ ROWS = [
     ("rss_max_mb", "RSS max over {memory} deliveries (MB)", "{:.1f}"),
     ("cold_start_s", "cold start: process start -> first 200 (s)", "{:.2f}"),
     ("cold_start_cpu_s", "  server CPU from process start to that 200 (s)", "{:.2f}"),
+    ("stack_floor_s", "  floor: process start -> stack imports done (s)", "{:.2f}"),
+    ("stack_floor_cpu_s", "    its CPU (s)", "{:.2f}"),
     ("cold_start_container_s", "cold start: container start -> first 200 (s)", "{:.2f}"),
     ("container_floor_s", "  podman run --rm of `true` in that image (s)", "{:.2f}"),
+    ("container_stack_floor_s", "  floor: container start -> stack imports done (s)", "{:.2f}"),
 ]
 
 
@@ -548,6 +592,7 @@ def main() -> None:
     try:
         if "cold-start" not in args.skip:
             measure_cold_starts(listed, emulator.host, downstream.url, logs, figures, args)
+            measure_stack_floor(figures, args.cold_starts)
         if args.container:
             container_note = measure_container_cold_starts(emulator.host, downstream.url, figures, args.cold_starts, args.image)
         def at_loopback(servers: list[Server]) -> None:
@@ -576,6 +621,8 @@ def main() -> None:
         print(f"RSS {name} (MB) after N deliveries: " + ", ".join(f"{n}: {mb:.1f}" for n, mb in series)
               + f" -> {rss_verdict(series)}")
     print(container_note)
+    print(f"floor rows: `{STACK_IMPORTS}` and nothing else, in a fresh Python (the stack's libraries a "
+          "delivery to this route needs; the first 200 comes after them)")
     print(f"logs: {logs}")
     if args.json:
         args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "samples": figures.samples,
