@@ -86,12 +86,17 @@ def split(records: list[tuple[str, float, float]]) -> None:
         print(f"  {phase:9} n {len(values):5}  median {statistics.median(values):6.2f}  p99 {p99(values):6.2f}"
               f"  max {max(values):6.1f}")
     def own(d: tuple[str, float, float]) -> float:
-        """The delivery less its commits and POST (the read runs beside the claim's commit)."""
-        return d[2] - sum(ms for p, ms in inside[d[1]] if p != "read")
+        """The delivery less the calls it waited on: the claim's commit and the read beside it
+        count once (the longer), then the POST and the finish's commit."""
+        calls = inside[d[1]]
+        commits = [ms for p, ms in calls if p == "commit"]
+        reads = [ms for p, ms in calls if p == "read"]
+        claim = max(commits[:1] + reads[:1], default=0.0)
+        return d[2] - claim - sum(commits[1:]) - sum(reads[1:]) - sum(ms for p, ms in calls if p == "post")
 
     owns = [own(d) for d in deliveries]
     print(f"  {'own code':9} n {len(owns):5}  median {statistics.median(owns):6.2f}  p99 {p99(owns):6.2f}"
-          "  (the delivery less its commits and POST)")
+          "  (the delivery less the calls it waited on)")
     line = p99([d[2] for d in deliveries])
     slowest = [d for d in deliveries if d[2] >= line]
     worst = Counter(max([*inside[d[1]], ("own code", own(d))], key=lambda part: part[1])[0] for d in slowest)
