@@ -289,12 +289,12 @@ async def test_firestore_fresh_scheduled_run_reads_the_force_run_beside_its_clai
     in_flight, most = 0, 0
     real_rpc = store._rpc
 
-    async def rpc(op, call):  # type: ignore[no-untyped-def]
+    async def rpc(op, call, refused=()):  # type: ignore[no-untyped-def]
         nonlocal in_flight, most
         in_flight += 1
         most = max(most, in_flight)
         try:
-            return await real_rpc(op, call)
+            return await real_rpc(op, call, refused)
         finally:
             in_flight -= 1
 

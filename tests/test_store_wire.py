@@ -202,28 +202,48 @@ def unavailable_message(op: str, code: grpc.StatusCode) -> str:
     return f"firestore {op}: {error.__name__}: {error.code} {code.name} from the stand-in"
 
 
+REFUSALS = {"create": {grpc.StatusCode.ALREADY_EXISTS},
+            "update": {grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND}}
+
+
 @pytest.mark.parametrize("code", [grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.FAILED_PRECONDITION,
                                   grpc.StatusCode.NOT_FOUND, grpc.StatusCode.PERMISSION_DENIED,
                                   grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.INTERNAL])
 async def test_a_write_refused_is_a_lost_race_or_unavailable_at_once(stand_in, clients, code) -> None:
-    """AlreadyExists (create), FailedPrecondition / NotFound (update): the record is not as read, so
-    the protocol reads again. Anything else is the store failing: one attempt, no retry."""
+    """AlreadyExists to a create, FailedPrecondition / NotFound to an update: the record is not as
+    read, so the protocol reads again. Anything else, those codes to the other write included, is
+    the store failing: one attempt, no retry, the server's reason in the message (a Datastore-mode
+    database answers every create FailedPrecondition; a missing database, NotFound)."""
     store, _ = clients
     record = fresh_record(new_run(), T0, LEASE, RETENTION)
     version = await store.insert_if_absent(record)
-    stand_in.fail, stand_in.calls[:] = code, []
-
-    if code is grpc.StatusCode.ALREADY_EXISTS:
-        assert await store.insert_if_absent(record) is None
-    elif code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
-        assert await store.replace_if_version(record, version, FINISH_FIELDS) is None
-    else:
-        for op, write in (("create", store.insert_if_absent(record)), ("update", store.replace_if_version(record, version))):
+    stand_in.fail = code
+    for op, write in (("create", lambda: store.insert_if_absent(record)),
+                      ("update", lambda: store.replace_if_version(record, version, FINISH_FIELDS))):
+        stand_in.calls[:] = []
+        if code in REFUSALS[op]:
+            assert await write() is None
+        else:
             with pytest.raises(StoreUnavailable) as unavailable:
-                await write
+                await write()
             assert str(unavailable.value) == unavailable_message(op, code)
-    assert all(call.method == "Commit" for call in stand_in.calls)
-    assert len(stand_in.calls) in (1, 2)  # once per write: not retried
+        assert [call.method for call in stand_in.calls] == ["Commit"]  # once: not retried
+
+
+@pytest.mark.parametrize("code", [grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION,
+                                  grpc.StatusCode.ALREADY_EXISTS])
+async def test_a_read_refused_is_the_store_failing(stand_in, clients, code) -> None:
+    """A read has no refusal in the protocol (a missing record is `missing`, not an error): these
+    codes come from the database itself (none, or in Datastore mode), and the delivery and
+    /readyz must say so as the store being unavailable, not fail with an unexpected error."""
+    store, _ = clients
+    stand_in.fail = code
+    for read in (lambda: store.load("a" * 64), store.ping):
+        stand_in.calls[:] = []
+        with pytest.raises(StoreUnavailable) as unavailable:
+            await read()
+        assert str(unavailable.value) == unavailable_message("get", code)
+        assert [call.method for call in stand_in.calls] == ["BatchGetDocuments"]
 
 
 async def attempts(stand_in: FirestoreStandIn, call: Any) -> int:

@@ -42,8 +42,12 @@ from .base import RunRecord, RunStatus, RunStore, StoreUnavailable, Version
 
 T = TypeVar("T")
 
-# Errors that are part of the protocol, not store failures.
-_PROTOCOL_ERRORS = (gexc.AlreadyExists, gexc.FailedPrecondition, gexc.NotFound)
+# The errors that are the protocol's answers, not store failures, per write: the record is not as
+# the write expected (it exists already; it changed or went since it was read). Anywhere else they
+# are the store failing, e.g. FailedPrecondition "The Cloud Firestore API is not available for
+# Firestore in Datastore Mode database ..." or NotFound "The database (default) does not exist ...".
+_CREATE_REFUSED = (gexc.AlreadyExists,)
+_UPDATE_REFUSED = (gexc.FailedPrecondition, gexc.NotFound)
 
 # The raw protobuf classes under google-cloud-firestore's proto-plus types.
 _CommitRequest = rpc.CommitRequest.pb()
@@ -96,12 +100,14 @@ class FirestoreStore(RunStore):
         self._commit_call = _COMMIT_RETRY(self._commit_once)
         self._batch_get_call = _BATCH_GET_RETRY(self._batch_get_once)
 
-    async def _rpc(self, op: str, call: Awaitable[T]) -> T:
+    async def _rpc(self, op: str, call: Awaitable[T], refused: tuple[type[Exception], ...] = ()) -> T:
+        """`call`'s result; `refused` errors raised as they are (the protocol's answers), any other
+        failure or the store's deadline as StoreUnavailable."""
         self.round_trips[op] += 1
         try:
             async with asyncio.timeout(self._timeout):
                 return await call
-        except _PROTOCOL_ERRORS:
+        except refused:
             raise
         except (TimeoutError, gexc.GoogleAPIError) as exc:
             raise StoreUnavailable(f"firestore {op}: {type(exc).__name__}: {exc}") from exc
@@ -150,9 +156,9 @@ class FirestoreStore(RunStore):
             _encode(doc_fields[name], getattr(record, name))
         return request, write_pb
 
-    async def _commit(self, op: str, request: Any) -> Any:
+    async def _commit(self, op: str, request: Any, refused: tuple[type[Exception], ...]) -> Any:
         """The update time of the Commit's one write: the record's new version."""
-        response = await self._rpc(op, self._commit_call(request))
+        response = await self._rpc(op, self._commit_call(request), refused)
         return response.write_results[0].update_time
 
     # -- primitives (the protocol is RunStore's) -----------------------------------------------
@@ -177,8 +183,8 @@ class FirestoreStore(RunStore):
         request, write_pb = self._write(record, _FIELDS)
         write_pb.current_document.exists = False
         try:
-            return await self._commit("create", request)
-        except gexc.AlreadyExists:
+            return await self._commit("create", request, _CREATE_REFUSED)
+        except _CREATE_REFUSED:
             return None
 
     async def replace_if_version(
@@ -189,8 +195,8 @@ class FirestoreStore(RunStore):
         write_pb.update_mask.field_paths.extend(sorted(names))
         write_pb.current_document.update_time.CopyFrom(version)
         try:
-            return await self._commit("update", request)
-        except (gexc.FailedPrecondition, gexc.NotFound):
+            return await self._commit("update", request, _UPDATE_REFUSED)
+        except _UPDATE_REFUSED:
             return None
 
     # -- the rest of RunStore ------------------------------------------------------------------
