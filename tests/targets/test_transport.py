@@ -57,12 +57,12 @@ class Server:
         return True
 
 
-def answering(status: int = 200, body: bytes = b'{"ok":true}', headers: str = "") -> Handler:
+def answering(status: int = 200, body: bytes = b'{"ok":true}', headers: str = "", reason: str = "Whatever") -> Handler:
     async def handle(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while await server.read_request(reader):
                 writer.write(
-                    f"HTTP/1.1 {status} Whatever\r\nContent-Length: {len(body)}\r\n{headers}\r\n".encode() + body
+                    f"HTTP/1.1 {status} {reason}\r\nContent-Length: {len(body)}\r\n{headers}\r\n".encode() + body
                 )
                 await writer.drain()
         except asyncio.IncompleteReadError:
@@ -135,6 +135,32 @@ async def test_answers_keep_their_status_headers_and_encoded_body(client: httpx.
         answer = await client.post(server.url, content=b"{}")
     assert answer.status_code == 503 and answer.headers["retry-after"] == "7"
     assert answer.json() == {"error": "busy"}  # httpx decodes, as with its own transport
+
+
+async def test_an_answer_without_a_reason_phrase_gets_its_statuss_own(client: httpx.AsyncClient) -> None:
+    """As with httpx's own transport; a Google target's error message falls back to it."""
+    async with Server(answering(503, b"", reason="")) as server:
+        answer = await client.post(server.url, content=b"{}")
+    assert (answer.status_code, answer.reason_phrase) == (503, "Service Unavailable")
+
+
+async def test_a_pool_without_a_connection_limit_opens_as_many_as_requests_in_flight() -> None:
+    """httpx.Limits(max_connections=None) means no limit, not one connection."""
+    both_arrived = asyncio.Event()
+
+    async def answer_once_both_arrived(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        if server.connections == 2:
+            both_arrived.set()
+        await both_arrived.wait()
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+
+    http = httpx.AsyncClient(transport=AiohttpTransport(httpx.Limits(max_connections=None)), timeout=5)
+    async with Server(answer_once_both_arrived) as server:
+        answers = await asyncio.gather(http.post(server.url, content=b"{}"), http.post(server.url, content=b"{}"))
+    await http.aclose()
+    assert [a.status_code for a in answers] == [200, 200]
 
 
 async def test_big_headers_are_read_and_cookies_are_sent_back_once(client: httpx.AsyncClient) -> None:
