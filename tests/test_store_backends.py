@@ -222,6 +222,25 @@ async def test_sqlite_locked_past_the_timeout_is_unavailable(tmp_path: Path) -> 
     await store.close()
 
 
+async def test_sqlite_opening_a_new_file_another_process_writes_waits_for_the_write_to_end(tmp_path: Path) -> None:
+    """Switching a new file to WAL while another process holds its write lock fails at once, without
+    the busy handler (processes opening a new file together): the store retries it until the lock
+    ends, within its timeout."""
+    path = str(tmp_path / "runs.db")
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # the write lock, in the rollback journal a new file starts with
+    store = SQLiteStore(path, timeout_seconds=30)
+    try:
+        opening = asyncio.create_task(store.ping())
+        await asyncio.sleep(0.2)  # the store meets the lock meanwhile
+        blocker.execute("ROLLBACK")
+        await opening
+        assert (await claim(store)).decision is Decision.CREATE
+    finally:
+        blocker.close()
+        await store.close()
+
+
 async def test_sqlite_opening_a_new_file_another_process_writes_past_the_timeout_is_unavailable(tmp_path: Path) -> None:
     """The switch to WAL waits for the other writer up to the store timeout, then gives up (503),
     never spins on."""
