@@ -17,12 +17,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import grpc
+import httpx
 import pytest
 from google.cloud import firestore
 from google.api_core import exceptions as gexc
 from google.cloud.firestore_v1.types import document as document_types
 from google.cloud.firestore_v1.types import write as write_types
 
+from app.main import create_app
+from app.settings import Settings
 from app.stores import Finish, StoreUnavailable
 from app.stores.base import COMPLETED, FINISH_FIELDS, RELEASE_FIELDS, finished_record, fresh_record
 from app.stores.firestore import (
@@ -32,6 +35,8 @@ from app.stores.firestore import (
     _CommitRequest as CommitRequest,
     _CommitResponse as CommitResponse,
 )
+from app.targets.scripted import ScriptedTarget
+from tests.support.api import JOB, ROUTES
 from tests.support.procs import free_port
 from tests.support.runs import LEASE, RETENTION, T0, new_run
 from tests.support.stores import FIRESTORE_PROJECT
@@ -57,8 +62,13 @@ class FirestoreStandIn:
     calls: list[Call] = field(default_factory=list)
     found: Any = None
     fail: grpc.StatusCode | None = None
+    fail_message: str = ""  # default: "<CODE> from the stand-in"
     fail_streaming: bool = False
     empty_stream: bool = False
+
+    async def abort(self, context: grpc.aio.ServicerContext) -> None:
+        assert self.fail is not None
+        await context.abort(self.fail, self.fail_message or f"{self.fail.name} from the stand-in")
 
     def record(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> None:
         metadata = sorted((k, v) for k, v in context.invocation_metadata() if k != "grpc-accept-encoding")
@@ -67,7 +77,7 @@ class FirestoreStandIn:
     async def commit(self, raw: bytes, context: grpc.aio.ServicerContext) -> bytes:
         self.record("Commit", CommitRequest.FromString(raw), context)
         if self.fail is not None:
-            await context.abort(self.fail, f"{self.fail.name} from the stand-in")
+            await self.abort(context)
         result = WriteResult()
         result.update_time.FromSeconds(1_800_000_000)
         result.update_time.nanos = 123_456_789  # nanoseconds survive the version's round trip
@@ -80,7 +90,7 @@ class FirestoreStandIn:
             if self.fail_streaming:  # headers first, and time for the client to see them before the error
                 await context.send_initial_metadata(())
                 await asyncio.sleep(0.2)
-            await context.abort(self.fail, f"{self.fail.name} from the stand-in")
+            await self.abort(context)
         if self.empty_stream:
             return
         response = BatchGetResponse()
@@ -258,6 +268,29 @@ async def test_a_read_refused_is_the_store_failing(stand_in, clients, code) -> N
             await read()
         assert str(unavailable.value) == unavailable_message("get", code)
         assert [call.method for call in stand_in.calls] == ["BatchGetDocuments"]
+
+
+DATASTORE_MODE = ("The Cloud Firestore API is not available for Firestore in Datastore Mode database "
+                  f"projects/{FIRESTORE_PROJECT}/databases/(default).")
+
+
+async def test_a_database_in_datastore_mode_answers_deliveries_and_readyz_503_with_its_reason(stand_in) -> None:
+    """What a user pointing runonce at a Datastore-mode database sees: Scheduler is told to retry
+    (503, nothing dispatched) and the operator reads Firestore's own reason, not an internal error."""
+    stand_in.fail, stand_in.fail_message = grpc.StatusCode.FAILED_PRECONDITION, DATASTORE_MODE
+    store = FirestoreStore(project=FIRESTORE_PROJECT, collection=COLLECTION, timeout_seconds=5)
+    target = ScriptedTarget()
+    settings = Settings(routes=ROUTES, auth="none", store="firestore")
+    app = create_app(settings, store=store, targets={"etl": target, "bare": target})
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://runonce"
+    ) as client:
+        delivered = await client.post("/v1/routes/etl:run", headers=JOB)
+        ready = await client.get("/readyz")
+    assert delivered.status_code == 503 and delivered.json()["status"] == "unavailable"
+    assert DATASTORE_MODE in delivered.json()["error"]["message"]
+    assert ready.status_code == 503 and DATASTORE_MODE in ready.json()["error"]["message"]
+    assert target.dispatched == [] and target.reconciled == []
 
 
 async def attempts(stand_in: FirestoreStandIn, call: Any) -> int:
