@@ -356,3 +356,37 @@ async def test_a_request_validation_error_answers_400_invalid_naming_the_field()
     body = response.json()
     assert (body["status"], body["route"], body["error"]["field"]) == ("invalid", None, "query.limit")
     assert "integer" in body["error"]["message"]
+
+
+async def test_a_validation_error_without_details_still_answers_400_invalid() -> None:
+    from fastapi.exceptions import RequestValidationError
+    from starlette.requests import Request
+
+    from app.api.answers import validation_error
+
+    request = Request({"type": "http", "method": "GET", "path": "/v1/things", "headers": [], "path_params": {}})
+    response = await validation_error(request, RequestValidationError([]))
+    assert response.status_code == 400
+    assert json.loads(response.body) == {"status": "invalid", "route": None, "error": {"message": "invalid request", "field": ""}}
+
+
+def test_an_error_of_no_family_is_a_type_error_naming_its_class() -> None:
+    """A DeliveryError leaf added without a family in ANSWERS fails loudly, naming itself."""
+    from app import errors
+    from app.api.answers import render
+
+    class Orphan(errors.DeliveryError):
+        pass
+
+    with pytest.raises(TypeError, match="^Orphan has no answer: add its family to ANSWERS$"):
+        render(Orphan("nobody answers this"))
+
+
+async def test_an_audit_body_over_32_kib_is_413_naming_the_audit_route_and_its_run(api: Harness) -> None:
+    """The audit endpoint's path names no route: the 413 still says which route and run it refused."""
+    big = json.dumps({"data": "x" * (32 * 1024)}).encode()
+    response = await api.client.post("/v1/audit:run", headers=JOB, content=big)
+    assert response.status_code == 413
+    body = response.json()
+    assert (body["status"], body["route"], body["error"]["field"]) == ("invalid", "_audit", "body")
+    assert body["run_id"] == run_id_of("runonce/v1|scheduler|||_audit|nightly|2026-10-16T12:00:00Z")

@@ -7,6 +7,7 @@ they still carry their signature."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,6 +98,24 @@ def test_starts_after_reading_its_own_service_and_policy(cloud_run) -> None:
     auth = build_authenticator(settings(admin), {"demo": []}, environ=environ)
     assert isinstance(auth, CloudRunIamAuthenticator)
     assert admin.seen == [(GET, SERVICE), (GET_POLICY, SERVICE)]
+
+
+async def test_closing_it_closes_the_client_it_fetches_certificates_with(cloud_run) -> None:
+    admin, environ = cloud_run
+    auth = build_authenticator(settings(admin), {"demo": []}, environ=environ)
+    await auth.aclose()
+    assert auth.certs._http.is_closed
+
+
+async def test_a_stripped_token_expired_within_the_clock_skew_is_accepted(cloud_run) -> None:
+    admin, environ = cloud_run
+    auth = build_authenticator(settings(admin, oidc_clock_skew_seconds=300), {"demo": []}, environ=environ)
+    expired = oidc.claims(audience=AUDIENCE, email=CALLER, issued_at=time.time() - 3600 - 150)  # 150 s ago
+    token = oidc.signature_removed(oidc.sign(oidc.make_key(), expired))
+    try:
+        assert await auth.authenticate(httpx.Headers({"Authorization": f"Bearer {token}"})) == CALLER
+    finally:
+        await auth.aclose()
 
 
 def test_refuses_to_start_when_the_invoker_check_is_off(cloud_run) -> None:

@@ -60,6 +60,9 @@ def refused(headers: dict[str, str], **kwargs) -> InvalidDelivery:
         ("2026-10-16T12:00:00.1234560Z", "2026-10-16T12:00:00.123456Z"),  # zeros past the microsecond
         ("2026-10-16T12:00:00.000000000Z", "2026-10-16T12:00:00Z"),
         ("2026-10-16T12:00:00.5Z", "2026-10-16T12:00:00.500000Z"),
+        ("1970-01-01T00:00:00Z", "1970-01-01T00:00:00Z"),  # the first instant runonce schedules
+        ("1970-01-01T01:00:00+01:00", "1970-01-01T00:00:00Z"),
+        ("9998-12-31T23:59:59.999999Z", "9998-12-31T23:59:59.999999Z"),  # the last
     ],
 )
 def test_accepted_timestamps_and_their_utc_form(text: str, utc: str) -> None:
@@ -80,6 +83,9 @@ def test_accepted_timestamps_and_their_utc_form(text: str, utc: str) -> None:
         "2026-10-16 12:00:00Z",
         "2026-10-16T12:00:60Z",  # leap seconds are not schedulable
         "2026-02-30T12:00:00Z",
+        "1969-12-31T23:59:59.999999Z",  # before 1970
+        "9999-01-01T00:00:00Z",  # from 9999 on
+        "9998-12-31T23:00:00-01:00",  # a year-9998 text that is 9999 in UTC
     ],
 )
 def test_refused_timestamps_name_the_field(text: str) -> None:
@@ -131,6 +137,10 @@ def test_header_patterns(headers: dict[str, str], field: str) -> None:
     assert refused(headers).field == field
 
 
+def test_only_http_whitespace_is_trimmed_from_a_header() -> None:
+    assert scheduled_job(" \tXnightlyX\t ").job == "XnightlyX"
+
+
 def test_header_patterns_accept_every_documented_character() -> None:
     assert scheduled_job("Nightly_ETL-2").job == "Nightly_ETL-2"
     task = deliver({"X-CloudTasks-QueueName": "Queue-1", "X-CloudTasks-TaskName": "Task_1-a"})
@@ -175,6 +185,23 @@ def test_a_refused_force_run_names_the_header() -> None:
         deliver({"X-CloudScheduler-JobName": "nightly", TIME: "2026-10-16T13:00:00Z"}, policy=policy)
     assert caught.value.field == TIME and "3600s ahead" in caught.value.reason
     assert deliver({"X-CloudScheduler-JobName": "nightly", TIME: "2026-10-16T12:00:05Z"}, policy=policy).source == "scheduler"
+
+
+@pytest.mark.parametrize(
+    ("forced_runs", "when", "may_be_retry"),
+    [
+        ("separate", "2026-10-16T12:00:00Z", True),  # the scheduled run: perhaps a force run's retry
+        ("separate", "2026-10-16T13:00:00Z", False),  # a force run: itself, never another's retry
+        ("dedupe", "2026-10-16T12:00:00Z", False),  # one key for both: nothing else to look up
+        ("dedupe", "2026-10-16T13:00:00Z", False),
+    ],
+)
+def test_only_a_scheduled_delivery_on_a_separate_route_may_be_a_force_runs_retry(
+    forced_runs: str, when: str, may_be_retry: bool
+) -> None:
+    policy = SchedulePolicy(forced_runs=forced_runs)
+    delivery = deliver({"X-CloudScheduler-JobName": "nightly", TIME: when}, policy=policy)
+    assert delivery.may_be_forced_retry is may_be_retry
 
 
 def test_dedupe_keys_a_force_run_as_the_scheduled_run() -> None:

@@ -104,8 +104,9 @@ async def test_retry_while_the_force_run_holds_its_lease_is_busy_not_a_new_run(a
     assert (retry["code"], retry["status"], retry["run_id"]) == (409, "in_progress", forced["run_id"])
     assert len(api.downstream.keys) == 1
     # The scheduled run's claim, made beside the read of the force run, was given back untouched.
-    statuses = {r.run_id == forced["run_id"]: r.status for r in await api.store.list(api.clock())}
-    assert statuses == {True: "in_progress", False: "failed"}
+    runs = {r.run_id == forced["run_id"]: r for r in await api.store.list(api.clock())}
+    assert (runs[True].status, runs[False].status) == ("in_progress", "failed")
+    assert runs[False].last_error == f"this delivery was a retry of force run {forced['run_id']}"
 
 
 async def test_failed_force_run_is_retried_under_its_own_key(api: Api) -> None:
@@ -184,7 +185,41 @@ async def test_store_down_for_the_force_run_read_gives_the_claim_back_and_answer
                     dispatch_timeout=timedelta(seconds=1), clock=lambda: S)
     delivery = Delivery(source="scheduler", project="", location="", route="separate", job="hourly",
                         schedule_time=S, may_be_forced_retry=True)
-    with pytest.raises(errors.Unavailable, match="target was not called"):
+    with pytest.raises(errors.Unavailable, match=r"target was not called \(deadline exceeded\)"):
         await runner.run(delivery, {}, "0" * 64)
     assert target.dispatched == []
-    assert [r.status for r in await store.list(S)] == ["failed"]  # claimable by the retry at once
+    [released] = await store.list(S)
+    assert released.status == "failed"  # claimable by the retry at once
+    assert released.last_error == "could not tell whether this delivery retries a force run"
+
+
+class ForcedClaimFails(MemoryStore):
+    """Claims of force runs fail once `down` is set; the scheduled run's claim still succeeds."""
+
+    down = False
+
+    async def claim(self, new, now, lease, retention):  # type: ignore[no-untyped-def]
+        if self.down and new.source == "scheduler-forced":
+            raise StoreUnavailable("deadline exceeded")
+        return await super().claim(new, now, lease, retention)
+
+
+async def test_store_down_for_the_force_runs_claim_answers_503_for_the_force_run() -> None:
+    store, target = ForcedClaimFails(), ScriptedTarget(dispatch=_refused)
+    runner = Runner(store, {"separate": target}, lease=timedelta(seconds=3), retention=timedelta(days=1),
+                    dispatch_timeout=timedelta(seconds=1), clock=lambda: S)
+    delivery = Delivery(source="scheduler", project="", location="", route="separate", job="hourly",
+                        schedule_time=S, may_be_forced_retry=True)
+    forced = delivery.as_forced()
+    with pytest.raises(errors.Failed):
+        await runner.run(forced, {}, "0" * 64)  # the force run failed: its retry is still due
+    store.down = True
+
+    with pytest.raises(errors.Unavailable, match="target was not called") as raised:
+        await runner.run(delivery, {}, "0" * 64)
+    assert (raised.value.run_id, raised.value.route) == (forced.run_id, "separate")
+    assert len(target.dispatched) == 1
+
+
+async def _refused(request: DispatchRequest) -> str:
+    raise TargetFailed("refused")

@@ -368,7 +368,25 @@ async def test_a_state_read_that_hangs_waits_and_releases_the_claim(clock: Clock
     await r.run(delivery(0), {}, BODY)
     target.on_is_running = hang
     assert "took longer than the dispatch timeout" in await waits(r, delivery(1))
-    assert (await stored(r, delivery(1).run_id)).status == FAILED
+    released = await stored(r, delivery(1).run_id)
+    assert (released.status, released.last_error) == (FAILED, "the overlap check took longer than the dispatch timeout")
+
+
+async def test_a_dispatch_that_hangs_after_the_guard_passed_is_unknown_and_keeps_the_claim(clock: Clock) -> None:
+    """Only the guard's own overrun is a wait: once the guard passed, the target may have acted."""
+    async def hang(request: DispatchRequest) -> str:
+        await asyncio.sleep(60)
+        return "late"
+
+    executions = Executions()
+    target = ScriptedTarget(running=executions.is_running)
+    r = runner(target, clock, RouteGuard("wait"), dispatch_timeout=0.2)
+    executions.finished.add((await r.run(delivery(0), {}, BODY)).record.target["resource"])
+    target.on_dispatch = hang
+
+    with pytest.raises(errors.OutcomeUnknown, match="dispatch took longer"):
+        await r.run(delivery(1), {}, BODY)
+    assert (await stored(r, delivery(1).run_id)).status == IN_PROGRESS
 
 
 async def test_a_wait_whose_release_fails_says_the_retry_waits_for_the_lease(clock: Clock) -> None:

@@ -149,6 +149,17 @@ async def test_an_unsendable_payload_reaching_the_runner_fails_and_releases_the_
     assert (await runner.store.get(delivery_at(clock).run_id, clock())).status == FAILED
 
 
+async def test_an_unsendable_payload_is_failed_by_the_runner_before_any_adapter_sees_it(clock: Clock) -> None:
+    """The runner checks the payload itself, so an adapter that does not encode it (the scripted
+    target here) is never handed one it could not send."""
+    target = ScriptedTarget()
+    runner = runner_for(target, clock)
+    with pytest.raises(errors.Failed, match="finite"):
+        await runner.run(delivery_at(clock), {"x": float("nan")}, "0" * 64)
+    assert target.dispatched == []
+    assert (await runner.store.get(delivery_at(clock).run_id, clock())).status == FAILED
+
+
 @pytest.mark.parametrize("raised", [httpx.ConnectError("refused"), httpx.PoolTimeout("pool full")])
 async def test_a_raw_error_raised_before_sending_is_failed_not_unknown(clock: Clock, raised: Exception) -> None:
 

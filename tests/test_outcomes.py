@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
+import httpx
 import pytest
 
 from app import errors
@@ -593,6 +594,7 @@ async def test_drain_never_lengthens_a_deadline_that_ends_sooner(clock: Clock) -
         (TargetThrottled("HTTP 429"), errors.Throttled),
         (TargetOutcomeUnknown("reset"), errors.OutcomeUnknown),
         (KeyError("adapter bug"), errors.OutcomeUnknown),
+        (httpx.ConnectError("refused"), errors.Failed),  # nothing was sent
     ],
 )
 async def test_an_error_answer_is_chained_to_what_the_target_raised(clock: Clock, raised: Exception, answered) -> None:

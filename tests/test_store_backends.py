@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import sqlite3
+import threading
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -219,6 +220,73 @@ async def test_sqlite_locked_past_the_timeout_is_unavailable(tmp_path: Path) -> 
         blocker.close()
     assert (await claim(store)).decision is Decision.CREATE  # and it recovers
     await store.close()
+
+
+async def test_sqlite_opening_a_new_file_another_process_writes_waits_for_the_write_to_end(tmp_path: Path) -> None:
+    """Switching a new file to WAL while another process holds its write lock fails at once, without
+    the busy handler (processes opening a new file together): the store retries it until the lock
+    ends, within its timeout."""
+    path = str(tmp_path / "runs.db")
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # the write lock, in the rollback journal a new file starts with
+    store = SQLiteStore(path, timeout_seconds=30)
+    try:
+        opening = asyncio.create_task(store.ping())
+        await asyncio.sleep(0.2)  # the store meets the lock meanwhile
+        blocker.execute("ROLLBACK")
+        await opening
+        assert (await claim(store)).decision is Decision.CREATE
+    finally:
+        blocker.close()
+        await store.close()
+
+
+async def test_sqlite_opening_a_new_file_another_process_writes_past_the_timeout_is_unavailable(tmp_path: Path) -> None:
+    """The switch to WAL waits for the other writer up to the store timeout, then gives up (503),
+    never spins on."""
+    path = str(tmp_path / "runs.db")
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # the write lock, in the rollback journal a new file starts with
+    store = SQLiteStore(path, timeout_seconds=0.2)
+    try:
+        with pytest.raises(StoreUnavailable, match="locked"):
+            await asyncio.wait_for(store.ping(), 20)  # a bound on a hang, not a timing assertion
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+        await store.close()
+
+
+async def test_sqlite_a_file_of_todays_schema_opens_and_reads_while_another_process_writes(tmp_path: Path) -> None:
+    """WAL readers do not wait for the writer, and opening a file whose schema is current takes no
+    write lock: `runonce runs` works while the server holds a claim's transaction."""
+    path = str(tmp_path / "runs.db")
+    first = SQLiteStore(path)
+    won = await claim(first)
+    await first.close()
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    reader = SQLiteStore(path, timeout_seconds=0.2)
+    try:
+        assert await reader.get(won.record.run_id, T0) == won.record
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+        await reader.close()
+
+
+async def test_sqlite_runs_every_statement_on_the_stores_one_thread(tmp_path: Path) -> None:
+    """The store's connection is shared: a ping's BEGIN IMMEDIATE ... ROLLBACK must never take in a
+    claim's INSERT from another thread."""
+    store = SQLiteStore(str(tmp_path / "runs.db"))
+    threads: set[int] = set()
+    try:
+        await store.ping()
+        store._conn.set_trace_callback(lambda statement: threads.add(threading.get_ident()))
+        await asyncio.gather(*(store.get(f"{n:064x}", T0) for n in range(20)), store.ping())
+        assert len(threads) == 1
+    finally:
+        await store.close()
 
 
 async def test_sqlite_unusable_path_is_unavailable(tmp_path: Path) -> None:

@@ -155,6 +155,19 @@ async def test_redis_killed_is_unavailable_and_the_error_names_the_operation(tmp
         await store.close()
 
 
+async def test_redis_killed_under_wait_replicas_names_the_operation_too(tmp_path: Path) -> None:
+    """The write and its WAIT go out in one pipeline; its failure still says which write it was."""
+    server = start_redis(tmp_path)
+    store = open_store(f"redis://127.0.0.1:{server.port}/0?wait_replicas=1", timeout_seconds=1)
+    try:
+        server.kill()
+        with pytest.raises(StoreUnavailable, match="^redis claim: "):
+            await claim(store)
+    finally:
+        server.stop()
+        await store.close()
+
+
 async def test_redis_fresh_run_is_two_round_trips(redis_server) -> None:
     store = open_store(redis_url(redis_server))
     try:

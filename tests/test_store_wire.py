@@ -207,6 +207,20 @@ async def test_the_default_collection_is_runonce_runs(stand_in) -> None:
         await store.close()
 
 
+async def test_a_store_that_made_no_call_closes(stand_in) -> None:
+    """`runonce serve` stopped before any delivery: its client never built a channel to close."""
+    await FirestoreStore(project=FIRESTORE_PROJECT).close()
+
+
+async def test_closing_the_store_closes_its_channel(stand_in) -> None:
+    store = FirestoreStore(project=FIRESTORE_PROJECT)
+    await store.load("a" * 64)
+    channel = store._client._firestore_api.transport.grpc_channel
+    await store.close()
+    with pytest.raises(grpc.aio.UsageError, match="closed"):
+        await channel.unary_unary("/google.firestore.v1.Firestore/Commit")(b"")
+
+
 def unavailable_message(op: str, code: grpc.StatusCode) -> str:
     error = gexc.exception_class_for_grpc_status(code)
     return f"firestore {op}: {error.__name__}: {error.code} {code.name} from the stand-in"

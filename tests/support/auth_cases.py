@@ -84,6 +84,10 @@ REJECTED: dict[str, tuple[Case, int, str]] = {
         Case(lambda g, r: bearer(oidc.unsigned(oidc.claims(audience=AUDIENCE, email=SCHEDULER), g.kid))),
         401, "alg 'none'",
     ),
+    "alg-unknown": (  # named, not echoed: the header is the caller's text
+        Case(lambda g, r: bearer(oidc.unsigned(oidc.claims(audience=AUDIENCE, email=SCHEDULER), g.kid, alg="X<script>"))),
+        401, "signed with an unknown alg; Google ID tokens are RS256",
+    ),
     "hs256-with-public-key": (
         Case(lambda g, r: bearer(oidc.hs256(oidc.claims(audience=AUDIENCE, email=SCHEDULER), g.public_pem, g.kid))),
         401, "alg 'HS256'",

@@ -107,9 +107,9 @@ def _segment(obj: dict[str, Any]) -> str:
     return _b64(json.dumps(obj).encode())
 
 
-def unsigned(payload: dict[str, Any], kid: str) -> str:
-    """`alg: none`, empty signature."""
-    return f"{_segment({'alg': 'none', 'typ': 'JWT', 'kid': kid})}.{_segment(payload)}."
+def unsigned(payload: dict[str, Any], kid: str, alg: str = "none") -> str:
+    """`alg: none` (or any other `alg`), empty signature."""
+    return f"{_segment({'alg': alg, 'typ': 'JWT', 'kid': kid})}.{_segment(payload)}."
 
 
 def hs256(payload: dict[str, Any], secret: str, kid: str) -> str:

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import ipaddress
 import json
 import socket
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import httpx
 import pytest
@@ -16,6 +20,7 @@ import pytest
 from app.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown
 from app.targets.base import NOTHING_SENT
 from app.targets.http import HttpTarget, HttpTargetConfig
+from app import tls
 from app.targets.transport import AiohttpTransport, target_client
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -24,8 +29,9 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]
 class Server:
     """A loopback TCP server whose handler decides what each connection gets."""
 
-    def __init__(self, handle: Handler):
+    def __init__(self, handle: Handler, ssl: ssl.SSLContext | None = None):
         self.handle = handle
+        self.ssl = ssl
         self.connections = 0
         self.requests: list[tuple[str, dict[str, str], bytes]] = []
 
@@ -37,8 +43,9 @@ class Server:
             finally:
                 writer.close()
 
-        self._server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        self._server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=self.ssl)
+        scheme = "https" if self.ssl else "http"
+        self.url = f"{scheme}://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -57,12 +64,12 @@ class Server:
         return True
 
 
-def answering(status: int = 200, body: bytes = b'{"ok":true}', headers: str = "") -> Handler:
+def answering(status: int = 200, body: bytes = b'{"ok":true}', headers: str = "", reason: str = "Whatever") -> Handler:
     async def handle(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while await server.read_request(reader):
                 writer.write(
-                    f"HTTP/1.1 {status} Whatever\r\nContent-Length: {len(body)}\r\n{headers}\r\n".encode() + body
+                    f"HTTP/1.1 {status} {reason}\r\nContent-Length: {len(body)}\r\n{headers}\r\n".encode() + body
                 )
                 await writer.drain()
         except asyncio.IncompleteReadError:
@@ -135,6 +142,95 @@ async def test_answers_keep_their_status_headers_and_encoded_body(client: httpx.
         answer = await client.post(server.url, content=b"{}")
     assert answer.status_code == 503 and answer.headers["retry-after"] == "7"
     assert answer.json() == {"error": "busy"}  # httpx decodes, as with its own transport
+
+
+async def test_an_answer_without_a_reason_phrase_gets_its_statuss_own(client: httpx.AsyncClient) -> None:
+    """As with httpx's own transport; a Google target's error message falls back to it."""
+    async with Server(answering(503, b"", reason="")) as server:
+        answer = await client.post(server.url, content=b"{}")
+    assert (answer.status_code, answer.reason_phrase) == (503, "Service Unavailable")
+
+
+async def test_a_pool_without_a_connection_limit_opens_as_many_as_requests_in_flight() -> None:
+    """httpx.Limits(max_connections=None) means no limit, not one connection."""
+    both_arrived = asyncio.Event()
+
+    async def answer_once_both_arrived(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        if server.connections == 2:
+            both_arrived.set()
+        await both_arrived.wait()
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+
+    http = httpx.AsyncClient(transport=AiohttpTransport(httpx.Limits(max_connections=None)), timeout=5)
+    async with Server(answer_once_both_arrived) as server:
+        answers = await asyncio.gather(http.post(server.url, content=b"{}"), http.post(server.url, content=b"{}"))
+    await http.aclose()
+    assert [a.status_code for a in answers] == [200, 200]
+
+
+def _certificate_authority(tmp_path: Path) -> tuple[Path, ssl.SSLContext]:
+    """A CA of our own (its certificate written to a file) and a server context for 127.0.0.1 it signed."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.now(timezone.utc)
+
+    def issue(subject: str, key, issuer: x509.Name, signer, ca: bool) -> x509.Certificate:
+        builder = (
+            x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+            .issuer_name(issuer).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - timedelta(hours=1)).not_valid_after(now + timedelta(hours=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if ca:
+            builder = builder.add_extension(x509.KeyUsage(
+                digital_signature=True, content_commitment=False, key_encipherment=False, data_encipherment=False,
+                key_agreement=False, key_cert_sign=True, crl_sign=True, encipher_only=False, decipher_only=False,
+            ), critical=True)
+        else:
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        return builder.sign(signer, hashes.SHA256())
+
+    ca_key, server_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "runonce test CA")])
+    ca_cert = issue("runonce test CA", ca_key, ca_name, ca_key, ca=True)
+    server_cert = issue("127.0.0.1", server_key, ca_name, ca_key, ca=False)
+    ca_file, cert_file, key_file = tmp_path / "ca.pem", tmp_path / "server.pem", tmp_path / "server.key"
+    ca_file.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    cert_file.write_bytes(server_cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(server_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(cert_file, key_file)
+    return ca_file, server
+
+
+async def test_https_trusts_what_httpx_trusts_including_ssl_cert_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CA named by SSL_CERT_FILE (a company's own, say) is trusted as by httpx's own transport:
+    the transport verifies with the process's one client context (app/tls.py)."""
+    ca_file, server_context = _certificate_authority(tmp_path)
+    async with Server(answering(), ssl=server_context) as server:
+        with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):  # not trusted by default
+            await _post_with_a_fresh_trust_store(server.url)
+        monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
+        answer = await _post_with_a_fresh_trust_store(server.url)
+    assert answer.status_code == 200 and answer.json() == {"ok": True}
+
+
+async def _post_with_a_fresh_trust_store(url: str) -> httpx.Response:
+    """A POST from a new target client, whose TLS context is built anew from the environment."""
+    tls.client_context.cache_clear()
+    http = target_client(5.0)
+    try:
+        return await http.post(url, content=b"{}")
+    finally:
+        await http.aclose()
+        tls.client_context.cache_clear()
 
 
 async def test_big_headers_are_read_and_cookies_are_sent_back_once(client: httpx.AsyncClient) -> None:
