@@ -26,7 +26,7 @@ RUN /opt/venv/bin/python -m pip install --require-hashes --no-deps -r requiremen
 # at install: no writes at start-up), and pip and setuptools out of the venv: nothing in the final
 # image can install or build.
 COPY pyproject.toml README.md ./
-COPY app ./app
+COPY runonce ./runonce
 RUN /opt/venv/bin/python -m pip install --no-deps --no-build-isolation --no-index . \
     && /opt/venv/bin/python -m pip uninstall --yes pip setuptools
 

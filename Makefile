@@ -27,7 +27,7 @@ bench: $(VENV)/.installed ## Issue 14's table: runonce vs the seed's handler (li
 	$(BIN)/python bench/bench_perf.py $(BENCH_ARGS)
 
 # Mutation testing (README, Development): by hand before a change to the core lands, not in CI.
-# `make mutate MUTANTS='app.delivery*'` runs one module's mutants while iterating.
+# `make mutate MUTANTS='runonce.run.delivery*'` runs one module's mutants while iterating.
 MUTANTS ?=
 IN_PROCESS := -p no:cacheprovider -m "not deploy and not e2e" -k "not firestore" --ignore=tests/sim --ignore=tests/guard
 mutate: $(VENV)/.installed $(VENV)/.mutate-installed ## Mutation score of the exactly-once core (~30 min on 2 cores).

@@ -109,9 +109,9 @@ def rss_mb(pid: int) -> float:
 
 async def count_rpcs() -> dict[str, Counter[str]]:
     """Firestore RPCs of one fresh run, counted on the GAPIC client both contenders go through."""
-    from app.stores import Finish, NewRun
-    from app.stores.base import COMPLETED
-    from app.stores.firestore import FirestoreStore
+    from runonce.stores import Finish, NewRun
+    from runonce.stores.base import COMPLETED
+    from runonce.stores.firestore import FirestoreStore
     from bench import baseline_app
 
     def counted(client) -> Counter[str]:

@@ -32,8 +32,8 @@ PROJECT = "runonce-bench"
 async def child(runs: int, warmup: int) -> dict[str, float]:
     from datetime import datetime, timedelta, timezone
 
-    from app.stores import Finish, NewRun
-    from app.stores.firestore import FirestoreStore
+    from runonce.stores import Finish, NewRun
+    from runonce.stores.firestore import FirestoreStore
 
     store = FirestoreStore(project=PROJECT, collection=f"bench_store_{uuid.uuid4().hex[:8]}")
     now = datetime.now(timezone.utc)

@@ -138,10 +138,10 @@ def one_round(url: str, pid: int, deliveries: int) -> tuple[list[float], float]:
 async def count_round_trips(store_kind: str, backends: Backends) -> dict[str, int]:
     """Store requests of one fresh scheduled delivery through the Runner (as `runonce serve` runs
     it), counted on the store's client after a warm-up run: {"claim+finish": n, "delivery": n}."""
-    from app.delivery import Delivery
-    from app.protocol import Runner
-    from app.stores import Finish, NewRun, open_store
-    from app.targets.scripted import ScriptedTarget
+    from runonce.run.delivery import Delivery
+    from runonce.run.runner import Runner
+    from runonce.stores import Finish, NewRun, open_store
+    from runonce.targets.scripted import ScriptedTarget
 
     env = backends.env(store_kind, backends.hosts.get(store_kind), f"count_{uuid.uuid4().hex[:8]}")
     url = env["RUNONCE_STORE"]

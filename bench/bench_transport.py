@@ -1,5 +1,5 @@
 """Client CPU per POST: httpx over its own transport (httpcore) against httpx over aiohttp's pool
-(`app/targets/transport.py`), the same local downstream, interleaved rounds, medians.
+(`runonce/targets/transport.py`), the same local downstream, interleaved rounds, medians.
 
     .venv/bin/python bench/bench_transport.py            # [--rounds 5] [--posts 3000] [--concurrency 16]
 
@@ -22,7 +22,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.targets.transport import target_client  # noqa: E402
+from runonce.targets.transport import target_client  # noqa: E402
 from tests.support.procs import free_port  # noqa: E402
 
 BODY = b'{"run_id":"' + b"0" * 64 + b'","route":"r","job":"j","schedule_time":"2026-10-16T12:00:00Z","payload":{}}'

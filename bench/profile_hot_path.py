@@ -40,22 +40,22 @@ def frames(*paths: str, native: str = "") -> re.Pattern[str]:
 
 
 # (cost, pattern on a py-spy frame "function (path:line)"): the split of issue 14. py-spy shortens
-# paths: runonce's own modules show as `access.py`, `stores/firestore.py`. The innermost frame that
+# paths: runonce's own modules show as `api/access_log.py`, `stores/firestore.py`. The innermost frame that
 # matches a cost wins, the first listed on the same frame. Frames of anyio, asyncio and uvloop match
 # none: they are charged to the layer that called them (httpcore's locks to the POST, starlette's
 # streams to the framework), or to "event loop" when no layer is on the stack.
 COSTS: list[tuple[str, re.Pattern[str]]] = [
     ("garbage collection", re.compile(r"^(gc_collect\w*|_PyObject_GC_Collect|collect|gc_collect_main) \(")),
-    ("auth", frames("auth.py:", "certs.py:", "google/auth/", "jwt/", "cryptography/")),
+    ("auth", frames("auth/callers.py:", "certs.py:", "google/auth/", "jwt/", "cryptography/")),
     ("JSON", frames("json/", "orjson", native=r"^encode_json |^JSONResponse\.render ")),
     ("logging", frames("logging/", "logs.py:")),
     ("metrics", frames("prometheus_client/", "metrics.py:")),
     ("httpx POST", frames("httpx/", "httpcore/", "h11/", "targets/")),
     ("Firestore client", frames("firestore_v1/", "google/cloud/firestore", "api_core/", "proto/", "google/protobuf/",
                                 "grpc/", native=r"cygrpc|libgrpc|_message\.cpython|upb")),
-    ("framework/middleware", frames("fastapi/", "starlette/", "uvicorn/", "pydantic", "access.py:", "main.py:", "api/",
+    ("framework/middleware", frames("fastapi/", "starlette/", "uvicorn/", "pydantic", "api/access_log.py:", "main.py:", "api/",
                                     native=r"httptools|pydantic_core")),
-    ("runonce core", frames("protocol.py:", "delivery.py:", "routes.py:", "errors.py:", "admission.py:", "stores/")),
+    ("runonce core", frames("run/runner.py:", "delivery.py:", "routes.py:", "errors.py:", "admission.py:", "stores/")),
 ]
 LOOP_ENTRY = re.compile(r"asyncio/runners\.py")  # frames above it (click, `serve`, uvicorn's run) are on every stack
 EVENT_LOOP = "event loop (uvloop, asyncio)"

@@ -36,10 +36,10 @@ from tests.support.procs import start_firestore_emulator  # noqa: E402
 def serve_timed(port: int, record_to: Path) -> None:
     """`runonce serve` with timers on the delivery, the store's calls and the POST; the records are
     written to `record_to` when the server stops (uvicorn hands SIGTERM on to the handler it found)."""
-    from app import protocol
-    from app.cli import main
-    from app.stores import firestore
-    from app.targets import transport
+    from runonce.run import runner as protocol
+    from runonce.cli import main
+    from runonce.stores import firestore
+    from runonce.targets import transport
 
     records: list[tuple[str, float, float]] = []  # (phase, started, ms)
 

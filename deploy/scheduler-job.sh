@@ -124,7 +124,7 @@ done
 RETRY_WINDOW="$(check_retry_rule "$ATTEMPT_DEADLINE" "$RETRY_COUNT" "$MIN_BACKOFF" "$MAX_BACKOFF" "$MAX_DOUBLINGS" \
   "$MAX_RETRY_DURATION" "$LEASE_SECONDS" "$DISPATCH_TIMEOUT_SECONDS" "$RETENTION_SECONDS" "$REQUEST_TIMEOUT")"
 read -r WINDOW LONGEST <<<"$RETRY_WINDOW"
-log "retries span ${WINDOW}s to ${LONGEST}s after the first attempt (app/scheduler_retry.py)"
+log "retries span ${WINDOW}s to ${LONGEST}s after the first attempt (runonce/scheduler_retry.py)"
 
 INVOKER_EMAIL="$(sa_email "$INVOKER_SA" "$PROJECT_ID")"
 SERVICE_URL="${SERVICE_URL:-$(service_url "$SERVICE" "$PROJECT_ID" "${SERVICE_REGION:-$LOCATION}")}"

@@ -34,7 +34,7 @@ output "scheduler_job_ids" {
 }
 
 output "retry_window_seconds" {
-  description = "Per job: when the last retry starts, after the first attempt, if every attempt is answered at once (app/scheduler_retry.py's shortest window)."
+  description = "Per job: when the last retry starts, after the first attempt, if every attempt is answered at once (runonce/scheduler_retry.py's shortest window)."
   value       = local.retry_window_seconds
 }
 

@@ -14,10 +14,10 @@
  *      attempt's lease has run out, so one of them completes the run;
  *   4. retention > longest retry window: the record outlives every retry, so a late retry is
  *      answered `duplicate` instead of running again.
- * The two windows are app/scheduler_retry.py's (the one implementation; a test holds this copy to
+ * The two windows are runonce/scheduler_retry.py's (the one implementation; a test holds this copy to
  * it): `shortest` = the last retry's start when every attempt is answered at once, `longest` = the
  * last attempt's end when every attempt takes the whole deadline.
- * And for the service: lease >= dispatch timeout + 2 x store timeout + margin (app/settings.py's rule).
+ * And for the service: lease >= dispatch timeout + 2 x store timeout + margin (runonce/settings.py's rule).
  */
 
 locals {
@@ -118,10 +118,10 @@ locals {
   # those is the margin an attempt needs on top of the dispatch timeout.
   store_margin_seconds = 15
 
-  # The service's own start-up rule (app/settings.py: lease >= dispatch timeout + 2 x store timeout
+  # The service's own start-up rule (runonce/settings.py: lease >= dispatch timeout + 2 x store timeout
   # + LEASE_MARGIN_SECONDS), with RUNONCE_STORE_TIMEOUT_SECONDS at its default; a test holds both
   # numbers to the code.
-  # The Spanner run table: app/stores/spanner.py's DDL, the text `runonce store init` applies (a test
+  # The Spanner run table: runonce/stores/spanner.py's DDL, the text `runonce store init` applies (a test
   # holds the two equal). Its row deletion policy deletes a record once expire_at has passed.
   spanner_ddl = replace(chomp(<<EOT
 CREATE TABLE {table} (

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from app.stores import RunStore, open_store
-from app.stores.memory import MemoryStore
-from app.stores.sqlite import SQLiteStore
+from runonce.stores import RunStore, open_store
+from runonce.stores.memory import MemoryStore
+from runonce.stores.sqlite import SQLiteStore
 from tests.fakes.google_api import LIVE_FAKES
 from tests.support import oidc
 from tests.support.backends import Server, create_spanner_database, start_redis, start_spanner_emulator
@@ -142,7 +142,7 @@ def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """`runonce ...` through click's CliRunner, on a SQLite store of the test's own (`cli.db`)."""
     from click.testing import CliRunner
 
-    from app.cli import main
+    from runonce.cli import main
 
     db = tmp_path / "runs.db"
     monkeypatch.setenv("RUNONCE_STORE", f"sqlite:///{db}")

@@ -9,12 +9,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.main import create_app
-from app.settings import Settings
-from app.stores import StoreUnavailable
-from app.stores.memory import MemoryStore
-from app.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown, TargetThrottled
-from app.targets.scripted import ScriptedTarget
+from runonce.api.main import create_app
+from runonce.settings import Settings
+from runonce.stores import StoreUnavailable
+from runonce.stores.memory import MemoryStore
+from runonce.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown, TargetThrottled
+from runonce.targets.scripted import ScriptedTarget
 from tests.support.clock import Clock
 from tests.support.api import JOB, ROUTES, Harness, run_id_of
 
@@ -305,7 +305,7 @@ async def test_unknown_paths_answer_in_the_same_shape(api: Harness) -> None:
 
 
 def test_routes_are_validated_at_start_up(tmp_path: Path) -> None:
-    from app.settings import ConfigError
+    from runonce.settings import ConfigError
 
     bad = tmp_path / "routes.yaml"
     bad.write_text("routes:\n  etl:\n    target: {type: http, url: not-a-url}\n")
@@ -342,7 +342,7 @@ async def test_a_request_validation_error_answers_400_invalid_naming_the_field()
     admin endpoint's `?limit=`) gets runonce's answer, not FastAPI's default 422 shape."""
     from fastapi import FastAPI
 
-    from app.api.answers import HANDLERS
+    from runonce.api.answers import HANDLERS
 
     app = FastAPI(exception_handlers=HANDLERS)
 
@@ -362,7 +362,7 @@ async def test_a_validation_error_without_details_still_answers_400_invalid() ->
     from fastapi.exceptions import RequestValidationError
     from starlette.requests import Request
 
-    from app.api.answers import validation_error
+    from runonce.api.answers import validation_error
 
     request = Request({"type": "http", "method": "GET", "path": "/v1/things", "headers": [], "path_params": {}})
     response = await validation_error(request, RequestValidationError([]))
@@ -372,8 +372,8 @@ async def test_a_validation_error_without_details_still_answers_400_invalid() ->
 
 def test_an_error_of_no_family_is_a_type_error_naming_its_class() -> None:
     """A DeliveryError leaf added without a family in ANSWERS fails loudly, naming itself."""
-    from app import errors
-    from app.api.answers import render
+    from runonce import errors
+    from runonce.api.answers import render
 
     class Orphan(errors.DeliveryError):
         pass

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-APP = REPO / "app"
+APP = REPO / "runonce"
 
 
 def module_name(path: Path) -> str:
@@ -112,25 +112,25 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
 
 
-LEAVES = ("app.errors", "app.names")  # import nothing of runonce: anything may import them
+LEAVES = ("runonce.errors", "runonce.names")  # import nothing of runonce: anything may import them
 
 
 def test_the_schedule_engine_imports_nothing_else_of_runonce() -> None:
-    """app/schedules is Cloud Scheduler's formats and nothing more; lint and the routes use it, not
+    """runonce/schedules is Cloud Scheduler's formats and nothing more; lint and the routes use it, not
     the other way round (only the leaves: its exception derives from the one root). Imports inside
     functions count here too."""
     graph = app_import_graph(module_level=False)
-    outside = {(name, dep) for name, deps in graph.items() if name.startswith("app.schedules")
-               for dep in deps if dep != "app" and not dep.startswith(("app.schedules", *LEAVES))}
-    assert not outside, f"app/schedules imports from the rest of runonce: {sorted(outside)}"
+    outside = {(name, dep) for name, deps in graph.items() if name.startswith("runonce.schedules")
+               for dep in deps if dep != "runonce" and not dep.startswith(("runonce.schedules", *LEAVES))}
+    assert not outside, f"runonce/schedules imports from the rest of runonce: {sorted(outside)}"
 
 
-WEB_LAYER = ("app.main", "app.api", "app.server", "app.access", "app.cli")
+WEB_LAYER = ("runonce.api.main", "runonce.api", "runonce.api.server", "runonce.api.access_log", "runonce.cli")
 
 
 def test_stores_and_targets_never_import_the_web_layer_or_the_command_line() -> None:
     graph = app_import_graph(module_level=False)
-    upward = {(name, dep) for name, deps in graph.items() if name.startswith(("app.stores", "app.targets"))
+    upward = {(name, dep) for name, deps in graph.items() if name.startswith(("runonce.stores", "runonce.targets"))
               for dep in deps if dep.startswith(WEB_LAYER)}
     assert not upward, f"stores/targets import the web layer or the CLI: {sorted(upward)}"
 
@@ -157,14 +157,14 @@ def test_no_module_imports_a_test_module_or_a_conftest() -> None:
 
 
 def test_the_shared_name_rules_are_declared_once() -> None:
-    """The project ID, location and route name rules are written in app/names.py only; every other
+    """The project ID, location and route name rules are written in runonce/names.py only; every other
     module builds its patterns from those (a second copy would drift)."""
-    from app import names
+    from runonce import names
 
     rules = {"PROJECT_ID": names.PROJECT_ID, "LOCATION": names.LOCATION, "ROUTE_NAME": names.ROUTE_NAME}
     copies = sorted(
         f"{path.relative_to(REPO)}:{node.lineno} repeats names.{rule}"
-        for name, path in APP_MODULES.items() if name != "app.names"
+        for name, path in APP_MODULES.items() if name != "runonce.names"
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
         if isinstance(node, ast.Constant) and isinstance(node.value, str)
         for rule, text in rules.items() if text in node.value
@@ -172,14 +172,14 @@ def test_the_shared_name_rules_are_declared_once() -> None:
     assert not copies, "\n".join(copies)
 
 
-COPIES = {  # files that cannot import app/names.py, and the rules they repeat (anchored)
+COPIES = {  # files that cannot import runonce/names.py, and the rules they repeat (anchored)
     "ROUTE_NAME": ["deploy/scheduler-job.sh", "deploy/smoke.sh", "terraform/variables.tf"],
     "PROJECT_ID": ["deploy/lib/common.sh", "terraform/variables.tf"],
 }
 
 
 def test_the_deploy_scripts_and_terraform_repeat_the_name_rules_exactly() -> None:
-    from app import names
+    from runonce import names
 
     drift = sorted(
         f"{file} does not say names.{rule} as ^{getattr(names, rule)}$"
@@ -214,7 +214,7 @@ def test_no_function_in_app_is_over_80_lines() -> None:
 
 
 def test_create_app_is_wiring_only() -> None:
-    [create_app] = [node for name, node in functions() if name == "app.main" and node.name == "create_app"]
+    [create_app] = [node for name, node in functions() if name == "runonce.api.main" and node.name == "create_app"]
     assert length(create_app) < MAX_CREATE_APP_LINES, f"create_app is {length(create_app)} lines"
 
 
@@ -267,11 +267,11 @@ def _external_is_exception(dotted: str) -> bool:
     return isinstance(value, type) and issubclass(value, BaseException)
 
 
-ROOT = "app.errors.RunonceError"
+ROOT = "runonce.errors.RunonceError"
 
 
 def test_every_exception_in_app_derives_from_the_one_root() -> None:
-    """One hierarchy (app/errors.py): the web layer maps it to statuses in one place, and nothing a
+    """One hierarchy (runonce/errors.py): the web layer maps it to statuses in one place, and nothing a
     module raises escapes as a bare ValueError or a library's exception."""
     classes = _resolved_bases()
 
@@ -295,9 +295,9 @@ def test_every_exception_in_app_derives_from_the_one_root() -> None:
 # -- (e) a target type lives in its own module ---------------------------------------------------
 
 NOT_A_TARGET = {  # the same word, another meaning
-    ("app.access", "http"): "the ASGI scope type",
-    ("app.lint", "http"): "a URL scheme",
-    ("app.targets.cloud_tasks_task", "http"): "a URL scheme",
+    ("runonce.api.access_log", "http"): "the ASGI scope type",
+    ("runonce.lint", "http"): "a URL scheme",
+    ("runonce.targets.cloud_tasks_task", "http"): "a URL scheme",
 }
 
 
@@ -305,7 +305,7 @@ def target_types() -> dict[str, str]:
     """Each target module's type string (`type: Literal["workflows"]` on its config model) -> module."""
     found = {}
     for name, path in APP_MODULES.items():
-        if name.startswith("app.targets."):
+        if name.startswith("runonce.targets."):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "type"
                         and ast.unparse(node.annotation).startswith("Literal[")):
@@ -314,7 +314,7 @@ def target_types() -> dict[str, str]:
 
 
 def test_a_target_type_name_appears_only_in_its_own_module() -> None:
-    """Adding a target is one module (plus its fake, tests and docs): nothing else in app/ lists the
+    """Adding a target is one module (plus its fake, tests and docs): nothing else in runonce/ lists the
     types; the registry finds them."""
     types = target_types()
     assert {"workflows", "cloud_run_job", "cloud_build_trigger", "http", "log"} <= set(types)

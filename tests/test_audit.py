@@ -1,4 +1,4 @@
-"""The audit (app/audit.py) and `runonce audit`: every fire time of a route as the run Scheduler would
+"""The audit (runonce/missed/audit.py) and `runonce audit`: every fire time of a route as the run Scheduler would
 have delivered, and which left no record. Against the real SQLite store; the clock is the test's."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.audit import (
+from runonce.missed.audit import (
     MAX_CATCH_UP_PER_ROUTE,
     RangeRefused,
     audit,
@@ -22,13 +22,13 @@ from app.audit import (
     parse_duration,
     scheduled_runs,
 )
-from app.delivery import format_schedule_time
-from app.main import create_app
-from app.routes import parse_routes
-from app.settings import ConfigError, Settings
-from app.stores import Finish, NewRun, RunStore
-from app.stores.base import COMPLETED, FAILED, SKIPPED
-from app.stores.sqlite import SQLiteStore
+from runonce.run.delivery import format_schedule_time
+from runonce.api.main import create_app
+from runonce.routes import parse_routes
+from runonce.settings import ConfigError, Settings
+from runonce.stores import Finish, NewRun, RunStore
+from runonce.stores.base import COMPLETED, FAILED, SKIPPED
+from runonce.stores.sqlite import SQLiteStore
 
 LEASE = timedelta(seconds=300)
 RETENTION = timedelta(days=1)
@@ -85,7 +85,7 @@ def test_a_fire_times_run_id_is_the_one_the_server_gives_schedulers_delivery() -
                            datetime(2026, 3, 9, 7, tzinfo=timezone.utc))
     canonical = "runonce/v1|scheduler|proj-1|us-central1|nightly|nightly-etl|2026-03-09T06:30:00Z"
     assert run.run_id == hashlib.sha256(canonical.encode()).hexdigest()
-    from app.stores.memory import MemoryStore
+    from runonce.stores.memory import MemoryStore
 
     app = create_app(Settings(routes=ROUTES_TEXT, auth="none"), store=MemoryStore(),
                      clock=lambda: datetime(2026, 3, 9, 6, 30, 1, tzinfo=timezone.utc))

@@ -11,11 +11,11 @@ import httpx
 import pytest
 from starlette.datastructures import Headers
 
-from app import errors
-from app.auth import Authenticator, OidcAuthenticator, build_authenticator, check_auth_config
-from app.certs import CertCache
-from app.main import create_app
-from app.settings import ConfigError, Settings
+from runonce import errors
+from runonce.auth.callers import Authenticator, OidcAuthenticator, build_authenticator, check_auth_config
+from runonce.auth.certs import CertCache
+from runonce.api.main import create_app
+from runonce.settings import ConfigError, Settings
 from tests.support import oidc
 from tests.support.procs import REPO, free_port
 
@@ -87,9 +87,9 @@ def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
     return subprocess.run(args, cwd=REPO, env={**base, **env}, capture_output=True, text=True, timeout=60)
 
 
-SERVE = ["-m", "app.cli", "serve", "--port", "0"]
+SERVE = ["-m", "runonce.cli", "serve", "--port", "0"]
 SERVE_WORKERS = [*SERVE, "--workers", "2"]
-UVICORN_FACTORY = ["-m", "uvicorn", "--factory", "app.main:app_from_environment", "--port", "0"]
+UVICORN_FACTORY = ["-m", "uvicorn", "--factory", "runonce.api.main:app_from_environment", "--port", "0"]
 NONE_ON_CLOUD_RUN = {"RUNONCE_AUTH": "none", "K_SERVICE": "runonce"}
 
 

@@ -1,4 +1,4 @@
-"""The certificate cache (app/certs.py) against a loopback certs endpoint, with an injected clock:
+"""The certificate cache (runonce/auth/certs.py) against a loopback certs endpoint, with an injected clock:
 how often Google's endpoint would be asked, and what a request gets back, as time moves."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 import pytest
 
-from app.certs import MIN_LIFETIME, RETRY_AFTER_FAILURE, UNKNOWN_KID_INTERVAL, CertCache, CertsUnavailable
+from runonce.auth.certs import MIN_LIFETIME, RETRY_AFTER_FAILURE, UNKNOWN_KID_INTERVAL, CertCache, CertsUnavailable
 from tests.support.clock import Clock
 from tests.support.oidc import CertsServer, SigningKey, make_key
 

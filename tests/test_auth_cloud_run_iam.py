@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app.auth import CloudRunIamAuthenticator, build_authenticator
-from app.main import create_app
-from app.settings import ConfigError, Settings
+from runonce.auth.callers import CloudRunIamAuthenticator, build_authenticator
+from runonce.api.main import create_app
+from runonce.settings import ConfigError, Settings
 from tests.fakes.http_server import Reply, Request
 from tests.fakes.metadata import PROJECT_ID, FakeMetadataServer
 from tests.fakes.rest import ApiError, FakeRestApi

@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.delivery import parse_delivery
-from app.stores import open_store
+from runonce.run.delivery import parse_delivery
+from runonce.stores import open_store
 from tests.support import oidc
 from tests.support.auth_cases import (
     ACCEPTED, ADMIN, AUDIENCE, CUSTOM_AUDIENCE, REJECTED, ROUTES, SCHEDULER, STRANGER, bearer, delivery_headers, token,

@@ -12,13 +12,13 @@ import httpx
 import pytest
 from google.auth import crypt, jwt
 
-from app import errors
-from app.api.answers import render
-from app.auth import OidcAuthenticator
-from app.certs import CertCache
-from app.main import create_app
-from app.settings import Settings
-from app.stores.memory import MemoryStore
+from runonce import errors
+from runonce.api.answers import render
+from runonce.auth.callers import OidcAuthenticator
+from runonce.auth.certs import CertCache
+from runonce.api.main import create_app
+from runonce.settings import Settings
+from runonce.stores.memory import MemoryStore
 from tests.support import oidc
 from tests.support.auth_cases import (
     ACCEPTED, ADMIN, AUDIENCE, CUSTOM_AUDIENCE, REJECTED, ROUTES, SCHEDULER, Case, bearer, delivery_headers, token,
@@ -164,7 +164,7 @@ async def test_two_spaces_after_the_scheme_still_carry_the_token(app: App, googl
 
 
 async def test_certificates_are_fetched_as_runonce_and_the_client_closed_with_the_app(certs, google_key) -> None:
-    from app.auth import build_authenticator
+    from runonce.auth.callers import build_authenticator
 
     auth = build_authenticator(
         Settings(routes=ROUTES, audience=[AUDIENCE], allowed_callers=[SCHEDULER], oidc_certs_url=certs.url), {}

@@ -1,4 +1,4 @@
-"""Backfill (app/backfill.py) and what `runonce backfill` refuses. The runs through the protocol against
+"""Backfill (runonce/missed/backfill.py) and what `runonce backfill` refuses. The runs through the protocol against
 real targets and stores are in tests/test_missed_runs_e2e.py; here the Runner is real and the store in memory."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from app.audit import RangeRefused, scheduled_runs
-from app.backfill import NOT_STARTED, older_than_retention, run_all, runs_to_backfill
-from app.protocol import Runner
-from app.routes import parse_routes
-from app.stores.memory import MemoryStore
-from app.targets import DispatchRequest, TargetFailed
-from app.targets.scripted import ScriptedTarget
+from runonce.missed.audit import RangeRefused, scheduled_runs
+from runonce.missed.backfill import NOT_STARTED, older_than_retention, run_all, runs_to_backfill
+from runonce.run.runner import Runner
+from runonce.routes import parse_routes
+from runonce.stores.memory import MemoryStore
+from runonce.targets import DispatchRequest, TargetFailed
+from runonce.targets.scripted import ScriptedTarget
 
 NOW = datetime(2026, 3, 8, 12, 0, tzinfo=timezone.utc)
 ROUTES_TEXT = """
@@ -156,7 +156,7 @@ def test_runonce_backfill_refuses_with_exit_2_naming_the_flag(cli_routes, args: 
 async def test_max_lateness_does_not_stop_a_backfill_of_past_times() -> None:
     """A backfill (and a catch-up) is an explicit run of past times: the route's lateness limit,
     which stops late Scheduler deliveries, does not apply (README, Scheduled-run guarantees)."""
-    from app.guarantees import RouteGuard
+    from runonce.run.guarantees import RouteGuard
 
     target = ScriptedTarget()
     late_route = Runner(MemoryStore(), {"minutely": target}, lease=timedelta(seconds=300), retention=timedelta(days=1),

@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from app import errors
-from app.audit import AUDIT_ROUTE, AuditTarget, body_sha256, catch_up_runs, scheduled_runs
-from app.backfill import catch_up, run_one
-from app.delivery import parse_delivery
-from app.metrics import Metrics
-from app.protocol import Runner
-from app.routes import parse_routes
-from app.stores.sqlite import SQLiteStore
-from app.targets import DispatchRequest, TargetFailed
-from app.targets.scripted import ScriptedTarget
+from runonce import errors
+from runonce.missed.audit import AUDIT_ROUTE, AuditTarget, body_sha256, catch_up_runs, scheduled_runs
+from runonce.missed.backfill import catch_up, run_one
+from runonce.run.delivery import parse_delivery
+from runonce.metrics import Metrics
+from runonce.run.runner import Runner
+from runonce.routes import parse_routes
+from runonce.stores.sqlite import SQLiteStore
+from runonce.targets import DispatchRequest, TargetFailed
+from runonce.targets.scripted import ScriptedTarget
 from tests.support.clock import Clock
 
 LEASE = timedelta(seconds=300)

@@ -10,8 +10,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from app.stores import Decision, Finish, RunStore
-from app.stores.base import COMPLETED, FAILED, IN_PROGRESS
+from runonce.stores import Decision, Finish, RunStore
+from runonce.stores.base import COMPLETED, FAILED, IN_PROGRESS
 from tests.support.runs import LEASE, RETENTION, T0, claim, new_run
 
 TARGET = {"type": "log", "resource": "log/1"}
@@ -119,7 +119,7 @@ async def test_list_answers_fifty_by_default(store: RunStore) -> None:
 
 
 def test_a_takeover_without_a_delivery_keeps_the_task_counters() -> None:
-    from app.stores.base import fresh_record, takeover_record
+    from runonce.stores.base import fresh_record, takeover_record
 
     found = fresh_record(replace(new_run(), task_retry_count=3, task_execution_count=2), T0, LEASE, RETENTION)
     taken = takeover_record(found, T0 + LEASE, LEASE)
@@ -131,7 +131,7 @@ def test_a_takeover_without_a_delivery_keeps_the_task_counters() -> None:
 def test_record_times_are_shown_in_utc_whatever_the_machine_zone(monkeypatch: pytest.MonkeyPatch) -> None:
     import time
 
-    from app.stores.base import fresh_record
+    from runonce.stores.base import fresh_record
 
     record = fresh_record(new_run(), T0, LEASE, RETENTION)
     monkeypatch.setenv("TZ", "Asia/Kolkata")

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from app.cli import main
-from app.stores import Finish
-from app.stores.base import COMPLETED, SKIPPED
-from app.stores.sqlite import SQLiteStore
+from runonce.cli import main
+from runonce.stores import Finish
+from runonce.stores.base import COMPLETED, SKIPPED
+from runonce.stores.sqlite import SQLiteStore
 from tests.support.procs import REPO
 from tests.support.runs import LEASE, RETENTION, new_run
 
@@ -203,12 +203,12 @@ def test_serve_starts_serving_with_the_collector_on_and_start_up_frozen(
 ) -> None:
     """Start-up runs without collections (issue 14: ~0.1 s of a cold start), but the server must
     collect again once it serves, or every cycle a delivery leaves would stay in memory."""
-    import app.cli
-    from app.server import DrainingServer
+    import runonce.cli
+    from runonce.api.server import DrainingServer
 
     collections_in_start_up: list[int] = []
     seen: dict = {}
-    start_up = app.cli._start_up
+    start_up = runonce.cli._start_up
     in_start_up = False
 
     def watched_start_up(*args):  # type: ignore[no-untyped-def]
@@ -226,7 +226,7 @@ def test_serve_starts_serving_with_the_collector_on_and_start_up_frozen(
     def serving(self) -> None:  # instead of uvicorn's loop: how the collector stands when serving begins
         seen.update(enabled=gc.isenabled(), frozen=gc.get_freeze_count(), threshold=gc.get_threshold())
 
-    monkeypatch.setattr(app.cli, "_start_up", watched_start_up)
+    monkeypatch.setattr(runonce.cli, "_start_up", watched_start_up)
     monkeypatch.setattr(DrainingServer, "run", serving)
     monkeypatch.setenv("RUNONCE_AUTH", "none")
     monkeypatch.setenv("RUNONCE_ROUTES", '{"routes": {"demo": {"target": {"type": "log"}}}}')
@@ -251,7 +251,7 @@ def test_serve_that_refuses_its_config_leaves_the_collector_as_it_was(cli, monke
 
 
 def test_uvicorn_factory_reports_bad_config_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    from app.main import app_from_environment
+    from runonce.api.main import app_from_environment
 
     monkeypatch.setenv("RUNONCE_AUTH", "none")
     monkeypatch.setenv("RUNONCE_ROUTES", "routes: {}")
@@ -270,7 +270,7 @@ def run_cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProce
     gcloud.mkdir(exist_ok=True)
     base.update(CLOUDSDK_CONFIG=str(gcloud), GCE_METADATA_HOST="127.0.0.1:9", GCE_METADATA_IP="127.0.0.1:9",
                 RUNONCE_AUTH="none", RUNONCE_ROUTES='{"routes": {"demo": {"target": {"type": "log"}}}}', **env)
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=tmp_path, env={**base, "PYTHONPATH": str(REPO)},
+    return subprocess.run([sys.executable, "-m", "runonce.cli", *args], cwd=tmp_path, env={**base, "PYTHONPATH": str(REPO)},
                           capture_output=True, text=True, timeout=60)
 
 

@@ -17,9 +17,9 @@ from tests.support.procs import REPO
 
 START_UP = """
 import asyncio, json, ssl, sys
-import app.cli  # the entry point's module, as `runonce serve` imports it
-from app.main import create_app
-from app.settings import load_settings
+import runonce.cli  # the entry point's module, as `runonce serve` imports it
+from runonce.api.main import create_app
+from runonce.settings import load_settings
 
 ca_loads = []  # each load of a CA bundle into a TLS context from here on
 for method in ("load_verify_locations", "load_default_certs", "set_default_verify_paths"):
@@ -97,9 +97,9 @@ def closed_port() -> int:
 
 def test_the_authenticator_and_the_metadata_lookup_share_one_tls_context(monkeypatch) -> None:
     """The same, in this process: the first client loads the CA bundle, the second reuses it."""
-    from app import logs, tls
-    from app.auth import build_authenticator
-    from app.settings import Settings
+    from runonce import logs, tls
+    from runonce.auth.callers import build_authenticator
+    from runonce.settings import Settings
 
     ca_loads = []
     for method in ("load_verify_locations", "load_default_certs", "set_default_verify_paths"):

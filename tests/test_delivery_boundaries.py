@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 import httpx
 import pytest
 
-from app.delivery import (
+from runonce.run.delivery import (
     MAX_HEADER_LENGTH,
     InvalidDelivery,
     SchedulePolicy,
@@ -21,7 +21,7 @@ from app.delivery import (
     parse_delivery,
     parse_rfc3339,
 )
-from app.schedules import parse_schedule
+from runonce.schedules import parse_schedule
 
 NOON = datetime(2026, 10, 16, 12, 0, tzinfo=timezone.utc)
 TOLERANCE = timedelta(seconds=5)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from app.settings import Settings
+from runonce.settings import Settings
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 
@@ -40,11 +40,11 @@ def test_readme_says_where_the_demo_store_lives_and_how_to_reset_it() -> None:
 def test_readme_points_at_the_served_api_docs() -> None:
     import httpx
 
-    from app.main import create_app
+    from runonce.api.main import create_app
 
     setup = README.split("## Set-up", 1)[1].split("\n## ", 1)[0]
     assert "/docs" in setup and "/openapi.json" in setup
-    from app.stores.memory import MemoryStore
+    from runonce.stores.memory import MemoryStore
 
     settings = Settings(routes='{"routes": {"demo": {"target": {"type": "log"}}}}', auth="none")
     app = create_app(settings, store=MemoryStore())
@@ -73,14 +73,14 @@ def test_the_contract_lists_every_setting() -> None:
 def test_the_contract_lists_every_record_field() -> None:
     from dataclasses import fields
 
-    from app.stores.base import RunRecord
+    from runonce.stores.base import RunRecord
 
     record = _contract_section(3)
     assert [f.name for f in fields(RunRecord) if f"`{f.name}`" not in record] == []
 
 
 def test_the_contract_lists_every_route_field() -> None:
-    from app.routes import Route
+    from runonce.routes import Route
 
     routes = _contract_section(4)
     assert [name for name in Route.model_fields if f"`{name}`" not in routes] == []
@@ -89,7 +89,7 @@ def test_the_contract_lists_every_route_field() -> None:
 def test_the_contract_lists_every_command() -> None:
     import click
 
-    from app.cli import main
+    from runonce.cli import main
 
     def commands(group: click.Group, prefix: str) -> list[str]:
         found = []
@@ -108,7 +108,7 @@ def test_the_readme_links_the_contract_and_nothing_refers_to_a_missing_design_do
     assert "(docs/contract.md)" in README
     stale = sorted(
         str(path.relative_to(repo))
-        for pattern in ("app/**/*.py", "tests/**/*.py", "terraform/**/*.tf", "terraform/**/*.yaml", "deploy/**/*", "*.md", "docs/*.md")
+        for pattern in ("runonce/**/*.py", "tests/**/*.py", "terraform/**/*.tf", "terraform/**/*.yaml", "deploy/**/*", "*.md", "docs/*.md")
         for path in repo.glob(pattern)
         if path.is_file() and path.suffix != ".pyc" and "DESIGN" + ".md" in path.read_text(errors="replace")
         and path.name != "contract.md"

@@ -14,15 +14,15 @@ from datetime import datetime, timedelta, timezone
 import httpx
 import pytest
 
-from app import errors
-from app.delivery import Delivery
-from app.main import create_app
-from app.protocol import Runner
-from app.settings import Settings
-from app.stores import StoreUnavailable
-from app.stores.memory import MemoryStore
-from app.targets import DispatchRequest, TargetFailed
-from app.targets.scripted import ScriptedTarget
+from runonce import errors
+from runonce.run.delivery import Delivery
+from runonce.api.main import create_app
+from runonce.run.runner import Runner
+from runonce.settings import Settings
+from runonce.stores import StoreUnavailable
+from runonce.stores.memory import MemoryStore
+from runonce.targets import DispatchRequest, TargetFailed
+from runonce.targets.scripted import ScriptedTarget
 from tests.support.clock import Clock
 
 S = datetime(2026, 3, 8, 8, 0, 0, tzinfo=timezone.utc)  # the schedule time the force run carries

@@ -258,7 +258,7 @@ def test_any_request_gets_a_json_answer_from_the_table_and_only_accepted_ones_le
 def test_fuzzed_bodies_on_firestore_get_table_answers_and_rejected_ones_leave_no_record(
     firestore_emulator, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    from app.stores.firestore import FirestoreStore
+    from runonce.stores.firestore import FirestoreStore
 
     collection = f"fuzz_{uuid.uuid4().hex[:8]}"
     server = serve(tmp_path, {

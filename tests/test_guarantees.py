@@ -1,4 +1,4 @@
-"""Overlap and lateness (issue 13): the pure decisions of app/guarantees.py, then the Runner with
+"""Overlap and lateness (issue 13): the pure decisions of runonce/run/guarantees.py, then the Runner with
 the in-memory store and the scripted target: what each outcome answers, and what it leaves in the
 store for the next retry (released, kept, or skipped for good)."""
 
@@ -11,10 +11,10 @@ from datetime import datetime, timedelta, timezone
 import httpx
 import pytest
 
-from app import errors
-from app.api.answers import render
-from app.delivery import Delivery
-from app.guarantees import (
+from runonce import errors
+from runonce.api.answers import render
+from runonce.run.delivery import Delivery
+from runonce.run.guarantees import (
     CLOCK_SKEW,
     WAIT_RETRY_AFTER_SECONDS,
     Previous,
@@ -26,13 +26,13 @@ from app.guarantees import (
     skip_note,
     skip_reason,
 )
-from app.main import create_app
-from app.protocol import Runner, _new_run
-from app.settings import Settings
-from app.stores import Finish, NewRun, RunRecord, StoreUnavailable
-from app.stores.base import COMPLETED, FAILED, IN_PROGRESS, SKIPPED
-from app.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown
-from app.targets.scripted import ScriptedTarget
+from runonce.api.main import create_app
+from runonce.run.runner import Runner, _new_run
+from runonce.settings import Settings
+from runonce.stores import Finish, NewRun, RunRecord, StoreUnavailable
+from runonce.stores.base import COMPLETED, FAILED, IN_PROGRESS, SKIPPED
+from runonce.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown
+from runonce.targets.scripted import ScriptedTarget
 from tests.support.clock import Clock
 from tests.support.runs import BrokenStore
 

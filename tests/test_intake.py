@@ -13,17 +13,17 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app import errors
-from app.delivery import Delivery
-from app.logs import SPAN_ID, trace_fields
-from app.main import create_app
-from app.protocol import Runner
-from app.settings import Settings
-from app.stores.base import FAILED
-from app.stores.memory import MemoryStore
-from app.targets import Target
-from app.targets.http import HttpTarget, HttpTargetConfig
-from app.targets.scripted import ScriptedTarget
+from runonce import errors
+from runonce.run.delivery import Delivery
+from runonce.logs import SPAN_ID, trace_fields
+from runonce.api.main import create_app
+from runonce.run.runner import Runner
+from runonce.settings import Settings
+from runonce.stores.base import FAILED
+from runonce.stores.memory import MemoryStore
+from runonce.targets import Target
+from runonce.targets.http import HttpTarget, HttpTargetConfig
+from runonce.targets.scripted import ScriptedTarget
 from tests.support.clock import Clock
 from tests.support.downstream import Downstream
 

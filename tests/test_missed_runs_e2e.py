@@ -18,9 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.audit import ScheduledRun, scheduled_runs
-from app.delivery import format_schedule_time
-from app.routes import parse_routes
+from runonce.missed.audit import ScheduledRun, scheduled_runs
+from runonce.run.delivery import format_schedule_time
+from runonce.routes import parse_routes
 from tests.support.downstream import Downstream
 from tests.support.procs import REPO, ServerProcess, start_server, wait_for
 from tests.support.stores import FIRESTORE_PROJECT
@@ -74,7 +74,7 @@ def server(request: pytest.FixtureRequest, downstream: Downstream, tmp_path_fact
 
 def runonce(server: ServerProcess, *args: str) -> subprocess.CompletedProcess[str]:
     """A `runonce` command with the server's own settings (store, routes), as an operator runs it."""
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=REPO, env=server.env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "runonce.cli", *args], cwd=REPO, env=server.env, capture_output=True,
                           text=True, timeout=120)
 
 
@@ -164,7 +164,7 @@ def interrupted_backfill(server: ServerProcess, downstream: Downstream, route: s
     before = downstream.calls[f"/{route}"]
     start = minutes_ago(11)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "backfill", route, "--from", format_schedule_time(start), "--to",
+        [sys.executable, "-m", "runonce.cli", "backfill", route, "--from", format_schedule_time(start), "--to",
          format_schedule_time(start + timedelta(minutes=10)), "--concurrency", "2", "--format", "json"],
         cwd=REPO, env=server.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )

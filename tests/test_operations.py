@@ -148,8 +148,8 @@ async def test_metrics_are_scraped_and_parsed(downstream: Downstream, tmp_path: 
 
 
 def test_certs_fetches_are_counted_when_oidc_is_on() -> None:
-    from app.main import create_app
-    from app.settings import Settings
+    from runonce.api.main import create_app
+    from runonce.settings import Settings
 
     app = create_app(Settings(
         routes='{"routes": {"r": {"target": {"type": "log"}}}}', auth="oidc",

@@ -2,7 +2,7 @@
 `error.field`), headers (`Retry-After` an integer >= 1, `Runonce-Replayed`), and what the store
 keeps for the next retry. In-memory store, scripted target, hand-moved clock: milliseconds each.
 
-The web layer renders exactly these (`app.api.answers.render`, `RunResult.body()`);
+The web layer renders exactly these (`runonce.api.answers.render`, `RunResult.body()`);
 tests/test_api.py covers that rendering."""
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ from typing import Any
 import httpx
 import pytest
 
-from app import errors
-from app.api.answers import render
-from app.delivery import Delivery
-from app.protocol import ROUTE_BUSY_RETRY_AFTER_SECONDS, THROTTLE_BACKOFF_SECONDS, Runner
-from app.stores import Fenced, NewRun
-from app.stores.base import COMPLETED, FAILED, IN_PROGRESS
-from app.stores.memory import MemoryStore
-from app.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown, TargetThrottled
-from app.targets.scripted import ScriptedTarget
+from runonce import errors
+from runonce.api.answers import render
+from runonce.run.delivery import Delivery
+from runonce.run.runner import ROUTE_BUSY_RETRY_AFTER_SECONDS, THROTTLE_BACKOFF_SECONDS, Runner
+from runonce.stores import Fenced, NewRun
+from runonce.stores.base import COMPLETED, FAILED, IN_PROGRESS
+from runonce.stores.memory import MemoryStore
+from runonce.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown, TargetThrottled
+from runonce.targets.scripted import ScriptedTarget
 from tests.support.clock import Clock
 from tests.support.runs import BODY, DELIVERY, LEASE, BrokenStore, raising
 

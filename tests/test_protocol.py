@@ -8,13 +8,13 @@ from datetime import timedelta
 
 import pytest
 
-from app import errors
-from app.api.answers import render
-from app.protocol import THROTTLE_BACKOFF_SECONDS, Runner
-from app.stores.base import COMPLETED, FAILED, IN_PROGRESS
-from app.stores.memory import MemoryStore
-from app.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown, TargetThrottled
-from app.targets.scripted import ScriptedTarget
+from runonce import errors
+from runonce.api.answers import render
+from runonce.run.runner import THROTTLE_BACKOFF_SECONDS, Runner
+from runonce.stores.base import COMPLETED, FAILED, IN_PROGRESS
+from runonce.stores.memory import MemoryStore
+from runonce.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown, TargetThrottled
+from runonce.targets.scripted import ScriptedTarget
 from tests.support.clock import Clock
 from tests.support.runs import BODY, DELIVERY, LEASE, BrokenStore, raising
 
@@ -256,7 +256,7 @@ async def test_an_attempt_fenced_off_during_dispatch_answers_in_progress(clock: 
         # While this attempt dispatches, its lease ends and another attempt takes over.
         clock.advance(301)
         await r.store.claim(
-            __import__("app.stores", fromlist=["NewRun"]).NewRun(
+            __import__("runonce.stores", fromlist=["NewRun"]).NewRun(
                 run_id=DELIVERY.run_id, route="etl", source="scheduler", project="proj-1",
                 location="us-central1", job="nightly", schedule_time="2026-10-16T12:00:00Z",
                 task=None, body_sha256=BODY,

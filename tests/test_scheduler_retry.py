@@ -1,4 +1,4 @@
-"""Cloud Scheduler's retry window (app/scheduler_retry.py): the one implementation that lint, the
+"""Cloud Scheduler's retry window (runonce/scheduler_retry.py): the one implementation that lint, the
 deploy scripts and Terraform's rules are held to."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.scheduler_retry import RetryConfig, retry_window
+from runonce.scheduler_retry import RetryConfig, retry_window
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -63,7 +63,7 @@ def test_from_job_names_the_bad_field() -> None:
 def test_the_deploy_scripts_entry_point_prints_retries_and_both_bounds() -> None:
     """deploy/lib/common.sh runs the file with a bare python3: no install, standard library only."""
     result = subprocess.run(
-        [sys.executable, "-I", str(REPO / "app" / "scheduler_retry.py"), "--attempt-deadline", "60", "--retry-count", "5",
+        [sys.executable, "-I", str(REPO / "runonce" / "scheduler_retry.py"), "--attempt-deadline", "60", "--retry-count", "5",
          "--min-backoff", "20", "--max-backoff", "300", "--max-doublings", "4", "--max-retry-duration", "0"],
         capture_output=True, text=True, check=True,
     )

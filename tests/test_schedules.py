@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from app.schedules import (
+from runonce.schedules import (
     CronSchedule,
     IntervalSchedule,
     ScheduleError,

@@ -11,7 +11,7 @@ import googleapiclient
 import pytest
 from click.testing import CliRunner
 
-from app.cli import main
+from runonce.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"

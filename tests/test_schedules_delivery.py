@@ -15,12 +15,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.main import create_app
-from app.routes import load_routes
-from app.settings import ConfigError, Settings
-from app.stores.memory import MemoryStore
-from app.targets import DispatchRequest
-from app.targets.scripted import ScriptedTarget
+from runonce.api.main import create_app
+from runonce.routes import load_routes
+from runonce.settings import ConfigError, Settings
+from runonce.stores.memory import MemoryStore
+from runonce.targets import DispatchRequest
+from runonce.targets.scripted import ScriptedTarget
 from tests.support.clock import Clock
 from tests.support.downstream import Downstream
 from tests.support.procs import start_server
@@ -192,7 +192,7 @@ async def test_cloud_tasks_counters_are_recorded_on_the_run_record(api: Api) -> 
 
 
 def _fail_once(dispatch):  # type: ignore[no-untyped-def]
-    from app.targets import TargetFailed
+    from runonce.targets import TargetFailed
 
     state = {"failed": False}
 

@@ -24,8 +24,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from cronsim import CronSim
 
-from app.schedules import ScheduleError, get_zone, parse_schedule
-from app.schedules.zones import timeline, to_instant
+from runonce.schedules import ScheduleError, get_zone, parse_schedule
+from runonce.schedules.zones import timeline, to_instant
 from tests.support.groc_oracle import run_oracle
 
 ZONES = [

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tests.support.procs import REPO
-from app.settings import ConfigError, Settings, load_settings
+from runonce.settings import ConfigError, Settings, load_settings
 
 
 @pytest.mark.parametrize(
@@ -36,7 +36,7 @@ def test_settings_under_which_dispatches_could_overlap_refuse_to_start(values: d
 
 
 def test_the_lease_rule_is_exactly_dispatch_plus_two_store_timeouts_plus_the_margin() -> None:
-    from app.settings import LEASE_MARGIN_SECONDS
+    from runonce.settings import LEASE_MARGIN_SECONDS
 
     edge = 30 + 2 * 5 + LEASE_MARGIN_SECONDS
     assert load_settings(lease_seconds=edge, dispatch_timeout_seconds=30, store_timeout_seconds=5).lease_seconds == edge
@@ -63,7 +63,7 @@ def test_serve_refuses_overlapping_settings_in_one_line(tmp_path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RUNONCE_")}
     env.update(RUNONCE_AUTH="none", RUNONCE_ROUTES='{"routes": {"demo": {"target": {"type": "log"}}}}',
                RUNONCE_RETENTION_SECONDS="60", RUNONCE_STORE=f"sqlite:///{tmp_path / 'runs.db'}")
-    done = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--port", "0"], cwd=REPO, env=env,
+    done = subprocess.run([sys.executable, "-m", "runonce.cli", "serve", "--port", "0"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and "RUNONCE_RETENTION_SECONDS (60)" in done.stderr, done.stderr

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from app.stores import Decision, Finish, StoreUnavailable
-from app.stores.base import COMPLETED, FAILED, IN_PROGRESS, SKIPPED
-from app.stores import sqlite as sqlite_store
-from app.stores.sqlite import SQLiteStore
+from runonce.stores import Decision, Finish, StoreUnavailable
+from runonce.stores.base import COMPLETED, FAILED, IN_PROGRESS, SKIPPED
+from runonce.stores import sqlite as sqlite_store
+from runonce.stores.sqlite import SQLiteStore
 from tests.support.procs import free_port
 from tests.support.runs import LEASE, RETENTION, T0, claim, new_run
 from tests.support.stores import firestore_store
@@ -70,7 +70,7 @@ async def test_firestore_claim_finds_its_own_lost_create() -> None:
     try:
         first = await claim(store)
         # Simulate: the same attempt's create landed earlier; claim again with its record's attempt.
-        from app.stores import base
+        from runonce.stores import base
 
         original = base.new_attempt_id
         base.new_attempt_id = lambda: first.record.attempt_id
@@ -300,9 +300,9 @@ async def test_sqlite_unusable_path_is_unavailable(tmp_path: Path) -> None:
 async def test_firestore_fresh_scheduled_run_reads_the_force_run_beside_its_claim() -> None:
     """The force-run check costs no extra wait: `get` of the force run's record runs while the
     claim's `create` is in flight, so a fresh scheduled run waits one round trip, then `update`s."""
-    from app.delivery import Delivery
-    from app.protocol import Runner
-    from app.targets.scripted import ScriptedTarget
+    from runonce.run.delivery import Delivery
+    from runonce.run.runner import Runner
+    from runonce.targets.scripted import ScriptedTarget
 
     store = firestore_store()
     in_flight, most = 0, 0

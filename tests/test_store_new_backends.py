@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from app.cli import main
-from app.settings import ConfigError, load_settings
-from app.stores import Fenced, Finish, StoreUnavailable, open_store, parse_redis_url, parse_spanner_url
-from app.stores.base import COMPLETED
+from runonce.cli import main
+from runonce.settings import ConfigError, load_settings
+from runonce.stores import Fenced, Finish, StoreUnavailable, open_store, parse_redis_url, parse_spanner_url
+from runonce.stores.base import COMPLETED
 from tests.support.backends import run_store_init, start_redis
 from tests.support.procs import REPO
 from tests.support.runs import RETENTION, T0, claim
@@ -62,7 +62,7 @@ def test_store_urls_carry_the_backend_options() -> None:
 
 def test_the_service_does_not_import_optional_drivers() -> None:
     """Cold start: a store never configured costs nothing."""
-    code = "import sys, app.main; print(sorted(m for m in sys.modules if m.split('.')[0] == 'redis' or 'spanner' in m))"
+    code = "import sys, runonce.api.main; print(sorted(m for m in sys.modules if m.split('.')[0] == 'redis' or 'spanner' in m))"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -321,6 +321,6 @@ async def test_spanner_unreachable_is_unavailable_within_the_timeout(monkeypatch
 
 def test_missing_driver_says_which_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "redis.asyncio", None)  # as if runonce[redis] were not installed
-    monkeypatch.delitem(sys.modules, "app.stores.redis", raising=False)
+    monkeypatch.delitem(sys.modules, "runonce.stores.redis", raising=False)
     with pytest.raises(ConfigError, match=r"pip install 'runonce\[redis\]'"):
         open_store("redis://127.0.0.1:1/0")

@@ -1,4 +1,4 @@
-"""RunStore's protocol over the primitives (app/stores/base.py), on every store that uses it: a write
+"""RunStore's protocol over the primitives (runonce/stores/base.py), on every store that uses it: a write
 whose answer was lost is still ours, a lost race is decided again, contention is bounded.
 
 Redis overrides claim, finish and release with one Lua script each; a lost answer there is a
@@ -12,8 +12,8 @@ from datetime import timedelta
 
 import pytest
 
-from app.stores import Decision, Fenced, Finish, RunStore, StoreUnavailable
-from app.stores.base import COMPLETED, FAILED, IN_PROGRESS
+from runonce.stores import Decision, Fenced, Finish, RunStore, StoreUnavailable
+from runonce.stores.base import COMPLETED, FAILED, IN_PROGRESS
 from tests.support.runs import LEASE, RETENTION, T0, claim, new_run
 from tests.support.stores import STORE_KINDS, with_server
 
@@ -241,7 +241,7 @@ class OnlyReads(RunStore):
 
 
 async def test_a_backend_missing_a_write_primitive_says_what_to_implement() -> None:
-    from app.stores.base import Claim, fresh_record
+    from runonce.stores.base import Claim, fresh_record
 
     store = OnlyReads()
     with pytest.raises(NotImplementedError, match="^OnlyReads must implement insert_if_absent, or override claim$"):

@@ -1,4 +1,4 @@
-"""The Firestore store's hot calls go out as raw protobuf (app/stores/firestore.py): they must be the
+"""The Firestore store's hot calls go out as raw protobuf (runonce/stores/firestore.py): they must be the
 very requests google-cloud-firestore's document API sends for the same record, with the same
 metadata (routing, resource prefix, auth on the emulator), and fail and retry as it does.
 
@@ -24,18 +24,18 @@ from google.api_core import exceptions as gexc
 from google.cloud.firestore_v1.types import document as document_types
 from google.cloud.firestore_v1.types import write as write_types
 
-from app.main import create_app
-from app.settings import Settings
-from app.stores import Finish, StoreUnavailable
-from app.stores.base import COMPLETED, FINISH_FIELDS, RELEASE_FIELDS, finished_record, fresh_record
-from app.stores.firestore import (
+from runonce.api.main import create_app
+from runonce.settings import Settings
+from runonce.stores import Finish, StoreUnavailable
+from runonce.stores.base import COMPLETED, FINISH_FIELDS, RELEASE_FIELDS, finished_record, fresh_record
+from runonce.stores.firestore import (
     FirestoreStore,
     _BatchGetRequest as BatchGetRequest,
     _BatchGetResponse as BatchGetResponse,
     _CommitRequest as CommitRequest,
     _CommitResponse as CommitResponse,
 )
-from app.targets.scripted import ScriptedTarget
+from runonce.targets.scripted import ScriptedTarget
 from tests.support.api import JOB, ROUTES
 from tests.support.procs import free_port
 from tests.support.runs import LEASE, RETENTION, T0, new_run

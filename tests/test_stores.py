@@ -11,8 +11,8 @@ from datetime import timedelta
 
 import pytest
 
-from app.stores import Decision, Fenced, Finish, RunStore
-from app.stores.base import COMPLETED, FAILED, IN_PROGRESS, SKIPPED
+from runonce.stores import Decision, Fenced, Finish, RunStore
+from runonce.stores.base import COMPLETED, FAILED, IN_PROGRESS, SKIPPED
 from tests.support.runs import LEASE, RETENTION, T0, claim, new_run
 
 

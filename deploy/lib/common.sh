@@ -3,10 +3,10 @@
 # Every gcloud call goes through `gc`, so GCLOUD can name another binary and every call is --quiet.
 
 GCLOUD="${GCLOUD:-gcloud}"
-# shellcheck disable=SC2034 # DEPLOY_LIB, PYTHON and RUNONCE_APP are used by the scripts that source this file
+# shellcheck disable=SC2034 # DEPLOY_LIB, PYTHON and RUNONCE_PKG are used by the scripts that source this file
 DEPLOY_LIB="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PYTHON="${PYTHON:-python3}"
-RUNONCE_APP="$(cd "$DEPLOY_LIB/../../app" && pwd)"
+RUNONCE_PKG="$(cd "$DEPLOY_LIB/../../runonce" && pwd)"
 
 log() { printf 'runonce-deploy: %s\n' "$*" >&2; }
 
@@ -43,7 +43,7 @@ check_names() {
     usage_error "--firestore-collection must be 1-100 letters, digits, '-' or '_', got '$3'"
 }
 
-# check_store URL: RUNONCE_STORE in a form runonce opens (app/stores): firestore, a Spanner database,
+# check_store URL: RUNONCE_STORE in a form runonce opens (runonce/stores): firestore, a Spanner database,
 # or a Redis URL; checked before it reaches the env file or an IAM grant.
 SPANNER_STORE='^spanner://projects/([a-z][a-z0-9-]{4,28}[a-z0-9])/instances/([a-z][-a-z0-9]{0,62}[a-z0-9])/databases/([a-z][a-z0-9_-]{0,28}[a-z0-9])([?]table=[A-Za-z][A-Za-z0-9_]{0,127})?$'
 REDIS_STORE='^rediss?://[^/?#[:space:]]+(/[0-9]+)?([?][^[:space:]]*)?$'
@@ -139,7 +139,7 @@ ensure_custom_role() {
     --permissions="$permissions" --stage=GA --format='value(name)' >/dev/null
 }
 
-# The service's start-up rule (app/settings.py): lease >= dispatch timeout + 2 x store timeout +
+# The service's start-up rule (runonce/settings.py): lease >= dispatch timeout + 2 x store timeout +
 # margin, and retention > lease; with RUNONCE_STORE_TIMEOUT_SECONDS at its default. A test holds
 # these two numbers to the code.
 RUNONCE_STORE_TIMEOUT_DEFAULT=5
@@ -152,7 +152,7 @@ check_lease_rule() { # LEASE DISPATCH_TIMEOUT RETENTION
 }
 
 # The retry rule (README, "Deploy"): Scheduler's attempts and retries against runonce's lease.
-# The retry window comes from app/scheduler_retry.py, the one implementation that lint and
+# The retry window comes from runonce/scheduler_retry.py, the one implementation that lint and
 # Terraform's rules are held to. Prints "SHORTEST LONGEST" (seconds); exits 2 naming the broken rule.
 check_retry_rule() { # ATTEMPT_DEADLINE RETRY_COUNT MIN_BACKOFF MAX_BACKOFF MAX_DOUBLINGS MAX_RETRY_DURATION LEASE DISPATCH_TIMEOUT RETENTION REQUEST_TIMEOUT
   local deadline=$1 count=$2 min=$3 max=$4 doublings=$5 max_duration=$6 lease=$7 dispatch=$8 retention=$9 request_timeout=${10}
@@ -161,7 +161,7 @@ check_retry_rule() { # ATTEMPT_DEADLINE RETRY_COUNT MIN_BACKOFF MAX_BACKOFF MAX_
   (( count <= 5 )) || usage_error "--retry-count must be 0-5 (Cloud Scheduler's limit), got $count"
   (( min <= max )) || usage_error "--min-backoff ($min) must not exceed --max-backoff ($max)"
   check_lease_rule "$lease" "$dispatch" "$retention"
-  window="$("$PYTHON" "$RUNONCE_APP/scheduler_retry.py" --attempt-deadline="$deadline" --retry-count="$count" \
+  window="$("$PYTHON" "$RUNONCE_PKG/scheduler_retry.py" --attempt-deadline="$deadline" --retry-count="$count" \
     --min-backoff="$min" --max-backoff="$max" --max-doublings="$doublings" --max-retry-duration="$max_duration")" ||
     usage_error "cannot compute the retry window with $PYTHON"
   read -r retries shortest longest <<<"$window"

@@ -23,7 +23,7 @@ NAME = r"^projects/([^/]+)/locations/([^/]+)/{}/([^/]+)$"
 # pattern (group 1: the project), and the grants as (role, where): `project` = the resource's
 # project, `run-job` / `tasks-queue` = the job or queue itself; or (role, where, field) for a grant
 # on what another (dotted) field names, needed only when the route sets it. The same as the app's
-# registry (app/targets: each module's `TARGET.resource_field` and `.grants`), which
+# registry (runonce/targets: each module's `TARGET.resource_field` and `.grants`), which
 # tests/targets/test_registry.py holds this to; the script stays standalone because the deploy
 # scripts run it where runonce is not installed.
 TARGETS: dict[str, tuple[str, str, list[tuple[str, ...]]] | None] = {

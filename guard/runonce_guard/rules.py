@@ -1,6 +1,6 @@
 """The step record and the claim rules: pure functions, no I/O.
 
-These follow the server's rules (`app/stores/base.py` in the runonce repository: `decide`, `holds`)
+These follow the server's rules (`runonce/stores/base.py` in the runonce repository: `decide`, `holds`)
 without importing them, so job code never imports the server's `app` package. A conformance test
 (`tests/guard/test_rules_conformance.py`) holds the two to the same decisions.
 

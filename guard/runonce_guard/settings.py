@@ -2,7 +2,7 @@
 lease, retention), plus where step records live. Read once from the environment; a bad value
 raises `GuardConfigError` naming the variable.
 
-A conformance test holds the shared names and defaults to the server's `app/settings.py`.
+A conformance test holds the shared names and defaults to the server's `runonce/settings.py`.
 """
 
 from __future__ import annotations

@@ -10,12 +10,12 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from app.audit import AUDIT_ROUTE, AuditTarget
-from app.logs import JsonFormatter
-from app.metrics import Metrics
-from app.routes import parse_routes
-from app.stores.memory import MemoryStore
-from app.targets import DispatchRequest
+from runonce.missed.audit import AUDIT_ROUTE, AuditTarget
+from runonce.logs import JsonFormatter
+from runonce.metrics import Metrics
+from runonce.routes import parse_routes
+from runonce.stores.memory import MemoryStore
+from runonce.targets import DispatchRequest
 
 
 def missed_run_lines(caplog: pytest.LogCaptureFixture) -> list[dict]:

@@ -17,7 +17,7 @@ import yaml
 from fake_gcp import Captured, FakeGoogle
 from deploy_tools import REPO, tool
 
-from app.routes import parse_routes
+from runonce.routes import parse_routes
 from tests.support import oidc
 from tests.support.procs import free_port, start_server
 
@@ -589,9 +589,9 @@ def test_setup_brings_a_custom_role_with_other_permissions_back_to_exactly_its_o
 
 
 def test_the_scripts_lease_rule_uses_the_services_own_numbers() -> None:
-    """deploy/lib/common.sh repeats app/settings.py's lease rule: its store timeout is the setting's
+    """deploy/lib/common.sh repeats runonce/settings.py's lease rule: its store timeout is the setting's
     default and its margin the service's, so a deploy passes exactly when the service would start."""
-    from app.settings import LEASE_MARGIN_SECONDS, Settings
+    from runonce.settings import LEASE_MARGIN_SECONDS, Settings
 
     text = (REPO / "deploy" / "lib" / "common.sh").read_text()
     store_timeout = float(re.search(r"^RUNONCE_STORE_TIMEOUT_DEFAULT=(\S+)", text, re.M).group(1))

@@ -33,7 +33,7 @@ def test_hadolint_finds_nothing_at_warning_level() -> None:
 def test_dockerignore_keeps_the_build_context_to_the_package() -> None:
     lines = [l for l in (REPO / ".dockerignore").read_text().splitlines() if l and not l.startswith("#")]
     assert lines[0] == "*"
-    assert {"!pyproject.toml", "!README.md", "!app/", "!requirements/runtime.txt"} <= set(lines)
+    assert {"!pyproject.toml", "!README.md", "!runonce/", "!requirements/runtime.txt"} <= set(lines)
 
 
 def test_dockerfile_pins_the_base_by_digest_and_installs_dependencies_from_the_lock_alone() -> None:
@@ -46,7 +46,7 @@ def test_dockerfile_pins_the_base_by_digest_and_installs_dependencies_from_the_l
     copies = re.findall(r"^COPY (.+)$", build, re.MULTILINE)
     install = build.index("--require-hashes --no-deps -r requirements/runtime.txt")
     assert copies[0] == "requirements/runtime.txt requirements/runtime.txt"
-    assert build.index("COPY pyproject.toml") > install and build.index("COPY app") > install
+    assert build.index("COPY pyproject.toml") > install and build.index("COPY runonce") > install
 
 
 @pytest.fixture(scope="module")
@@ -72,10 +72,10 @@ def test_a_readme_or_code_change_reuses_the_dependency_layer(image: str, tmp_pat
     for name in ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md", "requirements/runtime.txt"):
         (context / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / name, context / name)
-    shutil.copytree(REPO / "app", context / "app", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "runonce", context / "runonce", ignore=shutil.ignore_patterns("__pycache__"))
     change = uuid.uuid4().hex  # new on every run, so the later steps cannot come from an earlier run's cache
     (context / "README.md").write_text((REPO / "README.md").read_text() + f"\nA change {change}.\n")
-    (context / "app" / "logs.py").write_text((REPO / "app" / "logs.py").read_text() + f"\n# a change {change}\n")
+    (context / "runonce" / "logs.py").write_text((REPO / "runonce" / "logs.py").read_text() + f"\n# a change {change}\n")
     log = build("localhost/runonce:layer-test", context)
     steps = re.split(r"^(?:\[\d+/\d+\] )?STEP \d+/\d+: ", log, flags=re.MULTILINE)
     install = next(step for step in steps if step.startswith("RUN") and "--require-hashes" in step)
@@ -109,7 +109,7 @@ def test_every_module_serve_imports_is_precompiled_in_the_image(image: str) -> N
     in this image, issue 14: cold start)."""
     script = (
         "import importlib.util, os, sys\n"
-        "import app.cli, app.main, app.stores.firestore, uvicorn\n"
+        "import runonce.cli, runonce.api.main, runonce.stores.firestore, uvicorn\n"
         "sources = [m.__file__ for m in list(sys.modules.values()) if (getattr(m, '__file__', None) or '').endswith('.py')]\n"
         "missing = [f for f in sources if not os.path.exists(importlib.util.cache_from_source(f))]\n"
         "print(len(sources), missing)"

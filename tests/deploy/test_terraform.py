@@ -15,8 +15,8 @@ from hcl_tree import META_ARGUMENTS, blocks, is_block, items, string, unquote
 from provider_schema import Block, provider_schema, schema
 from deploy_tools import REPO, provider_lib, provider_version, run, tool
 
-from app.scheduler_retry import RetryConfig, retry_window
-from app.targets import TARGET_TYPES
+from runonce.scheduler_retry import RetryConfig, retry_window
+from runonce.targets import TARGET_TYPES
 from tests.support.target_grants import custom_roles, registry_grants
 
 pytestmark = pytest.mark.deploy
@@ -228,7 +228,7 @@ def test_only_the_invoker_account_may_call_the_service(hcl_trees: dict[str, dict
 def test_custom_roles_hold_only_what_runonce_calls(hcl_trees: dict[str, dict]) -> None:
     """Cloud Build: triggers.run needs builds.create (builds.editor would also edit and cancel any
     build); Cloud Run jobs: executions get/list (run.viewer reads far more); cloud_run_iam: its own
-    service and policy. The same permissions as the target registry's (app/targets), which
+    service and policy. The same permissions as the target registry's (runonce/targets), which
     deploy/lib/routes_iam.py is held to as well (tests/targets/test_registry.py)."""
     resources = _resources(hcl_trees)
     roles = {string(body["role_id"]): [string(p) for p in body["permissions"]] for address, body in resources.items()
@@ -240,7 +240,7 @@ def test_custom_roles_hold_only_what_runonce_calls(hcl_trees: dict[str, dict]) -
 
 
 def test_terraform_takes_every_registered_target_type_and_grants_its_roles() -> None:
-    """HCL cannot import the target registry (app/targets): the routes variable's type list, its
+    """HCL cannot import the target registry (runonce/targets): the routes variable's type list, its
     resource-name rule per type, and the predefined roles granted must agree with it."""
     variables = (TERRAFORM / "variables.tf").read_text()
     listed = re.search(r"contains\(\[([^\]]*)\], try\(route\.target\.type", variables)
@@ -339,7 +339,7 @@ RETRY_TABLE = {  # name: (attempt deadline, retry_count, min, max, doublings, ma
 
 
 def test_terraform_retry_window_is_app_scheduler_retry(rules_module: Path, tmp_path: Path) -> None:
-    """rules.tf computes Scheduler's retry window in HCL; app/scheduler_retry.py is the one
+    """rules.tf computes Scheduler's retry window in HCL; runonce/scheduler_retry.py is the one
     implementation lint and the deploy scripts run, and this holds the two together."""
     jobs = {
         name: {"route": "etl", "schedule": "0 3 * * *", "attempt_deadline_seconds": deadline,
@@ -447,8 +447,8 @@ def test_broken_configuration_stops_the_plan_with_a_precise_message(
 def test_spanner_database_ddl_is_the_stores_ddl_and_its_url_opens_that_table(rules_module: Path, tmp_path: Path) -> None:
     """Terraform's database carries exactly the table `runonce store init` creates (the row deletion
     policy included), and RUNONCE_STORE names that instance, database and table."""
-    from app.stores import parse_spanner_url
-    from app.stores.spanner import DDL
+    from runonce.stores import parse_spanner_url
+    from runonce.stores.spanner import DDL
 
     outputs = evaluate(rules_module, tmp_path, {**BASE_VARS, "store": "spanner", "spanner_instance": "claims",
                                                "spanner_database": "runs-db", "spanner_table": "my_runs"})
@@ -531,9 +531,9 @@ def test_checkov_runonce_policies_catch_public_invoker_missing_oidc_and_open_ing
 
 
 def test_the_lease_rule_uses_the_services_own_numbers() -> None:
-    """rules.tf repeats app/settings.py's lease rule in HCL: its store timeout is the setting's
+    """rules.tf repeats runonce/settings.py's lease rule in HCL: its store timeout is the setting's
     default and its margin the service's, so a plan passes exactly when the service would start."""
-    from app.settings import LEASE_MARGIN_SECONDS, Settings
+    from runonce.settings import LEASE_MARGIN_SECONDS, Settings
 
     text = (REPO / "terraform" / "rules.tf").read_text()
     store_timeout = float(re.search(r"^\s*store_timeout_seconds\s*=\s*(\S+)", text, re.M).group(1))
@@ -553,8 +553,8 @@ def test_the_audit_job_calls_the_audit_every_10_minutes_as_an_admin_caller(hcl_t
     parser; the auditor is the one admin caller added, and may invoke the service."""
     from datetime import datetime, timedelta, timezone
 
-    from app.audit import DEFAULT_SINCE, audit_since
-    from app.schedules import get_zone, parse_schedule
+    from runonce.missed.audit import DEFAULT_SINCE, audit_since
+    from runonce.schedules import get_zone, parse_schedule
 
     resources, local = _resources(hcl_trees), _locals(hcl_trees)
     job = resources["google_cloud_scheduler_job.audit"]

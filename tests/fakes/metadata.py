@@ -16,7 +16,7 @@ from collections import Counter
 
 import httpx
 
-from app.targets.google import GoogleAuth
+from runonce.targets.google import GoogleAuth
 from tests.support.oidc import make_key
 
 from .http_server import LoopbackServer, Reply, Request

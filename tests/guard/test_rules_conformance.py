@@ -10,8 +10,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from app.settings import Settings
-from app.stores import base as server
+from runonce.settings import Settings
+from runonce.stores import base as server
 from runonce_guard import GuardSettings
 from runonce_guard import rules as guard
 

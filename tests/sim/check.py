@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 
 from datetime import datetime, timedelta
 
-from app.api.answers import ANSWERS
-from app.guarantees import skip_reason
-from app.stores import RunRecord
-from app.stores.base import COMPLETED, IN_PROGRESS, SKIPPED
+from runonce.api.answers import ANSWERS
+from runonce.run.guarantees import skip_reason
+from runonce.stores import RunRecord
+from runonce.stores.base import COMPLETED, IN_PROGRESS, SKIPPED
 
 if TYPE_CHECKING:
     from .world import Answer, Outcome, World

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from app.protocol import Runner
-from app.stores import base
-from app.stores.base import Decision
+from runonce.run.runner import Runner
+from runonce.stores import base
+from runonce.stores.base import Decision
 from tests.support.stores import redis_url, spanner_table_url
 
 from . import world

@@ -2,7 +2,7 @@
 history is played in virtual time against several instances sharing one real store; then the
 invariants of issue 10 are checked over everything every party saw. One history in five goes
 through the real app (`create_app` over ASGI); the others call `parse_delivery` and the `Runner`
-directly and answer with app/api/answers.py's status and body, which is five times faster.
+directly and answer with runonce/api/answers.py's status and body, which is five times faster.
 
 Parties and boundaries (a fault can be injected at each `|`):
 
@@ -35,21 +35,21 @@ from typing import Any, TypeVar
 import httpx
 from httpx._transports import default as httpx_default
 
-from app import errors
-from app.api.answers import render
-from app.audit import ScheduledRun, scheduled_delivery
-from app.backfill import run_one
-from app.delivery import parse_delivery, parse_namespace
-from app.main import create_app
-from app.protocol import Runner
-from app.routes import load_routes
-from app.schedules import get_zone
-from app.settings import LEASE_MARGIN_SECONDS, Settings
-from app.stores import Claim, Fenced, Finish, NewRun, RunRecord, RunStore, StoreUnavailable
-from app.stores.base import RunStatus
-from app.stores.memory import MemoryStore
-from app.stores.sqlite import SQLiteStore
-from app.targets import DispatchRequest, Target, TargetFailed, TargetOutcomeUnknown, TargetThrottled
+from runonce import errors
+from runonce.api.answers import render
+from runonce.missed.audit import ScheduledRun, scheduled_delivery
+from runonce.missed.backfill import run_one
+from runonce.run.delivery import parse_delivery, parse_namespace
+from runonce.api.main import create_app
+from runonce.run.runner import Runner
+from runonce.routes import load_routes
+from runonce.schedules import get_zone
+from runonce.settings import LEASE_MARGIN_SECONDS, Settings
+from runonce.stores import Claim, Fenced, Finish, NewRun, RunRecord, RunStore, StoreUnavailable
+from runonce.stores.base import RunStatus
+from runonce.stores.memory import MemoryStore
+from runonce.stores.sqlite import SQLiteStore
+from runonce.targets import DispatchRequest, Target, TargetFailed, TargetOutcomeUnknown, TargetThrottled
 
 from .check import check
 from .vloop import InlineExecutor, VirtualTimeLoop
@@ -129,7 +129,7 @@ class Execution:
 @dataclass(frozen=True)
 class CatchUp:
     """A catch-up (after an audit) or a `runonce backfill` of past fire times of one Scheduler job,
-    run through an instance's Runner as app/backfill.py does: oldest first, one after another;
+    run through an instance's Runner as runonce/missed/backfill.py does: oldest first, one after another;
     `again`: the same backfill is run once more this long after it ended (a re-run)."""
 
     id: str
@@ -190,7 +190,7 @@ def draw_config(seed: int, store: str) -> Config:
     dispatch_timeout = rng.choice([0.5, 1.0, 2.0])
     max_skew = rng.choice([0.0, 0.1, 0.5])
     lag = rng.uniform(0, store_timeout)
-    # The settings rule (app/settings.py, which refuses less): lease covers the dispatch, the store
+    # The settings rule (runonce/settings.py, which refuses less): lease covers the dispatch, the store
     # calls around it and its margin; here also both clocks' skew and a downstream that acts late (lag).
     lease = dispatch_timeout + 2 * store_timeout + 2 * max_skew + lag + LEASE_MARGIN_SECONDS + rng.choice([0.0, 0.5, 2.0])
     tolerance = rng.choice([2.0, 5.0])
@@ -382,7 +382,7 @@ class Instance:
 
     async def _run(self, execution: Execution, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
         """What `api.deliveries.deliver` does, without HTTP: parse, run, and answer with the status
-        and body that app/api/answers.py gives each outcome (the web histories go through the app itself)."""
+        and body that runonce/api/answers.py gives each outcome (the web histories go through the app itself)."""
         route = execution.route
         try:
             namespace = parse_namespace(QUERY, None)
@@ -660,10 +660,10 @@ class World:
             store._executor = InlineExecutor()  # type: ignore[assignment]
             return store
         if self.config.store in SERVER_STORES:
-            from app.stores import open_store
+            from runonce.stores import open_store
 
             return open_store(server_store_url(self.config.store), timeout_seconds=self.config.store_timeout)
-        from app.stores.firestore import FirestoreStore
+        from runonce.stores.firestore import FirestoreStore
 
         store = FirestoreStore(project="runonce-sim", collection=self._collection, timeout_seconds=self.config.store_timeout)
         _arm_lost_commit(store)
@@ -846,7 +846,7 @@ async def wipe_server_store(store: str) -> None:
         await client.flushdb()
         await client.aclose()
         return
-    from app.stores import open_store
+    from runonce.stores import open_store
 
     spanner = open_store(url)
     await asyncio.get_running_loop().run_in_executor(

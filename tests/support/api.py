@@ -9,10 +9,10 @@ from contextlib import asynccontextmanager
 
 import httpx
 
-from app.main import create_app
-from app.settings import Settings
-from app.stores.memory import MemoryStore
-from app.targets.scripted import ScriptedTarget
+from runonce.api.main import create_app
+from runonce.settings import Settings
+from runonce.stores.memory import MemoryStore
+from runonce.targets.scripted import ScriptedTarget
 from tests.support.clock import Clock
 
 ROUTES = """

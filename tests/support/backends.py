@@ -105,7 +105,7 @@ def create_spanner_database(name: str) -> str:
 def run_store_init(url: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "RUNONCE_STORE": url}
     done = subprocess.run(
-        [sys.executable, "-m", "app.cli", "store", "init"], cwd=REPO, env=env, capture_output=True, text=True,
+        [sys.executable, "-m", "runonce.cli", "store", "init"], cwd=REPO, env=env, capture_output=True, text=True,
         timeout=120,
     )
     if done.returncode != 0:

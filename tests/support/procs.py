@@ -78,7 +78,7 @@ def start_server(env: dict[str, str], log_dir: Path, *, workers: int = 1, extra_
     log = log_dir / f"runonce-{port}.log"
     base = {k: v for k, v in os.environ.items() if not k.startswith("RUNONCE_")}
     full_env = {**base, **env}
-    args = [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers", str(workers), *(extra_args or [])]
+    args = [sys.executable, "-m", "runonce.cli", "serve", "--port", str(port), "--workers", str(workers), *(extra_args or [])]
     with log.open("wb") as out:
         proc = subprocess.Popen(args, cwd=REPO, env=full_env, stdout=out, stderr=subprocess.STDOUT)
     server = ServerProcess(proc, port, log, full_env)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from app.delivery import Delivery
-from app.stores import Claim, NewRun, RunStore, StoreUnavailable
-from app.stores.memory import MemoryStore
-from app.targets import DispatchRequest
+from runonce.run.delivery import Delivery
+from runonce.stores import Claim, NewRun, RunStore, StoreUnavailable
+from runonce.stores.memory import MemoryStore
+from runonce.targets import DispatchRequest
 
 LEASE = timedelta(seconds=300)
 RETENTION = timedelta(days=1)

@@ -22,7 +22,7 @@ def with_server(request) -> str:  # type: ignore[no-untyped-def]
 
 
 def firestore_store(collection: str | None = None, timeout_seconds: float = 5.0):
-    from app.stores.firestore import FirestoreStore
+    from runonce.stores.firestore import FirestoreStore
 
     # A collection per test isolates tests without resetting the emulator.
     return FirestoreStore(
@@ -34,7 +34,7 @@ def firestore_store(collection: str | None = None, timeout_seconds: float = 5.0)
 
 def spanner_table_url(database_url: str) -> str:
     """A new table in the session's database (created as `store init` does), as a store URL."""
-    from app.stores import open_store
+    from runonce.stores import open_store
 
     url = f"{database_url}?table=runs_{uuid.uuid4().hex[:12]}"
     store = open_store(url)

@@ -1,5 +1,5 @@
 """The runtime account's IAM grants for a set of routes, computed from the target registry
-(`app.targets.TARGET_TYPES`): the reference that deploy/lib/routes_iam.py, Terraform and the
+(`runonce.targets.TARGET_TYPES`): the reference that deploy/lib/routes_iam.py, Terraform and the
 README's IAM table are each held to."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.targets import TARGET_TYPES
+from runonce.targets import TARGET_TYPES
 
 
 def project_of(value: str) -> str:

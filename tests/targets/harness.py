@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from app.targets import DispatchRequest
+from runonce.targets import DispatchRequest
 from tests.fakes.google_api import Created, FakeGoogleApi
 from tests.fakes.metadata import FakeMetadataServer
 from tests.support.procs import ServerProcess

@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from app.targets import TargetFailed
-from app.targets.cloud_build_trigger import CloudBuildTriggerTarget, CloudBuildTriggerTargetConfig
-from app.targets.cloud_run_job import CloudRunJobTarget, CloudRunJobTargetConfig
-from app.targets.workflows import WorkflowsTarget, WorkflowsTargetConfig
+from runonce.targets import TargetFailed
+from runonce.targets.cloud_build_trigger import CloudBuildTriggerTarget, CloudBuildTriggerTargetConfig
+from runonce.targets.cloud_run_job import CloudRunJobTarget, CloudRunJobTargetConfig
+from runonce.targets.workflows import WorkflowsTarget, WorkflowsTargetConfig
 from tests.fakes.cloud_build import GET_TRIGGER
 from tests.fakes.cloud_build import LIST as BUILDS_LIST
 from tests.fakes.cloud_run import LIST as EXECUTIONS_LIST

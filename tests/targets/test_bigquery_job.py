@@ -12,10 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
-from app.routes import parse_routes
-from app.settings import ConfigError
-from app.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown, TargetThrottled
-from app.targets.bigquery_job import BigQueryJobTarget, BigQueryJobTargetConfig, job_id_for, parse_resource
+from runonce.routes import parse_routes
+from runonce.settings import ConfigError
+from runonce.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown, TargetThrottled
+from runonce.targets.bigquery_job import BigQueryJobTarget, BigQueryJobTargetConfig, job_id_for, parse_resource
 from tests.fakes.bigquery import GET, INSERT, FakeBigQuery
 from tests.fakes.metadata import FakeMetadataServer, MetadataTokenAuth
 
@@ -291,7 +291,7 @@ async def test_an_endpoint_that_refuses_connections_is_a_failure_nothing_sent(ht
 
 
 def test_the_registry_says_it_reconciles_and_reads_state() -> None:
-    from app.targets import TARGET_TYPES
+    from runonce.targets import TARGET_TYPES
 
     entry = TARGET_TYPES["bigquery_job"]
     assert entry.can_reconcile and entry.reads_state

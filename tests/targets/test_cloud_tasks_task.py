@@ -13,9 +13,9 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from app.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown, TargetThrottled
-from app.targets.cloud_tasks_task import CloudTasksTaskTarget, CloudTasksTaskTargetConfig
-from app.targets.google import GoogleAuth
+from runonce.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown, TargetThrottled
+from runonce.targets.cloud_tasks_task import CloudTasksTaskTarget, CloudTasksTaskTargetConfig
+from runonce.targets.google import GoogleAuth
 from tests.fakes.cloud_tasks import CREATE, EXISTED_RECENTLY, EXISTS, GET, FakeCloudTasks
 from tests.fakes.metadata import FakeMetadataServer, MetadataTokenAuth
 
@@ -83,7 +83,7 @@ async def test_the_task_carries_the_run_as_the_http_target_sends_it(fake, http, 
 
 async def test_the_body_is_byte_for_byte_the_http_targets(fake, http, auth) -> None:
     """Same encoding as the `http` target (compact, UTF-8 unescaped), a Cloud Tasks delivery's `task` included."""
-    from app.targets.http import HttpTarget, HttpTargetConfig
+    from runonce.targets.http import HttpTarget, HttpTargetConfig
 
     request = request_for("bytes", payload={"city": "Zürich"}, task="task-7")
     sent: list[bytes] = []
@@ -322,8 +322,8 @@ def test_a_static_authorization_header_is_allowed_without_oidc() -> None:
 
 
 def test_a_routes_file_mistake_names_the_route_and_the_field() -> None:
-    from app.routes import parse_routes
-    from app.settings import ConfigError
+    from runonce.routes import parse_routes
+    from runonce.settings import ConfigError
 
     text = f"routes:\n  r:\n    target: {{type: cloud_tasks_task, queue: {QUEUE}, http_request: {{url: '{URL}', http_method: GET}}}}\n"
     with pytest.raises(ConfigError) as raised:

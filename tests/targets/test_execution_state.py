@@ -11,10 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
-from app.targets import Target, TargetOutcomeUnknown
-from app.targets.cloud_build_trigger import CloudBuildTriggerTarget, CloudBuildTriggerTargetConfig
-from app.targets.cloud_run_job import CloudRunJobTarget, CloudRunJobTargetConfig
-from app.targets.workflows import WorkflowsTarget, WorkflowsTargetConfig
+from runonce.targets import Target, TargetOutcomeUnknown
+from runonce.targets.cloud_build_trigger import CloudBuildTriggerTarget, CloudBuildTriggerTargetConfig
+from runonce.targets.cloud_run_job import CloudRunJobTarget, CloudRunJobTargetConfig
+from runonce.targets.workflows import WorkflowsTarget, WorkflowsTargetConfig
 from tests.fakes.cloud_build import GET_BUILD
 from tests.fakes.cloud_run import GET as GET_EXECUTION
 from tests.fakes.workflows import GET as GET_WORKFLOW_EXECUTION

@@ -1,4 +1,4 @@
-"""The one translation of Google API answers and failures into runonce outcomes (`app/targets/google.py`)."""
+"""The one translation of Google API answers and failures into runonce outcomes (`runonce/targets/google.py`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from google.auth.exceptions import RefreshError
 from google.protobuf import duration_pb2
 from google.rpc import error_details_pb2
 
-from app.targets import TargetFailed, TargetOutcomeUnknown, TargetThrottled
-from app.targets.google import (
+from runonce.targets import TargetFailed, TargetOutcomeUnknown, TargetThrottled
+from runonce.targets.google import (
     grpc_target,
     outcome_for_grpc_error,
     outcome_for_response,

@@ -171,7 +171,7 @@ def test_overlap_on_a_target_that_cannot_read_state_stops_start_up(tmp_path: Pat
     routes_file.write_text(json.dumps(routes))
     env = {"RUNONCE_AUTH": "none", "RUNONCE_STORE": f"sqlite:///{tmp_path / 'r.db'}", "RUNONCE_ROUTES_FILE": str(routes_file),
            "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--port", "0"], cwd=REPO, env=env,
+    done = subprocess.run([sys.executable, "-m", "runonce.cli", "serve", "--port", "0"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     output = done.stdout + done.stderr

@@ -1,6 +1,6 @@
-"""The target registry (`app/targets/__init__.py: TARGET_TYPES`) is the one place a target type is
+"""The target registry (`runonce/targets/__init__.py: TARGET_TYPES`) is the one place a target type is
 declared: routes validation, adapters, endpoint settings follow from it, and a type's name
-appears nowhere else in app/."""
+appears nowhere else in runonce/."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import httpx
 import pytest
 import yaml
 
-from app.routes import parse_routes
-from app.settings import ConfigError, Settings, load_settings
-from app.targets import ENDPOINTS, TARGET_TYPES, TargetConfig, TargetContext, build_target
-from app.targets.google import GoogleAuth
+from runonce.routes import parse_routes
+from runonce.settings import ConfigError, Settings, load_settings
+from runonce.targets import ENDPOINTS, TARGET_TYPES, TargetConfig, TargetContext, build_target
+from runonce.targets.google import GoogleAuth
 from tests.support.procs import REPO
 from tests.support.target_grants import custom_roles, registry_grants
 
@@ -94,10 +94,10 @@ OTHER_MEANINGS = {"http"}
 
 @pytest.mark.parametrize("name", sorted(set(TARGET_TYPES) - OTHER_MEANINGS))
 def test_a_type_name_appears_in_app_only_in_its_own_module(name: str) -> None:
-    own = REPO / "app" / "targets" / f"{name}.py"
+    own = REPO / "runonce" / "targets" / f"{name}.py"
     elsewhere = [
         f"{path.relative_to(REPO)}:{number}"
-        for path in sorted((REPO / "app").rglob("*.py"))
+        for path in sorted((REPO / "runonce").rglob("*.py"))
         if path != own
         for number, line in enumerate(path.read_text().splitlines(), 1)
         if re.search(rf"[\"']{name}[\"']", line)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.routes import parse_routes
-from app.settings import ConfigError, load_settings
+from runonce.routes import parse_routes
+from runonce.settings import ConfigError, load_settings
 
 WORKFLOW = "projects/my-project/locations/us-central1/workflows/etl"
 JOB = "projects/my-project/locations/us-central1/jobs/nightly"
@@ -107,7 +107,7 @@ def test_endpoint_overrides_accept_plaintext_and_tls() -> None:
 def test_readme_documents_every_target_type() -> None:
     from typing import get_args
 
-    from app.targets import TargetConfig
+    from runonce.targets import TargetConfig
     from tests.support.procs import REPO
 
     readme = (REPO / "README.md").read_text()

@@ -17,11 +17,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown
-from app.targets.base import NOTHING_SENT
-from app.targets.http import HttpTarget, HttpTargetConfig
-from app import tls
-from app.targets.transport import AiohttpTransport, target_client
+from runonce.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown
+from runonce.targets.base import NOTHING_SENT
+from runonce.targets.http import HttpTarget, HttpTargetConfig
+from runonce import tls
+from runonce.targets.transport import AiohttpTransport, target_client
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -212,7 +212,7 @@ def _certificate_authority(tmp_path: Path) -> tuple[Path, ssl.SSLContext]:
 
 async def test_https_trusts_what_httpx_trusts_including_ssl_cert_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A CA named by SSL_CERT_FILE (a company's own, say) is trusted as by httpx's own transport:
-    the transport verifies with the process's one client context (app/tls.py)."""
+    the transport verifies with the process's one client context (runonce/tls.py)."""
     ca_file, server_context = _certificate_authority(tmp_path)
     async with Server(answering(), ssl=server_context) as server:
         with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):  # not trusted by default

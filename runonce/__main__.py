@@ -1,0 +1,5 @@
+"""`python -m runonce`: the same command line as the `runonce` script."""
+
+from runonce.cli import main
+
+main()

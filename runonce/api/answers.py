@@ -1,0 +1,137 @@
+"""Every error answer, in one place: which HTTP status, `status` word and headers each
+`errors.DeliveryError` family gets (`ANSWERS`, the status table of docs/contract.md), how its
+body looks (`render`), the exception handlers `create_app` installs, and the OpenAPI
+`responses=` the endpoints declare.
+
+The domain (errors.py) knows nothing of HTTP; this table is the only place that does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from runonce import errors
+
+
+@dataclass(frozen=True)
+class Answer:
+    http_status: int
+    status: str
+    description: str
+
+
+ANSWERS: dict[type[errors.DeliveryError], Answer] = {
+    errors.InvalidDelivery: Answer(400, "invalid", "Missing or invalid identity headers, query or body."),
+    errors.PayloadTooLarge: Answer(413, "invalid", "Request body over 32 KiB."),
+    errors.Unauthenticated: Answer(401, "unauthenticated", "No or invalid bearer token."),
+    errors.Forbidden: Answer(403, "forbidden", "The caller is not allowed on this route."),
+    errors.NotFound: Answer(404, "not_found", "Unknown route (or run)."),
+    errors.InProgress: Answer(
+        409, "in_progress", "Another attempt holds a live lease on this run; retry after Retry-After seconds."
+    ),
+    errors.ForcedRunRefused: Answer(
+        409, "forced_run_refused", "A Scheduler force run on a route with forced_runs: reject; nothing was claimed."
+    ),
+    errors.Waiting: Answer(
+        409, "waiting",
+        "overlap: wait (or skip, when the state cannot be read): the route's previous execution is still "
+        "running; the claim was released, retry after Retry-After seconds.",
+    ),
+    errors.PayloadMismatch: Answer(422, "payload_mismatch", "This run_id was delivered before with a different body."),
+    errors.Throttled: Answer(
+        429, "throttled", "The target or the route's concurrency limit says slow down; the claim was released."
+    ),
+    errors.Failed: Answer(
+        502, "failed", "The target failed and created nothing; the claim was released, a retry dispatches again."
+    ),
+    errors.Unavailable: Answer(503, "unavailable", "The claim store is unreachable; the target was not called."),
+    errors.OutcomeUnknown: Answer(
+        504, "unknown",
+        "The target may have acted (timeout, lost response); the claim is kept and the run is "
+        "reconciled after the lease.",
+    ),
+}
+"""Each family's answer; a subclass (errors.py's leaves) gets its nearest family's."""
+
+RESPONSES: dict[int | str, dict[str, Any]] = {
+    a.http_status: {"description": f"`{a.status}`: {a.description}"} for a in reversed(ANSWERS.values())
+}
+"""For an endpoint's OpenAPI `responses=`: one entry per status code, the first family listed
+with that code describing it (409: `in_progress`)."""
+
+
+def answer_for(exc: errors.DeliveryError) -> Answer:
+    for cls in type(exc).__mro__:
+        if cls in ANSWERS:
+            return ANSWERS[cls]  # type: ignore[index]
+    raise TypeError(f"{type(exc).__name__} has no answer: add its family to ANSWERS")
+
+
+@dataclass(frozen=True)
+class Rendered:
+    http_status: int
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def render(exc: errors.DeliveryError) -> Rendered:
+    """The answer to `exc`: its status, the body (`run_id`, `status`, `route`, `target`, `error`)
+    and headers (`Retry-After`, whole seconds, at least 1; `WWW-Authenticate` for a 401)."""
+    answer = answer_for(exc)
+    body: dict[str, Any] = {}
+    if exc.run_id is not None:
+        body["run_id"] = exc.run_id
+    body["status"] = answer.status
+    body["route"] = exc.route
+    if exc.target is not None:
+        body["target"] = exc.target
+    error: dict[str, Any] = {"message": exc.message}
+    if exc.field is not None:
+        error["field"] = exc.field
+    body["error"] = error
+    return Rendered(answer.http_status, body, _headers(exc))
+
+
+def _headers(exc: errors.DeliveryError) -> dict[str, str]:
+    if isinstance(exc, errors.Unauthenticated):
+        return {"WWW-Authenticate": 'Bearer error="invalid_token"' if exc.token_sent else "Bearer"}
+    if exc.retry_after is None:
+        return {}
+    return {"Retry-After": str(max(1, int(-(-exc.retry_after // 1))))}  # ceil, at least 1
+
+
+async def delivery_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, errors.DeliveryError)
+    if exc.route is None:
+        exc.route = request.path_params.get("route")
+    answer = render(exc)
+    return JSONResponse(answer.body, status_code=answer.http_status, headers=answer.headers)
+
+
+async def http_error(request: Request, exc: Exception) -> JSONResponse:
+    """Starlette's own answers (no such path 404, wrong method 405) in runonce's body shape."""
+    assert isinstance(exc, StarletteHTTPException)
+    status = "not_found" if exc.status_code == 404 else "invalid"  # 405: a method the endpoint does not take
+    body = {"status": status, "route": None, "error": {"message": str(exc.detail)}}
+    return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+
+async def validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+    field_name = ".".join(str(p) for p in first["loc"])
+    return await delivery_error(request, errors.InvalidDelivery(field_name, first["msg"]))
+
+
+HANDLERS = {
+    errors.DeliveryError: delivery_error,
+    StarletteHTTPException: http_error,
+    RequestValidationError: validation_error,
+}
+"""For `FastAPI(exception_handlers=...)`."""

@@ -1,0 +1,127 @@
+"""POST /v1/routes/{route}:run: authenticate, identify the run (delivery.py), read the body, and
+hand both to the `Runner`. Everything a run *is* (its run_id, its body's hash) is decided in
+delivery.py; this module only carries the request there and the answer back."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from runonce import errors, logs
+from runonce.auth.callers import Authenticator
+from runonce.run.delivery import MAX_BODY_BYTES, ROUTE_PATH, Delivery, parse_body, parse_delivery, parse_namespace
+from runonce.routes import Route
+from runonce.settings import Settings
+from runonce.api.answers import RESPONSES, answer_for
+from runonce.api.deps import AuthDep, ClockDep, RoutesDep, RunnerDep, SettingsDep
+
+router = APIRouter()
+
+
+@router.post(
+    ROUTE_PATH,
+    responses={**RESPONSES, 200: {"description": "`processed`, `duplicate` (replayed) or `skipped` (with its `reason`)"}},
+    summary="Deliver one scheduled run",
+)
+async def deliver(
+    route: str, request: Request, settings: SettingsDep, routes: RoutesDep, auth: AuthDep, runner: RunnerDep,
+    clock: ClockDep,
+) -> JSONResponse:
+    # The delivery's one outcome line (api/access_log.py) is filled in as we learn things.
+    # `route` is filled in once the caller is authenticated and the route is configured: the
+    # path is the caller's text until then (never logged, never a metric label).
+    outcome: dict[str, Any] = {"outcome": None, "run_id": None, "route": None}
+    request.state.outcome = outcome
+    try:
+        delivery = await _identify(route, request, settings, routes, auth, clock, outcome)
+        logs.bind(labels={"run_id": delivery.run_id, "route": route})
+        payload, body_sha256 = await _read_body(request, route, delivery.run_id)
+        result = await runner.run(delivery, payload, body_sha256)
+    except errors.DeliveryError as exc:
+        outcome.update(outcome=answer_for(exc).status, error=exc.message)
+        if exc.run_id:
+            outcome["run_id"] = exc.run_id
+        if exc.target is not None:
+            outcome["target"] = exc.target
+        raise
+    except Exception:
+        outcome["outcome"] = "internal_error"
+        raise
+    body = result.body()
+    outcome.update(
+        outcome=result.status, run_id=result.record.run_id, attempt=result.record.attempts,
+        target=result.record.target,
+    )
+    if "reason" in body:  # skipped: late or overlap
+        outcome.update(reason=body["reason"], message=body["message"])
+    headers = {"Runonce-Replayed": "true"} if result.replayed else {}
+    return JSONResponse(body, headers=headers)
+
+
+async def _identify(
+    route: str,
+    request: Request,
+    settings: Settings,
+    routes: Mapping[str, Route],
+    auth: Authenticator,
+    clock: Callable[[], datetime],
+    outcome: dict[str, Any],
+) -> Delivery:
+    """Who calls, on which configured route, for which run: 401/403/404/400/409 before any claim."""
+    caller = await auth.authenticate(request.headers)
+    outcome["caller"] = caller
+    config = routes.get(route)
+    if config is None:
+        raise errors.NotFound(  # the name is the caller's text: it is in the answer's `route`, never logged
+            f"no route of that name is configured; this instance has {len(routes)} route(s): check the "
+            "job's URI (/v1/routes/ROUTE:run) against RUNONCE_ROUTES_FILE",
+            route=route,
+        )
+    request.state.logged_path = ROUTE_PATH.format(route=route)
+    outcome["route"] = route
+    auth.authorize(caller, config.allowed_callers or settings.allowed_callers, f"route {route!r}")
+    namespace = parse_namespace(_query(request), config.namespace)
+    delivery = parse_delivery(
+        route,
+        request.headers,
+        namespace,
+        received_at=clock(),
+        forced_run_tolerance=timedelta(seconds=settings.forced_run_tolerance_seconds),
+        policy=config.policy,
+    )
+    outcome.update(
+        run_id=delivery.run_id, source=delivery.source, job=delivery.job,
+        schedule_time=delivery.schedule_time_text, task=delivery.task,
+        namespace=f"{delivery.project}/{delivery.location}",
+    )
+    return delivery
+
+
+def _query(request: Request) -> dict[str, list[str]]:
+    values: dict[str, list[str]] = {}
+    for key, value in request.query_params.multi_items():
+        values.setdefault(key, []).append(value)
+    return values
+
+
+async def _read_body(request: Request, route: str, run_id: str) -> tuple[dict[str, Any], str]:
+    """Stream the body within `MAX_BODY_BYTES` (413 beyond), then `parse_body` it."""
+    context = {"route": route, "run_id": run_id}
+    declared = request.headers.get("content-length", "")
+    if declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise errors.PayloadTooLarge("body", f"body is over {MAX_BODY_BYTES} bytes (Content-Length)", **context)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise errors.PayloadTooLarge("body", f"body is over {MAX_BODY_BYTES} bytes", **context)
+        chunks.append(chunk)
+    try:
+        return parse_body(b"".join(chunks))
+    except errors.InvalidDelivery as exc:
+        exc.run_id = run_id  # the run is known by now: the answer names it
+        raise

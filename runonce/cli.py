@@ -1,0 +1,566 @@
+"""`runonce` command line: serve, inspect and release runs, compute run_ids."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import logging
+import os
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from typing import Any, TypeVar
+
+import click
+
+from runonce.schedules.cli import InstantType, schedule
+from runonce.settings import ConfigError, Settings, load_settings
+
+T = TypeVar("T")
+
+
+def _settings() -> Settings:
+    try:
+        return load_settings()
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _no_store(settings: Settings) -> str | None:
+    """Why there is nothing to read: the SQLite file named by RUNONCE_STORE does not exist (nothing
+    has run, and reading must not create it). None when the store may be opened."""
+    path = settings.store.removeprefix("sqlite:///")
+    if settings.store.startswith("sqlite:///") and not os.path.exists(path):
+        return f"no store at {path} yet (nothing has run with RUNONCE_STORE={settings.store})"
+    return None
+
+
+def _with_store(settings: Settings, use: Callable[[Any], Awaitable[T]], *, create: bool = False) -> T:
+    """Run `use(store)` on the configured store, which must already exist unless `create` (a SQLite
+    file is created only by `store init`: `runs` commands read, or release what exists)."""
+    from runonce.stores import StoreUnavailable, open_store
+
+    missing = None if create else _no_store(settings)
+    if missing:
+        raise click.ClickException(missing)
+
+    async def go() -> T:
+        store = open_store(
+            settings.store,
+            timeout_seconds=settings.store_timeout_seconds,
+            firestore_project=settings.firestore_project,
+            firestore_database=settings.firestore_database,
+            firestore_collection=settings.firestore_collection,
+        )
+        try:
+            return await use(store)
+        finally:
+            await store.close()
+
+    try:
+        return asyncio.run(go())
+    except StoreUnavailable as exc:
+        raise click.ClickException(f"claim store unavailable: {exc}") from exc
+    except ConfigError as exc:  # e.g. Firestore without credentials
+        raise click.ClickException(str(exc)) from exc
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@click.group()
+@click.version_option(package_name="runonce")
+def main() -> None:
+    """runonce: one downstream execution per scheduled run."""
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=None, help="Port to listen on  [default: $PORT or 8080]")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Worker processes.")
+def serve(host: str, port: int | None, workers: int) -> None:
+    """Run the proxy (uvicorn)."""
+    with _collector_paused_for_start_up():
+        import uvicorn
+
+        from runonce.api.server import DrainingServer
+
+        app, options = _start_up(host, port, workers)
+    if workers > 1:  # each worker drains its connections; dispatches get uvicorn's timeout only
+        uvicorn.run(app, workers=workers, factory=True, **options)
+        return
+    DrainingServer(uvicorn.Config(app, **options), on_exit=app.state.drain).run()
+
+
+def _start_up(host: str, port: int | None, workers: int) -> tuple[Any, dict[str, Any]]:
+    """The app (or, with several workers, its factory's name) and uvicorn's options."""
+    from runonce.auth.callers import check_auth_config
+    from runonce.logs import configure_logging, uvicorn_log_config
+    from runonce.api.main import create_app
+    from runonce.routes import load_routes
+
+    settings = _settings()
+    configure_logging(settings.log_format)
+    port = port if port is not None else _port_from_environment()
+    try:
+        if workers == 1:
+            app: Any = create_app(settings)
+        else:
+            # fail here, once, rather than in every worker process
+            routes = load_routes(settings)
+            check_auth_config(settings, {name: route.allowed_callers for name, route in routes.items()})
+            app = "runonce.api.main:app_from_environment"
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+    options: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "log_config": uvicorn_log_config(settings.log_format),
+        "access_log": False,  # runonce writes its own access line (runonce/api/access_log.py)
+        # after the grace, uvicorn cancels what is left; Cloud Run sends SIGKILL 10 s after SIGTERM
+        "timeout_graceful_shutdown": settings.shutdown_grace_seconds + 1,
+    }
+    return app, options
+
+
+@contextmanager
+def _collector_paused_for_start_up() -> Iterator[None]:
+    """Start-up makes ~100,000 objects (modules, routes, models) that live as long as the process,
+    and ~2,000 of garbage. Scanning them as they are made, then once more before freezing them,
+    cost ~0.1 s of a cold start's 0.55 s (issue 14). So: no collection while they are made; then
+    freeze them all out of the collector's scans (the little garbage among them stays), and let the
+    young generation grow before a pass, since a delivery leaves little cyclic garbage (-0.1 ms CPU
+    per delivery, `bench/bench_variant.py`). If start-up fails, the collector is back as it was."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    except BaseException:
+        if was_enabled:
+            gc.enable()
+        raise
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 20)
+    if was_enabled:
+        gc.enable()
+
+
+def _port_from_environment() -> int:
+    """$PORT (Cloud Run sets it), else 8080."""
+    text = os.environ.get("PORT", "8080")
+    if not (text.isascii() and text.isdigit() and 1 <= int(text) <= 65535):
+        raise click.ClickException(f"PORT must be a port number from 1 to 65535, got {text!r}")
+    return int(text)
+
+
+@main.group()
+def runs() -> None:
+    """Inspect and release run records in the configured store."""
+
+
+@runs.command("show")
+@click.argument("run_id")
+def runs_show(run_id: str) -> None:
+    """Print one run record as JSON."""
+    _check_run_id(run_id)
+    record = _with_store(_settings(), lambda store: store.get(run_id, _now()))
+    if record is None:
+        raise click.ClickException(f"no run {run_id} (never seen, or past its retention)")
+    click.echo(json.dumps(record.to_json(), indent=2))
+
+
+@runs.command("list")
+@click.option("--route", help="Only runs of this route.")
+@click.option(
+    "--status", type=click.Choice(["in_progress", "completed", "failed", "skipped"]), help="Only runs in this state."
+)
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON record per line.")
+def runs_list(route: str | None, status: str | None, limit: int, as_json: bool) -> None:
+    """List recent runs, newest first."""
+    settings = _settings()
+    missing = _no_store(settings)
+    if missing:
+        click.echo(missing, err=True)  # an empty list, said so: not an error
+        return
+    records = _with_store(settings, lambda store: store.list(_now(), route=route, status=status, limit=limit))
+    if not as_json:
+        click.echo(_row("RUN_ID", "STATUS", "ROUTE", "JOB", "SCHEDULE_TIME/TASK", "RESOURCE"))
+    for record in records:
+        if as_json:
+            click.echo(json.dumps(record.to_json()))
+        else:
+            resource = (record.target or {}).get("resource") or "-"
+            when = record.schedule_time or record.task or "-"
+            click.echo(_row(record.run_id, record.status, record.route, record.job, when, resource))
+
+
+@main.group()
+def store() -> None:
+    """Set up the claim store named by RUNONCE_STORE."""
+
+
+@store.command("init")
+def store_init() -> None:
+    """Create what the store needs (idempotent: a second run changes nothing), or say what to do."""
+    from runonce.stores import backend_for
+
+    settings = _settings()
+    scheme = backend_for(settings.store).scheme
+    if scheme == "firestore":
+        project = settings.firestore_project or "PROJECT"
+        click.echo(
+            "firestore: documents need no schema; nothing to create. Old runs are deleted only with a TTL "
+            f"policy on expire_at, once per collection:\n  gcloud firestore fields ttls update expire_at "
+            f"--collection-group={settings.firestore_collection} --enable-ttl "
+            f"--database='{settings.firestore_database}' --project={project}"
+        )
+        return
+    if scheme in ("redis", "rediss"):
+        _with_store(settings, lambda s: s.ping())
+        click.echo(f"{scheme}: reachable; nothing to create (each run key carries its own TTL)")
+        return
+    if scheme == "sqlite":
+        path = settings.store.removeprefix("sqlite:///")
+        existed = os.path.exists(path)
+        _with_store(settings, lambda s: s.ping(), create=True)  # opening creates the file, schema and WAL
+        click.echo(f"sqlite: {path} {'exists; schema checked' if existed else 'created'}")
+        return
+    if scheme == "spanner":
+        _with_store(settings, lambda s: asyncio.to_thread(s.init, click.echo))
+        return
+    raise click.ClickException(f"store init: nothing known about {scheme}")
+
+
+def _row(run_id: str, status: str, route: str, job: str, when: str, resource: str) -> str:
+    return f"{run_id:<64}  {status:<11}  {route:<20}  {job:<20}  {when:<27}  {resource}"
+
+
+def _check_run_id(run_id: str) -> None:
+    from runonce.run.delivery import InvalidDelivery, check_run_id
+
+    try:
+        check_run_id(run_id)
+    except InvalidDelivery as exc:
+        raise click.BadParameter(exc.reason, param_hint="RUN_ID") from exc
+
+
+@runs.command("release")
+@click.argument("run_id")
+def runs_release(run_id: str) -> None:
+    """End the lease of an in_progress run now: the next delivery takes over and reconciles."""
+    _check_run_id(run_id)
+    record = _with_store(_settings(), lambda store: store.release(run_id, _now()))
+    if record is None:
+        raise click.ClickException(f"run {run_id} holds no live lease (absent, expired, completed or failed)")
+    click.echo(f"released {run_id}: the next delivery takes over (attempt {record.attempts + 1})")
+
+
+_KEY_FLAGS = {
+    "X-CloudScheduler-JobName": "--job",
+    "X-CloudScheduler-ScheduleTime": "--schedule-time",
+    "X-CloudTasks-QueueName": "--queue",
+    "X-CloudTasks-TaskName": "--task",
+    "query.project": "--project",
+    "query.location": "--location",
+}
+"""The flag of `runonce key` that stands for each part of a delivery, to name it in errors."""
+
+
+def _key_error(field: str, reason: str) -> click.UsageError:
+    """A parse error of `runonce key` in terms of its flags (header names only mean something over HTTP)."""
+    for name, flag in _KEY_FLAGS.items():
+        reason = reason.replace(name, flag)
+    return click.UsageError(f"{_KEY_FLAGS.get(field, field)}: {reason}")
+
+
+@main.command()
+@click.option("--route", required=True, help="Route name, as in the routes file (RUNONCE_ROUTES_FILE or RUNONCE_ROUTES).")
+@click.option("--job", help="Scheduler job ID (X-CloudScheduler-JobName).")
+@click.option("--schedule-time", help="X-CloudScheduler-ScheduleTime, RFC 3339.")
+@click.option("--forced", is_flag=True, help="Key of a force run (source scheduler-forced).")
+@click.option(
+    "--queue",
+    help="Cloud Tasks queue (X-CloudTasks-QueueName): its id, or projects/P/locations/L/queues/Q (which sets the namespace).",
+)
+@click.option("--task", help="Cloud Tasks task (X-CloudTasks-TaskName).")
+@click.option("--project", default="", help="Namespace project (as the query parameter)  [default: the route's namespace]")
+@click.option("--location", default="", help="Namespace location  [default: the route's namespace]")
+@click.option("--canonical", is_flag=True, help="Also print the canonical string that is hashed.")
+def key(
+    route: str, job: str | None, schedule_time: str | None, forced: bool, queue: str | None,
+    task: str | None, project: str, location: str, canonical: bool,
+) -> None:
+    """Compute the run_id of a delivery, as the proxy would, from the routes the proxy reads."""
+    import httpx
+
+    from runonce.run.delivery import InvalidDelivery, parse_delivery, parse_namespace
+    from runonce.routes import load_routes
+
+    settings = _settings()
+    try:
+        routes = load_routes(settings)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+    config = routes.get(route)
+    if config is None:
+        origin = settings.routes_file or "RUNONCE_ROUTES"
+        raise click.UsageError(f"--route: no route {route!r} in {origin}; it has {', '.join(sorted(routes)) or 'none'}")
+    if forced and config.forced_runs == "reject":
+        raise click.UsageError(f"--forced: route {route!r} refuses force runs (forced_runs: reject), so they have no run_id")
+    headers = httpx.Headers()
+    if job is not None:
+        headers["x-cloudscheduler-jobname"] = job
+    if schedule_time is not None:
+        headers["x-cloudscheduler-scheduletime"] = schedule_time
+    if queue is not None:
+        headers["x-cloudtasks-queuename"] = queue
+    if task is not None:
+        headers["x-cloudtasks-taskname"] = task
+    query = {name: [value] for name, value in (("project", project), ("location", location)) if value}
+    try:
+        namespace = parse_namespace(query, config.namespace)
+        delivery = parse_delivery(route, headers, namespace, _now(), timedelta(0))
+        if delivery.source != "tasks":
+            # The receipt time is not known here: the flag says which key is wanted, as the route would.
+            separate = forced and config.forced_runs == "separate"
+            delivery = replace(delivery, source="scheduler-forced" if separate else "scheduler")
+    except InvalidDelivery as exc:
+        raise _key_error(exc.field, exc.reason) from exc
+    click.echo(delivery.run_id)
+    if canonical:
+        click.echo(delivery.canonical)
+
+
+def _routes(settings: Settings) -> dict[str, Any]:
+    from runonce.routes import load_routes
+
+    try:
+        return load_routes(settings)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _range_error(exc: Any) -> click.UsageError:
+    """A `RangeRefused` in terms of the flags."""
+    flag = {"from": "--from", "to": "--to", "since": "--since", "range": "--from/--to"}.get(exc.field, exc.field)
+    return click.UsageError(f"{flag}: {exc.reason}")
+
+
+@main.command("audit")
+@click.option("--route", help="Only this route  [default: every route that names its Scheduler job]")
+@click.option("--since", help="Audit back this far from now: 90m, 6h, 1d, 1h30m.")
+@click.option("--from", "start", type=InstantType(), help="Start of the range (RFC 3339), inclusive.")
+@click.option("--to", "end", type=InstantType(), help="End of the range (RFC 3339), exclusive  [default: now]")
+@click.option("--format", "output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def audit_command(route: str | None, since: str | None, start: datetime | None, end: datetime | None, output: str) -> None:
+    """List scheduled runs that did not run (missed: no record, or `failed`): one line each.
+
+    Every fire time of every route that names its `job` (+ `schedule`, `namespace`) in the range,
+    except those within the lease of now (Scheduler may still deliver them), is looked up in the
+    store by the run_id Scheduler's delivery would have. Exit 1 if any run was missed, else 0.
+    """
+    from runonce.missed.audit import AuditReport, RangeRefused, audit, auditable, parse_duration
+
+    report: AuditReport
+
+    if (since is None) == (start is None):
+        raise click.UsageError("give --since DURATION, or --from T [--to T]")
+    if since is not None and end is not None:
+        raise click.UsageError("--to goes with --from, not with --since")
+    settings = _settings()
+    every = _routes(settings)
+    routes = auditable(every) if route is None else {route: _audited_route(every, route, "--route")}
+    if not routes:
+        raise click.ClickException("no route names its Scheduler 'job' (with 'schedule' and 'namespace'): nothing to audit")
+    now = _now()
+    lease, retention = timedelta(seconds=settings.lease_seconds), timedelta(seconds=settings.retention_seconds)
+    try:
+        first = now - parse_duration(since, "since") if since is not None else start
+        assert first is not None  # pragma: no mutate - one of the two is given (checked above)
+        last = end if end is not None else now
+        field = "since" if since is not None else "from"
+        missing = _no_store(settings)
+        if missing:  # nothing has ever run here: every fire time due is missed
+            click.echo(missing, err=True)
+            from runonce.stores.memory import MemoryStore
+
+            report = asyncio.run(audit(MemoryStore(), routes, first, last, now, lease=lease, retention=retention,
+                                       start_field=field))
+        else:
+            report = _with_store(settings, lambda store: audit(
+                store, routes, first, last, now, lease=lease, retention=retention, start_field=field))
+    except RangeRefused as exc:
+        raise _range_error(exc) from exc
+    if output == "json":
+        click.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        for run in report.missed:
+            click.echo(run.line())
+        click.echo(
+            f"{len(report.missed)} missed of {report.checked} fire time(s) of {len(report.routes)} route(s) from "
+            f"{report.start:%Y-%m-%dT%H:%M:%SZ} to {report.end:%Y-%m-%dT%H:%M:%SZ}", err=True,
+        )
+    sys.exit(1 if report.missed else 0)
+
+
+def _audited_route(routes: dict[str, Any], name: str, flag: str) -> Any:
+    """The route `name`, which must name its Scheduler job (its fire times' run_ids need it)."""
+    from runonce.missed.audit import auditable
+
+    found = auditable(routes)
+    if name not in found:
+        what = "no route" if name not in routes else "route"
+        raise click.UsageError(
+            f"{flag}: {what} {name!r} {'that names' if name not in routes else 'does not name'} its Scheduler 'job' "
+            f"(routes with job: {', '.join(sorted(found)) or 'none'})"
+        )
+    return found[name]
+
+
+@main.command("backfill")
+@click.argument("route_name", metavar="ROUTE")
+@click.option("--from", "start", type=InstantType(), required=True, help="First fire time (RFC 3339), inclusive.")
+@click.option("--to", "end", type=InstantType(), required=True, help="End (RFC 3339), exclusive; not in the future.")
+@click.option("--dry-run", is_flag=True, help="Print the fire times and run_ids; call nothing.")
+@click.option("--concurrency", type=click.IntRange(1, 64), default=4, show_default=True, help="Runs in flight at once.")
+@click.option("--format", "output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--yes", is_flag=True, help="Run more than 1000 fire times, or fire times older than the retention.")
+def backfill_command(route_name: str, start: datetime, end: datetime, dry_run: bool, concurrency: int, output: str,
+                     yes: bool) -> None:
+    """Run ROUTE's fire times in [--from, --to) through the protocol, each with the run_id Scheduler's
+    delivery would have: a time that already ran, or a second backfill, replays (`duplicate`).
+
+    Uses the settings `serve` uses (RUNONCE_STORE, the routes, ADC for the target). Ctrl-C starts no
+    more runs and lets those in flight finish; a second Ctrl-C cuts them short and releases their
+    claims. Exit 0 when every run is processed or duplicate, 1 otherwise, 130 when interrupted.
+    """
+    from runonce.missed.audit import RangeRefused
+    from runonce.missed.backfill import MAX_RUNS, older_than_retention, runs_to_backfill
+
+    settings = _settings()
+    route = _audited_route(_routes(settings), route_name, "ROUTE")
+    now = _now()
+    try:
+        runs = runs_to_backfill(route_name, route, start, end, now)
+    except RangeRefused as exc:
+        raise _range_error(exc) from exc
+    if dry_run:
+        _print_backfill(route_name, runs, None, output)
+        return
+    if len(runs) > MAX_RUNS and not yes:
+        raise click.UsageError(f"--from/--to: {len(runs)} fire times, over the {MAX_RUNS} one backfill runs without --yes")
+    old = older_than_retention(runs, now, timedelta(seconds=settings.retention_seconds))
+    if old and not yes:
+        raise click.UsageError(
+            f"--from: {len(old)} fire time(s) are older than RUNONCE_RETENTION_SECONDS ({settings.retention_seconds:g}): "
+            "the store no longer knows whether they ran, so any that did would run again; pass --yes to run them"
+        )
+    outcomes, interrupted = _with_store(
+        settings, lambda store: _backfill(settings, route_name, route, store, runs, concurrency), create=True,
+    )
+    _print_backfill(route_name, runs, outcomes, output, interrupted=interrupted)
+    sys.exit(130 if interrupted else 0 if all(outcome.ok for outcome in outcomes) else 1)
+
+
+async def _backfill(settings: Settings, name: str, route: Any, store: Any, runs: list[Any], concurrency: int) -> tuple[list[Any], bool]:
+    """The backfill with Ctrl-C handled: the first stops starting runs, the second cuts the
+    dispatches in flight short. Claims left `unknown` are released at the end, not left to the lease."""
+    import signal
+
+    from runonce.missed.backfill import local_runner, release_unknown, run_all
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    async with local_runner(settings, {name: route}, store) as runner:
+
+        def interrupt() -> None:
+            if stop.is_set():
+                click.echo("\ninterrupted again: cutting the runs in flight short", err=True)
+                runner.shutdown.drain(0)
+                return
+            stop.set()
+            click.echo(f"\ninterrupted: starting no more runs; those in flight finish (at most "
+                       f"{settings.dispatch_timeout_seconds:g}s); Ctrl-C again to cut them short", err=True)
+
+        loop.add_signal_handler(signal.SIGINT, interrupt)
+        try:
+            with click.progressbar(length=len(runs), label=f"backfill {name}", file=sys.stderr) as bar:
+                outcomes = await run_all(runner, runs, route, concurrency=concurrency, stop=stop,
+                                         done=lambda _: bar.update(1))
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+        # This process is leaving: a claim kept for an outcome it could not learn protects nothing now.
+        for run_id in await release_unknown(store, outcomes, _now()):
+            click.echo(f"released {run_id}: its outcome is unknown; the next delivery takes over and reconciles", err=True)
+    return outcomes, stop.is_set()
+
+
+def _print_backfill(name: str, runs: list[Any], outcomes: list[Any] | None, output: str, interrupted: bool = False) -> None:
+    if output == "json":
+        rows = [outcome.to_json() for outcome in outcomes] if outcomes is not None else [run.to_json() for run in runs]
+        body: dict[str, Any] = {"route": name, "dry_run": outcomes is None, "runs": rows}
+        if outcomes is not None:
+            body["interrupted"] = interrupted
+        click.echo(json.dumps(body, indent=2))
+        return
+    click.echo(f"{'SCHEDULE_TIME':<20}  {'LOCAL_TIME':<25}  {'RUN_ID':<64}  OUTCOME")
+    for index, run in enumerate(runs):
+        if outcomes is None:
+            outcome, detail = "dry_run", ""
+        else:
+            found = outcomes[index]
+            row = found.to_json()
+            outcome, detail = row["outcome"], row.get("resource") or row.get("error") or ""
+        local = run.time.astimezone(run.zone).isoformat()
+        click.echo(f"{run.to_json()['schedule_time']:<20}  {local:<25}  {run.run_id}  {outcome}  {detail}".rstrip())
+
+
+@main.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--format", "output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--lease-seconds", type=float, default=None, help="runonce's lease  [default: RUNONCE_LEASE_SECONDS or 300]")
+@click.option("--retention-seconds", type=float, default=None,
+              help="runonce's retention  [default: RUNONCE_RETENTION_SECONDS or 86400]")
+@click.option("--now", type=InstantType(), default=None, help="Start of the two-year DST scan  [default: now]")
+def lint(files: tuple[str, ...], output: str, lease_seconds: float | None, retention_seconds: float | None,
+         now: datetime | None) -> None:
+    """Check Scheduler jobs (`gcloud scheduler jobs describe --format=json`) and routes files.
+
+    Exit 1 if any error was found, 0 with warnings only.
+    """
+    from runonce.lint import LintConfig, lint_files
+    from runonce.routes import load_routes
+
+    settings = _settings()
+    default_routes = None
+    if settings.routes_file or settings.routes:
+        try:
+            default_routes = load_routes(settings)
+        except ConfigError as exc:
+            raise click.ClickException(str(exc)) from exc
+    config = LintConfig(
+        lease_seconds=lease_seconds if lease_seconds is not None else settings.lease_seconds,
+        retention_seconds=retention_seconds if retention_seconds is not None else settings.retention_seconds,
+        now=now,
+    )
+    findings = lint_files(list(files), config, default_routes)
+    errors = sum(f.severity == "error" for f in findings)
+    warnings = len(findings) - errors
+    if output == "json":
+        click.echo(json.dumps({"findings": [f.to_json() for f in findings], "errors": errors, "warnings": warnings}, indent=2))
+    else:
+        for finding in findings:
+            click.echo(finding.line())
+        click.echo(f"{len(files)} file(s): {errors} error(s), {warnings} warning(s)")
+    sys.exit(1 if errors else 0)
+
+
+main.add_command(schedule)
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,315 @@
+"""`runonce lint`: check Cloud Scheduler jobs (and runonce's routes file) before they misbehave.
+
+Inputs, told apart by content: a Job resource as `gcloud scheduler jobs describe --format=json`
+prints it (or a list of them, as `gcloud scheduler jobs list --format=json` does), and runonce's
+routes file (YAML or JSON with a top-level `routes:`). Jobs are checked against the routes found
+among the files (else the configured RUNONCE_ROUTES_FILE / RUNONCE_ROUTES).
+
+Errors (exit 1) are what makes deliveries fail or run twice: an invalid schedule or time zone, a
+URI that is not `/v1/routes/{route}:run` or names no configured route, no OIDC token, a method or
+body runonce refuses, a retry window longer than the retention, a job whose schedule differs from
+the one its route declares. Warnings (exit 0): groc without the `snap` policy, DST transitions that
+skip or repeat a fire time in the next two years, an attempt deadline longer than the lease, a
+retry window longer than the time between two runs (Scheduler then delays or skips the next run),
+and the like.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import yaml
+
+from runonce.run.delivery import MAX_BODY_BYTES, ROUTE_PATH
+from runonce.routes import parse_routes
+from runonce.scheduler_retry import RetryConfig, retry_window
+from runonce.schedules import IntervalSchedule, Schedule, ScheduleError, get_zone, parse_schedule
+from runonce.settings import ConfigError
+
+DST_SCAN = timedelta(days=730)
+ROUTE_URI_PATH = re.compile("^" + re.escape(ROUTE_PATH).replace(re.escape("{route}"), "([^/:]+)") + "$")
+JOB_NAME = re.compile(r"projects/([^/]+)/locations/([^/]+)/jobs/([^/]+)")
+OVERLAP_SCAN = 400  # fire times looked at for the shortest gap between two runs
+
+
+@dataclass(frozen=True)
+class Finding:
+    file: str
+    subject: str  # "job NAME", "route NAME" or "-"
+    severity: str  # "error" or "warning"
+    code: str
+    message: str
+
+    def line(self) -> str:
+        return f"{self.file}: {self.subject}: {self.severity}: {self.message} [{self.code}]"
+
+    def to_json(self) -> dict[str, str]:
+        return {"file": self.file, "subject": self.subject, "severity": self.severity, "code": self.code,
+                "message": self.message}
+
+
+@dataclass(frozen=True)
+class LintConfig:
+    lease_seconds: float = 300.0
+    retention_seconds: float = 86400.0
+    now: datetime | None = None
+
+
+@dataclass
+class _Report:
+    """The findings about one subject (a job or a route) of one file."""
+
+    file: str
+    subject: str
+    findings: list[Finding] = field(default_factory=list)
+
+    def error(self, code: str, message: str) -> None:
+        self.findings.append(Finding(self.file, self.subject, "error", code, message))
+
+    def warn(self, code: str, message: str) -> None:
+        self.findings.append(Finding(self.file, self.subject, "warning", code, message))
+
+
+def load_documents(path: str) -> tuple[str, Any]:
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        return text, json.loads(text)
+    except ValueError:
+        return text, yaml.safe_load(text)
+
+
+def lint_files(paths: list[str], config: LintConfig, default_routes: Mapping[str, Any] | None = None) -> list[Finding]:
+    """All findings for the given files, in file order. `default_routes` (the configured routes) are
+    the jobs' routes when no routes file is among the files."""
+    findings: list[Finding] = []
+    jobs: list[tuple[str, Mapping[str, Any]]] = []
+    routes: dict[str, Any] = {}
+    route_files: list[tuple[str, str, Any]] = []
+    routes_seen = False
+    for path in paths:
+        try:
+            text, data = load_documents(path)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            findings.append(Finding(path, "-", "error", "unreadable", f"cannot read as JSON or YAML: {exc}"))
+            continue
+        if isinstance(data, Mapping) and "routes" in data:
+            routes_seen = True
+            try:
+                parsed = parse_routes(text, f"routes file {path}")
+            except ConfigError as exc:
+                for line in str(exc).splitlines():
+                    findings.append(Finding(path, "-", "error", "invalid_routes", line))
+                continue
+            routes.update(parsed)
+            route_files.extend((path, name, route) for name, route in parsed.items())
+        elif isinstance(data, list) and all(isinstance(item, Mapping) for item in data):
+            jobs.extend((path, job) for job in data)
+        elif isinstance(data, Mapping) and ("schedule" in data or "httpTarget" in data or "name" in data):
+            jobs.append((path, data))
+        else:
+            findings.append(Finding(path, "-", "error", "unknown_file",
+                                    "neither a Scheduler Job (gcloud scheduler jobs describe --format=json) "
+                                    "nor a runonce routes file (top-level 'routes:')"))
+    if not routes_seen and default_routes is not None:
+        routes, routes_seen = dict(default_routes), True
+    if jobs and not routes_seen:
+        findings.append(Finding("-", "-", "warning", "routes_unchecked",
+                                "no routes file given (nor RUNONCE_ROUTES_FILE/RUNONCE_ROUTES): "
+                                "the jobs' routes and policies were not checked"))
+    for path, job in jobs:
+        findings.extend(_lint_job(path, job, routes if routes_seen else None, config))
+    # A route's schedule is checked with its job when a job calls it; else on its own.
+    called = {_route_of(job) for _, job in jobs}
+    for path, name, route in route_files:
+        if name not in called:
+            findings.extend(_lint_route(path, name, route, config))
+    return findings
+
+
+def _route_of(job: Mapping[str, Any]) -> str | None:
+    target = job.get("httpTarget")
+    match = ROUTE_URI_PATH.match(urlsplit(str(target.get("uri", ""))).path) if isinstance(target, Mapping) else None
+    return match.group(1) if match else None
+
+
+def _now(config: LintConfig) -> datetime:
+    return config.now or datetime.now(timezone.utc)
+
+
+def _schedule_findings(report: _Report, schedule: Schedule, zone_name: str | None, config: LintConfig,
+                       snap: bool | None) -> None:
+    warn = report.warn
+    if getattr(schedule, "lower_case_names", False):
+        warn("lower_case_names", f"{schedule.text!r}: Cloud Scheduler documents month and weekday names in "
+             "upper case (JAN, MON); lower case is accepted here but may not be everywhere")
+    if getattr(schedule, "star_step_day_field", False):
+        warn("day_fields_and", f"{schedule.text!r}: a day field starting with '*' (like '*/2') makes day-of-month "
+             "AND day-of-week (Vixie cron); Cloud Scheduler documents OR unless a field is '*'")
+    if not schedule.header_guaranteed and snap is False:
+        warn("groc_without_snap", f"groc schedule {schedule.text!r}: Cloud Scheduler does not guarantee "
+             "X-CloudScheduler-ScheduleTime for groc jobs, and the route's missing_schedule_time is "
+             "'reject' (400): set it to 'snap' with the schedule, or use unix-cron")
+    if isinstance(schedule, IntervalSchedule) and schedule.plain and snap:
+        warn("snap_grid_unknown", f"{schedule.text!r} counts from the previous run, so its phase is unknown; "
+             "snap keys runs on multiples of the interval since 1970-01-01T00:00Z and a retry that crosses "
+             "a grid point counts as the next run: prefer 'synchronized' or unix-cron")
+    zone = get_zone(zone_name)
+    start = _now(config)
+    for finding in schedule.dst_findings(zone, start, start + DST_SCAN):
+        warn(f"dst_{finding.kind}", f"{schedule.text!r}: {finding.message()}")
+
+
+def _lint_route(file: str, name: str, route: Any, config: LintConfig) -> list[Finding]:
+    if route.schedule is None:
+        return []
+    report = _Report(file, f"route {name}")
+    _schedule_findings(report, parse_schedule(route.schedule), route.time_zone, config,
+                       snap=route.missing_schedule_time == "snap")
+    return report.findings
+
+
+def _lint_job(file: str, job: Mapping[str, Any], routes: Mapping[str, Any] | None,
+              config: LintConfig) -> list[Finding]:
+    name = str(job.get("name") or "")
+    report = _Report(file, f"job {name.rsplit('/', 1)[-1]}" if name else "job (unnamed)")
+    name_match = JOB_NAME.fullmatch(name)
+    if name and not name_match:
+        report.error("invalid_name", f"name {name!r} is not projects/PROJECT_ID/locations/LOCATION_ID/jobs/JOB_ID")
+    route = _check_target(report, job, name_match, routes)
+    schedule = _check_schedule(report, job, route, routes, config)
+    _check_retries(report, job, schedule, config)
+    return report.findings
+
+
+def _check_target(report: _Report, job: Mapping[str, Any], name_match: re.Match[str] | None,
+                  routes: Mapping[str, Any] | None) -> Any:
+    """The target: runonce's delivery endpoint, with OIDC. Returns the route the URI names, if known."""
+    route = None
+    target = job.get("httpTarget")
+    if not isinstance(target, Mapping):
+        kind = next((k for k in ("appEngineHttpTarget", "pubsubTarget") if k in job), None)
+        report.error("not_http_target", f"has {kind or 'no target'}; runonce is called through an httpTarget")
+        return None
+    uri = str(target.get("uri", ""))
+    parts = urlsplit(uri)
+    match = ROUTE_URI_PATH.match(parts.path)
+    if parts.scheme not in ("http", "https") or not match:
+        report.error("not_runonce_uri", f"httpTarget.uri {uri!r} is not a runonce delivery URL (https://HOST/v1/routes/ROUTE:run)")
+    else:
+        route_name = match.group(1)
+        if routes is not None:
+            route = routes.get(route_name)
+            if route is None:
+                known = ", ".join(sorted(routes)) or "none"
+                report.error("unknown_route", f"httpTarget.uri names route {route_name!r}, which the routes file does not define (routes: {known})")
+        query = parse_qs(parts.query, keep_blank_values=True)
+        unknown = sorted(set(query) - {"project", "location"})
+        if unknown:
+            report.error("bad_query", f"httpTarget.uri has query parameter {unknown[0]!r}; runonce accepts only project and location (400)")
+        if name_match:
+            for key, actual in (("project", name_match.group(1)), ("location", name_match.group(2))):
+                given = query.get(key, [None])[0]
+                if given is not None and given != actual:
+                    report.warn("namespace_mismatch", f"httpTarget.uri says {key}={given} but the job lives in {key} {actual}")
+            if "project" not in query and (route is None or route.namespace is None):
+                report.warn("no_namespace", "the URI has no ?project=&location= and the route no namespace: the same "
+                            "job ID in another project or location would share run keys")
+    method = str(target.get("httpMethod", "POST"))
+    if method != "POST":
+        report.error("bad_method", f"httpTarget.httpMethod is {method}; runonce's delivery endpoint takes POST")
+    if "oidcToken" not in target:
+        other = " (it sends an OAuth access token, which runonce does not accept)" if "oauthToken" in target else ""
+        report.error("no_oidc", f"httpTarget has no oidcToken{other}: runonce authenticates callers by OIDC ID token (401)")
+    _check_body(report, target.get("body"))
+    return route
+
+
+def _check_body(report: _Report, body: Any) -> None:
+    if not body:
+        return
+    try:
+        raw = base64.b64decode(str(body), validate=True)
+        if len(raw) > MAX_BODY_BYTES:
+            report.error("body_too_large", f"httpTarget.body is {len(raw)} bytes; runonce accepts at most {MAX_BODY_BYTES} (413)")
+        elif not isinstance(json.loads(raw), dict):
+            report.error("bad_body", "httpTarget.body is not a JSON object; runonce answers 400")
+    except (binascii.Error, ValueError):
+        report.error("bad_body", "httpTarget.body is not base64 of a JSON object; runonce answers 400")
+
+
+def _check_schedule(report: _Report, job: Mapping[str, Any], route: Any, routes: Mapping[str, Any] | None,
+                    config: LintConfig) -> Schedule | None:
+    """The schedule and its zone, against the route's policies and declared schedule."""
+    text = job.get("schedule")
+    schedule = None
+    try:
+        get_zone(job.get("timeZone"))
+        if not isinstance(text, str):
+            raise ScheduleError("schedule", "missing")
+        schedule = parse_schedule(text)
+    except ScheduleError as exc:
+        report.error("invalid_schedule" if exc.field != "time zone" else "invalid_time_zone", str(exc))
+    if schedule is None:
+        return None
+    snap = (route.missing_schedule_time == "snap") if route is not None else (False if routes is not None else None)
+    if route is None and not schedule.header_guaranteed and routes is None:
+        report.warn("groc_without_snap", f"groc schedule {text!r}: Cloud Scheduler does not guarantee "
+                    "X-CloudScheduler-ScheduleTime for groc jobs; its route needs missing_schedule_time: snap")
+    _schedule_findings(report, schedule, job.get("timeZone"), config, snap)
+    if route is not None and route.schedule is not None:
+        declared_zone = get_zone(route.time_zone).key
+        if route.schedule.strip() != text.strip() or declared_zone != get_zone(job.get("timeZone")).key:  # type: ignore[union-attr]
+            report.error("schedule_mismatch", f"the job runs {text!r} in {get_zone(job.get('timeZone')).key}, but its route "
+                         f"declares {route.schedule!r} in {declared_zone}: snapped keys would be wrong")
+    return schedule
+
+
+def _check_retries(report: _Report, job: Mapping[str, Any], schedule: Schedule | None, config: LintConfig) -> None:
+    """Deadlines and retries against the lease, the retention and the schedule's own interval."""
+    try:
+        retry = RetryConfig.from_job(job)
+    except ValueError as exc:
+        report.error("bad_duration", str(exc))
+        return
+    if retry.attempt_deadline > config.lease_seconds:
+        report.warn("deadline_over_lease", f"attemptDeadline {retry.attempt_deadline:g}s is longer than runonce's lease "
+                    f"({config.lease_seconds:g}s): Scheduler keeps waiting after another attempt may take the run over")
+    window = retry_window(retry)
+    if window.longest > config.retention_seconds:
+        report.error("retries_outlive_retention", f"retries can arrive up to {window.longest:g}s after the first attempt "
+                     f"({retry.describe()}), longer than runonce's retention ({config.retention_seconds:g}s): a late retry "
+                     "finds no record and runs again")
+    if schedule is not None:
+        gap = _shortest_gap(schedule, job.get("timeZone"), config)
+        if gap is not None and window.longest > gap[0]:
+            report.warn("retries_overlap_next_run", f"a failing run can be retried for up to {window.longest:g}s "
+                        f"({window.retries} retries: {retry.describe()}), longer than the {gap[0]:g}s between its runs "
+                        f"at {gap[1]}: Scheduler never runs a job twice at once, so the next run waits for the retries "
+                        "and can be skipped; lower retryCount/maxRetryDuration/maxBackoffDuration, or run less often")
+
+
+def _shortest_gap(schedule: Schedule, zone_name: str | None, config: LintConfig) -> tuple[float, str] | None:
+    """(seconds, fire time) of the shortest gap between two runs in the next OVERLAP_SCAN fire times
+    (within DST_SCAN), or None for a schedule with fewer than two runs ahead."""
+    zone = get_zone(zone_name)
+    start = _now(config)
+    shortest: tuple[float, str] | None = None
+    previous = None
+    for count, fire in enumerate(schedule.iter_after(start, zone)):
+        if count >= OVERLAP_SCAN or fire > start + DST_SCAN:
+            break
+        if previous is not None:
+            gap = (fire - previous).total_seconds()
+            if shortest is None or gap < shortest[0]:
+                shortest = (gap, previous.isoformat())
+        previous = fire
+    return shortest

@@ -1,0 +1,335 @@
+"""Missed runs: every fire time of a route as the run Scheduler would have delivered, and which did not run.
+
+A route that names its Scheduler `job` (with its `schedule`, `time_zone` and `namespace`) has a
+run_id for each fire time known in advance: `scheduled_delivery` builds the delivery with
+`parse_delivery` from the two headers Scheduler sends, so it is exactly the one Scheduler's delivery
+for that time gets. With that,
+
+  - the audit lists the fire times of a range and asks the store for each run_id: no record, or a
+    `failed` one (nothing was dispatched), = missed;
+  - a catch-up or a backfill runs that delivery through the protocol (`Runner.run`), so it and a
+    late Scheduler retry of the same run are one execution.
+
+The store keeps a record for RUNONCE_RETENTION_SECONDS after its claim: before that, absence proves
+nothing, so a range reaching further back is refused (`RangeRefused`) rather than reporting misses
+that may have run. Fire times within the lease of now are not due yet (Scheduler may still be
+delivering or retrying them) and are left out.
+
+This module reads routes, a store and a clock handed to it; it knows nothing of HTTP or the CLI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
+from typing import Any, Literal
+from zoneinfo import ZoneInfo
+
+from runonce import errors, logs
+from runonce.run.delivery import SCHEDULER_JOB, SCHEDULER_TIME, Delivery, format_schedule_time, parse_body, parse_delivery
+from runonce.metrics import Metrics
+from runonce.routes import Route
+from runonce.schedules import get_zone, parse_schedule
+from runonce.stores import RunStore, StoreUnavailable
+from runonce.stores.base import FAILED
+from runonce.targets import DispatchRequest, Target, TargetFailed
+
+MAX_FIRE_TIMES = 20_000
+"""Most fire times one audit or backfill computes: a minutely route over two weeks. A wider range is
+refused with a message that says to narrow it, rather than running for minutes."""
+LOOKUP_CONCURRENCY = 16
+"""Store reads in flight at once while auditing."""
+MAX_CATCH_UP_PER_ROUTE = 10
+"""Most missed runs of one route that one audit dispatches with `catch_up: all`, oldest first; the
+rest are still missed at the next audit, which dispatches the next ten."""
+RETENTION_MARGIN = timedelta(seconds=1)
+"""The earliest auditable fire time is this much after now − retention: a record claimed at its
+fire time expires exactly at fire time + retention, when a store already counts it absent."""
+
+_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+
+
+class RangeRefused(errors.InvalidDelivery):
+    """A range the audit or backfill cannot answer truthfully (too old, empty, too wide, in the
+    future): refused like any invalid request (400 `invalid`), nothing is claimed. `field` names
+    the flag or body field at fault."""
+
+
+def parse_duration(text: str, field: str) -> timedelta:
+    """`90s`, `15m`, `2h`, `7d`, `1h30m`, or a number of seconds."""
+    text = text.strip()
+    if text.isascii() and text.isdigit():
+        seconds = int(text)
+    else:
+        match = _DURATION.fullmatch(text)
+        if not text or match is None:
+            raise RangeRefused(field, f"{text!r} is not a duration (e.g. 90s, 15m, 2h, 7d, 1h30m)")
+        days, hours, minutes, secs = (int(part or 0) for part in match.groups())
+        seconds = ((days * 24 + hours) * 60 + minutes) * 60 + secs
+    if not 0 < seconds <= 10 * 365 * 86400:
+        raise RangeRefused(field, f"{text!r} must be more than 0 and at most ten years")
+    return timedelta(seconds=seconds)
+
+
+def body_sha256(payload: Mapping[str, Any]) -> str:
+    """The sha256 a delivery with this JSON object body is claimed with (`parse_body`'s)."""
+    return parse_body(json.dumps(payload, ensure_ascii=False).encode("utf-8"))[1]
+
+
+NO_DELIVERY = "no delivery"
+"""Why a fire time with no record is missed: no delivery of it reached runonce."""
+
+
+@dataclass(frozen=True)
+class ScheduledRun:
+    """One fire time of a route, as the delivery Scheduler would send for it."""
+
+    delivery: Delivery
+    zone: ZoneInfo
+    why: str = NO_DELIVERY
+    """Why the run counts as missed: no delivery left a record, or its record says it `failed`."""
+
+    @property
+    def route(self) -> str:
+        return self.delivery.route
+
+    @property
+    def time(self) -> datetime:
+        assert self.delivery.schedule_time is not None  # pragma: no mutate - built with one
+        return self.delivery.schedule_time.astimezone(timezone.utc)
+
+    @property
+    def run_id(self) -> str:
+        return self.delivery.run_id
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "route": self.route, "job": self.delivery.job, "schedule_time": format_schedule_time(self.time),
+            "local_time": self.time.astimezone(self.zone).isoformat(), "time_zone": self.zone.key,
+            "run_id": self.run_id, "why": self.why,
+        }
+
+    def line(self) -> str:
+        local = self.time.astimezone(self.zone)
+        return (f"{self.route}  job={self.delivery.job}  {format_schedule_time(self.time)}  "
+                f"({local:%Y-%m-%d %H:%M:%S%z} {self.zone.key})  {self.run_id}")
+
+
+def auditable(routes: Mapping[str, Route]) -> dict[str, Route]:
+    """The routes whose fire times have known run_ids: those that name their Scheduler `job`."""
+    return {name: route for name, route in routes.items() if route.job is not None}
+
+
+def scheduled_delivery(name: str, route: Route, time: datetime) -> Delivery:
+    """The delivery Scheduler sends for fire time `time`: the route's job and namespace, the
+    schedule time header, received on time, through the same parser (so the same run_id)."""
+    assert route.job is not None and route.namespace is not None  # pragma: no mutate - Route validates
+    headers = {SCHEDULER_JOB: route.job, SCHEDULER_TIME: format_schedule_time(time)}
+    namespace = (route.namespace.project, route.namespace.location)
+    delivery = parse_delivery(name, headers, namespace, received_at=time, forced_run_tolerance=timedelta(0),
+                              policy=route.policy)
+    # Never a force run's retry: that rule rests on Scheduler having one execution of a job
+    # outstanding, and a catch-up or backfill is no Scheduler execution. It runs `time`'s own run.
+    return replace(delivery, may_be_forced_retry=False)
+
+
+def scheduled_runs(routes: Mapping[str, Route], start: datetime, end: datetime) -> list[ScheduledRun]:
+    """Every fire time in [start, end) of every auditable route, oldest first (the schedule engine's
+    DST rules in each route's zone). Refuses more than MAX_FIRE_TIMES."""
+    found: list[ScheduledRun] = []
+    for name, route in sorted(auditable(routes).items()):
+        assert route.schedule is not None  # pragma: no mutate - Route validates
+        zone = get_zone(route.time_zone)
+        for fire in parse_schedule(route.schedule).iter_after(start - timedelta(seconds=1), zone):
+            if fire >= end:
+                break
+            if fire < start:
+                continue
+            if len(found) == MAX_FIRE_TIMES:
+                raise RangeRefused(
+                    "range", f"more than {MAX_FIRE_TIMES} fire times from {format_schedule_time(start)} to "
+                    f"{format_schedule_time(end)}; narrow the range (or pick one route)",
+                )
+            found.append(ScheduledRun(scheduled_delivery(name, route, fire), zone))
+    return sorted(found, key=lambda run: (run.time, run.route))
+
+
+def due_range(
+    start: datetime, end: datetime, now: datetime, *, lease: timedelta, retention: timedelta,
+    start_field: str = "from",
+) -> tuple[datetime, datetime]:
+    """[start, end) cut to what is due (before now − lease), or `RangeRefused` when it reaches back
+    past what the store keeps, or nothing in it is due."""
+    earliest = now - retention + RETENTION_MARGIN
+    if start < earliest:
+        raise RangeRefused(
+            start_field,
+            f"{format_schedule_time(start)} is older than the store keeps records (RUNONCE_RETENTION_SECONDS="
+            f"{retention.total_seconds():g}): a run that did happen may have left no record, so it would be "
+            f"reported missed. The earliest auditable time is {format_schedule_time(earliest)}",
+        )
+    due = now - lease
+    end = min(end, due)
+    if start >= end:
+        raise RangeRefused(
+            start_field,
+            f"nothing in the range is due: fire times after {format_schedule_time(due)} (now − the lease, "
+            f"{lease.total_seconds():g}s) are not due yet (Scheduler may still deliver them); start earlier",
+        )
+    return start, end
+
+
+async def missing(store: RunStore, runs: Iterable[ScheduledRun], now: datetime) -> list[ScheduledRun]:
+    """The runs that did not happen (in their order), each saying why: no record, or a `failed` one
+    (nothing was dispatched: the target refused, or the run waited for the route's previous
+    execution, or the route was busy, until Scheduler gave up). `in_progress`, `completed` and
+    `skipped` runs are accounted for. Raises `StoreUnavailable`."""
+    runs = list(runs)
+    gate = asyncio.Semaphore(LOOKUP_CONCURRENCY)
+
+    async def why_missed(run: ScheduledRun) -> str | None:
+        async with gate:
+            record = await store.get(run.run_id, now)
+        if record is None:
+            return NO_DELIVERY
+        if record.status == FAILED:
+            return f"failed: {record.last_error}"
+        return None
+
+    found = await asyncio.gather(*(why_missed(run) for run in runs))
+    return [replace(run, why=why) for run, why in zip(runs, found, strict=True) if why is not None]
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    start: datetime
+    end: datetime
+    routes: list[str]
+    checked: int
+    missed: list[ScheduledRun]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "from": format_schedule_time(self.start), "to": format_schedule_time(self.end), "routes": self.routes,
+            "checked": self.checked, "missed": [run.to_json() for run in self.missed],
+        }
+
+
+async def audit(
+    store: RunStore, routes: Mapping[str, Route], start: datetime, end: datetime, now: datetime, *,
+    lease: timedelta, retention: timedelta, start_field: str = "from",
+) -> AuditReport:
+    """The missed runs of `routes` with fire times in [start, end), cut to what is due."""
+    start, end = due_range(start, end, now, lease=lease, retention=retention, start_field=start_field)
+    runs = scheduled_runs(routes, start, end)
+    return AuditReport(start, end, sorted(auditable(routes)), len(runs), await missing(store, runs, now))
+
+
+CatchUp = Literal["none", "latest", "all"]
+
+
+async def catch_up_runs(
+    store: RunStore, name: str, route: Route, at: datetime, now: datetime, *, lease: timedelta,
+    retention: timedelta,
+) -> list[ScheduledRun]:
+    """The runs a route's `catch_up` policy dispatches at `at` (the audit's schedule time), oldest
+    first, among the fire times due then (before `at` − the lease) and inside the window (after `at`
+    − catch_up_window_seconds, default the retention): `latest` the route's latest fire time due if
+    it was missed (an older miss is superseded by the newer run and is only reported); `all`
+    every missed run, at most MAX_CATCH_UP_PER_ROUTE. Never past what the store keeps: there,
+    absence would re-run a run that did happen."""
+    if route.catch_up == "none":
+        return []
+    window = timedelta(seconds=route.catch_up_window_seconds) if route.catch_up_window_seconds else retention
+    due = at - lease
+    start = max(at - window, now - retention + RETENTION_MARGIN)
+    if start >= due:
+        return []
+    runs = scheduled_runs({name: route}, start, due)
+    if route.catch_up == "latest":
+        runs = runs[-1:]
+    return (await missing(store, runs, now))[:MAX_CATCH_UP_PER_ROUTE]
+
+
+def check_catch_up_windows(routes: Mapping[str, Route], retention_seconds: float) -> list[str]:
+    """Start-up errors: a catch-up window the store's retention cannot see to the end of."""
+    problems = []
+    for name, route in sorted(routes.items()):
+        window = route.catch_up_window_seconds
+        if window is not None and window >= retention_seconds:
+            problems.append(
+                f"route {name!r}: field 'catch_up_window_seconds': {window} must be below RUNONCE_RETENTION_SECONDS "
+                f"({retention_seconds:g}): older runs have no record left, so a catch-up could run them again"
+            )
+    return problems
+
+
+AUDIT_ROUTE = "_audit"
+"""The route name the audit's own runs are keyed and recorded under. No configured route can have
+it (route names start with a letter or digit), so no delivery of a route shares an audit's run_id."""
+DEFAULT_SINCE = timedelta(minutes=10)
+"""What one audit run reports by default: the period of the audit job that deploy/ and terraform/
+create, so that every fire time is reported by exactly one audit."""
+
+logger = logging.getLogger("runonce.audit")
+
+
+def audit_since(payload: Mapping[str, Any]) -> timedelta:
+    """The body of an audit delivery: `{}` or `{"since": DURATION}` (its job's period). Raises
+    `RangeRefused` naming the field."""
+    unknown = sorted(set(payload) - {"since"})
+    if unknown:
+        raise RangeRefused(f"body.{unknown[0]}", "unknown field; an audit's body takes only 'since' (e.g. \"10m\")")
+    since = payload.get("since")
+    if since is None:
+        return DEFAULT_SINCE
+    if not isinstance(since, str):
+        raise RangeRefused("body.since", "must be a duration string such as \"10m\"")
+    return parse_duration(since, "body.since")
+
+
+class AuditTarget(Target):
+    """The audit as the target of its own scheduled run (route `_audit`): the Runner claims the audit
+    job's delivery like any other, so a duplicated or retried audit replays instead of reporting
+    twice. Dispatching it reports the missed runs whose fire times are in [S − lease − since,
+    S − lease), S being the audit's schedule time: consecutive audits every `since` report each fire
+    time once. Each missed run gets one ERROR line (`outcome: "missed"`) and counts in
+    `runonce_missed_runs_total{route}`. The report is kept in `reports` for the endpoint to show."""
+
+    type = "audit"
+
+    def __init__(
+        self, store: RunStore, routes: Mapping[str, Route], *, lease: timedelta, retention: timedelta,
+        clock: Callable[[], datetime], metrics: Metrics,
+    ):
+        self.store, self.routes, self.lease, self.retention = store, auditable(routes), lease, retention
+        self.clock, self.metrics = clock, metrics
+        self.reports: dict[str, AuditReport] = {}
+
+    async def dispatch(self, request: DispatchRequest) -> str:
+        assert request.schedule_time is not None  # pragma: no mutate - an audit delivery is keyed by one
+        at = datetime.fromisoformat(request.schedule_time.replace("Z", "+00:00"))
+        now = self.clock()
+        end = at - self.lease
+        # A late retry of an old audit reports what the store still knows (never a false miss).
+        start = max(end - audit_since(request.payload), now - self.retention + RETENTION_MARGIN)
+        try:
+            report = await audit(self.store, self.routes, start, end, now, lease=self.lease, retention=self.retention)
+        except RangeRefused as exc:  # nothing due in that range (a force run of the audit job, say)
+            return f"audit: nothing to report ({exc.reason})"
+        except StoreUnavailable as exc:
+            raise TargetFailed(f"audit: the claim store did not answer ({exc}); nothing was reported") from exc
+        for run in report.missed:
+            logger.error(
+                "missed run %s of route %s at %s: %s", run.run_id, run.route, run.to_json()["schedule_time"], run.why,
+                extra={"fields": {"outcome": "missed", **run.to_json(), logs.LABELS: {"run_id": run.run_id, "route": run.route}}},
+            )
+            self.metrics.missed_runs.labels(run.route).inc()
+        self.reports[request.run_id] = report
+        return (f"audit/{format_schedule_time(report.start)}/{format_schedule_time(report.end)}: "
+                f"{len(report.missed)} missed of {report.checked}")

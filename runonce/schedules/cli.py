@@ -1,0 +1,95 @@
+"""`runonce schedule next`: the schedule engine on the command line.
+
+Registered in `runonce/cli.py` with `main.add_command(schedule)`; `runonce lint`, which also reads the
+routes and settings, lives in `runonce/cli.py` and `runonce/lint.py`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import click
+
+from runonce.schedules import Schedule, ScheduleError, get_zone, parse_schedule
+
+
+class ScheduleType(click.ParamType):
+    """A unix-cron or groc schedule; a bad one exits 2 naming the field at fault."""
+
+    name = "schedule"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Schedule:
+        if isinstance(value, Schedule):
+            return value
+        try:
+            return parse_schedule(value)
+        except ScheduleError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class TimeZoneType(click.ParamType):
+    name = "zone"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> ZoneInfo:
+        if isinstance(value, ZoneInfo):
+            return value
+        try:
+            return get_zone(value)
+        except ScheduleError as exc:
+            self.fail(exc.reason, param, ctx)
+
+
+class InstantType(click.ParamType):
+    """An RFC 3339 timestamp with an offset: 2026-03-08T06:00:00Z, 2026-03-08T01:00:00-05:00."""
+
+    name = "rfc3339"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> datetime:
+        if isinstance(value, datetime):
+            return value
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            self.fail(f"{value!r} is not an RFC 3339 timestamp (e.g. 2026-03-08T06:00:00Z)", param, ctx)
+        if parsed.tzinfo is None:
+            self.fail(f"{value!r} has no offset; add Z or ±HH:MM", param, ctx)
+        return parsed
+
+
+@click.group()
+def schedule() -> None:
+    """Evaluate Cloud Scheduler schedules (unix-cron or groc) in any time zone."""
+
+
+@schedule.command("next")
+@click.argument("expr", type=ScheduleType())
+@click.option("--tz", "zone", type=TimeZoneType(), default="UTC", show_default=True,
+              help="tz database zone the job runs in (the Job's timeZone).")
+@click.option("--after", type=InstantType(), default=None, help="Start after this instant  [default: now]")
+@click.option("--count", type=click.IntRange(1, 10000), default=5, show_default=True)
+def schedule_next(expr: Schedule, zone: ZoneInfo, after: datetime | None, count: int) -> None:
+    """Print the next COUNT fire times of EXPR, one RFC 3339 line each in the zone's offset.
+
+    A fire time at a skipped or ambiguous local time (DST) is flagged after `#`; fire times the
+    clock skips and that do not run are listed on `#` lines of their own.
+    """
+    start = after or datetime.now(timezone.utc)
+    if not expr.header_guaranteed:
+        click.echo(f"note: groc schedule; Cloud Scheduler does not guarantee X-CloudScheduler-ScheduleTime "
+                   f"for it ({expr.dst_rule_text})", err=True)
+    shown, previous = 0, start
+    for fire in expr.iter_after(start, zone):
+        note = expr.note(fire, zone)
+        if not (note and note.startswith("skipped")):
+            # Fire times the clock skipped since the previous line, and that do not run.
+            for finding in expr.dst_findings(zone, previous + timedelta(seconds=1), fire + timedelta(seconds=1)):
+                if finding.kind == "skipped":
+                    click.echo(f"# {finding.message()}")
+        click.echo(fire.isoformat() + (f"  # {note}" if note else ""))
+        shown, previous = shown + 1, fire
+        if shown == count:
+            break
+    if shown < count:
+        click.echo(f"note: {expr.text!r} fires only {shown} more time(s)", err=True)

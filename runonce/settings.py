@@ -1,0 +1,153 @@
+"""Process-wide settings, read once at start-up from `RUNONCE_*` environment variables.
+
+Build one `Settings` in the entry point and pass it to `create_app()`; nothing else reads the
+environment. Tests construct `Settings(...)` directly.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field, ValidationError, create_model, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from runonce.errors import RunonceError
+from runonce.targets import ENDPOINTS
+
+
+class ConfigError(RunonceError):
+    """Bad configuration: start-up stops with this one message."""
+
+
+EMAIL_PATTERN = r"^[^@\s,]+@[^@\s,]+$"
+"""A caller's email, as in allow-lists (routes' `allowed_callers`, RUNONCE_*_CALLERS)."""
+
+LEASE_MARGIN_SECONDS = 1.0
+"""What a lease must cover beyond the dispatch timeout and two store timeouts (see `_no_overlap`):
+clock skew between instances (Cloud Run's clocks agree to well under a second) and event-loop delays."""
+MAX_DURATION_SECONDS = 10 * 365 * 86400
+"""Ten years: any duration setting beyond it is a typo (and would overflow date arithmetic)."""
+
+CsvList = Annotated[list[str], NoDecode]
+"""A list given in the environment as `a,b,c`."""
+
+
+def _split_csv(value: object) -> object:
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return value
+
+
+def _endpoint(value: str | None) -> str | None:
+    if value is not None and not re.fullmatch(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?", value):
+        raise ValueError(
+            "must be a URL without a path, e.g. https://run.googleapis.com or http://127.0.0.1:8085 "
+            "(http:// means plaintext, for local fakes)"
+        )
+    return value
+
+
+_EndpointSettings: type[BaseSettings] = create_model(  # type: ignore[call-overload]
+    "_EndpointSettings",
+    __base__=BaseSettings,
+    **{
+        f"{name}_endpoint": (
+            Annotated[str | None, AfterValidator(_endpoint)],
+            Field(None, description=f"Override of the {name} API's endpoint (Google's when unset)."),
+        )
+        for name in ENDPOINTS
+    },
+)
+"""One `<name>_endpoint` setting (RUNONCE_<NAME>_ENDPOINT) per endpoint a target type declares
+(`runonce/targets`): adding a target adds its override here without editing this file."""
+
+
+class Settings(_EndpointSettings):  # type: ignore[valid-type,misc]
+    model_config = SettingsConfigDict(env_prefix="RUNONCE_", extra="ignore", frozen=True)
+
+    routes_file: str | None = Field(None, description="Path of the routes file (YAML or JSON).")
+    routes: str | None = Field(None, description="Routes inline (YAML or JSON), instead of a file.")
+
+    store: str = Field("sqlite:///runonce.db", description="`sqlite:///PATH`, `firestore`, `spanner://projects/P/instances/I/databases/D` or `redis://HOST:PORT/DB` (see runonce/stores).")
+    store_timeout_seconds: float = Field(
+        5.0, gt=0, le=MAX_DURATION_SECONDS, description="Longest wait for one claim-store operation before answering 503."
+    )
+    firestore_project: str | None = None
+    firestore_database: str = "(default)"
+    firestore_collection: str = "runonce_runs"
+
+    lease_seconds: float = Field(300, gt=0, le=MAX_DURATION_SECONDS)
+    retention_seconds: float = Field(86400, gt=0, le=MAX_DURATION_SECONDS)
+    dispatch_timeout_seconds: float = Field(30, gt=0, le=MAX_DURATION_SECONDS)
+    forced_run_tolerance_seconds: float = Field(5, ge=0, le=MAX_DURATION_SECONDS)
+    shutdown_grace_seconds: float = Field(
+        7, ge=0, le=MAX_DURATION_SECONDS,
+        description="On SIGTERM, how long dispatches in flight may still run (Cloud Run kills at 10 s).",
+    )
+
+    auth: Literal["oidc", "none", "cloud_run_iam"] = "oidc"
+    allow_unauthenticated: bool = False
+    audience: CsvList = Field(default_factory=list)
+    allowed_callers: CsvList = Field(default_factory=list)
+    admin_callers: CsvList = Field(default_factory=list)
+    oidc_certs_url: str = "https://www.googleapis.com/oauth2/v1/certs"
+    oidc_clock_skew_seconds: int = Field(10, ge=0, le=300)
+
+    log_format: Literal["json", "text"] = Field(
+        default_factory=lambda: "json" if os.environ.get("K_SERVICE") else "text"
+    )
+
+    @field_validator("audience", "allowed_callers", "admin_callers", mode="before")
+    @classmethod
+    def _csv(cls, value: object) -> object:
+        return _split_csv(value)
+
+    def endpoint_overrides(self) -> dict[str, str | None]:
+        """The endpoint overrides by endpoint name, as `TargetContext.endpoints` takes them."""
+        return {name: getattr(self, f"{name}_endpoint") for name in ENDPOINTS}
+
+    @field_validator("store")
+    @classmethod
+    def _store_url(cls, value: str) -> str:
+        from runonce.stores import check_store_url  # the registry: the same table open_store reads
+
+        return check_store_url(value)
+
+    @model_validator(mode="after")
+    def _no_overlap(self) -> Settings:
+        """The one rule under which two attempts of a run never dispatch at once.
+
+        An attempt's lease runs from just before its claim. By the time its lease ends it must be
+        done: the claim (up to one store timeout), the reconcile + dispatch (the dispatch timeout),
+        the finish (one more store timeout), plus the margin. And a record must outlive its lease,
+        or a run in flight "expires" and is claimed afresh.
+        """
+        lease, dispatch, store = self.lease_seconds, self.dispatch_timeout_seconds, self.store_timeout_seconds
+        needed = dispatch + 2 * store + LEASE_MARGIN_SECONDS
+        if lease < needed:
+            raise ValueError(
+                f"RUNONCE_LEASE_SECONDS ({lease:g}) must be at least RUNONCE_DISPATCH_TIMEOUT_SECONDS ({dispatch:g}) "
+                f"+ 2 x RUNONCE_STORE_TIMEOUT_SECONDS ({store:g}) + {LEASE_MARGIN_SECONDS:g}s = {needed:g}: "
+                "an attempt still dispatching or finishing after its lease could overlap the next one"
+            )
+        if self.retention_seconds <= lease:
+            raise ValueError(
+                f"RUNONCE_RETENTION_SECONDS ({self.retention_seconds:g}) must be above RUNONCE_LEASE_SECONDS "
+                f"({lease:g}): a run in flight would expire and be claimed again"
+            )
+        return self
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Settings from the environment, with `ConfigError` naming each bad variable."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            message = error["msg"].removeprefix("Value error, ")
+            # A rule across settings (no loc) names its settings itself.
+            problems.append(f"RUNONCE_{str(error['loc'][0]).upper()}: {message}" if error["loc"] else message)
+        raise ConfigError("bad settings: " + "; ".join(problems)) from exc

@@ -1,0 +1,216 @@
+"""`cloud_run_job` target: one Cloud Run job execution per run (Cloud Run Admin API v2, REST).
+
+`jobs.run` with a container override: env `env_var` = run_id (plus `RUNONCE_JOB`,
+`RUNONCE_SCHEDULE_TIME` or `RUNONCE_TASK`, `RUNONCE_SOURCE`, and `RUNONCE_PAYLOAD` when the delivery
+had a body). The answer is a long-running operation whose metadata is the new Execution: its name
+is the resource, known at once; runonce never waits for the operation.
+
+Executions cannot carry per-run labels, so reconciliation lists the job's executions (newest first)
+back to when the run was first claimed and matches the env override.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from datetime import datetime, timedelta, timezone
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
+
+from runonce.targets.base import DispatchRequest, Target, TargetFailed, TargetOutcomeUnknown
+from runonce.targets.google import GoogleAuth, call_rest, read_state, reconciling, resource_pattern, rest_base_url
+from runonce.targets.registry import Grant, TargetType
+
+logger = logging.getLogger("runonce.target.cloud_run_job")
+
+DEFAULT_ENDPOINT = "https://run.googleapis.com"
+JOB_PATTERN = resource_pattern("jobs", r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?")
+EXECUTION_PATTERN = JOB_PATTERN.removesuffix("$") + r"/executions/[a-z0-9-]{1,63}$"
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+RESERVED_ENV = {"CLOUD_RUN_JOB", "CLOUD_RUN_EXECUTION", "CLOUD_RUN_TASK_INDEX", "CLOUD_RUN_TASK_ATTEMPT", "CLOUD_RUN_TASK_COUNT"}
+MAX_ENV_VALUE_BYTES = 32768
+CLOCK_SKEW = timedelta(minutes=10)
+"""How far Google's createTime may lag our clock; executions older than the run's first claim by
+more than this cannot belong to it."""
+MAX_PAGES = 20
+
+
+class CloudRunJobTargetConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["cloud_run_job"]
+    job: str = Field(description="projects/PROJECT/locations/LOCATION/jobs/JOB")
+    env_var: str = Field("IDEMPOTENCY_KEY", description="Env var that receives the run_id.")
+    args: list[str] | None = Field(None, description="Replace the container's args.")
+    task_count: int | None = Field(None, ge=1, le=10000)
+    timeout: str | None = Field(None, description="Task timeout, e.g. '600s'.")
+    container: str | None = Field(None, description="Container to override (multi-container jobs).")
+
+    @field_validator("job")
+    @classmethod
+    def _job(cls, value: str) -> str:
+        if not re.match(JOB_PATTERN, value):
+            raise PydanticCustomError(
+                "resource_name",
+                "must be a job's full name, projects/PROJECT/locations/LOCATION/jobs/JOB (got {value})",
+                {"value": repr(value)},
+            )
+        return value
+
+    @field_validator("env_var")
+    @classmethod
+    def _env_var(cls, value: str) -> str:
+        if not re.match(ENV_NAME_PATTERN, value) or value in RESERVED_ENV or value.startswith("RUNONCE_"):
+            raise PydanticCustomError(
+                "env_var",
+                "must be an env var name ([A-Za-z_][A-Za-z0-9_]*), not reserved by Cloud Run or runonce "
+                "(CLOUD_RUN_*, RUNONCE_*) (got {value})",
+                {"value": repr(value)},
+            )
+        return value
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[0-9]{1,6}(\.[0-9]{1,9})?s", value):
+            raise PydanticCustomError(
+                "duration", "must be a duration in seconds like '600s' (got {value})", {"value": repr(value)}
+            )
+        return value
+
+    @field_validator("container")
+    @classmethod
+    def _container(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?", value):
+            raise PydanticCustomError(
+                "container", "must be a container name (a DNS label: a-z 0-9 -) (got {value})", {"value": repr(value)}
+            )
+        return value
+
+
+class CloudRunJobTarget(Target):
+    type = "cloud_run_job"
+
+    def __init__(
+        self, config: CloudRunJobTargetConfig, http: httpx.AsyncClient, auth: GoogleAuth, endpoint: str | None = None
+    ):
+        self.config = config
+        self._http = http
+        self._auth = auth
+        self._base = rest_base_url(endpoint, DEFAULT_ENDPOINT)
+
+    def env(self, request: DispatchRequest) -> list[dict[str, str]]:
+        fields = request.runonce_fields()
+        env = {self.config.env_var: request.run_id, "RUNONCE_JOB": request.job, "RUNONCE_SOURCE": request.source}
+        if fields.get("schedule_time"):
+            env["RUNONCE_SCHEDULE_TIME"] = fields["schedule_time"]
+        if fields.get("task"):
+            env["RUNONCE_TASK"] = fields["task"]
+        if request.payload:
+            env["RUNONCE_PAYLOAD"] = json.dumps(request.payload, separators=(",", ":"), ensure_ascii=False)
+        return [{"name": name, "value": value} for name, value in env.items()]
+
+    def run_request(self, request: DispatchRequest) -> dict[str, Any]:
+        """The `GoogleCloudRunV2RunJobRequest` body."""
+        container: dict[str, Any] = {"env": self.env(request)}
+        if self.config.container:
+            container["name"] = self.config.container
+        if self.config.args is not None:
+            container["args"] = list(self.config.args)
+            if not self.config.args:
+                container["clearArgs"] = True
+        overrides: dict[str, Any] = {"containerOverrides": [container]}
+        if self.config.task_count is not None:
+            overrides["taskCount"] = self.config.task_count
+        if self.config.timeout is not None:
+            overrides["timeout"] = self.config.timeout
+        return {"overrides": overrides}
+
+    async def dispatch(self, request: DispatchRequest) -> str:
+        action = f"run {self.config.job}"
+        body = self.run_request(request)
+        for var in body["overrides"]["containerOverrides"][0]["env"]:
+            if len(var["value"].encode("utf-8")) > MAX_ENV_VALUE_BYTES:
+                raise TargetFailed(f"{action}: env {var['name']} is over Cloud Run's {MAX_ENV_VALUE_BYTES} bytes")
+        operation = await call_rest(
+            self._http, self._auth, "POST", f"{self._base}/v2/{self.config.job}:run", action, body=body
+        )
+        execution = (operation.get("metadata") or {}).get("name")
+        if execution:
+            return str(execution)
+        if operation.get("error"):  # the operation failed at once and names no execution
+            raise TargetFailed(f"{action}: {operation['error'].get('message', operation['error'])}")
+        if operation.get("name"):
+            return str(operation["name"])
+        raise TargetOutcomeUnknown(f"{action}: the answer names neither an execution nor an operation")
+
+    async def reconcile(self, request: DispatchRequest) -> str | None:
+        since = request.created_at - CLOCK_SKEW if request.created_at else None
+        action = f"list executions of {self.config.job}"
+        found: list[str] = []
+        with reconciling(action):
+            page_token: str | None = None
+            for _ in range(MAX_PAGES):
+                params: dict[str, Any] = {"pageSize": 100}
+                if page_token:
+                    params["pageToken"] = page_token
+                page = await call_rest(
+                    self._http, self._auth, "GET", f"{self._base}/v2/{self.config.job}/executions", action,
+                    params=params,
+                )
+                executions = page.get("executions") or []
+                found += [e["name"] for e in executions if self._carries(e, request.run_id)]
+                page_token = page.get("nextPageToken")
+                older = since is not None and executions and all(_created(e) < since for e in executions)
+                if not page_token or older:
+                    break
+            else:
+                raise TargetOutcomeUnknown(f"{action}: more than {MAX_PAGES} pages of executions to search")
+        if len(found) > 1:
+            logger.warning("run %s has %d executions: %s", request.run_id, len(found), ", ".join(found))
+        return found[-1] if found else None
+
+    async def is_running(self, resource: str) -> bool:
+        """`executions.get`: an execution without `completionTime`, or with tasks still running
+        (`runningCount`), runs; one that no longer exists does not."""
+        if not re.match(EXECUTION_PATTERN, resource):
+            raise TargetOutcomeUnknown(f"{resource} is not an execution's name")
+        execution = await read_state(self._http, self._auth, f"{self._base}/v2/{resource}", resource)
+        if execution is None:
+            return False
+        return not execution.get("completionTime") or int(execution.get("runningCount") or 0) > 0
+
+    def _carries(self, execution: dict[str, Any], run_id: str) -> bool:
+        containers = (execution.get("template") or {}).get("containers") or []
+        return any(
+            var.get("name") == self.config.env_var and var.get("value") == run_id
+            for container in containers
+            for var in container.get("env") or []
+        )
+
+
+def _created(execution: dict[str, Any]) -> datetime:
+    text = str(execution.get("createTime") or "")
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return datetime.max.replace(tzinfo=timezone.utc)  # unknown: treat as recent
+
+
+TARGET = TargetType(
+    name="cloud_run_job",
+    config=CloudRunJobTargetConfig,
+    adapter=CloudRunJobTarget,
+    build=lambda config, context, endpoint: CloudRunJobTarget(config, context.http, context.google_auth, endpoint),
+    endpoint="run",
+    resource_field="job",
+    grants=(
+        Grant("roles/run.jobsExecutorWithOverrides", on="run-job"),
+        # roles/run.jobsExecutorWithOverrides cannot read executions; roles/run.viewer reads far more.
+        Grant("runonceExecutionReader", on="run-job", permissions=("run.executions.get", "run.executions.list")),
+    ),
+)

@@ -1,0 +1,263 @@
+"""`cloud_tasks_task` target: one Cloud Tasks HTTP task per run (Cloud Tasks API v2 `tasks.create`, REST).
+
+The task is named after the run: `{queue}/tasks/{run_id}`. The run_id is already a sha256 in hex,
+so task names spread evenly over the keyspace as Cloud Tasks asks of named tasks. Its request
+carries the run as the `http` target sends it: the same JSON body, `Idempotency-Key: run_id`,
+`Content-Type: application/json`.
+
+Cloud Tasks dedupes on the name: a second `tasks.create` with it answers 409 `ALREADY_EXISTS`
+while the task exists and for about an hour after it ended (its documentation says ~1 hour for
+queues made through the API, ~9 days for queue.yaml queues; later versions say a name may stay
+taken up to a day, but promise no more than the hour). So a re-sent create *is* the lookup, and
+`ALREADY_EXISTS` completes the run with the task it names.
+
+Reconciliation (after an attempt whose outcome is unknown) reads the task by name. 200: the run
+completes with it. 404: either no attempt created it, or it ran and Cloud Tasks deleted it; both
+are safe to re-send while Cloud Tasks still remembers the name, which it does at least an hour
+after the task ended, hence at least an hour after the run was first claimed. Past that, a 404
+cannot tell the two apart: the run is never dispatched blind (TargetOutcomeUnknown).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import re
+from datetime import datetime, timedelta, timezone
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from runonce.targets.base import DispatchRequest, Target, TargetError, TargetOutcomeUnknown
+from runonce.targets.google import (
+    GoogleAuth,
+    error_of,
+    json_of,
+    outcome_for_response,
+    reconciling,
+    resource_name_problem,
+    rest_base_url,
+    send_rest,
+)
+from runonce.targets.http import run_document
+from runonce.targets.registry import Grant, TargetType
+
+logger = logging.getLogger("runonce.target.cloud_tasks_task")
+
+DEFAULT_ENDPOINT = "https://cloudtasks.googleapis.com"
+QUEUE_ID = r"[A-Za-z0-9-]{1,100}"
+MAX_URL_LENGTH = 2083
+MAX_HEADERS_BYTES = 80 * 1024  # "The size of the headers must be less than 80KB."
+HTTP_METHODS = ("POST", "GET", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS")  # Cloud Tasks' HttpMethod
+BODY_METHODS = ("POST", "PUT", "PATCH")  # the only ones Cloud Tasks sends a body with
+HEADER_NAME = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"  # an HTTP token (RFC 9110)
+SET_BY_RUNONCE = {"idempotency-key", "content-type"}
+REPLACED_BY_CLOUD_TASKS = {"host", "content-length", "user-agent"}
+GOOGLE_PREFIXES = ("x-google-", "x-appengine-", "x-cloudtasks-")
+SERVICE_ACCOUNT = r"[a-z0-9][a-z0-9._-]*@[a-z0-9][a-z0-9.-]*\.gserviceaccount\.com"
+
+NAME_MEMORY = timedelta(hours=1)
+"""How long Cloud Tasks refuses a task name again after the task ended (queues made through the API)."""
+CLOCK_SKEW = timedelta(minutes=10)
+"""Taken off NAME_MEMORY: our clock against Google's, and the "about" in "about an hour"."""
+
+
+def _error(kind: str, message: str, **context: Any) -> PydanticCustomError:
+    return PydanticCustomError(kind, message, {key: repr(value) for key, value in context.items()})
+
+
+class OidcTokenConfig(BaseModel):
+    """Cloud Tasks signs an ID token as this service account for each delivery of the task."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    service_account_email: str
+    audience: str | None = Field(None, min_length=1, description="Default: the task's URL.")
+
+    @field_validator("service_account_email")
+    @classmethod
+    def _email(cls, value: str) -> str:
+        if not re.fullmatch(SERVICE_ACCOUNT, value, flags=re.ASCII):
+            raise _error("service_account", "must be a service account's email, NAME@PROJECT.iam.gserviceaccount.com "
+                         "(got {value})", value=value)
+        return value
+
+
+class CloudTasksHttpRequestConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str
+    http_method: str = "POST"
+    headers: dict[str, str] = Field(default_factory=dict)
+    oidc_token: OidcTokenConfig | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        # Cloud Tasks: "This string must begin with either "http://" or "https://"".
+        if not value.startswith(("http://", "https://")) or not urlsplit(value).hostname or re.search(r"\s", value):
+            raise _error("url", "must be an http:// or https:// URL with a host (got {value})", value=value)
+        if len(value) > MAX_URL_LENGTH:
+            raise _error("url", "is longer than Cloud Tasks' {limit} characters", limit=MAX_URL_LENGTH)
+        return value
+
+    @field_validator("http_method")
+    @classmethod
+    def _method(cls, value: str) -> str:
+        if value not in HTTP_METHODS:
+            raise _error("http_method", "must be POST, PUT or PATCH, in capitals as Cloud Tasks' HttpMethod (got {value})",
+                         value=value)
+        if value not in BODY_METHODS:
+            raise _error("http_method", "must be POST, PUT or PATCH: the run travels as the request body, and Cloud "
+                         "Tasks sends a body with no other method (got {value})", value=value)
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, headers: dict[str, str]) -> dict[str, str]:
+        for name, value in headers.items():
+            lower = name.lower()
+            if not re.fullmatch(HEADER_NAME, name, flags=re.ASCII):
+                raise _error("header", "header name {name} is not an HTTP token (letters, digits, !#$%&'*+.^_`|~-)",
+                             name=name)
+            if lower in SET_BY_RUNONCE:
+                raise _error("header", "header {name} is set by runonce (run_id, application/json)", name=name)
+            if lower in REPLACED_BY_CLOUD_TASKS or lower.startswith(GOOGLE_PREFIXES):
+                raise _error("header", "header {name} is set by Cloud Tasks (Host, Content-Length, User-Agent, "
+                             "X-Google-*, X-AppEngine-*, X-CloudTasks-*)", name=name)
+            if not isinstance(value, str) or re.search(r"[\x00-\x08\x0a-\x1f\x7f]", value):
+                raise _error("header", "header {name}: the value holds a control character", name=name)
+        size = sum(len(name.encode()) + len(value.encode()) for name, value in headers.items())
+        if size >= MAX_HEADERS_BYTES:
+            raise _error("header", "the headers hold {size} bytes; Cloud Tasks takes less than 80 KB", size=size)
+        return headers
+
+    @model_validator(mode="after")
+    def _one_authorization(self) -> CloudTasksHttpRequestConfig:
+        if self.oidc_token is not None and any(name.lower() == "authorization" for name in self.headers):
+            raise _error("header", "header Authorization: Cloud Tasks sets it from oidc_token; set one of them")
+        return self
+
+
+class CloudTasksTaskTargetConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["cloud_tasks_task"]
+    queue: str = Field(description="projects/PROJECT/locations/LOCATION/queues/QUEUE")
+    http_request: CloudTasksHttpRequestConfig
+
+    @field_validator("queue")
+    @classmethod
+    def _queue(cls, value: str) -> str:
+        problem = resource_name_problem(value, "queues", QUEUE_ID, "queue ID must be 1-100 characters of A-Z a-z 0-9 -")
+        if problem:
+            raise PydanticCustomError("resource_name", "{problem}", {"problem": problem})
+        return value
+
+
+class CloudTasksTaskTarget(Target):
+    type = "cloud_tasks_task"
+
+    def __init__(
+        self, config: CloudTasksTaskTargetConfig, http: httpx.AsyncClient, auth: GoogleAuth, endpoint: str | None = None
+    ):
+        self.config = config
+        self._http = http
+        self._auth = auth
+        self._base = rest_base_url(endpoint, DEFAULT_ENDPOINT)
+
+    def task_name(self, run_id: str) -> str:
+        return f"{self.config.queue}/tasks/{run_id}"
+
+    def task(self, request: DispatchRequest) -> dict[str, Any]:
+        """The `Task` that `tasks.create` takes: the run as the `http` target would POST it."""
+        http_request = self.config.http_request
+        body = run_document(request)
+        task_request: dict[str, Any] = {
+            "url": http_request.url,
+            "httpMethod": http_request.http_method,
+            "headers": {**http_request.headers, "Idempotency-Key": request.run_id, "Content-Type": "application/json"},
+            "body": base64.b64encode(body).decode("ascii"),
+        }
+        if http_request.oidc_token is not None:
+            token: dict[str, str] = {"serviceAccountEmail": http_request.oidc_token.service_account_email}
+            if http_request.oidc_token.audience is not None:
+                token["audience"] = http_request.oidc_token.audience
+            task_request["oidcToken"] = token
+        return {"name": self.task_name(request.run_id), "httpRequest": task_request}
+
+    async def dispatch(self, request: DispatchRequest) -> str:
+        name = self.task_name(request.run_id)
+        action = f"create task {name}"
+        response = await send_rest(
+            self._http, self._auth, "POST", f"{self._base}/v2/{self.config.queue}/tasks", action,
+            body={"task": self.task(request)},
+        )
+        if response.status_code == 409 and _status(response) == "ALREADY_EXISTS":
+            # This run's task exists, or ran within the hour: an earlier attempt created it.
+            logger.info("run %s: task %s already exists; nothing created", request.run_id, name)
+            return name
+        if response.status_code >= 500:
+            # Not proof that nothing was created (CreateTask is not retried by Google's own
+            # clients): keep the claim, and let reconciliation read the task after the lease.
+            raise TargetOutcomeUnknown(outcome_for_response(action, response).message)
+        json_of(action, response)  # the created Task, named as asked
+        return name
+
+    async def reconcile(self, request: DispatchRequest) -> str | None:
+        name = self.task_name(request.run_id)
+        with reconciling(f"get task {name}"):
+            if await self._exists(name):
+                return name
+        now = datetime.now(timezone.utc)
+        if request.created_at is not None and now < request.created_at + NAME_MEMORY - CLOCK_SKEW:
+            return None  # never created, or ended so recently that a re-send is answered ALREADY_EXISTS
+        first = "at an unknown time" if request.created_at is None else f"at {request.created_at:%Y-%m-%dT%H:%M:%SZ}"
+        raise TargetOutcomeUnknown(
+            f"cannot tell whether this run already started: task {name} is not in the queue, and the run was first "
+            f"claimed {first}, so a task it created may have run and been deleted longer ago than Cloud Tasks "
+            "remembers its name (about an hour); a re-send could run it twice"
+        )
+
+    async def is_running(self, resource: str) -> bool:
+        """A task stays in its queue until it succeeded or ran out of retries; then it is deleted (404)."""
+        try:
+            return await self._exists(resource)
+        except TargetOutcomeUnknown:
+            raise
+        except TargetError as exc:
+            raise TargetOutcomeUnknown(f"cannot read the state of {resource}: {exc.message}") from exc
+
+    async def _exists(self, name: str) -> bool:
+        """`tasks.get`: True on 200, False on Google's 404 NOT_FOUND, any other answer raised as its outcome."""
+        action = f"get task {name}"
+        response = await send_rest(self._http, self._auth, "GET", f"{self._base}/v2/{name}", action)
+        if response.status_code == 404 and _status(response) == "NOT_FOUND":
+            return False
+        json_of(action, response)
+        return True
+
+
+def _status(response: httpx.Response) -> str:
+    """The `status` of Google's JSON error answer (`ALREADY_EXISTS`), "" when it is not one."""
+    return str(error_of(response.text).get("status") or "")
+
+
+TARGET = TargetType(
+    name="cloud_tasks_task",
+    config=CloudTasksTaskTargetConfig,
+    adapter=CloudTasksTaskTarget,
+    build=lambda config, context, endpoint: CloudTasksTaskTarget(config, context.http, context.google_auth, endpoint),
+    endpoint="cloudtasks",
+    resource_field="queue",
+    grants=(
+        Grant("roles/cloudtasks.enqueuer", on="tasks-queue"),
+        # The enqueuer role cannot read tasks: tasks.get reconciles and reads the state.
+        Grant("roles/cloudtasks.viewer", on="tasks-queue"),
+        # Creating a task that carries an OIDC token needs actAs on its account.
+        Grant("roles/iam.serviceAccountUser", on="service-account", field="http_request.oidc_token.service_account_email"),
+    ),
+)
