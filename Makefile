@@ -51,7 +51,7 @@ $(VENV)/.installed: pyproject.toml requirements/test.txt guard/pyproject.toml
 
 lock: ## Re-lock requirements/*.txt (with hashes) after changing pyproject.toml's dependencies; PIP_COMPILE_ARGS=--upgrade to upgrade.
 	test -x $(PIP_TOOLS)/pip-compile || { $(PYTHON) -m venv .tools/pip-tools && $(PIP_TOOLS)/pip install --quiet pip-tools==7.6.2; }
-	$(PIP_COMPILE) --extra test --extra bench -o requirements/test.txt pyproject.toml  # bench: the benchmarks' tools (make bench)
+	$(PIP_COMPILE) --extra test --extra bench --extra lint -o requirements/test.txt pyproject.toml  # bench: the benchmarks' tools (make bench)
 	$(PIP_COMPILE) -c requirements/test.txt --extra spanner --extra redis -o requirements/runtime.txt pyproject.toml  # the image carries every store's driver
 	$(PYTHON) requirements/stamp.py --write
 

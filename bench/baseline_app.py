@@ -63,7 +63,7 @@ async def handle_scheduled_job(route: str, request: Request) -> PlainTextRespons
         return PlainTextResponse("error: missing Cloud Scheduler headers", 400)
     run_id = hashlib.sha256(f"{job_name}/{schedule_time}".encode()).hexdigest()
     run_ref = collection.document(run_id)
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     attempt_id = uuid.uuid4().hex
 
     status = await claim_run(db.transaction(), run_ref, attempt_id, now)

@@ -25,7 +25,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -47,9 +47,18 @@ class Uvicorn:
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "uvicorn", target, "--port", str(self.port), "--log-level", "info"],
-                cwd=REPO, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT,
+                cwd=REPO,
+                env={**os.environ, **env},
+                stdout=out,
+                stderr=subprocess.STDOUT,
             )
-        wait_for(lambda: httpx.get(f"{self.url}/healthz", timeout=1).status_code in (200, 404), 30, target, self.proc, self.log)
+        wait_for(
+            lambda: httpx.get(f"{self.url}/healthz", timeout=1).status_code in (200, 404),
+            30,
+            target,
+            self.proc,
+            self.log,
+        )
 
     @property
     def url(self) -> str:
@@ -109,10 +118,10 @@ def rss_mb(pid: int) -> float:
 
 async def count_rpcs() -> dict[str, Counter[str]]:
     """Firestore RPCs of one fresh run, counted on the GAPIC client both contenders go through."""
+    from bench import baseline_app
     from runonce.stores import Finish, NewRun
     from runonce.stores.base import COMPLETED
     from runonce.stores.firestore import FirestoreStore
-    from bench import baseline_app
 
     def counted(client) -> Counter[str]:
         calls: Counter[str] = Counter()
@@ -129,7 +138,7 @@ async def count_rpcs() -> dict[str, Counter[str]]:
 
     store = FirestoreStore(project=PROJECT, collection="rpc_runonce")
     runonce_calls = counted(store._client)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     run = NewRun(uuid.uuid4().hex, "bench", "scheduler", "p", "l", "job", "2026-10-16T12:00:00Z", None, "0" * 64)
     claim = await store.claim(run, now, timedelta(seconds=300), timedelta(days=1))
     await store.finish(claim, Finish(COMPLETED, target={"type": "http", "resource": "x"}), now)
@@ -147,16 +156,24 @@ def start_contenders(firestore_host: str, downstream: Uvicorn, logs: Path, tag: 
     routes = {"routes": {"bench": {"target": {"type": "http", "url": f"{downstream.url}/ok"}}}}
     runonce = start_server(
         {
-            "RUNONCE_AUTH": "none", "RUNONCE_ROUTES": json.dumps(routes), "RUNONCE_STORE": "firestore",
-            "RUNONCE_FIRESTORE_PROJECT": PROJECT, "RUNONCE_FIRESTORE_COLLECTION": f"bench_runonce_{tag}",
-            "FIRESTORE_EMULATOR_HOST": firestore_host, "RUNONCE_LOG_FORMAT": "text",
+            "RUNONCE_AUTH": "none",
+            "RUNONCE_ROUTES": json.dumps(routes),
+            "RUNONCE_STORE": "firestore",
+            "RUNONCE_FIRESTORE_PROJECT": PROJECT,
+            "RUNONCE_FIRESTORE_COLLECTION": f"bench_runonce_{tag}",
+            "FIRESTORE_EMULATOR_HOST": firestore_host,
+            "RUNONCE_LOG_FORMAT": "text",
         },
         logs,
     )
     baseline = Uvicorn(
         "bench.baseline_app:app",
-        {"BENCH_COLLECTION": f"bench_baseline_{tag}", "FIRESTORE_EMULATOR_HOST": firestore_host,
-         "BENCH_DOWNSTREAM_URL": f"{downstream.url}/ok", "BENCH_FIRESTORE_PROJECT": PROJECT},
+        {
+            "BENCH_COLLECTION": f"bench_baseline_{tag}",
+            "FIRESTORE_EMULATOR_HOST": firestore_host,
+            "BENCH_DOWNSTREAM_URL": f"{downstream.url}/ok",
+            "BENCH_FIRESTORE_PROJECT": PROJECT,
+        },
         logs,
     )
     return runonce, baseline
@@ -188,11 +205,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--latency-requests", type=int, default=200, help="sequential fresh deliveries per round")
-    parser.add_argument("--throughput-requests", type=int, default=800, help="fresh deliveries per round at --concurrency")
+    parser.add_argument(
+        "--throughput-requests", type=int, default=800, help="fresh deliveries per round at --concurrency"
+    )
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--memory-deliveries", type=int, default=10_000)
     parser.add_argument(
-        "--firestore-rtt-ms", default="0,5,20",
+        "--firestore-rtt-ms",
+        default="0,5,20",
         help="comma-separated round-trip times added between the contenders and the emulator "
         "(0 = loopback; Cloud Run to Firestore in one region is a few ms)",
     )
@@ -219,15 +239,25 @@ def main() -> None:
             if rtt > 0:
                 port = free_port()
                 proxy = subprocess.Popen(
-                    [sys.executable, str(REPO / "bench" / "latency_proxy.py"), "--listen", f"127.0.0.1:{port}",
-                     "--target", emulator.host, "--rtt-ms", str(rtt)],
+                    [
+                        sys.executable,
+                        str(REPO / "bench" / "latency_proxy.py"),
+                        "--listen",
+                        f"127.0.0.1:{port}",
+                        "--target",
+                        emulator.host,
+                        "--rtt-ms",
+                        str(rtt),
+                    ],
                     stdout=subprocess.PIPE,
                 )
                 assert proxy.stdout is not None and proxy.stdout.readline().strip() == b"ready"
                 host = f"127.0.0.1:{port}"
             runonce, baseline = start_contenders(host, downstream, logs, f"rtt{rtt:g}")
             try:
-                results[rtt] = compare(f"{runonce.url}/v1/routes/bench:run", f"{baseline.url}/v1/routes/bench:run", args)
+                results[rtt] = compare(
+                    f"{runonce.url}/v1/routes/bench:run", f"{baseline.url}/v1/routes/bench:run", args
+                )
                 if rtt == rtts[0]:
                     url = f"{runonce.url}/v1/routes/bench:run"
                     memory.append((0, rss_mb(runonce.proc.pid)))
@@ -246,21 +276,35 @@ def main() -> None:
         emulator.stop()
 
     print(f"fresh deliveries against the Firestore emulator; {args.rounds} round(s), medians over rounds")
-    print(f"{'Firestore RTT':>13} {'':9} {'median ms':>10} {'p99 ms':>9} {'deliv/s @' + str(args.concurrency):>13} {'RPCs/run':>9}")
+    print(
+        f"{'Firestore RTT':>13} {'':9} {'median ms':>10} {'p99 ms':>9} {'deliv/s @' + str(args.concurrency):>13} {'RPCs/run':>9}"
+    )
     for rtt, figures in results.items():
         for name, fig in figures.items():
-            print(f"{rtt:11g}ms {name:9} {fig['median_ms']:10.2f} {fig['p99_ms']:9.2f} "
-                  f"{fig['deliveries_per_s']:13.1f} {sum(rpcs[name].values()):9d}")
+            print(
+                f"{rtt:11g}ms {name:9} {fig['median_ms']:10.2f} {fig['p99_ms']:9.2f} "
+                f"{fig['deliveries_per_s']:13.1f} {sum(rpcs[name].values()):9d}"
+            )
         a, b = figures["runonce"], figures["baseline"]
-        print(f"{'':13} ratio     median latency {a['median_ms'] / b['median_ms']:.2f}x (goal <= 0.5x), "
-              f"throughput {a['deliveries_per_s'] / b['deliveries_per_s']:.2f}x (goal >= 2x)")
+        print(
+            f"{'':13} ratio     median latency {a['median_ms'] / b['median_ms']:.2f}x (goal <= 0.5x), "
+            f"throughput {a['deliveries_per_s'] / b['deliveries_per_s']:.2f}x (goal >= 2x)"
+        )
     print("RPCs per fresh run: " + "; ".join(f"{name} {dict(calls)}" for name, calls in rpcs.items()))
-    print(f"runonce RSS (MB) after N deliveries (RTT {rtts[0]:g} ms): " + ", ".join(f"{n}: {mb:.1f}" for n, mb in memory))
+    print(
+        f"runonce RSS (MB) after N deliveries (RTT {rtts[0]:g} ms): " + ", ".join(f"{n}: {mb:.1f}" for n, mb in memory)
+    )
     if args.json:
-        args.json.write_text(json.dumps(
-            {"results": {str(k): v for k, v in results.items()}, "rpcs": {k: dict(v) for k, v in rpcs.items()}, "rss_mb": memory},
-            indent=2,
-        ))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "results": {str(k): v for k, v in results.items()},
+                    "rpcs": {k: dict(v) for k, v in rpcs.items()},
+                    "rss_mb": memory,
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 import uuid
+from datetime import UTC
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,13 +31,13 @@ PROJECT = "runonce-bench"
 
 
 async def child(runs: int, warmup: int) -> dict[str, float]:
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from runonce.stores import Finish, NewRun
     from runonce.stores.firestore import FirestoreStore
 
     store = FirestoreStore(project=PROJECT, collection=f"bench_store_{uuid.uuid4().hex[:8]}")
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     lease, retention = timedelta(seconds=300), timedelta(days=1)
 
     async def one() -> None:
@@ -60,8 +61,20 @@ async def child(runs: int, warmup: int) -> dict[str, float]:
 def run_child(tree: Path, emulator: str, args: argparse.Namespace) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(tree), "FIRESTORE_EMULATOR_HOST": emulator}
     out = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--child", "--runs", str(args.runs), "--warmup", str(args.warmup)],
-        env=env, cwd="/", check=True, capture_output=True, text=True,
+        [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--child",
+            "--runs",
+            str(args.runs),
+            "--warmup",
+            str(args.warmup),
+        ],
+        env=env,
+        cwd="/",
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -90,20 +103,24 @@ def main() -> None:
     try:
         order = list(trees)
         for round_no in range(args.rounds):
-            for name in order[round_no % len(order):] + order[:round_no % len(order)]:
+            for name in order[round_no % len(order) :] + order[: round_no % len(order)]:
                 samples[name].append(run_child(trees[name], emulator.host, args))
     finally:
         emulator.stop()
 
     load = os.getloadavg()[0]
-    print(f"Firestore store, one fresh scheduled run (claim + force-run read, finish), in-process; "
-          f"{args.rounds} round(s) x {args.runs} runs, rotating order, medians; load average {load:.1f}")
+    print(
+        f"Firestore store, one fresh scheduled run (claim + force-run read, finish), in-process; "
+        f"{args.rounds} round(s) x {args.runs} runs, rotating order, medians; load average {load:.1f}"
+    )
     first = statistics.median(s["cpu_ms"] for s in samples["this"])
     for name, rounds in samples.items():
         cpu = statistics.median(s["cpu_ms"] for s in rounds)
         spread = " ".join(f"{s['cpu_ms']:.3f}" for s in rounds)
-        print(f"{name:8} CPU ms per run {cpu:.3f} ({cpu / first:.2f}x this)  round trips per run "
-              f"{rounds[0]['round_trips']:g}  rounds: {spread}")
+        print(
+            f"{name:8} CPU ms per run {cpu:.3f} ({cpu / first:.2f}x this)  round trips per run "
+            f"{rounds[0]['round_trips']:g}  rounds: {spread}"
+        )
 
 
 if __name__ == "__main__":

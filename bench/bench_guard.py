@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,8 +60,14 @@ def main() -> None:
         bare = client.collection("bare")
         store = FirestoreStepStore(client=client, collection="runonce_steps")
         results: dict[str, list[float]] = {"bare write": [], "guard, fresh step": [], "guard, replay": []}
-        record = {"status": "completed", "attempt_id": uuid.uuid4().hex, "attempts": 1, "result": None,
-                  "updated_at": datetime.now(timezone.utc), "expire_at": datetime.now(timezone.utc)}
+        record = {
+            "status": "completed",
+            "attempt_id": uuid.uuid4().hex,
+            "attempts": 1,
+            "result": None,
+            "updated_at": datetime.now(UTC),
+            "expire_at": datetime.now(UTC),
+        }
         for _ in range(rounds):
             run_id = uuid.uuid4().hex
             guard = Guard(store, GuardSettings(), environ={"IDEMPOTENCY_KEY": run_id})

@@ -66,6 +66,7 @@ GOALS = {
 
 # --- the contenders -------------------------------------------------------------------------
 
+
 @dataclass
 class Contender:
     """How to start one server; `start` returns it running, with its pid and port."""
@@ -80,29 +81,56 @@ def contenders() -> list[Contender]:
     def runonce_env(firestore: str, downstream: str) -> dict[str, str]:
         routes = {"routes": {"bench": {"target": {"type": "http", "url": downstream}}}}
         return {
-            "RUNONCE_AUTH": "none", "RUNONCE_ROUTES": json.dumps(routes), "RUNONCE_STORE": "firestore",
-            "RUNONCE_FIRESTORE_PROJECT": PROJECT, "RUNONCE_FIRESTORE_COLLECTION": "bench_runonce",
-            "FIRESTORE_EMULATOR_HOST": firestore, "RUNONCE_LOG_FORMAT": "json",
+            "RUNONCE_AUTH": "none",
+            "RUNONCE_ROUTES": json.dumps(routes),
+            "RUNONCE_STORE": "firestore",
+            "RUNONCE_FIRESTORE_PROJECT": PROJECT,
+            "RUNONCE_FIRESTORE_COLLECTION": "bench_runonce",
+            "FIRESTORE_EMULATOR_HOST": firestore,
+            "RUNONCE_LOG_FORMAT": "json",
         }
 
     def seed_env(firestore: str, downstream: str) -> dict[str, str]:
-        return {"GOOGLE_CLOUD_PROJECT": PROJECT, "FIRESTORE_EMULATOR_HOST": firestore, "BENCH_DOWNSTREAM_URL": downstream}
+        return {
+            "GOOGLE_CLOUD_PROJECT": PROJECT,
+            "FIRESTORE_EMULATOR_HOST": firestore,
+            "BENCH_DOWNSTREAM_URL": downstream,
+        }
 
     def rewrite_env(firestore: str, downstream: str) -> dict[str, str]:
-        return {"BENCH_FIRESTORE_PROJECT": PROJECT, "BENCH_COLLECTION": "bench_async_rewrite",
-                "FIRESTORE_EMULATOR_HOST": firestore, "BENCH_DOWNSTREAM_URL": downstream}
+        return {
+            "BENCH_FIRESTORE_PROJECT": PROJECT,
+            "BENCH_COLLECTION": "bench_async_rewrite",
+            "FIRESTORE_EMULATOR_HOST": firestore,
+            "BENCH_DOWNSTREAM_URL": downstream,
+        }
 
     return [
-        Contender("runonce", "runonce serve: http target, JSON logs, RUNONCE_AUTH=none",
-                  lambda port: [str(BIN / "runonce"), "serve", "--port", str(port)], runonce_env),
         Contender(
-            "seed", "the guide's handler as written: Flask, sync Firestore, functions-framework (bench/seed_handler.py)",
-            lambda port: [str(BIN / "functions-framework"), "--source", "bench/seed_handler.py",
-                          "--target", "handle_scheduled_job", "--host", "127.0.0.1", "--port", str(port)],
+            "runonce",
+            "runonce serve: http target, JSON logs, RUNONCE_AUTH=none",
+            lambda port: [str(BIN / "runonce"), "serve", "--port", str(port)],
+            runonce_env,
+        ),
+        Contender(
+            "seed",
+            "the guide's handler as written: Flask, sync Firestore, functions-framework (bench/seed_handler.py)",
+            lambda port: [
+                str(BIN / "functions-framework"),
+                "--source",
+                "bench/seed_handler.py",
+                "--target",
+                "handle_scheduled_job",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
             seed_env,
         ),
         Contender(
-            "rewrite", "its async rewrite: FastAPI, AsyncClient, httpx, uvicorn (bench/baseline_app.py)",
+            "rewrite",
+            "its async rewrite: FastAPI, AsyncClient, httpx, uvicorn (bench/baseline_app.py)",
             # uvicorn's defaults, access log included: runonce writes one line per delivery too
             lambda port: [str(BIN / "uvicorn"), "bench.baseline_app:app", "--port", str(port)],
             rewrite_env,
@@ -138,8 +166,13 @@ def start(contender: Contender, firestore: str, downstream: str, logs: Path, hea
     base = {k: v for k, v in os.environ.items() if not k.startswith(("RUNONCE_", "BENCH_", "FIRESTORE_"))}
     with log.open("wb") as out:
         started = time.perf_counter()
-        proc = subprocess.Popen(contender.command(port), cwd=REPO, env={**base, **contender.env(firestore, downstream)},
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            contender.command(port),
+            cwd=REPO,
+            env={**base, **contender.env(firestore, downstream)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     server = Server(contender, proc, port, started)
     try:
         run(first_answer(server, log, headers))
@@ -152,13 +185,16 @@ def start(contender: Contender, firestore: str, downstream: str, logs: Path, hea
 async def first_answer(server: Server, log: Path, headers: str = "") -> None:
     def exited() -> None:
         if server.proc.poll() is not None:
-            raise RuntimeError(f"{server.contender.name} exited with {server.proc.returncode}:\n{log.read_text()[-3000:]}")
+            raise RuntimeError(
+                f"{server.contender.name} exited with {server.proc.returncode}:\n{log.read_text()[-3000:]}"
+            )
 
     await first_answer_on(server.port, server.contender.name, exited, headers)
 
 
-async def first_answer_on(port: int, name: str, check_alive: Callable[[], None], headers: str = "",
-                          timeout: float = 60) -> None:
+async def first_answer_on(
+    port: int, name: str, check_alive: Callable[[], None], headers: str = "", timeout: float = 60
+) -> None:
     """Poll with fresh deliveries until one is answered 200."""
     deadline = time.perf_counter() + timeout
     while time.perf_counter() < deadline:
@@ -184,6 +220,7 @@ async def first_answer_on(port: int, name: str, check_alive: Callable[[], None],
 # --- the load generator ---------------------------------------------------------------------
 # A bare HTTP/1.1 keep-alive client on uvloop: it shares the two cores with the servers, so the
 # cheaper it is, the less it takes from them (httpx costs about as much per request as a server).
+
 
 class Connection:
     def __init__(self, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, headers: str):
@@ -248,6 +285,7 @@ def run(coroutine):
 
 # --- what /proc says ------------------------------------------------------------------------
 
+
 def process_tree(pid: int) -> list[int]:
     """`pid` and all its descendants (gunicorn's worker under functions-framework's arbiter)."""
     found, queue = [], [pid]
@@ -289,6 +327,7 @@ def rss_mb(pid: int) -> float:
 
 # --- measuring ------------------------------------------------------------------------------
 
+
 def p99(values: list[float]) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[98] if len(values) >= 2 else values[0]
 
@@ -313,8 +352,9 @@ def rotated(servers: list[Server], round_no: int) -> list[Server]:
     return servers[shift:] + servers[:shift]
 
 
-def measure_rounds(servers: list[Server], emulator_pid: int, figures: Figures, suffix: str,
-                   args: argparse.Namespace) -> None:
+def measure_rounds(
+    servers: list[Server], emulator_pid: int, figures: Figures, suffix: str, args: argparse.Namespace
+) -> None:
     """Warm-up, then `args.rounds` rounds of: one at a time (latency, CPU) and 16 at once
     (throughput, CPU; the emulator's CPU too), the contenders in a rotating order."""
     for server in servers:
@@ -331,8 +371,11 @@ def measure_rounds(servers: list[Server], emulator_pid: int, figures: Figures, s
             cpu, emulator_cpu = cpu_seconds(server.pid), cpu_seconds(emulator_pid)
             wall, _ = run(drive(server.port, args.throughput_requests, args.concurrency))
             figures.add(name, f"cpu_ms{suffix}", (cpu_seconds(server.pid) - cpu) * 1000 / args.throughput_requests)
-            figures.add(name, f"emulator_cpu_ms{suffix}",
-                        (cpu_seconds(emulator_pid) - emulator_cpu) * 1000 / args.throughput_requests)
+            figures.add(
+                name,
+                f"emulator_cpu_ms{suffix}",
+                (cpu_seconds(emulator_pid) - emulator_cpu) * 1000 / args.throughput_requests,
+            )
             figures.add(name, f"throughput{suffix}", args.throughput_requests / wall)
 
 
@@ -350,14 +393,20 @@ def measure_memory(servers: list[Server], figures: Figures, args: argparse.Names
 
 
 def rss_verdict(series: list[tuple[int, float]]) -> str:
-    """"flat" when the second half of the deliveries grew RSS by under 2 MB (the first half warms caches)."""
+    """ "flat" when the second half of the deliveries grew RSS by under 2 MB (the first half warms caches)."""
     middle = series[len(series) // 2][1]
     growth = series[-1][1] - middle
     return "flat" if growth < 2 else f"+{growth:.1f} MB in 2nd half"
 
 
-def measure_cold_starts(contender_list: list[Contender], firestore: str, downstream: str, logs: Path,
-                        figures: Figures, args: argparse.Namespace) -> None:
+def measure_cold_starts(
+    contender_list: list[Contender],
+    firestore: str,
+    downstream: str,
+    logs: Path,
+    figures: Figures,
+    args: argparse.Namespace,
+) -> None:
     """Process start -> first 200 on a fresh delivery (imports, app set-up, first Firestore
     channel and downstream connection), `args.cold_starts` times each, interleaved, after one
     untimed start each: the files are then in the page cache, as an image's are on a warm host."""
@@ -412,7 +461,9 @@ def measure_stack_floor(figures: Figures, runs: int) -> None:
 IMAGE = "localhost/runonce:bench-perf"  # its own tag: the deploy tests' image may be in use meanwhile
 
 
-def measure_container_cold_starts(firestore: str, downstream: str, figures: Figures, runs: int, image: str = IMAGE) -> str:
+def measure_container_cold_starts(
+    firestore: str, downstream: str, figures: Figures, runs: int, image: str = IMAGE
+) -> str:
     """podman run -> first 200 on a fresh delivery, runonce's image with the same settings as the
     process (host network: the emulator and the downstream are on loopback). Builds the image from
     this checkout first (podman on a locally bootstrapped Debian base, as tests/deploy do)."""
@@ -423,12 +474,28 @@ def measure_container_cold_starts(firestore: str, downstream: str, figures: Figu
     build(image)
     for _ in range(runs):  # the floor: podman itself, starting and ending a process in this image
         started = time.perf_counter()
-        subprocess.run([tool("podman"), "run", "--rm", *RUN_FLAGS, "--network=host", "--entrypoint", "true", image],
-                       capture_output=True, check=True)
+        subprocess.run(
+            [tool("podman"), "run", "--rm", *RUN_FLAGS, "--network=host", "--entrypoint", "true", image],
+            capture_output=True,
+            check=True,
+        )
         figures.add("runonce", "container_floor_s", time.perf_counter() - started)
     for _ in range(runs):  # podman, Python and the stack's imports: the floor under any runonce in this image
-        elapsed, _ = time_until_imported([tool("podman"), "run", "--rm", "-i", *RUN_FLAGS, "--network=host",
-                                           "--entrypoint", "python", image, "-c", stack_import_script()])
+        elapsed, _ = time_until_imported(
+            [
+                tool("podman"),
+                "run",
+                "--rm",
+                "-i",
+                *RUN_FLAGS,
+                "--network=host",
+                "--entrypoint",
+                "python",
+                image,
+                "-c",
+                stack_import_script(),
+            ]
+        )
         figures.add("runonce", "container_stack_floor_s", elapsed)
     for _ in range(runs):
         port = free_port()
@@ -451,8 +518,16 @@ class LatencyProxy:
     def __init__(self, target: str, rtt_ms: float):
         port = free_port()
         self.proc = subprocess.Popen(
-            [sys.executable, str(REPO / "bench" / "latency_proxy.py"), "--listen", f"127.0.0.1:{port}",
-             "--target", target, "--rtt-ms", str(rtt_ms)],
+            [
+                sys.executable,
+                str(REPO / "bench" / "latency_proxy.py"),
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--target",
+                target,
+                "--rtt-ms",
+                str(rtt_ms),
+            ],
             stdout=subprocess.PIPE,
         )
         assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == b"ready"
@@ -471,7 +546,9 @@ class Downstream:
         with (logs / "downstream.log").open("wb") as out:
             self.proc = subprocess.Popen(
                 [str(BIN / "uvicorn"), "bench.downstream_app:app", "--port", str(self.port), "--no-access-log"],
-                cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                cwd=REPO,
+                stdout=out,
+                stderr=subprocess.STDOUT,
             )
         self.url = f"http://127.0.0.1:{self.port}/ok"
         deadline = time.monotonic() + 30
@@ -534,19 +611,31 @@ def table(figures: Figures, names: list[str], args: argparse.Namespace) -> list[
     return lines
 
 
-def measure_with_latency(listed: list[Contender], emulator: FirestoreEmulator, downstream: str, logs: Path,
-                         figures: Figures, args: argparse.Namespace) -> None:
+def measure_with_latency(
+    listed: list[Contender],
+    emulator: FirestoreEmulator,
+    downstream: str,
+    logs: Path,
+    figures: Figures,
+    args: argparse.Namespace,
+) -> None:
     """The rounds again, with fresh servers that reach the emulator through bench/latency_proxy.py."""
     proxy = LatencyProxy(emulator.host, args.firestore_rtt_ms)
     try:
-        with_servers(listed, proxy.host, downstream, logs,
-                     lambda servers: measure_rounds(servers, emulator.proc.pid, figures, "_rtt", args))
+        with_servers(
+            listed,
+            proxy.host,
+            downstream,
+            logs,
+            lambda servers: measure_rounds(servers, emulator.proc.pid, figures, "_rtt", args),
+        )
     finally:
         proxy.stop()
 
 
-def with_servers(listed: list[Contender], firestore: str, downstream: str, logs: Path,
-                 measure: Callable[[list[Server]], None]) -> None:
+def with_servers(
+    listed: list[Contender], firestore: str, downstream: str, logs: Path, measure: Callable[[list[Server]], None]
+) -> None:
     """Start the contenders against `firestore`, `measure` them, and stop them whatever happens."""
     servers = [start(c, firestore, downstream, logs) for c in listed]
     try:
@@ -559,27 +648,50 @@ def with_servers(listed: list[Contender], firestore: str, downstream: str, logs:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=500,
-                        help="deliveries per contender before the rounds (the emulator's JIT needs ~1,000 in all)")
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=500,
+        help="deliveries per contender before the rounds (the emulator's JIT needs ~1,000 in all)",
+    )
     # A p99 is only as steady as the samples above it: of 200, it is the third-slowest, and one stall
     # of the shared cores moves it; of 1,000, ten samples stand above it.
-    parser.add_argument("--latency-requests", type=int, default=1000,
-                        help="one-at-a-time fresh deliveries per round, at loopback")
-    parser.add_argument("--latency-requests-rtt", type=int, default=300,
-                        help="the same with the modelled Firestore round trip (each takes 15-50 ms)")
-    parser.add_argument("--throughput-requests", type=int, default=600, help="fresh deliveries per round at --concurrency")
+    parser.add_argument(
+        "--latency-requests", type=int, default=1000, help="one-at-a-time fresh deliveries per round, at loopback"
+    )
+    parser.add_argument(
+        "--latency-requests-rtt",
+        type=int,
+        default=300,
+        help="the same with the modelled Firestore round trip (each takes 15-50 ms)",
+    )
+    parser.add_argument(
+        "--throughput-requests", type=int, default=600, help="fresh deliveries per round at --concurrency"
+    )
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--memory-deliveries", type=int, default=10_000)
     parser.add_argument("--cold-starts", type=int, default=3)
-    parser.add_argument("--firestore-rtt-ms", type=float, default=5.0,
-                        help="modelled round trip added to every Firestore call (bench/latency_proxy.py)")
-    parser.add_argument("--container", action="store_true",
-                        help="also time podman run -> first 200 (builds this checkout's image with podman first)")
+    parser.add_argument(
+        "--firestore-rtt-ms",
+        type=float,
+        default=5.0,
+        help="modelled round trip added to every Firestore call (bench/latency_proxy.py)",
+    )
+    parser.add_argument(
+        "--container",
+        action="store_true",
+        help="also time podman run -> first 200 (builds this checkout's image with podman first)",
+    )
     parser.add_argument("--image", default=IMAGE, help="tag to build and run with --container (default: %(default)s)")
-    parser.add_argument("--skip", nargs="+", default=[], choices=["cold-start", "loopback", "memory", "rtt"],
-                        help="leave these rows out (n/a), e.g. to re-measure CPU quickly after a change; "
-                             "`--skip loopback rtt` measures the cold starts alone (loopback: the CPU, "
-                             "throughput, latency and memory rows at loopback)")
+    parser.add_argument(
+        "--skip",
+        nargs="+",
+        default=[],
+        choices=["cold-start", "loopback", "memory", "rtt"],
+        help="leave these rows out (n/a), e.g. to re-measure CPU quickly after a change; "
+        "`--skip loopback rtt` measures the cold starts alone (loopback: the CPU, "
+        "throughput, latency and memory rows at loopback)",
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny numbers: proves that every row still prints")
     parser.add_argument("--json", type=Path, help="also write every sample here")
     args = parser.parse_args()
@@ -601,7 +713,10 @@ def main() -> None:
             measure_cold_starts(listed, emulator.host, downstream.url, logs, figures, args)
             measure_stack_floor(figures, args.cold_starts)
         if args.container:
-            container_note = measure_container_cold_starts(emulator.host, downstream.url, figures, args.cold_starts, args.image)
+            container_note = measure_container_cold_starts(
+                emulator.host, downstream.url, figures, args.cold_starts, args.image
+            )
+
         def at_loopback(servers: list[Server]) -> None:
             measure_rounds(servers, emulator.proc.pid, figures, "", args)
             if "memory" not in args.skip:
@@ -616,24 +731,42 @@ def main() -> None:
         emulator.stop()
 
     threads = os.environ.get("THREADS", str((os.cpu_count() or 1) * 4))
-    print(f"fresh deliveries, Firestore emulator, one local downstream; {args.rounds} round(s) in rotating order, "
-          f"medians over rounds; {os.cpu_count()} CPUs, load average {load_before:.1f} at the start and "
-          f"{os.getloadavg()[0]:.1f} at the end; seed under functions-framework with {threads} threads")
+    print(
+        f"fresh deliveries, Firestore emulator, one local downstream; {args.rounds} round(s) in rotating order, "
+        f"medians over rounds; {os.cpu_count()} CPUs, load average {load_before:.1f} at the start and "
+        f"{os.getloadavg()[0]:.1f} at the end; seed under functions-framework with {threads} threads"
+    )
     for contender in listed:
         print(f"  {contender.name:8} {contender.label}")
     print("\n".join(table(figures, names, args)))
-    print("(throughput shares the cores with the emulator, the downstream and this load generator: where the three\n"
-          " are level, the machine is the limit; the emulator's CPU row shows the load each puts on it)")
+    print(
+        "(throughput shares the cores with the emulator, the downstream and this load generator: where the three\n"
+        " are level, the machine is the limit; the emulator's CPU row shows the load each puts on it)"
+    )
     for name, series in figures.rss.items():
-        print(f"RSS {name} (MB) after N deliveries: " + ", ".join(f"{n}: {mb:.1f}" for n, mb in series)
-              + f" -> {rss_verdict(series)}")
+        print(
+            f"RSS {name} (MB) after N deliveries: "
+            + ", ".join(f"{n}: {mb:.1f}" for n, mb in series)
+            + f" -> {rss_verdict(series)}"
+        )
     print(container_note)
-    print(f"floor rows: `{STACK_IMPORTS}` and nothing else, in a fresh Python (the stack's libraries a "
-          "delivery to this route needs; the first 200 comes after them)")
+    print(
+        f"floor rows: `{STACK_IMPORTS}` and nothing else, in a fresh Python (the stack's libraries a "
+        "delivery to this route needs; the first 200 comes after them)"
+    )
     print(f"logs: {logs}")
     if args.json:
-        args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "samples": figures.samples,
-                                         "rss": figures.rss, "container": container_note}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "args": vars(args) | {"json": str(args.json)},
+                    "samples": figures.samples,
+                    "rss": figures.rss,
+                    "container": container_note,
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

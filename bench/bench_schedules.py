@@ -17,7 +17,7 @@ import argparse
 import statistics
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from cronsim import CronSim
@@ -29,10 +29,18 @@ from runonce.schedules.zones import timeline  # noqa: E402
 
 CRON_EXPRS = ["* * * * *", "*/5 * * * *", "30 2 * * *", "0 9 * * MON-FRI", "0 0 1 JAN,APR,JUL,OCT *", "15 10 1,15 * *"]
 ZONES = ["UTC", "America/New_York", "Australia/Lord_Howe"]
-SCAN_EXPRS = ["* * * * *", "*/5 * * * *", "30 2 * * *", "0 */2 * * *", "every 1 minutes synchronized",
-              "every 5 minutes from 00:00 to 23:00", "every day 02:30", "every 5 minutes"]
+SCAN_EXPRS = [
+    "* * * * *",
+    "*/5 * * * *",
+    "30 2 * * *",
+    "0 */2 * * *",
+    "every 1 minutes synchronized",
+    "every 5 minutes from 00:00 to 23:00",
+    "every day 02:30",
+    "every 5 minutes",
+]
 SCAN_ZONES = ["America/New_York", "Europe/London", "Australia/Lord_Howe", "Pacific/Chatham", "America/Santiago"]
-START = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
 def per_item(fn, items: int) -> float:  # type: ignore[no-untyped-def]
@@ -101,9 +109,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
-    print(f"Python {sys.version.split()[0]}, {args.rounds} rounds, medians; µs per fire time; ratio = cronsim / runonce\n")
-    for title, bench in (("iterate (2,000 consecutive fire times)", bench_iterate),
-                         ("one-shot next after 500 instants", bench_one_shot)):
+    print(
+        f"Python {sys.version.split()[0]}, {args.rounds} rounds, medians; µs per fire time; ratio = cronsim / runonce\n"
+    )
+    for title, bench in (
+        ("iterate (2,000 consecutive fire times)", bench_iterate),
+        ("one-shot next after 500 instants", bench_one_shot),
+    ):
         print(title)
         print(f"  {'expression':<26} {'zone':<20} {'runonce':>9} {'cronsim':>9} {'ratio':>6}")
         ratios = []

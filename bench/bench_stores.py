@@ -36,7 +36,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,8 +75,12 @@ class Backends:
         if store == "sqlite":
             return {"RUNONCE_STORE": f"sqlite:///{self.logs / f'runs-{tag}.db'}"}
         if store == "firestore":
-            return {"RUNONCE_STORE": "firestore", "RUNONCE_FIRESTORE_PROJECT": PROJECT,
-                    "RUNONCE_FIRESTORE_COLLECTION": f"bench_{tag}", "FIRESTORE_EMULATOR_HOST": host or ""}
+            return {
+                "RUNONCE_STORE": "firestore",
+                "RUNONCE_FIRESTORE_PROJECT": PROJECT,
+                "RUNONCE_FIRESTORE_COLLECTION": f"bench_{tag}",
+                "FIRESTORE_EMULATOR_HOST": host or "",
+            }
         if store == "spanner":
             return {"RUNONCE_STORE": self.spanner_url, "SPANNER_EMULATOR_HOST": host or ""}
         return {"RUNONCE_STORE": f"redis://{host}/0"}
@@ -90,8 +94,16 @@ def proxied(host: str | None, rtt_ms: float) -> Iterator[str | None]:
         return
     port = free_port()
     proxy = subprocess.Popen(
-        [sys.executable, str(REPO / "bench" / "latency_proxy.py"), "--listen", f"127.0.0.1:{port}",
-         "--target", host, "--rtt-ms", str(rtt_ms)],
+        [
+            sys.executable,
+            str(REPO / "bench" / "latency_proxy.py"),
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--target",
+            host,
+            "--rtt-ms",
+            str(rtt_ms),
+        ],
         stdout=subprocess.PIPE,
     )
     try:
@@ -116,7 +128,7 @@ def cpu_seconds(pid: int) -> float:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()  # after "(comm)": state ppid ... utime stime
+        fields = stat[stat.rindex(")") + 2 :].split()  # after "(comm)": state ppid ... utime stime
         parents[int(entry.name)] = int(fields[1])
         times[int(entry.name)] = (int(fields[11]) + int(fields[12])) / CLK_TCK
     tree, frontier = {pid}, [pid]
@@ -145,17 +157,32 @@ async def count_round_trips(store_kind: str, backends: Backends) -> dict[str, in
 
     env = backends.env(store_kind, backends.hosts.get(store_kind), f"count_{uuid.uuid4().hex[:8]}")
     url = env["RUNONCE_STORE"]
-    store = open_store(url, firestore_project=PROJECT, firestore_collection=env.get("RUNONCE_FIRESTORE_COLLECTION", "x"))
+    store = open_store(
+        url, firestore_project=PROJECT, firestore_collection=env.get("RUNONCE_FIRESTORE_COLLECTION", "x")
+    )
     count = counter(store_kind, store)
     await count.arm()
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     lease, retention = timedelta(seconds=300), timedelta(days=1)
-    runner = Runner(store, {"bench": ScriptedTarget()}, lease=lease, retention=retention,
-                    dispatch_timeout=timedelta(seconds=30), clock=lambda: now)
+    runner = Runner(
+        store,
+        {"bench": ScriptedTarget()},
+        lease=lease,
+        retention=retention,
+        dispatch_timeout=timedelta(seconds=30),
+        clock=lambda: now,
+    )
 
     def delivery() -> Delivery:
-        return Delivery(source="scheduler", project="p", location="l", route="bench", job=f"job-{uuid.uuid4().hex}",
-                        schedule_time=now, may_be_forced_retry=True)
+        return Delivery(
+            source="scheduler",
+            project="p",
+            location="l",
+            route="bench",
+            job=f"job-{uuid.uuid4().hex}",
+            schedule_time=now,
+            may_be_forced_retry=True,
+        )
 
     try:
         await runner.run(delivery(), {}, "0" * 64)  # warm: connections, sessions, scripts
@@ -180,6 +207,7 @@ class counter:
 
     async def arm(self) -> None:
         if self.kind == "sqlite":
+
             def trace(statement: str) -> None:
                 self.statements += 1
 
@@ -230,15 +258,21 @@ def _count_grpc_calls() -> None:
 # -- the run ----------------------------------------------------------------------------------
 
 
-def measure(backends: Backends, downstream: Uvicorn, rtt_ms: float, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+def measure(
+    backends: Backends, downstream: Uvicorn, rtt_ms: float, args: argparse.Namespace
+) -> dict[str, dict[str, float]]:
     """Every store at one RTT: one server each, rounds interleaved."""
     routes = {"routes": {"bench": {"target": {"type": "http", "url": f"{downstream.url}/ok"}}}}
     with ExitStack() as stack:
         servers = {}
         for store in args.stores:
             host = stack.enter_context(proxied(backends.hosts.get(store), rtt_ms))
-            env = {"RUNONCE_AUTH": "none", "RUNONCE_ROUTES": json.dumps(routes), "RUNONCE_LOG_FORMAT": "text",
-                   **backends.env(store, host, f"{store}_{rtt_ms:g}_{uuid.uuid4().hex[:6]}")}
+            env = {
+                "RUNONCE_AUTH": "none",
+                "RUNONCE_ROUTES": json.dumps(routes),
+                "RUNONCE_LOG_FORMAT": "text",
+                **backends.env(store, host, f"{store}_{rtt_ms:g}_{uuid.uuid4().hex[:6]}"),
+            }
             server = start_server(env, backends.logs)
             stack.callback(server.stop)
             servers[store] = server
@@ -247,7 +281,7 @@ def measure(backends: Backends, downstream: Uvicorn, rtt_ms: float, args: argpar
         cpu: dict[str, list[float]] = {s: [] for s in servers}
         order = list(servers)
         for round_no in range(args.rounds):
-            for store in order[round_no % len(order):] + order[:round_no % len(order)]:
+            for store in order[round_no % len(order) :] + order[: round_no % len(order)]:
                 server = servers[store]
                 lat, cpu_ms = one_round(f"{server.url}/v1/routes/bench:run", server.proc.pid, args.deliveries)
                 latencies[store].append(lat)
@@ -262,13 +296,14 @@ def measure(backends: Backends, downstream: Uvicorn, rtt_ms: float, args: argpar
     }
 
 
-def table(results: dict[float, dict[str, dict[str, float]]], trips: dict[str, dict[str, int]],
-          args: argparse.Namespace) -> list[str]:
+def table(
+    results: dict[float, dict[str, dict[str, float]]], trips: dict[str, dict[str, int]], args: argparse.Namespace
+) -> list[str]:
     base_rtt = min(results)
     base = results[base_rtt]["sqlite"] if "sqlite" in results[base_rtt] else next(iter(results[base_rtt].values()))
     lines = [
-        f"| store | store RTT | median ms | p99 ms | median / SQLite | CPU ms per delivery | CPU / SQLite "
-        f"| store requests per fresh delivery (claim+finish) |",
+        "| store | store RTT | median ms | p99 ms | median / SQLite | CPU ms per delivery | CPU / SQLite "
+        "| store requests per fresh delivery (claim+finish) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for rtt, figures in results.items():
@@ -287,7 +322,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--deliveries", type=int, default=150, help="sequential fresh deliveries per store per round")
     parser.add_argument("--warmup", type=int, default=30)
-    parser.add_argument("--rtt-ms", default="0,5", help="comma-separated RTTs added in front of the store (0 = loopback)")
+    parser.add_argument(
+        "--rtt-ms", default="0,5", help="comma-separated RTTs added in front of the store (0 = loopback)"
+    )
     parser.add_argument("--stores", default=",".join(STORES))
     parser.add_argument("--smoke", action="store_true", help="tiny numbers: proves the benchmark runs")
     parser.add_argument("--json", type=Path, help="also write the figures here")
@@ -309,11 +346,15 @@ def main() -> None:
         trips = {store: asyncio.run(count_round_trips(store, backends)) for store in args.stores}
         results = {rtt: measure(backends, downstream, rtt, args) for rtt in rtts}
 
-    print(f"fresh deliveries through runonce serve, http downstream; {args.rounds} round(s) x {args.deliveries}, "
-          f"interleaved, medians over rounds; {time.monotonic() - started:.0f}s")
+    print(
+        f"fresh deliveries through runonce serve, http downstream; {args.rounds} round(s) x {args.deliveries}, "
+        f"interleaved, medians over rounds; {time.monotonic() - started:.0f}s"
+    )
     print("\n".join(table(results, trips, args)))
     if args.json:
-        args.json.write_text(json.dumps({"results": {str(k): v for k, v in results.items()}, "round_trips": trips}, indent=2))
+        args.json.write_text(
+            json.dumps({"results": {str(k): v for k, v in results.items()}, "round_trips": trips}, indent=2)
+        )
 
 
 if __name__ == "__main__":

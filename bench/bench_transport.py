@@ -56,8 +56,18 @@ async def main() -> None:
     args = parser.parse_args()
     port = free_port()
     downstream = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "--app-dir", str(Path(__file__).parent), "downstream_app:app",
-         "--port", str(port), "--log-level", "warning"],
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--app-dir",
+            str(Path(__file__).parent),
+            "downstream_app:app",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
     )
     url = f"http://127.0.0.1:{port}/run"
     clients = {"httpcore": httpx.AsyncClient(timeout=30), "aiohttp": target_client(30)}

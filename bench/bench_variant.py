@@ -37,14 +37,21 @@ def main() -> None:
 
     runonce = contenders()[0]
     base_env = runonce.env
-    variant = replace(runonce, name="variant", env=lambda firestore, downstream: {**base_env(firestore, downstream), **extra})
+    variant = replace(
+        runonce, name="variant", env=lambda firestore, downstream: {**base_env(firestore, downstream), **extra}
+    )
     logs = Path(tempfile.mkdtemp(prefix="runonce-bench-variant-"))
     emulator = start_firestore_emulator(logs)
     downstream = Downstream(logs)
     figures = Figures()
     try:
-        with_servers([runonce, variant], emulator.host, downstream.url, logs,
-                     lambda servers: measure_rounds(servers, emulator.proc.pid, figures, "", args))
+        with_servers(
+            [runonce, variant],
+            emulator.host,
+            downstream.url,
+            logs,
+            lambda servers: measure_rounds(servers, emulator.proc.pid, figures, "", args),
+        )
     finally:
         downstream.stop()
         emulator.stop()

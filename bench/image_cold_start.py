@@ -37,24 +37,36 @@ def main() -> None:
     args = parser.parse_args()
 
     image = build_image()
-    size = int(subprocess.run([tool("podman"), "image", "inspect", "--format", "{{.Size}}", image],
-                              capture_output=True, text=True, check=True).stdout)
+    size = int(
+        subprocess.run(
+            [tool("podman"), "image", "inspect", "--format", "{{.Size}}", image],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     emulator = None
     env = {"RUNONCE_AUTH": "none", "RUNONCE_ROUTES": ROUTES, "RUNONCE_LOG_FORMAT": "json"}
     if args.store == "firestore":
         from tests.support.procs import start_firestore_emulator
 
         emulator = start_firestore_emulator(Path(tempfile.mkdtemp()))
-        env |= {"RUNONCE_STORE": "firestore", "RUNONCE_FIRESTORE_PROJECT": "bench-project",
-                "FIRESTORE_EMULATOR_HOST": emulator.host}
+        env |= {
+            "RUNONCE_STORE": "firestore",
+            "RUNONCE_FIRESTORE_PROJECT": "bench-project",
+            "FIRESTORE_EMULATOR_HOST": emulator.host,
+        }
     else:
         env |= {"RUNONCE_STORE": "sqlite:////var/lib/runonce/runonce.db"}
     timings, floor = [], []
     try:
         for _ in range(args.runs):
             started = time.monotonic()
-            subprocess.run([tool("podman"), "run", "--rm", *RUN_FLAGS, "--entrypoint", "true", image],
-                           capture_output=True, check=True)
+            subprocess.run(
+                [tool("podman"), "run", "--rm", *RUN_FLAGS, "--entrypoint", "true", image],
+                capture_output=True,
+                check=True,
+            )
             floor.append(time.monotonic() - started)
             port = free_port()
             command = [tool("podman"), "run", "-d", *RUN_FLAGS]
@@ -75,8 +87,10 @@ def main() -> None:
         if emulator is not None:
             emulator.stop()
     print(f"image {image}: {size / 1e6:.0f} MB ({size} bytes)")
-    print(f"cold start ({args.store} store), podman run -> first 200 on /healthz, {args.runs} runs: "
-          f"median {statistics.median(timings):.2f} s, min {min(timings):.2f} s, max {max(timings):.2f} s")
+    print(
+        f"cold start ({args.store} store), podman run -> first 200 on /healthz, {args.runs} runs: "
+        f"median {statistics.median(timings):.2f} s, min {min(timings):.2f} s, max {max(timings):.2f} s"
+    )
     print(f"podman's floor, podman run --rm of `true` in the image: median {statistics.median(floor):.2f} s")
 
 

@@ -32,7 +32,6 @@ from tests.support.oidc import CertsServer, claims, make_key, sign  # noqa: E402
 from tests.support.procs import start_firestore_emulator  # noqa: E402
 
 
-
 def frames(*paths: str, native: str = "") -> re.Pattern[str]:
     """A frame whose (shortened) path starts with one of `paths`, or whose text matches `native`."""
     pattern = r"\((?:" + "|".join(re.escape(path) for path in paths) + ")"
@@ -51,37 +50,68 @@ COSTS: list[tuple[str, re.Pattern[str]]] = [
     ("logging", frames("logging/", "logs.py:")),
     ("metrics", frames("prometheus_client/", "metrics.py:")),
     ("httpx POST", frames("httpx/", "httpcore/", "h11/", "targets/")),
-    ("Firestore client", frames("firestore_v1/", "google/cloud/firestore", "api_core/", "proto/", "google/protobuf/",
-                                "grpc/", native=r"cygrpc|libgrpc|_message\.cpython|upb")),
-    ("framework/middleware", frames("fastapi/", "starlette/", "uvicorn/", "pydantic", "api/access_log.py:", "main.py:", "api/",
-                                    native=r"httptools|pydantic_core")),
+    (
+        "Firestore client",
+        frames(
+            "firestore_v1/",
+            "google/cloud/firestore",
+            "api_core/",
+            "proto/",
+            "google/protobuf/",
+            "grpc/",
+            native=r"cygrpc|libgrpc|_message\.cpython|upb",
+        ),
+    ),
+    (
+        "framework/middleware",
+        frames(
+            "fastapi/",
+            "starlette/",
+            "uvicorn/",
+            "pydantic",
+            "api/access_log.py:",
+            "main.py:",
+            "api/",
+            native=r"httptools|pydantic_core",
+        ),
+    ),
     ("runonce core", frames("run/runner.py:", "delivery.py:", "routes.py:", "errors.py:", "admission.py:", "stores/")),
 ]
 LOOP_ENTRY = re.compile(r"asyncio/runners\.py")  # frames above it (click, `serve`, uvicorn's run) are on every stack
 EVENT_LOOP = "event loop (uvloop, asyncio)"
 OTHER = "other"
 # A sample whose innermost frame is one of these is a thread waiting, not working: dropped.
-IDLE = re.compile(r"^(epoll_wait|epoll_pwait|poll|ppoll|select|pselect6?|pthread_cond_(timed)?wait|__futex_abstimed_wait\w*|"
-                  r"futex_wait\w*|sem_(timed)?wait|nanosleep|clock_nanosleep|accept4?) \(")
+IDLE = re.compile(
+    r"^(epoll_wait|epoll_pwait|poll|ppoll|select|pselect6?|pthread_cond_(timed)?wait|__futex_abstimed_wait\w*|"
+    r"futex_wait\w*|sem_(timed)?wait|nanosleep|clock_nanosleep|accept4?) \("
+)
 # Leaf frames that are system calls: their CPU is the kernel's (loopback TCP is processed in the
 # sender's system call), a share no Python-level change removes, only fewer calls.
-SYSCALL = re.compile(r"^(write|writev|sendmsg|sendto|send|read|readv|recv|recvmsg|recvfrom|getpid|fstatat64|stat64|"
-                     r"newfstatat|openat64|epoll_ctl|syscall|close|__close|getsockopt|setsockopt) \(")
+SYSCALL = re.compile(
+    r"^(write|writev|sendmsg|sendto|send|read|readv|recv|recvmsg|recvfrom|getpid|fstatat64|stat64|"
+    r"newfstatat|openat64|epoll_ctl|syscall|close|__close|getsockopt|setsockopt) \("
+)
 # Single spots worth watching, each one lever: (pattern, inclusive). Inclusive counts every sample
 # with a matching frame on the stack (right for a call that does its work below it: the access-log
 # line's logging and JSON); otherwise only the samples that the matching frame itself decided, i.e.
 # the frame is the innermost one of any cost (right for wrappers, such as fastapi's middleware, that
 # are on every stack).
 SPOTS: dict[str, tuple[re.Pattern[str], bool]] = {
-    "httpcore current_async_library (`import sniffio` fails on every call: a sys.path scan)":
-        (re.compile(r"^current_async_library \(httpcore/"), True),
+    "httpcore current_async_library (`import sniffio` fails on every call: a sys.path scan)": (
+        re.compile(r"^current_async_library \(httpcore/"),
+        True,
+    ),
     "proto-plus marshalling (proto/)": (frames("proto/"), False),
     "api_core retry/timeout wrappers": (frames("api_core/retry/", "api_core/timeout.py", "api_core/gapic_v1/"), False),
     "grpc aio call objects (grpc/aio/, cygrpc)": (frames("grpc/", native=r"cygrpc"), False),
-    "FastAPI routing, dependency solving, request/response": (frames("fastapi/routing.py", "fastapi/dependencies/",
-                                                                       "starlette/routing.py", "starlette/requests.py"), False),
-    "fastapi's extra middleware (telemetry, body limit, exit stack)":
-        (frames("fastapi/telemetry/", "fastapi/_body_limit.py", "fastapi/middleware/"), False),
+    "FastAPI routing, dependency solving, request/response": (
+        frames("fastapi/routing.py", "fastapi/dependencies/", "starlette/routing.py", "starlette/requests.py"),
+        False,
+    ),
+    "fastapi's extra middleware (telemetry, body limit, exit stack)": (
+        frames("fastapi/telemetry/", "fastapi/_body_limit.py", "fastapi/middleware/"),
+        False,
+    ),
     "uvicorn + httptools (HTTP server, response write)": (frames("uvicorn/", native=r"httptools"), False),
     "access-log line (AccessLog._log: logging + JSON below it)": (re.compile(r"^AccessLog\._log "), True),
     "h11 (httpx's HTTP/1.1 state machine)": (frames("h11/"), False),
@@ -92,7 +122,7 @@ def attribute(stack: list[str]) -> tuple[str, str | None]:
     """The cost of one sample, and the frame that decided it: the innermost frame below the event
     loop's entry that matches a cost."""
     entry = next((i for i, frame in enumerate(stack) if LOOP_ENTRY.search(frame)), -1)
-    for frame in reversed(stack[entry + 1:]):
+    for frame in reversed(stack[entry + 1 :]):
         for cost, pattern in COSTS:
             if pattern.search(frame):
                 return cost, frame
@@ -144,11 +174,18 @@ def with_oidc(contender: Contender) -> tuple[Contender, str, CertsServer]:
     certs = CertsServer([key]).start()
     audience, caller = "https://runonce.example.run.app", "scheduler@bench-project.iam.gserviceaccount.com"
     token = sign(key, claims(audience=audience, email=caller, lifetime=3600))
-    settings = {"RUNONCE_AUTH": "oidc", "RUNONCE_AUDIENCE": audience, "RUNONCE_ALLOWED_CALLERS": caller,
-                "RUNONCE_OIDC_CERTS_URL": certs.url}
+    settings = {
+        "RUNONCE_AUTH": "oidc",
+        "RUNONCE_AUDIENCE": audience,
+        "RUNONCE_ALLOWED_CALLERS": caller,
+        "RUNONCE_OIDC_CERTS_URL": certs.url,
+    }
     env = contender.env
-    return replace(contender, env=lambda firestore, downstream: {**env(firestore, downstream), **settings}), \
-        f"Authorization: Bearer {token}\r\n", certs
+    return (
+        replace(contender, env=lambda firestore, downstream: {**env(firestore, downstream), **settings}),
+        f"Authorization: Bearer {token}\r\n",
+        certs,
+    )
 
 
 def main() -> None:
@@ -158,8 +195,11 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
     parser.add_argument("--no-native", action="store_true", help="Python frames only")
     parser.add_argument("--raw", type=Path, help="keep py-spy's collapsed stacks here")
-    parser.add_argument("--oidc", action="store_true",
-                        help="RUNONCE_AUTH=oidc: every delivery carries an RS256 ID token (tests/support/oidc.py)")
+    parser.add_argument(
+        "--oidc",
+        action="store_true",
+        help="RUNONCE_AUTH=oidc: every delivery carries an RS256 ID token (tests/support/oidc.py)",
+    )
     args = parser.parse_args()
 
     logs = Path(tempfile.mkdtemp(prefix="runonce-profile-"))
@@ -173,8 +213,19 @@ def main() -> None:
         server = start(contender, emulator.host, downstream.url, logs, headers)
         try:
             run(drive(server.port, 300, args.concurrency, headers))  # warm: connections, caches
-            command = [str(BIN / "py-spy"), "record", "--pid", str(server.pid), "--rate", str(args.rate),
-                       "--format", "raw", "--output", str(raw), "--nonblocking" if args.no_native else "--native"]
+            command = [
+                str(BIN / "py-spy"),
+                "record",
+                "--pid",
+                str(server.pid),
+                "--rate",
+                str(args.rate),
+                "--format",
+                "raw",
+                "--output",
+                str(raw),
+                "--nonblocking" if args.no_native else "--native",
+            ]
             spy = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             time.sleep(1)  # attached
             if spy.poll() is not None:
@@ -196,23 +247,37 @@ def main() -> None:
     summary = summarise(raw)
     total = summary.samples
     mode = "python frames only" if args.no_native else "--native"
-    print(f"{'OIDC on' if args.oidc else 'RUNONCE_AUTH=none'}; py-spy record {mode}, {args.rate} Hz, {args.deliveries} fresh deliveries at {args.concurrency} concurrent "
-          f"({args.deliveries / wall:.0f}/s with py-spy attached)")
-    print(f"server CPU per delivery (/proc): {cpu_ms:.2f} ms, of which kernel (stime) {sys_ms:.2f} ms "
-          f"({sys_ms / cpu_ms:.0%}); {total} working samples ({summary.idle} idle ones dropped)")
+    print(
+        f"{'OIDC on' if args.oidc else 'RUNONCE_AUTH=none'}; py-spy record {mode}, {args.rate} Hz, {args.deliveries} fresh deliveries at {args.concurrency} concurrent "
+        f"({args.deliveries / wall:.0f}/s with py-spy attached)"
+    )
+    print(
+        f"server CPU per delivery (/proc): {cpu_ms:.2f} ms, of which kernel (stime) {sys_ms:.2f} ms "
+        f"({sys_ms / cpu_ms:.0%}); {total} working samples ({summary.idle} idle ones dropped)"
+    )
     sampled = total / args.rate
     if sampled > 1.3 * cpu_ms * args.deliveries / 1000:
-        print(f"caution: {sampled:.1f} s sampled against {cpu_ms * args.deliveries / 1000:.1f} s of CPU: a thread that "
-              "waits for a core (a loaded machine) is sampled as working, mostly inside the system call that woke "
-              "another process (write, sendmsg)"
-              + ("" if args.no_native else f"; the syscalls column ({sum(summary.in_syscalls.values()) / total:.0%}) is "
-                 "then inflated against the kernel's real share above")
-              + "; the Python-level shares hold")
-    print(f"{'cost (innermost layer on the stack)':38} {'share':>7} {'ms/deliv.':>10} {'syscalls':>9} {'inclusive':>10}")
+        print(
+            f"caution: {sampled:.1f} s sampled against {cpu_ms * args.deliveries / 1000:.1f} s of CPU: a thread that "
+            "waits for a core (a loaded machine) is sampled as working, mostly inside the system call that woke "
+            "another process (write, sendmsg)"
+            + (
+                ""
+                if args.no_native
+                else f"; the syscalls column ({sum(summary.in_syscalls.values()) / total:.0%}) is "
+                "then inflated against the kernel's real share above"
+            )
+            + "; the Python-level shares hold"
+        )
+    print(
+        f"{'cost (innermost layer on the stack)':38} {'share':>7} {'ms/deliv.':>10} {'syscalls':>9} {'inclusive':>10}"
+    )
     for cost, count in summary.exclusive.most_common():
         share = count / total
         included = summary.inclusive[cost] / total if cost in summary.inclusive else share
-        print(f"{cost:38} {share:7.1%} {share * cpu_ms:10.2f} {summary.in_syscalls[cost] / total:9.1%} {included:10.1%}")
+        print(
+            f"{cost:38} {share:7.1%} {share * cpu_ms:10.2f} {summary.in_syscalls[cost] / total:9.1%} {included:10.1%}"
+        )
     print("single spots (share, ms per delivery; SPOTS says which count inclusively):")
     for name in SPOTS:
         share = summary.spots[name] / total

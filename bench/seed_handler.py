@@ -34,7 +34,9 @@ session = requests.Session()  # bench: keep-alive to the downstream, as runonce'
 
 def run_job_logic(run_id: str) -> None:  # bench: takes the run_id to forward
     """Does the scheduled work. Replace the body with your own task."""
-    response = session.post(downstream, json={"run_id": run_id}, headers={"Idempotency-Key": run_id}, timeout=30)  # bench:
+    response = session.post(
+        downstream, json={"run_id": run_id}, headers={"Idempotency-Key": run_id}, timeout=30
+    )  # bench:
     response.raise_for_status()  # bench:
 
 
@@ -94,7 +96,7 @@ def handle_scheduled_job(request: flask.Request) -> tuple[str, int]:
     # scheduled time, so that scheduled run is then skipped.
     run_id = hashlib.sha256(f"{job_name}/{schedule_time}".encode()).hexdigest()
     run_ref = db.collection("scheduler_runs").document(run_id)
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     attempt_id = uuid.uuid4().hex
 
     status = claim_run(db.transaction(), run_ref, attempt_id, now)

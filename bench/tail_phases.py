@@ -36,8 +36,8 @@ from tests.support.procs import start_firestore_emulator  # noqa: E402
 def serve_timed(port: int, record_to: Path) -> None:
     """`runonce serve` with timers on the delivery, the store's calls and the POST; the records are
     written to `record_to` when the server stops (uvicorn hands SIGTERM on to the handler it found)."""
-    from runonce.run import runner as protocol
     from runonce.cli import main
+    from runonce.run import runner as protocol
     from runonce.stores import firestore
     from runonce.targets import transport
 
@@ -83,8 +83,11 @@ def split(records: list[tuple[str, float, float]]) -> None:
     print(f"{len(deliveries)} deliveries, one at a time; per phase, ms:")
     for phase in ("delivery", "commit", "read", "post"):
         values = [ms for p, _, ms in records if p == phase]
-        print(f"  {phase:9} n {len(values):5}  median {statistics.median(values):6.2f}  p99 {p99(values):6.2f}"
-              f"  max {max(values):6.1f}")
+        print(
+            f"  {phase:9} n {len(values):5}  median {statistics.median(values):6.2f}  p99 {p99(values):6.2f}"
+            f"  max {max(values):6.1f}"
+        )
+
     def own(d: tuple[str, float, float]) -> float:
         """The delivery less the calls it waited on: the claim's commit and the read beside it
         count once (the longer), then the POST and the finish's commit."""
@@ -95,13 +98,17 @@ def split(records: list[tuple[str, float, float]]) -> None:
         return d[2] - claim - sum(commits[1:]) - sum(reads[1:]) - sum(ms for p, ms in calls if p == "post")
 
     owns = [own(d) for d in deliveries]
-    print(f"  {'own code':9} n {len(owns):5}  median {statistics.median(owns):6.2f}  p99 {p99(owns):6.2f}"
-          "  (the delivery less the calls it waited on)")
+    print(
+        f"  {'own code':9} n {len(owns):5}  median {statistics.median(owns):6.2f}  p99 {p99(owns):6.2f}"
+        "  (the delivery less the calls it waited on)"
+    )
     line = p99([d[2] for d in deliveries])
     slowest = [d for d in deliveries if d[2] >= line]
     worst = Counter(max([*inside[d[1]], ("own code", own(d))], key=lambda part: part[1])[0] for d in slowest)
-    print(f"the {len(slowest)} deliveries at or above the p99 ({line:.2f} ms): longest part "
-          + ", ".join(f"{phase} {count}" for phase, count in worst.most_common()))
+    print(
+        f"the {len(slowest)} deliveries at or above the p99 ({line:.2f} ms): longest part "
+        + ", ".join(f"{phase} {count}" for phase, count in worst.most_common())
+    )
     for d in sorted(slowest, key=lambda d: -d[2])[:10]:
         calls = ", ".join(f"{p} {ms:.1f}" for p, ms in inside[d[1]])
         print(f"  {d[2]:6.1f} ms: {calls}, own code {own(d):.1f}")
@@ -110,7 +117,9 @@ def split(records: list[tuple[str, float, float]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--deliveries", type=int, default=3000)
-    parser.add_argument("--warmup", type=int, default=1000, help="deliveries at 16 concurrent first (the emulator's JIT)")
+    parser.add_argument(
+        "--warmup", type=int, default=1000, help="deliveries at 16 concurrent first (the emulator's JIT)"
+    )
     parser.add_argument("--firestore", help="an emulator already running (HOST:PORT); default: start one")
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--record-to", type=Path, help=argparse.SUPPRESS)
@@ -121,9 +130,19 @@ def main() -> None:
     logs = Path(tempfile.mkdtemp(prefix="runonce-tail-"))
     record_to = logs / "phases.json"
     plain = contenders()[0]
-    timed = Contender("runonce", plain.label,
-                      lambda port: [sys.executable, str(Path(__file__).resolve()), "--serve", str(port),
-                                    "--record-to", str(record_to)], plain.env)
+    timed = Contender(
+        "runonce",
+        plain.label,
+        lambda port: [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--serve",
+            str(port),
+            "--record-to",
+            str(record_to),
+        ],
+        plain.env,
+    )
     emulator = None if args.firestore else start_firestore_emulator(logs)
     downstream = Downstream(logs)
     server = None

@@ -46,8 +46,9 @@ def main(argv: list[str]) -> int:
     expected = digest()
     if argv[1:] == ["--write"]:
         for lock in LOCKS:
-            text = "".join(line + "\n" for line in lock.read_text(encoding="utf-8").splitlines()
-                           if not line.startswith(PREFIX))
+            text = "".join(
+                line + "\n" for line in lock.read_text(encoding="utf-8").splitlines() if not line.startswith(PREFIX)
+            )
             lock.write_text(text + PREFIX + expected + "\n", encoding="utf-8")
         return 0
     if argv[1:] != ["--check"]:

@@ -5,13 +5,12 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import click
@@ -69,7 +68,7 @@ def _with_store(settings: Settings, use: Callable[[Any], Awaitable[T]], *, creat
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 @click.group()
@@ -98,9 +97,9 @@ def serve(host: str, port: int | None, workers: int) -> None:
 
 def _start_up(host: str, port: int | None, workers: int) -> tuple[Any, dict[str, Any]]:
     """The app (or, with several workers, its factory's name) and uvicorn's options."""
+    from runonce.api.main import create_app
     from runonce.auth.callers import check_auth_config
     from runonce.logs import configure_logging, uvicorn_log_config
-    from runonce.api.main import create_app
     from runonce.routes import load_routes
 
     settings = _settings()
@@ -279,7 +278,9 @@ def _key_error(field: str, reason: str) -> click.UsageError:
 
 
 @main.command()
-@click.option("--route", required=True, help="Route name, as in the routes file (RUNONCE_ROUTES_FILE or RUNONCE_ROUTES).")
+@click.option(
+    "--route", required=True, help="Route name, as in the routes file (RUNONCE_ROUTES_FILE or RUNONCE_ROUTES)."
+)
 @click.option("--job", help="Scheduler job ID (X-CloudScheduler-JobName).")
 @click.option("--schedule-time", help="X-CloudScheduler-ScheduleTime, RFC 3339.")
 @click.option("--forced", is_flag=True, help="Key of a force run (source scheduler-forced).")
@@ -288,18 +289,27 @@ def _key_error(field: str, reason: str) -> click.UsageError:
     help="Cloud Tasks queue (X-CloudTasks-QueueName): its id, or projects/P/locations/L/queues/Q (which sets the namespace).",
 )
 @click.option("--task", help="Cloud Tasks task (X-CloudTasks-TaskName).")
-@click.option("--project", default="", help="Namespace project (as the query parameter)  [default: the route's namespace]")
+@click.option(
+    "--project", default="", help="Namespace project (as the query parameter)  [default: the route's namespace]"
+)
 @click.option("--location", default="", help="Namespace location  [default: the route's namespace]")
 @click.option("--canonical", is_flag=True, help="Also print the canonical string that is hashed.")
 def key(
-    route: str, job: str | None, schedule_time: str | None, forced: bool, queue: str | None,
-    task: str | None, project: str, location: str, canonical: bool,
+    route: str,
+    job: str | None,
+    schedule_time: str | None,
+    forced: bool,
+    queue: str | None,
+    task: str | None,
+    project: str,
+    location: str,
+    canonical: bool,
 ) -> None:
     """Compute the run_id of a delivery, as the proxy would, from the routes the proxy reads."""
     import httpx
 
-    from runonce.run.delivery import InvalidDelivery, parse_delivery, parse_namespace
     from runonce.routes import load_routes
+    from runonce.run.delivery import InvalidDelivery, parse_delivery, parse_namespace
 
     settings = _settings()
     try:
@@ -311,7 +321,9 @@ def key(
         origin = settings.routes_file or "RUNONCE_ROUTES"
         raise click.UsageError(f"--route: no route {route!r} in {origin}; it has {', '.join(sorted(routes)) or 'none'}")
     if forced and config.forced_runs == "reject":
-        raise click.UsageError(f"--forced: route {route!r} refuses force runs (forced_runs: reject), so they have no run_id")
+        raise click.UsageError(
+            f"--forced: route {route!r} refuses force runs (forced_runs: reject), so they have no run_id"
+        )
     headers = httpx.Headers()
     if job is not None:
         headers["x-cloudscheduler-jobname"] = job
@@ -357,7 +369,9 @@ def _range_error(exc: Any) -> click.UsageError:
 @click.option("--from", "start", type=InstantType(), help="Start of the range (RFC 3339), inclusive.")
 @click.option("--to", "end", type=InstantType(), help="End of the range (RFC 3339), exclusive  [default: now]")
 @click.option("--format", "output", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def audit_command(route: str | None, since: str | None, start: datetime | None, end: datetime | None, output: str) -> None:
+def audit_command(
+    route: str | None, since: str | None, start: datetime | None, end: datetime | None, output: str
+) -> None:
     """List scheduled runs that did not run (missed: no record, or `failed`): one line each.
 
     Every fire time of every route that names its `job` (+ `schedule`, `namespace`) in the range,
@@ -376,7 +390,9 @@ def audit_command(route: str | None, since: str | None, start: datetime | None, 
     every = _routes(settings)
     routes = auditable(every) if route is None else {route: _audited_route(every, route, "--route")}
     if not routes:
-        raise click.ClickException("no route names its Scheduler 'job' (with 'schedule' and 'namespace'): nothing to audit")
+        raise click.ClickException(
+            "no route names its Scheduler 'job' (with 'schedule' and 'namespace'): nothing to audit"
+        )
     now = _now()
     lease, retention = timedelta(seconds=settings.lease_seconds), timedelta(seconds=settings.retention_seconds)
     try:
@@ -389,11 +405,16 @@ def audit_command(route: str | None, since: str | None, start: datetime | None, 
             click.echo(missing, err=True)
             from runonce.stores.memory import MemoryStore
 
-            report = asyncio.run(audit(MemoryStore(), routes, first, last, now, lease=lease, retention=retention,
-                                       start_field=field))
+            report = asyncio.run(
+                audit(MemoryStore(), routes, first, last, now, lease=lease, retention=retention, start_field=field)
+            )
         else:
-            report = _with_store(settings, lambda store: audit(
-                store, routes, first, last, now, lease=lease, retention=retention, start_field=field))
+            report = _with_store(
+                settings,
+                lambda store: audit(
+                    store, routes, first, last, now, lease=lease, retention=retention, start_field=field
+                ),
+            )
     except RangeRefused as exc:
         raise _range_error(exc) from exc
     if output == "json":
@@ -403,7 +424,8 @@ def audit_command(route: str | None, since: str | None, start: datetime | None, 
             click.echo(run.line())
         click.echo(
             f"{len(report.missed)} missed of {report.checked} fire time(s) of {len(report.routes)} route(s) from "
-            f"{report.start:%Y-%m-%dT%H:%M:%SZ} to {report.end:%Y-%m-%dT%H:%M:%SZ}", err=True,
+            f"{report.start:%Y-%m-%dT%H:%M:%SZ} to {report.end:%Y-%m-%dT%H:%M:%SZ}",
+            err=True,
         )
     sys.exit(1 if report.missed else 0)
 
@@ -430,8 +452,9 @@ def _audited_route(routes: dict[str, Any], name: str, flag: str) -> Any:
 @click.option("--concurrency", type=click.IntRange(1, 64), default=4, show_default=True, help="Runs in flight at once.")
 @click.option("--format", "output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--yes", is_flag=True, help="Run more than 1000 fire times, or fire times older than the retention.")
-def backfill_command(route_name: str, start: datetime, end: datetime, dry_run: bool, concurrency: int, output: str,
-                     yes: bool) -> None:
+def backfill_command(
+    route_name: str, start: datetime, end: datetime, dry_run: bool, concurrency: int, output: str, yes: bool
+) -> None:
     """Run ROUTE's fire times in [--from, --to) through the protocol, each with the run_id Scheduler's
     delivery would have: a time that already ran, or a second backfill, replays (`duplicate`).
 
@@ -453,7 +476,9 @@ def backfill_command(route_name: str, start: datetime, end: datetime, dry_run: b
         _print_backfill(route_name, runs, None, output)
         return
     if len(runs) > MAX_RUNS and not yes:
-        raise click.UsageError(f"--from/--to: {len(runs)} fire times, over the {MAX_RUNS} one backfill runs without --yes")
+        raise click.UsageError(
+            f"--from/--to: {len(runs)} fire times, over the {MAX_RUNS} one backfill runs without --yes"
+        )
     old = older_than_retention(runs, now, timedelta(seconds=settings.retention_seconds))
     if old and not yes:
         raise click.UsageError(
@@ -461,13 +486,17 @@ def backfill_command(route_name: str, start: datetime, end: datetime, dry_run: b
             "the store no longer knows whether they ran, so any that did would run again; pass --yes to run them"
         )
     outcomes, interrupted = _with_store(
-        settings, lambda store: _backfill(settings, route_name, route, store, runs, concurrency), create=True,
+        settings,
+        lambda store: _backfill(settings, route_name, route, store, runs, concurrency),
+        create=True,
     )
     _print_backfill(route_name, runs, outcomes, output, interrupted=interrupted)
     sys.exit(130 if interrupted else 0 if all(outcome.ok for outcome in outcomes) else 1)
 
 
-async def _backfill(settings: Settings, name: str, route: Any, store: Any, runs: list[Any], concurrency: int) -> tuple[list[Any], bool]:
+async def _backfill(
+    settings: Settings, name: str, route: Any, store: Any, runs: list[Any], concurrency: int
+) -> tuple[list[Any], bool]:
     """The backfill with Ctrl-C handled: the first stops starting runs, the second cuts the
     dispatches in flight short. Claims left `unknown` are released at the end, not left to the lease."""
     import signal
@@ -484,23 +513,31 @@ async def _backfill(settings: Settings, name: str, route: Any, store: Any, runs:
                 runner.shutdown.drain(0)
                 return
             stop.set()
-            click.echo(f"\ninterrupted: starting no more runs; those in flight finish (at most "
-                       f"{settings.dispatch_timeout_seconds:g}s); Ctrl-C again to cut them short", err=True)
+            click.echo(
+                f"\ninterrupted: starting no more runs; those in flight finish (at most "
+                f"{settings.dispatch_timeout_seconds:g}s); Ctrl-C again to cut them short",
+                err=True,
+            )
 
         loop.add_signal_handler(signal.SIGINT, interrupt)
         try:
             with click.progressbar(length=len(runs), label=f"backfill {name}", file=sys.stderr) as bar:
-                outcomes = await run_all(runner, runs, route, concurrency=concurrency, stop=stop,
-                                         done=lambda _: bar.update(1))
+                outcomes = await run_all(
+                    runner, runs, route, concurrency=concurrency, stop=stop, done=lambda _: bar.update(1)
+                )
         finally:
             loop.remove_signal_handler(signal.SIGINT)
         # This process is leaving: a claim kept for an outcome it could not learn protects nothing now.
         for run_id in await release_unknown(store, outcomes, _now()):
-            click.echo(f"released {run_id}: its outcome is unknown; the next delivery takes over and reconciles", err=True)
+            click.echo(
+                f"released {run_id}: its outcome is unknown; the next delivery takes over and reconciles", err=True
+            )
     return outcomes, stop.is_set()
 
 
-def _print_backfill(name: str, runs: list[Any], outcomes: list[Any] | None, output: str, interrupted: bool = False) -> None:
+def _print_backfill(
+    name: str, runs: list[Any], outcomes: list[Any] | None, output: str, interrupted: bool = False
+) -> None:
     if output == "json":
         rows = [outcome.to_json() for outcome in outcomes] if outcomes is not None else [run.to_json() for run in runs]
         body: dict[str, Any] = {"route": name, "dry_run": outcomes is None, "runs": rows}
@@ -523,12 +560,23 @@ def _print_backfill(name: str, runs: list[Any], outcomes: list[Any] | None, outp
 @main.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--format", "output", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option("--lease-seconds", type=float, default=None, help="runonce's lease  [default: RUNONCE_LEASE_SECONDS or 300]")
-@click.option("--retention-seconds", type=float, default=None,
-              help="runonce's retention  [default: RUNONCE_RETENTION_SECONDS or 86400]")
+@click.option(
+    "--lease-seconds", type=float, default=None, help="runonce's lease  [default: RUNONCE_LEASE_SECONDS or 300]"
+)
+@click.option(
+    "--retention-seconds",
+    type=float,
+    default=None,
+    help="runonce's retention  [default: RUNONCE_RETENTION_SECONDS or 86400]",
+)
 @click.option("--now", type=InstantType(), default=None, help="Start of the two-year DST scan  [default: now]")
-def lint(files: tuple[str, ...], output: str, lease_seconds: float | None, retention_seconds: float | None,
-         now: datetime | None) -> None:
+def lint(
+    files: tuple[str, ...],
+    output: str,
+    lease_seconds: float | None,
+    retention_seconds: float | None,
+    now: datetime | None,
+) -> None:
     """Check Scheduler jobs (`gcloud scheduler jobs describe --format=json`) and routes files.
 
     Exit 1 if any error was found, 0 with warnings only.
@@ -552,7 +600,9 @@ def lint(files: tuple[str, ...], output: str, lease_seconds: float | None, reten
     errors = sum(f.severity == "error" for f in findings)
     warnings = len(findings) - errors
     if output == "json":
-        click.echo(json.dumps({"findings": [f.to_json() for f in findings], "errors": errors, "warnings": warnings}, indent=2))
+        click.echo(
+            json.dumps({"findings": [f.to_json() for f in findings], "errors": errors, "warnings": warnings}, indent=2)
+        )
     else:
         for finding in findings:
             click.echo(finding.line())

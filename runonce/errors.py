@@ -135,7 +135,9 @@ class LeaseHeld(InProgress):
         super().__init__(
             f"attempt {attempt} of this run holds the lease until {_utc(lease_expires)}; "
             "retry after Retry-After seconds to get its outcome",
-            run_id=run_id, route=route, retry_after=retry_after,
+            run_id=run_id,
+            route=route,
+            retry_after=retry_after,
         )
 
 
@@ -145,7 +147,9 @@ class LostRun(InProgress):
     def __init__(self, fenced: Exception, *, run_id: str, route: str, retry_after: float):
         super().__init__(
             f"this attempt lost the run to another attempt ({fenced}); retry to get its outcome",
-            run_id=run_id, route=route, retry_after=retry_after,
+            run_id=run_id,
+            route=route,
+            retry_after=retry_after,
         )
 
 
@@ -156,7 +160,9 @@ class PayloadMismatch(DeliveryError):
         super().__init__(
             f"run {run_id} was delivered with a body of sha256 {recorded_sha256}, this one is "
             f"{body_sha256}; a run's body cannot change between retries",
-            field="body", run_id=run_id, route=route,
+            field="body",
+            run_id=run_id,
+            route=route,
         )
 
 
@@ -172,7 +178,9 @@ def _finished(unrecorded: Exception | None) -> str:
     store could not record the outcome)."""
     if unrecorded is None:
         return "the claim was released; the next retry dispatches again"
-    return f"the claim is kept (the claim store could not record this outcome: {unrecorded}); retries wait for the lease"
+    return (
+        f"the claim is kept (the claim store could not record this outcome: {unrecorded}); retries wait for the lease"
+    )
 
 
 # -- before the dispatch (guarantees.py) ----------------------------------------------------------
@@ -188,12 +196,21 @@ class PreviousRunning(Waiting):
     could not be read (`skip` or `wait`)."""
 
     def __init__(
-        self, situation: str, *, run_id: str, route: str, target: dict[str, Any], retry_after: float,
+        self,
+        situation: str,
+        *,
+        run_id: str,
+        route: str,
+        target: dict[str, Any],
+        retry_after: float,
         unreleased: Exception | None = None,
     ):
         super().__init__(
             f"{situation}; {_given_back(unreleased)}, retry after Retry-After seconds",
-            run_id=run_id, route=route, target=target, retry_after=retry_after,
+            run_id=run_id,
+            route=route,
+            target=target,
+            retry_after=retry_after,
         )
 
 
@@ -206,7 +223,13 @@ class Throttled(DeliveryError):
 
 class DispatchThrottled(Throttled):
     def __init__(
-        self, reason: str, *, run_id: str, route: str, target: dict[str, Any], retry_after: float,
+        self,
+        reason: str,
+        *,
+        run_id: str,
+        route: str,
+        target: dict[str, Any],
+        retry_after: float,
         unrecorded: Exception | None = None,
     ):
         super().__init__(
@@ -218,12 +241,21 @@ class RouteBusy(Throttled):
     """The route already has `max_concurrent_dispatches` dispatches in flight in this process."""
 
     def __init__(
-        self, limit: int, *, run_id: str, route: str, target: dict[str, Any], retry_after: float,
+        self,
+        limit: int,
+        *,
+        run_id: str,
+        route: str,
+        target: dict[str, Any],
+        retry_after: float,
         unreleased: Exception | None = None,
     ):
         super().__init__(
             f"{self.situation(route, limit)}; {_given_back(unreleased)}",
-            run_id=run_id, route=route, target=target, retry_after=retry_after,
+            run_id=run_id,
+            route=route,
+            target=target,
+            retry_after=retry_after,
         )
 
     @staticmethod
@@ -266,7 +298,9 @@ class SkipNotRecorded(Unavailable):
         super().__init__(
             f"{situation}, but the claim store could not record the skip ({cause}); the claim is kept and a "
             f"retry after the lease, at {_utc(lease_expires)}, decides again",
-            run_id=run_id, route=route, retry_after=retry_after,
+            run_id=run_id,
+            route=route,
+            retry_after=retry_after,
         )
 
 
@@ -289,14 +323,24 @@ class OutcomeUnknown(DeliveryError):
 
 class DispatchUnknown(OutcomeUnknown):
     def __init__(
-        self, reason: str, *, run_id: str, route: str, target: dict[str, Any], lease_expires: datetime,
-        retry_after: float, unrecorded: Exception | None = None,
+        self,
+        reason: str,
+        *,
+        run_id: str,
+        route: str,
+        target: dict[str, Any],
+        lease_expires: datetime,
+        retry_after: float,
+        unrecorded: Exception | None = None,
     ):
         note = "" if unrecorded is None else f" (the claim store could not record this outcome: {unrecorded})"
         super().__init__(
             f"{reason}; the claim is kept and the run is reconciled with the target after the lease, "
             f"at {_utc(lease_expires)}{note}",
-            run_id=run_id, route=route, target=target, retry_after=retry_after,
+            run_id=run_id,
+            route=route,
+            target=target,
+            retry_after=retry_after,
         )
 
 
@@ -305,11 +349,20 @@ class NotRecorded(OutcomeUnknown):
     the retries and leave the record in_progress for good."""
 
     def __init__(
-        self, cause: Exception, *, run_id: str, route: str, target: dict[str, Any], lease_expires: datetime,
+        self,
+        cause: Exception,
+        *,
+        run_id: str,
+        route: str,
+        target: dict[str, Any],
+        lease_expires: datetime,
         retry_after: float,
     ):
         super().__init__(
             f"dispatched as {target['resource']}, but the claim store did not record it ({cause}); the claim is "
             f"kept and a retry after the lease, at {_utc(lease_expires)}, records it without dispatching again",
-            run_id=run_id, route=route, target=target, retry_after=retry_after,
+            run_id=run_id,
+            route=route,
+            target=target,
+            retry_after=retry_after,
         )

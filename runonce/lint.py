@@ -22,15 +22,15 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from runonce.run.delivery import MAX_BODY_BYTES, ROUTE_PATH
 from runonce.routes import parse_routes
+from runonce.run.delivery import MAX_BODY_BYTES, ROUTE_PATH
 from runonce.scheduler_retry import RetryConfig, retry_window
 from runonce.schedules import IntervalSchedule, Schedule, ScheduleError, get_zone, parse_schedule
 from runonce.settings import ConfigError
@@ -53,8 +53,13 @@ class Finding:
         return f"{self.file}: {self.subject}: {self.severity}: {self.message} [{self.code}]"
 
     def to_json(self) -> dict[str, str]:
-        return {"file": self.file, "subject": self.subject, "severity": self.severity, "code": self.code,
-                "message": self.message}
+        return {
+            "file": self.file,
+            "subject": self.subject,
+            "severity": self.severity,
+            "code": self.code,
+            "message": self.message,
+        }
 
 
 @dataclass(frozen=True)
@@ -116,15 +121,29 @@ def lint_files(paths: list[str], config: LintConfig, default_routes: Mapping[str
         elif isinstance(data, Mapping) and ("schedule" in data or "httpTarget" in data or "name" in data):
             jobs.append((path, data))
         else:
-            findings.append(Finding(path, "-", "error", "unknown_file",
-                                    "neither a Scheduler Job (gcloud scheduler jobs describe --format=json) "
-                                    "nor a runonce routes file (top-level 'routes:')"))
+            findings.append(
+                Finding(
+                    path,
+                    "-",
+                    "error",
+                    "unknown_file",
+                    "neither a Scheduler Job (gcloud scheduler jobs describe --format=json) "
+                    "nor a runonce routes file (top-level 'routes:')",
+                )
+            )
     if not routes_seen and default_routes is not None:
         routes, routes_seen = dict(default_routes), True
     if jobs and not routes_seen:
-        findings.append(Finding("-", "-", "warning", "routes_unchecked",
-                                "no routes file given (nor RUNONCE_ROUTES_FILE/RUNONCE_ROUTES): "
-                                "the jobs' routes and policies were not checked"))
+        findings.append(
+            Finding(
+                "-",
+                "-",
+                "warning",
+                "routes_unchecked",
+                "no routes file given (nor RUNONCE_ROUTES_FILE/RUNONCE_ROUTES): "
+                "the jobs' routes and policies were not checked",
+            )
+        )
     for path, job in jobs:
         findings.extend(_lint_job(path, job, routes if routes_seen else None, config))
     # A route's schedule is checked with its job when a job calls it; else on its own.
@@ -142,26 +161,39 @@ def _route_of(job: Mapping[str, Any]) -> str | None:
 
 
 def _now(config: LintConfig) -> datetime:
-    return config.now or datetime.now(timezone.utc)
+    return config.now or datetime.now(UTC)
 
 
-def _schedule_findings(report: _Report, schedule: Schedule, zone_name: str | None, config: LintConfig,
-                       snap: bool | None) -> None:
+def _schedule_findings(
+    report: _Report, schedule: Schedule, zone_name: str | None, config: LintConfig, snap: bool | None
+) -> None:
     warn = report.warn
     if getattr(schedule, "lower_case_names", False):
-        warn("lower_case_names", f"{schedule.text!r}: Cloud Scheduler documents month and weekday names in "
-             "upper case (JAN, MON); lower case is accepted here but may not be everywhere")
+        warn(
+            "lower_case_names",
+            f"{schedule.text!r}: Cloud Scheduler documents month and weekday names in "
+            "upper case (JAN, MON); lower case is accepted here but may not be everywhere",
+        )
     if getattr(schedule, "star_step_day_field", False):
-        warn("day_fields_and", f"{schedule.text!r}: a day field starting with '*' (like '*/2') makes day-of-month "
-             "AND day-of-week (Vixie cron); Cloud Scheduler documents OR unless a field is '*'")
+        warn(
+            "day_fields_and",
+            f"{schedule.text!r}: a day field starting with '*' (like '*/2') makes day-of-month "
+            "AND day-of-week (Vixie cron); Cloud Scheduler documents OR unless a field is '*'",
+        )
     if not schedule.header_guaranteed and snap is False:
-        warn("groc_without_snap", f"groc schedule {schedule.text!r}: Cloud Scheduler does not guarantee "
-             "X-CloudScheduler-ScheduleTime for groc jobs, and the route's missing_schedule_time is "
-             "'reject' (400): set it to 'snap' with the schedule, or use unix-cron")
+        warn(
+            "groc_without_snap",
+            f"groc schedule {schedule.text!r}: Cloud Scheduler does not guarantee "
+            "X-CloudScheduler-ScheduleTime for groc jobs, and the route's missing_schedule_time is "
+            "'reject' (400): set it to 'snap' with the schedule, or use unix-cron",
+        )
     if isinstance(schedule, IntervalSchedule) and schedule.plain and snap:
-        warn("snap_grid_unknown", f"{schedule.text!r} counts from the previous run, so its phase is unknown; "
-             "snap keys runs on multiples of the interval since 1970-01-01T00:00Z and a retry that crosses "
-             "a grid point counts as the next run: prefer 'synchronized' or unix-cron")
+        warn(
+            "snap_grid_unknown",
+            f"{schedule.text!r} counts from the previous run, so its phase is unknown; "
+            "snap keys runs on multiples of the interval since 1970-01-01T00:00Z and a retry that crosses "
+            "a grid point counts as the next run: prefer 'synchronized' or unix-cron",
+        )
     zone = get_zone(zone_name)
     start = _now(config)
     for finding in schedule.dst_findings(zone, start, start + DST_SCAN):
@@ -172,13 +204,13 @@ def _lint_route(file: str, name: str, route: Any, config: LintConfig) -> list[Fi
     if route.schedule is None:
         return []
     report = _Report(file, f"route {name}")
-    _schedule_findings(report, parse_schedule(route.schedule), route.time_zone, config,
-                       snap=route.missing_schedule_time == "snap")
+    _schedule_findings(
+        report, parse_schedule(route.schedule), route.time_zone, config, snap=route.missing_schedule_time == "snap"
+    )
     return report.findings
 
 
-def _lint_job(file: str, job: Mapping[str, Any], routes: Mapping[str, Any] | None,
-              config: LintConfig) -> list[Finding]:
+def _lint_job(file: str, job: Mapping[str, Any], routes: Mapping[str, Any] | None, config: LintConfig) -> list[Finding]:
     name = str(job.get("name") or "")
     report = _Report(file, f"job {name.rsplit('/', 1)[-1]}" if name else "job (unnamed)")
     name_match = JOB_NAME.fullmatch(name)
@@ -190,8 +222,9 @@ def _lint_job(file: str, job: Mapping[str, Any], routes: Mapping[str, Any] | Non
     return report.findings
 
 
-def _check_target(report: _Report, job: Mapping[str, Any], name_match: re.Match[str] | None,
-                  routes: Mapping[str, Any] | None) -> Any:
+def _check_target(
+    report: _Report, job: Mapping[str, Any], name_match: re.Match[str] | None, routes: Mapping[str, Any] | None
+) -> Any:
     """The target: runonce's delivery endpoint, with OIDC. Returns the route the URI names, if known."""
     route = None
     target = job.get("httpTarget")
@@ -203,32 +236,48 @@ def _check_target(report: _Report, job: Mapping[str, Any], name_match: re.Match[
     parts = urlsplit(uri)
     match = ROUTE_URI_PATH.match(parts.path)
     if parts.scheme not in ("http", "https") or not match:
-        report.error("not_runonce_uri", f"httpTarget.uri {uri!r} is not a runonce delivery URL (https://HOST/v1/routes/ROUTE:run)")
+        report.error(
+            "not_runonce_uri",
+            f"httpTarget.uri {uri!r} is not a runonce delivery URL (https://HOST/v1/routes/ROUTE:run)",
+        )
     else:
         route_name = match.group(1)
         if routes is not None:
             route = routes.get(route_name)
             if route is None:
                 known = ", ".join(sorted(routes)) or "none"
-                report.error("unknown_route", f"httpTarget.uri names route {route_name!r}, which the routes file does not define (routes: {known})")
+                report.error(
+                    "unknown_route",
+                    f"httpTarget.uri names route {route_name!r}, which the routes file does not define (routes: {known})",
+                )
         query = parse_qs(parts.query, keep_blank_values=True)
         unknown = sorted(set(query) - {"project", "location"})
         if unknown:
-            report.error("bad_query", f"httpTarget.uri has query parameter {unknown[0]!r}; runonce accepts only project and location (400)")
+            report.error(
+                "bad_query",
+                f"httpTarget.uri has query parameter {unknown[0]!r}; runonce accepts only project and location (400)",
+            )
         if name_match:
             for key, actual in (("project", name_match.group(1)), ("location", name_match.group(2))):
                 given = query.get(key, [None])[0]
                 if given is not None and given != actual:
-                    report.warn("namespace_mismatch", f"httpTarget.uri says {key}={given} but the job lives in {key} {actual}")
+                    report.warn(
+                        "namespace_mismatch", f"httpTarget.uri says {key}={given} but the job lives in {key} {actual}"
+                    )
             if "project" not in query and (route is None or route.namespace is None):
-                report.warn("no_namespace", "the URI has no ?project=&location= and the route no namespace: the same "
-                            "job ID in another project or location would share run keys")
+                report.warn(
+                    "no_namespace",
+                    "the URI has no ?project=&location= and the route no namespace: the same "
+                    "job ID in another project or location would share run keys",
+                )
     method = str(target.get("httpMethod", "POST"))
     if method != "POST":
         report.error("bad_method", f"httpTarget.httpMethod is {method}; runonce's delivery endpoint takes POST")
     if "oidcToken" not in target:
         other = " (it sends an OAuth access token, which runonce does not accept)" if "oauthToken" in target else ""
-        report.error("no_oidc", f"httpTarget has no oidcToken{other}: runonce authenticates callers by OIDC ID token (401)")
+        report.error(
+            "no_oidc", f"httpTarget has no oidcToken{other}: runonce authenticates callers by OIDC ID token (401)"
+        )
     _check_body(report, target.get("body"))
     return route
 
@@ -239,15 +288,18 @@ def _check_body(report: _Report, body: Any) -> None:
     try:
         raw = base64.b64decode(str(body), validate=True)
         if len(raw) > MAX_BODY_BYTES:
-            report.error("body_too_large", f"httpTarget.body is {len(raw)} bytes; runonce accepts at most {MAX_BODY_BYTES} (413)")
+            report.error(
+                "body_too_large", f"httpTarget.body is {len(raw)} bytes; runonce accepts at most {MAX_BODY_BYTES} (413)"
+            )
         elif not isinstance(json.loads(raw), dict):
             report.error("bad_body", "httpTarget.body is not a JSON object; runonce answers 400")
     except (binascii.Error, ValueError):
         report.error("bad_body", "httpTarget.body is not base64 of a JSON object; runonce answers 400")
 
 
-def _check_schedule(report: _Report, job: Mapping[str, Any], route: Any, routes: Mapping[str, Any] | None,
-                    config: LintConfig) -> Schedule | None:
+def _check_schedule(
+    report: _Report, job: Mapping[str, Any], route: Any, routes: Mapping[str, Any] | None, config: LintConfig
+) -> Schedule | None:
     """The schedule and its zone, against the route's policies and declared schedule."""
     text = job.get("schedule")
     schedule = None
@@ -262,14 +314,20 @@ def _check_schedule(report: _Report, job: Mapping[str, Any], route: Any, routes:
         return None
     snap = (route.missing_schedule_time == "snap") if route is not None else (False if routes is not None else None)
     if route is None and not schedule.header_guaranteed and routes is None:
-        report.warn("groc_without_snap", f"groc schedule {text!r}: Cloud Scheduler does not guarantee "
-                    "X-CloudScheduler-ScheduleTime for groc jobs; its route needs missing_schedule_time: snap")
+        report.warn(
+            "groc_without_snap",
+            f"groc schedule {text!r}: Cloud Scheduler does not guarantee "
+            "X-CloudScheduler-ScheduleTime for groc jobs; its route needs missing_schedule_time: snap",
+        )
     _schedule_findings(report, schedule, job.get("timeZone"), config, snap)
     if route is not None and route.schedule is not None:
         declared_zone = get_zone(route.time_zone).key
         if route.schedule.strip() != text.strip() or declared_zone != get_zone(job.get("timeZone")).key:  # type: ignore[union-attr]
-            report.error("schedule_mismatch", f"the job runs {text!r} in {get_zone(job.get('timeZone')).key}, but its route "
-                         f"declares {route.schedule!r} in {declared_zone}: snapped keys would be wrong")
+            report.error(
+                "schedule_mismatch",
+                f"the job runs {text!r} in {get_zone(job.get('timeZone')).key}, but its route "
+                f"declares {route.schedule!r} in {declared_zone}: snapped keys would be wrong",
+            )
     return schedule
 
 
@@ -281,20 +339,29 @@ def _check_retries(report: _Report, job: Mapping[str, Any], schedule: Schedule |
         report.error("bad_duration", str(exc))
         return
     if retry.attempt_deadline > config.lease_seconds:
-        report.warn("deadline_over_lease", f"attemptDeadline {retry.attempt_deadline:g}s is longer than runonce's lease "
-                    f"({config.lease_seconds:g}s): Scheduler keeps waiting after another attempt may take the run over")
+        report.warn(
+            "deadline_over_lease",
+            f"attemptDeadline {retry.attempt_deadline:g}s is longer than runonce's lease "
+            f"({config.lease_seconds:g}s): Scheduler keeps waiting after another attempt may take the run over",
+        )
     window = retry_window(retry)
     if window.longest > config.retention_seconds:
-        report.error("retries_outlive_retention", f"retries can arrive up to {window.longest:g}s after the first attempt "
-                     f"({retry.describe()}), longer than runonce's retention ({config.retention_seconds:g}s): a late retry "
-                     "finds no record and runs again")
+        report.error(
+            "retries_outlive_retention",
+            f"retries can arrive up to {window.longest:g}s after the first attempt "
+            f"({retry.describe()}), longer than runonce's retention ({config.retention_seconds:g}s): a late retry "
+            "finds no record and runs again",
+        )
     if schedule is not None:
         gap = _shortest_gap(schedule, job.get("timeZone"), config)
         if gap is not None and window.longest > gap[0]:
-            report.warn("retries_overlap_next_run", f"a failing run can be retried for up to {window.longest:g}s "
-                        f"({window.retries} retries: {retry.describe()}), longer than the {gap[0]:g}s between its runs "
-                        f"at {gap[1]}: Scheduler never runs a job twice at once, so the next run waits for the retries "
-                        "and can be skipped; lower retryCount/maxRetryDuration/maxBackoffDuration, or run less often")
+            report.warn(
+                "retries_overlap_next_run",
+                f"a failing run can be retried for up to {window.longest:g}s "
+                f"({window.retries} retries: {retry.describe()}), longer than the {gap[0]:g}s between its runs "
+                f"at {gap[1]}: Scheduler never runs a job twice at once, so the next run waits for the retries "
+                "and can be skipped; lower retryCount/maxRetryDuration/maxBackoffDuration, or run less often",
+            )
 
 
 def _shortest_gap(schedule: Schedule, zone_name: str | None, config: LintConfig) -> tuple[float, str] | None:

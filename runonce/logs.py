@@ -20,7 +20,7 @@ import os
 import re
 import sys
 from contextvars import ContextVar
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -83,7 +83,9 @@ def discover_project(timeout: float = 1.0) -> str | None:
     try:
         response = httpx.get(
             f"http://{host}/computeMetadata/v1/project/project-id",
-            headers={"Metadata-Flavor": "Google"}, timeout=timeout, verify=client_context(),
+            headers={"Metadata-Flavor": "Google"},
+            timeout=timeout,
+            verify=client_context(),
         )
         return response.text.strip() if response.status_code == 200 else None
     except httpx.HTTPError:
@@ -97,7 +99,7 @@ class JsonFormatter(logging.Formatter):
         entry: dict[str, Any] = {
             "severity": record.levelname if record.levelname != "WARN" else "WARNING",
             "message": record.getMessage(),
-            "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat().replace("+00:00", "Z"),
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat().replace("+00:00", "Z"),
             "logger": record.name,
         }
         if record.exc_info:
@@ -153,7 +155,9 @@ def uvicorn_log_config(log_format: str) -> dict[str, Any]:
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"default": formatter},
-        "handlers": {"default": {"class": "logging.StreamHandler", "formatter": "default", "stream": "ext://sys.stdout"}},
+        "handlers": {
+            "default": {"class": "logging.StreamHandler", "formatter": "default", "stream": "ext://sys.stdout"}
+        },
         "loggers": {
             "uvicorn": {"handlers": ["default"], "level": "INFO", "propagate": False},
             "uvicorn.error": {"level": "INFO"},

@@ -23,27 +23,41 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
         self.deliveries = Counter(
-            "runonce_deliveries", "Deliveries answered, by route and outcome (the response's status).",
-            ["route", "outcome"], registry=self.registry,
+            "runonce_deliveries",
+            "Deliveries answered, by route and outcome (the response's status).",
+            ["route", "outcome"],
+            registry=self.registry,
         )
         self.runs_skipped = Counter(
-            "runonce_runs_skipped", "Runs recorded skipped, not dispatched, by route and reason (late, overlap).",
-            ["route", "reason"], registry=self.registry,
+            "runonce_runs_skipped",
+            "Runs recorded skipped, not dispatched, by route and reason (late, overlap).",
+            ["route", "reason"],
+            registry=self.registry,
         )
         self.dispatch_seconds = Histogram(
-            "runonce_dispatch_seconds", "Time spent in the target (reconcile + dispatch), by target type.",
-            ["target_type"], buckets=DISPATCH_BUCKETS, registry=self.registry,
+            "runonce_dispatch_seconds",
+            "Time spent in the target (reconcile + dispatch), by target type.",
+            ["target_type"],
+            buckets=DISPATCH_BUCKETS,
+            registry=self.registry,
         )
         self.store_seconds = Histogram(
-            "runonce_store_seconds", "Claim-store operation latency, by operation.",
-            ["operation"], buckets=STORE_BUCKETS, registry=self.registry,
+            "runonce_store_seconds",
+            "Claim-store operation latency, by operation.",
+            ["operation"],
+            buckets=STORE_BUCKETS,
+            registry=self.registry,
         )
         self.missed_runs = Counter(
-            "runonce_missed_runs", "Scheduled runs the audit found no record of (POST /v1/audit:run), by route.",
-            ["route"], registry=self.registry,
+            "runonce_missed_runs",
+            "Scheduled runs the audit found no record of (POST /v1/audit:run), by route.",
+            ["route"],
+            registry=self.registry,
         )
         self.dispatches_in_flight = Gauge(
-            "runonce_dispatches_in_flight", "Dispatches (and reconciliations) running now.", registry=self.registry,
+            "runonce_dispatches_in_flight",
+            "Dispatches (and reconciliations) running now.",
+            registry=self.registry,
         )
 
     @contextmanager

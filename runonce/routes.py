@@ -121,7 +121,9 @@ class Route(BaseModel):
     def _audit_needs_a_key(self) -> Route:
         """Every fire time's run_id needs the job, the schedule and the namespace Scheduler's URL carries."""
         if self.catch_up != "none" and self.job is None:
-            raise ValueError(f"field 'catch_up': {self.catch_up!r} needs 'job' (the Scheduler job id that calls this route)")
+            raise ValueError(
+                f"field 'catch_up': {self.catch_up!r} needs 'job' (the Scheduler job id that calls this route)"
+            )
         if self.catch_up == "none" and self.catch_up_window_seconds is not None:
             raise ValueError("field 'catch_up_window_seconds': applies only with catch_up 'latest' or 'all'")
         if self.job is not None and (self.schedule is None or self.namespace is None):
@@ -162,9 +164,7 @@ def load_routes(settings: Settings) -> dict[str, Route]:
     elif settings.routes:
         origin, text = "RUNONCE_ROUTES", settings.routes
     else:
-        raise ConfigError(
-            "no routes configured: set RUNONCE_ROUTES_FILE (a YAML or JSON file) or RUNONCE_ROUTES"
-        )
+        raise ConfigError("no routes configured: set RUNONCE_ROUTES_FILE (a YAML or JSON file) or RUNONCE_ROUTES")
     routes = parse_routes(text, origin)
     for message in route_warnings(routes):
         logger.warning("%s: %s", origin, message)
@@ -175,7 +175,11 @@ def route_warnings(routes: Mapping[str, Route]) -> list[str]:
     """Start-up warnings: configurations that work but will reject deliveries Scheduler sends."""
     warnings = []
     for name, route in routes.items():
-        if route.schedule and not parse_schedule(route.schedule).header_guaranteed and route.missing_schedule_time == "reject":
+        if (
+            route.schedule
+            and not parse_schedule(route.schedule).header_guaranteed
+            and route.missing_schedule_time == "reject"
+        ):
             warnings.append(
                 f"route {name!r}: groc schedule {route.schedule!r} with missing_schedule_time 'reject': Cloud "
                 "Scheduler does not guarantee X-CloudScheduler-ScheduleTime for groc jobs, so such deliveries "
@@ -217,4 +221,3 @@ def format_validation_error(origin: str, exc: ValidationError) -> str:
             message = f"{error.get('input')!r} does not match {error['ctx']['pattern']}"
         lines.append(f"{origin}: {where}{f'field {field!r}: ' if field else ''}{message}")
     return "\n".join(lines)
-

@@ -56,14 +56,17 @@ class RetryConfig:
         config = job.get("retryConfig") or {}
         return cls(
             retry_count=_count(config.get("retryCount", 0), "retryConfig.retryCount"),
-            min_backoff=duration_seconds(config.get("minBackoffDuration", f"{DEFAULT_MIN_BACKOFF:g}s"),
-                                         "retryConfig.minBackoffDuration"),
-            max_backoff=duration_seconds(config.get("maxBackoffDuration", f"{DEFAULT_MAX_BACKOFF:g}s"),
-                                         "retryConfig.maxBackoffDuration"),
+            min_backoff=duration_seconds(
+                config.get("minBackoffDuration", f"{DEFAULT_MIN_BACKOFF:g}s"), "retryConfig.minBackoffDuration"
+            ),
+            max_backoff=duration_seconds(
+                config.get("maxBackoffDuration", f"{DEFAULT_MAX_BACKOFF:g}s"), "retryConfig.maxBackoffDuration"
+            ),
             max_doublings=_count(config.get("maxDoublings", DEFAULT_MAX_DOUBLINGS), "retryConfig.maxDoublings"),
             max_retry_duration=duration_seconds(config.get("maxRetryDuration", "0s"), "retryConfig.maxRetryDuration"),
-            attempt_deadline=duration_seconds(job.get("attemptDeadline", f"{DEFAULT_ATTEMPT_DEADLINE:g}s"),
-                                              "attemptDeadline"),
+            attempt_deadline=duration_seconds(
+                job.get("attemptDeadline", f"{DEFAULT_ATTEMPT_DEADLINE:g}s"), "attemptDeadline"
+            ),
         )
 
     def backoff(self, retry: int) -> float:
@@ -75,8 +78,10 @@ class RetryConfig:
         return min(wait, self.max_backoff)
 
     def describe(self) -> str:
-        text = (f"retryCount {self.retry_count}, backoff {self.min_backoff:g}s..{self.max_backoff:g}s with "
-                f"{self.max_doublings} doublings, attempt deadline {self.attempt_deadline:g}s")
+        text = (
+            f"retryCount {self.retry_count}, backoff {self.min_backoff:g}s..{self.max_backoff:g}s with "
+            f"{self.max_doublings} doublings, attempt deadline {self.attempt_deadline:g}s"
+        )
         if self.max_retry_duration:
             text += f", maxRetryDuration {self.max_retry_duration:g}s"
         return text
@@ -135,8 +140,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-doublings", type=int, default=DEFAULT_MAX_DOUBLINGS)
     parser.add_argument("--max-retry-duration", type=float, default=0.0)
     args = parser.parse_args(argv)
-    window = retry_window(RetryConfig(args.retry_count, args.min_backoff, args.max_backoff, args.max_doublings,
-                                      args.max_retry_duration, args.attempt_deadline))
+    window = retry_window(
+        RetryConfig(
+            args.retry_count,
+            args.min_backoff,
+            args.max_backoff,
+            args.max_doublings,
+            args.max_retry_duration,
+            args.attempt_deadline,
+        )
+    )
     print(window.retries, _number(window.shortest), _number(window.longest))
 
 

@@ -70,9 +70,15 @@ class Settings(_EndpointSettings):  # type: ignore[valid-type,misc]
     routes_file: str | None = Field(None, description="Path of the routes file (YAML or JSON).")
     routes: str | None = Field(None, description="Routes inline (YAML or JSON), instead of a file.")
 
-    store: str = Field("sqlite:///runonce.db", description="`sqlite:///PATH`, `firestore`, `spanner://projects/P/instances/I/databases/D` or `redis://HOST:PORT/DB` (see runonce/stores).")
+    store: str = Field(
+        "sqlite:///runonce.db",
+        description="`sqlite:///PATH`, `firestore`, `spanner://projects/P/instances/I/databases/D` or `redis://HOST:PORT/DB` (see runonce/stores).",
+    )
     store_timeout_seconds: float = Field(
-        5.0, gt=0, le=MAX_DURATION_SECONDS, description="Longest wait for one claim-store operation before answering 503."
+        5.0,
+        gt=0,
+        le=MAX_DURATION_SECONDS,
+        description="Longest wait for one claim-store operation before answering 503.",
     )
     firestore_project: str | None = None
     firestore_database: str = "(default)"
@@ -83,7 +89,9 @@ class Settings(_EndpointSettings):  # type: ignore[valid-type,misc]
     dispatch_timeout_seconds: float = Field(30, gt=0, le=MAX_DURATION_SECONDS)
     forced_run_tolerance_seconds: float = Field(5, ge=0, le=MAX_DURATION_SECONDS)
     shutdown_grace_seconds: float = Field(
-        7, ge=0, le=MAX_DURATION_SECONDS,
+        7,
+        ge=0,
+        le=MAX_DURATION_SECONDS,
         description="On SIGTERM, how long dispatches in flight may still run (Cloud Run kills at 10 s).",
     )
 

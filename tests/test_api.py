@@ -15,9 +15,8 @@ from runonce.stores import StoreUnavailable
 from runonce.stores.memory import MemoryStore
 from runonce.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown, TargetThrottled
 from runonce.targets.scripted import ScriptedTarget
-from tests.support.clock import Clock
 from tests.support.api import JOB, ROUTES, Harness, run_id_of
-
+from tests.support.clock import Clock
 
 # -- processed / duplicate ---------------------------------------------------------------------
 
@@ -45,8 +44,12 @@ async def test_run_id_is_the_sha256_of_the_canonical_string(api: Harness) -> Non
 
 
 async def test_header_names_are_case_insensitive(api: Harness) -> None:
-    upper = await api.deliver(headers={"X-CLOUDSCHEDULER-JOBNAME": "nightly", "X-CLOUDSCHEDULER-SCHEDULETIME": "2026-10-16T12:00:00Z"})
-    lower = await api.deliver(headers={"x-cloudscheduler-jobname": "nightly", "x-cloudscheduler-scheduletime": "2026-10-16T12:00:00Z"})
+    upper = await api.deliver(
+        headers={"X-CLOUDSCHEDULER-JOBNAME": "nightly", "X-CLOUDSCHEDULER-SCHEDULETIME": "2026-10-16T12:00:00Z"}
+    )
+    lower = await api.deliver(
+        headers={"x-cloudscheduler-jobname": "nightly", "x-cloudscheduler-scheduletime": "2026-10-16T12:00:00Z"}
+    )
     assert upper.json()["status"] == "processed"
     assert lower.json()["status"] == "duplicate"
     assert upper.json()["run_id"] == lower.json()["run_id"]
@@ -99,7 +102,11 @@ async def test_delivery_within_the_tolerance_before_its_time_is_the_scheduled_ru
 
 
 async def test_cloud_tasks_delivery_is_keyed_by_queue_and_task(api: Harness) -> None:
-    headers = {"X-CloudTasks-QueueName": "exports", "X-CloudTasks-TaskName": "task-123", "X-CloudTasks-TaskRetryCount": "2"}
+    headers = {
+        "X-CloudTasks-QueueName": "exports",
+        "X-CloudTasks-TaskName": "task-123",
+        "X-CloudTasks-TaskRetryCount": "2",
+    }
     first = await api.deliver(headers=headers)
     again = await api.deliver(headers={**headers, "X-CloudTasks-TaskRetryCount": "3"})  # counters are not the key
     assert first.json()["run_id"] == run_id_of("runonce/v1|tasks|route-project|europe-west1|etl|exports|task-123")
@@ -132,13 +139,25 @@ async def test_key_order_and_whitespace_do_not_change_the_payload(api: Harness) 
         ({**JOB, "X-CloudScheduler-JobName": "a" * 501}, "X-CloudScheduler-JobName"),
         ({**JOB, "X-CloudScheduler-JobName": "bad|name"}, "X-CloudScheduler-JobName"),
         ({**JOB, "X-CloudScheduler-JobName": "   "}, "X-CloudScheduler-JobName"),
-        ({**JOB, "X-CloudScheduler-ScheduleTime": "2026-10-16T12:00:00Z" + " " * 490 + "x"}, "X-CloudScheduler-ScheduleTime"),
+        (
+            {**JOB, "X-CloudScheduler-ScheduleTime": "2026-10-16T12:00:00Z" + " " * 490 + "x"},
+            "X-CloudScheduler-ScheduleTime",
+        ),
         ({"X-CloudTasks-QueueName": "q"}, "X-CloudTasks-TaskName"),
         ({**JOB, "X-CloudTasks-QueueName": "q", "X-CloudTasks-TaskName": "t"}, "X-CloudScheduler-JobName"),
     ],
     ids=[
-        "no-headers", "no-schedule-time", "not-a-time", "no-offset", "feb-30", "nanoseconds",
-        "job-501-chars", "job-with-pipe", "blank-job", "time-501-chars", "queue-without-task",
+        "no-headers",
+        "no-schedule-time",
+        "not-a-time",
+        "no-offset",
+        "feb-30",
+        "nanoseconds",
+        "job-501-chars",
+        "job-with-pipe",
+        "blank-job",
+        "time-501-chars",
+        "queue-without-task",
         "scheduler-and-tasks",
     ],
 )
@@ -317,10 +336,17 @@ async def test_the_apps_drain_refuses_new_deliveries_with_503(clock: Clock) -> N
     """`app.state.drain` is what `runonce serve` calls on SIGTERM: the runner the lifespan built
     must then refuse new runs (another instance takes them) and dispatch nothing."""
     target = ScriptedTarget()
-    app = create_app(Settings(routes=ROUTES, auth="none", store="sqlite:///unused.db"),
-                     store=MemoryStore(), targets={"etl": target, "bare": target}, clock=clock)
+    app = create_app(
+        Settings(routes=ROUTES, auth="none", store="sqlite:///unused.db"),
+        store=MemoryStore(),
+        targets={"etl": target, "bare": target},
+        clock=clock,
+    )
     transport = httpx.ASGITransport(app=app)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport, base_url="http://runonce") as client:
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://runonce") as client,
+    ):
         app.state.drain()
         response = await client.post("/v1/routes/etl:run", headers=JOB)
     assert response.status_code == 503 and response.json()["status"] == "unavailable"
@@ -329,10 +355,14 @@ async def test_the_apps_drain_refuses_new_deliveries_with_503(clock: Clock) -> N
 
 async def test_starlettes_own_404_and_405_answer_in_runonces_shape(api: Harness) -> None:
     missing = await api.client.post("/v1/nothing-here", headers=JOB)
-    assert (missing.status_code, missing.json()) == (404, {"status": "not_found", "route": None, "error": {"message": "Not Found"}})
+    assert (missing.status_code, missing.json()) == (
+        404,
+        {"status": "not_found", "route": None, "error": {"message": "Not Found"}},
+    )
     wrong = await api.client.get("/v1/routes/etl:run", headers=JOB)
     assert (wrong.status_code, wrong.json()) == (
-        405, {"status": "invalid", "route": None, "error": {"message": "Method Not Allowed"}}
+        405,
+        {"status": "invalid", "route": None, "error": {"message": "Method Not Allowed"}},
     )
     assert wrong.headers["allow"] == "POST"
 
@@ -367,7 +397,11 @@ async def test_a_validation_error_without_details_still_answers_400_invalid() ->
     request = Request({"type": "http", "method": "GET", "path": "/v1/things", "headers": [], "path_params": {}})
     response = await validation_error(request, RequestValidationError([]))
     assert response.status_code == 400
-    assert json.loads(response.body) == {"status": "invalid", "route": None, "error": {"message": "invalid request", "field": ""}}
+    assert json.loads(response.body) == {
+        "status": "invalid",
+        "route": None,
+        "error": {"message": "invalid request", "field": ""},
+    }
 
 
 def test_an_error_of_no_family_is_a_type_error_naming_its_class() -> None:

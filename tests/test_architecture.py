@@ -25,8 +25,9 @@ APP_MODULES = python_files(APP)
 
 
 def _is_type_checking(test: ast.expr) -> bool:
-    return isinstance(test, ast.Name) and test.id == "TYPE_CHECKING" or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _imports(body: list[ast.stmt], module_level: bool) -> Iterator[ast.Import | ast.ImportFrom]:
@@ -42,7 +43,10 @@ def _imports(body: list[ast.stmt], module_level: bool) -> Iterator[ast.Import | 
         elif isinstance(node, ast.Try):
             for block in (node.body, node.orelse, node.finalbody, *(h.body for h in node.handlers)):
                 yield from _imports(block, module_level)
-        elif isinstance(node, (ast.ClassDef, ast.With, ast.AsyncWith, ast.For, ast.AsyncFor, ast.While)) or not module_level:
+        elif (
+            isinstance(node, (ast.ClassDef, ast.With, ast.AsyncWith, ast.For, ast.AsyncFor, ast.While))
+            or not module_level
+        ):
             for child in ast.iter_child_nodes(node):
                 if isinstance(child, ast.stmt):
                     yield from _imports([child], module_level)
@@ -69,8 +73,10 @@ def imported_modules(name: str, path: Path, *, module_level: bool) -> set[str]:
 
 
 def app_import_graph(*, module_level: bool) -> dict[str, set[str]]:
-    return {name: imported_modules(name, path, module_level=module_level) & set(APP_MODULES)
-            for name, path in APP_MODULES.items()}
+    return {
+        name: imported_modules(name, path, module_level=module_level) & set(APP_MODULES)
+        for name, path in APP_MODULES.items()
+    }
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -83,7 +89,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for child in sorted(graph.get(node, ())):
             if state.get(child) == "open":
-                return stack[stack.index(child):] + [child]
+                return stack[stack.index(child) :] + [child]
             if child not in state and (cycle := visit(child)):
                 return cycle
         state[node] = "done"
@@ -120,8 +126,13 @@ def test_the_schedule_engine_imports_nothing_else_of_runonce() -> None:
     the other way round (only the leaves: its exception derives from the one root). Imports inside
     functions count here too."""
     graph = app_import_graph(module_level=False)
-    outside = {(name, dep) for name, deps in graph.items() if name.startswith("runonce.schedules")
-               for dep in deps if dep != "runonce" and not dep.startswith(("runonce.schedules", *LEAVES))}
+    outside = {
+        (name, dep)
+        for name, deps in graph.items()
+        if name.startswith("runonce.schedules")
+        for dep in deps
+        if dep != "runonce" and not dep.startswith(("runonce.schedules", *LEAVES))
+    }
     assert not outside, f"runonce/schedules imports from the rest of runonce: {sorted(outside)}"
 
 
@@ -130,8 +141,13 @@ WEB_LAYER = ("runonce.api.main", "runonce.api", "runonce.api.server", "runonce.a
 
 def test_stores_and_targets_never_import_the_web_layer_or_the_command_line() -> None:
     graph = app_import_graph(module_level=False)
-    upward = {(name, dep) for name, deps in graph.items() if name.startswith(("runonce.stores", "runonce.targets"))
-              for dep in deps if dep.startswith(WEB_LAYER)}
+    upward = {
+        (name, dep)
+        for name, deps in graph.items()
+        if name.startswith(("runonce.stores", "runonce.targets"))
+        for dep in deps
+        if dep.startswith(WEB_LAYER)
+    }
     assert not upward, f"stores/targets import the web layer or the CLI: {sorted(upward)}"
 
 
@@ -164,10 +180,12 @@ def test_the_shared_name_rules_are_declared_once() -> None:
     rules = {"PROJECT_ID": names.PROJECT_ID, "LOCATION": names.LOCATION, "ROUTE_NAME": names.ROUTE_NAME}
     copies = sorted(
         f"{path.relative_to(REPO)}:{node.lineno} repeats names.{rule}"
-        for name, path in APP_MODULES.items() if name != "runonce.names"
+        for name, path in APP_MODULES.items()
+        if name != "runonce.names"
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
         if isinstance(node, ast.Constant) and isinstance(node.value, str)
-        for rule, text in rules.items() if text in node.value
+        for rule, text in rules.items()
+        if text in node.value
     )
     assert not copies, "\n".join(copies)
 
@@ -183,7 +201,8 @@ def test_the_deploy_scripts_and_terraform_repeat_the_name_rules_exactly() -> Non
 
     drift = sorted(
         f"{file} does not say names.{rule} as ^{getattr(names, rule)}$"
-        for rule, files in COPIES.items() for file in files
+        for rule, files in COPIES.items()
+        for file in files
         if f"^{getattr(names, rule)}$" not in (REPO / file).read_text(encoding="utf-8")
     )
     assert not drift, "\n".join(drift)
@@ -208,8 +227,9 @@ def length(node: ast.AST) -> int:
 
 
 def test_no_function_in_app_is_over_80_lines() -> None:
-    long = sorted(f"{name}.{node.name} ({length(node)} lines)" for name, node in functions()
-                  if length(node) > MAX_FUNCTION_LINES)
+    long = sorted(
+        f"{name}.{node.name} ({length(node)} lines)" for name, node in functions() if length(node) > MAX_FUNCTION_LINES
+    )
     assert not long, f"over {MAX_FUNCTION_LINES} lines: {long}"
 
 
@@ -230,8 +250,12 @@ def _resolved_bases() -> dict[str, list[str]]:
         aliases: dict[str, str] = {}
         for node in _imports(tree.body, module_level=False):
             if isinstance(node, ast.Import):
-                aliases.update({(a.asname or a.name).split(".")[0]: (a.name if a.asname else a.name.split(".")[0])
-                                for a in node.names})
+                aliases.update(
+                    {
+                        (a.asname or a.name).split(".")[0]: (a.name if a.asname else a.name.split(".")[0])
+                        for a in node.names
+                    }
+                )
                 continue
             if node.level:
                 base = name.split(".") if is_package else name.split(".")[:-1]
@@ -285,7 +309,8 @@ def test_every_exception_in_app_derives_from_the_one_root() -> None:
 
     stray = sorted(
         f"{cls} derives from {', '.join(sorted(found))}, not {ROOT}"
-        for cls in classes if cls != ROOT
+        for cls in classes
+        if cls != ROOT
         for found in [roots(cls)]
         if ROOT not in found and any(_external_is_exception(r) for r in found)
     )
@@ -307,8 +332,12 @@ def target_types() -> dict[str, str]:
     for name, path in APP_MODULES.items():
         if name.startswith("runonce.targets."):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "type"
-                        and ast.unparse(node.annotation).startswith("Literal[")):
+                if (
+                    isinstance(node, ast.AnnAssign)
+                    and isinstance(node.target, ast.Name)
+                    and node.target.id == "type"
+                    and ast.unparse(node.annotation).startswith("Literal[")
+                ):
                     found[ast.literal_eval(node.annotation.slice)] = name  # type: ignore[attr-defined]
     return found
 
@@ -322,7 +351,10 @@ def test_a_target_type_name_appears_only_in_its_own_module() -> None:
         f"{path.relative_to(REPO)}:{node.lineno} names target type {node.value!r} (defined in {types[node.value]})"
         for name, path in APP_MODULES.items()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in types
-        and types[node.value] != name and (name, node.value) not in NOT_A_TARGET
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and node.value in types
+        and types[node.value] != name
+        and (name, node.value) not in NOT_A_TARGET
     )
     assert not elsewhere, "\n".join(elsewhere)

@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
 import pytest
 
+from runonce.api.main import create_app
 from runonce.missed.audit import (
     MAX_CATCH_UP_PER_ROUTE,
     RangeRefused,
@@ -22,9 +23,8 @@ from runonce.missed.audit import (
     parse_duration,
     scheduled_runs,
 )
-from runonce.run.delivery import format_schedule_time
-from runonce.api.main import create_app
 from runonce.routes import parse_routes
+from runonce.run.delivery import format_schedule_time
 from runonce.settings import ConfigError, Settings
 from runonce.stores import Finish, NewRun, RunStore
 from runonce.stores.base import COMPLETED, FAILED, SKIPPED
@@ -32,7 +32,7 @@ from runonce.stores.sqlite import SQLiteStore
 
 LEASE = timedelta(seconds=300)
 RETENTION = timedelta(days=1)
-NOW = datetime(2026, 3, 8, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 3, 8, 12, 0, tzinfo=UTC)
 ROUTES_TEXT = """
 routes:
   hourly:
@@ -55,9 +55,17 @@ ROUTES = parse_routes(ROUTES_TEXT, "test")
 async def record(store: RunStore, run, body: dict | None = None, now: datetime = NOW) -> None:
     """What a delivery of `run` leaves: a completed record under its run_id."""
     d = run.delivery
-    new = NewRun(run_id=d.run_id, route=d.route, source=d.source, project=d.project, location=d.location,
-                 job=d.job, schedule_time=d.schedule_time_text, task=None,
-                 body_sha256=body_sha256(body if body is not None else {}))
+    new = NewRun(
+        run_id=d.run_id,
+        route=d.route,
+        source=d.source,
+        project=d.project,
+        location=d.location,
+        job=d.job,
+        schedule_time=d.schedule_time_text,
+        task=None,
+        body_sha256=body_sha256(body if body is not None else {}),
+    )
     claim = await store.claim(new, now, LEASE, RETENTION)
     await store.finish(claim, Finish(COMPLETED, target={"type": "log", "resource": "log/x"}), now)
 
@@ -70,34 +78,46 @@ async def store(tmp_path: Path):
 
 
 def test_fire_times_follow_the_engine_across_a_dst_gap_in_the_routes_zone() -> None:
-    runs = scheduled_runs({"nightly": ROUTES["nightly"]}, datetime(2026, 3, 6, tzinfo=timezone.utc),
-                          datetime(2026, 3, 10, tzinfo=timezone.utc))
+    runs = scheduled_runs(
+        {"nightly": ROUTES["nightly"]}, datetime(2026, 3, 6, tzinfo=UTC), datetime(2026, 3, 10, tzinfo=UTC)
+    )
     # 02:30 does not exist in New York on March 8: unix-cron runs at the transition (03:00 EDT)
     assert [format_schedule_time(run.time) for run in runs] == [
-        "2026-03-06T07:30:00Z", "2026-03-07T07:30:00Z", "2026-03-08T07:00:00Z", "2026-03-09T06:30:00Z",
+        "2026-03-06T07:30:00Z",
+        "2026-03-07T07:30:00Z",
+        "2026-03-08T07:00:00Z",
+        "2026-03-09T06:30:00Z",
     ]
     assert runs[2].to_json()["local_time"] == "2026-03-08T03:00:00-04:00"
 
 
 def test_a_fire_times_run_id_is_the_one_the_server_gives_schedulers_delivery() -> None:
     """The server, fed the headers and URL Scheduler sends, records the same run_id the audit looks for."""
-    [run] = scheduled_runs({"nightly": ROUTES["nightly"]}, datetime(2026, 3, 9, 6, tzinfo=timezone.utc),
-                           datetime(2026, 3, 9, 7, tzinfo=timezone.utc))
+    [run] = scheduled_runs(
+        {"nightly": ROUTES["nightly"]}, datetime(2026, 3, 9, 6, tzinfo=UTC), datetime(2026, 3, 9, 7, tzinfo=UTC)
+    )
     canonical = "runonce/v1|scheduler|proj-1|us-central1|nightly|nightly-etl|2026-03-09T06:30:00Z"
     assert run.run_id == hashlib.sha256(canonical.encode()).hexdigest()
     from runonce.stores.memory import MemoryStore
 
-    app = create_app(Settings(routes=ROUTES_TEXT, auth="none"), store=MemoryStore(),
-                     clock=lambda: datetime(2026, 3, 9, 6, 30, 1, tzinfo=timezone.utc))
+    app = create_app(
+        Settings(routes=ROUTES_TEXT, auth="none"),
+        store=MemoryStore(),
+        clock=lambda: datetime(2026, 3, 9, 6, 30, 1, tzinfo=UTC),
+    )
 
     async def deliver() -> dict:
-        async with app.router.lifespan_context(app), httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://runonce"
-        ) as http:
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://runonce") as http,
+        ):
             response = await http.post(
-                "/v1/routes/nightly:run?project=proj-1&location=us-central1", json={"mode": "full"},
-                headers={"X-CloudScheduler-JobName": "nightly-etl",
-                         "X-CloudScheduler-ScheduleTime": "2026-03-09T02:30:00-04:00"},
+                "/v1/routes/nightly:run?project=proj-1&location=us-central1",
+                json={"mode": "full"},
+                headers={
+                    "X-CloudScheduler-JobName": "nightly-etl",
+                    "X-CloudScheduler-ScheduleTime": "2026-03-09T02:30:00-04:00",
+                },
             )
             return response.json()
 
@@ -119,12 +139,14 @@ async def test_the_audit_reports_exactly_the_fire_times_without_a_record(store: 
 
 async def test_fire_times_within_the_lease_of_now_are_not_due_yet(store: RunStore) -> None:
     now = NOW + timedelta(seconds=120)  # the 12:00 run may still be on its way
-    report = await audit(store, {"hourly": ROUTES["hourly"]}, NOW - timedelta(hours=1), now, now,
-                         lease=LEASE, retention=RETENTION)
+    report = await audit(
+        store, {"hourly": ROUTES["hourly"]}, NOW - timedelta(hours=1), now, now, lease=LEASE, retention=RETENTION
+    )
     assert [format_schedule_time(run.time) for run in report.missed] == ["2026-03-08T11:00:00Z"]
     later = now + LEASE
-    report = await audit(store, {"hourly": ROUTES["hourly"]}, NOW - timedelta(hours=1), later, later,
-                         lease=LEASE, retention=RETENTION)
+    report = await audit(
+        store, {"hourly": ROUTES["hourly"]}, NOW - timedelta(hours=1), later, later, lease=LEASE, retention=RETENTION
+    )
     assert [format_schedule_time(run.time) for run in report.missed] == ["2026-03-08T11:00:00Z", "2026-03-08T12:00:00Z"]
 
 
@@ -133,14 +155,17 @@ async def test_a_range_older_than_the_retention_is_refused_not_reported_missed(s
         await audit(store, ROUTES, NOW - RETENTION, NOW, NOW, lease=LEASE, retention=RETENTION)
     assert refused.value.field == "from" and "RUNONCE_RETENTION_SECONDS=86400" in refused.value.reason
     assert "2026-03-07T12:00:01Z" in refused.value.reason  # the earliest auditable time
-    report = await audit(store, ROUTES, NOW - RETENTION + timedelta(seconds=1), NOW, NOW, lease=LEASE, retention=RETENTION)
+    report = await audit(
+        store, ROUTES, NOW - RETENTION + timedelta(seconds=1), NOW, NOW, lease=LEASE, retention=RETENTION
+    )
     assert report.checked == 23 + 1  # hourly 13:00..11:00, nightly once
 
 
 async def test_a_range_with_nothing_due_is_refused(store: RunStore) -> None:
     with pytest.raises(RangeRefused) as refused:
-        await audit(store, ROUTES, NOW - timedelta(seconds=60), NOW, NOW, lease=LEASE, retention=RETENTION,
-                    start_field="since")
+        await audit(
+            store, ROUTES, NOW - timedelta(seconds=60), NOW, NOW, lease=LEASE, retention=RETENTION, start_field="since"
+        )
     assert refused.value.field == "since" and "not due yet" in refused.value.reason
 
 
@@ -152,15 +177,31 @@ async def test_a_failed_record_is_missed_with_why_and_any_other_state_is_not(sto
     claims = {}
     for run in runs[:4]:
         d = run.delivery
-        claims[run.run_id] = await store.claim(NewRun(
-            run_id=d.run_id, route=d.route, source=d.source, project=d.project, location=d.location, job=d.job,
-            schedule_time=d.schedule_time_text, task=None, body_sha256=body_sha256({})), NOW - timedelta(hours=1), LEASE, RETENTION)
+        claims[run.run_id] = await store.claim(
+            NewRun(
+                run_id=d.run_id,
+                route=d.route,
+                source=d.source,
+                project=d.project,
+                location=d.location,
+                job=d.job,
+                schedule_time=d.schedule_time_text,
+                task=None,
+                body_sha256=body_sha256({}),
+            ),
+            NOW - timedelta(hours=1),
+            LEASE,
+            RETENTION,
+        )
     failed, _in_progress, completed, skipped = (claims[run.run_id] for run in runs[:4])
-    await store.finish(failed, Finish(FAILED, last_error="the route's previous execution x is still running (overlap: wait)"), NOW)
+    await store.finish(
+        failed, Finish(FAILED, last_error="the route's previous execution x is still running (overlap: wait)"), NOW
+    )
     await store.finish(completed, Finish(COMPLETED, target={"type": "log", "resource": "log/x"}), NOW)
     await store.finish(skipped, Finish(SKIPPED, last_error="late: 2h"), NOW)
-    report = await audit(store, {"hourly": ROUTES["hourly"]}, NOW - timedelta(hours=5), NOW, NOW,
-                         lease=LEASE, retention=RETENTION)
+    report = await audit(
+        store, {"hourly": ROUTES["hourly"]}, NOW - timedelta(hours=5), NOW, NOW, lease=LEASE, retention=RETENTION
+    )
     assert [(run.run_id, run.why) for run in report.missed] == [
         (runs[0].run_id, "failed: the route's previous execution x is still running (overlap: wait)"),
         (runs[4].run_id, "no delivery"),
@@ -180,7 +221,8 @@ def test_durations() -> None:
 
 # -- catch-up: which runs a policy dispatches -----------------------------------------------------
 
-CATCH_UP = parse_routes("""
+CATCH_UP = parse_routes(
+    """
 routes:
   latest:
     target: {type: log}
@@ -195,7 +237,9 @@ routes:
     namespace: {project: proj-1, location: us-central1}
     catch_up: all
     catch_up_window_seconds: 7200
-""", "test")
+""",
+    "test",
+)
 
 
 async def test_catch_up_latest_dispatches_only_the_latest_due_run_and_only_if_missed(store: RunStore) -> None:
@@ -229,14 +273,17 @@ def test_a_catch_up_window_the_retention_cannot_see_stops_start_up() -> None:
     assert "route 'all'" in problem and "catch_up_window_seconds" in problem and "RUNONCE_RETENTION_SECONDS" in problem
 
 
-@pytest.mark.parametrize(("fields", "field", "reason"), [
-    ("catch_up: all", "catch_up", "needs 'job'"),
-    ("job: j", "job", "needs 'schedule' and 'namespace'"),
-    ("job: j, schedule: '* * * * *'", "job", "needs 'namespace'"),
-    ("catch_up_window_seconds: 60", "catch_up_window_seconds", "only with catch_up"),
-    ("catch_up: sometimes", "catch_up", "'none', 'latest' or 'all'"),
-    ("job: 'a b', schedule: '* * * * *', namespace: {project: proj-1, location: l}", "job", "does not match"),
-])
+@pytest.mark.parametrize(
+    ("fields", "field", "reason"),
+    [
+        ("catch_up: all", "catch_up", "needs 'job'"),
+        ("job: j", "job", "needs 'schedule' and 'namespace'"),
+        ("job: j, schedule: '* * * * *'", "job", "needs 'namespace'"),
+        ("catch_up_window_seconds: 60", "catch_up_window_seconds", "only with catch_up"),
+        ("catch_up: sometimes", "catch_up", "'none', 'latest' or 'all'"),
+        ("job: 'a b', schedule: '* * * * *', namespace: {project: proj-1, location: l}", "job", "does not match"),
+    ],
+)
 def test_bad_audit_fields_stop_start_up_naming_the_route_and_field(fields: str, field: str, reason: str) -> None:
     with pytest.raises(ConfigError) as error:
         parse_routes(f"routes: {{etl: {{target: {{type: log}}, {fields}}}}}", "routes.yaml")
@@ -253,7 +300,7 @@ def audited(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     path = tmp_path / "routes.yaml"
     path.write_text(ROUTES_TEXT)
     monkeypatch.setenv("RUNONCE_ROUTES_FILE", str(path))
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     runs = scheduled_runs({"hourly": ROUTES["hourly"]}, now - timedelta(hours=6), now - LEASE)
     holes = [runs[0], runs[3]]
 
@@ -292,21 +339,29 @@ def test_runonce_audit_json_and_exit_0_when_nothing_is_missed(audited) -> None:
     assert result.exit_code == 0 and result.stdout == "", result.output
 
 
-@pytest.mark.parametrize(("args", "says"), [
-    (("--since", "2d"), "--since: "),
-    (("--from", "2020-01-01T00:00:00Z"), "--from: "),
-    (("--since", "1m"), "not due yet"),
-    (("--since", "1h", "--from", "2026-01-01T00:00:00Z"), "give --since"),
-    (("--since", "1h", "--to", "2026-01-01T00:00:00Z"), "--to goes with --from"),
-    (("--route", "unaudited", "--since", "1h"), "--route: route 'unaudited' does not name its Scheduler 'job' (routes with job: hourly, nightly)"),
-    (("--since", "soon"), "not a duration"),
-])
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--since", "2d"), "--since: "),
+        (("--from", "2020-01-01T00:00:00Z"), "--from: "),
+        (("--since", "1m"), "not due yet"),
+        (("--since", "1h", "--from", "2026-01-01T00:00:00Z"), "give --since"),
+        (("--since", "1h", "--to", "2026-01-01T00:00:00Z"), "--to goes with --from"),
+        (
+            ("--route", "unaudited", "--since", "1h"),
+            "--route: route 'unaudited' does not name its Scheduler 'job' (routes with job: hourly, nightly)",
+        ),
+        (("--since", "soon"), "not a duration"),
+    ],
+)
 def test_runonce_audit_refuses_what_it_cannot_answer_with_exit_2(audited, args: tuple[str, ...], says: str) -> None:
     result = audited("audit", *args)
     assert result.exit_code == 2 and says in result.output, result.output
 
 
-def test_runonce_audit_without_a_store_reports_every_due_run(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_runonce_audit_without_a_store_reports_every_due_run(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "routes.yaml"
     path.write_text(ROUTES_TEXT)
     monkeypatch.setenv("RUNONCE_ROUTES_FILE", str(path))

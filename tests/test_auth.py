@@ -12,9 +12,9 @@ import pytest
 from starlette.datastructures import Headers
 
 from runonce import errors
+from runonce.api.main import create_app
 from runonce.auth.callers import Authenticator, OidcAuthenticator, build_authenticator, check_auth_config
 from runonce.auth.certs import CertCache
-from runonce.api.main import create_app
 from runonce.settings import ConfigError, Settings
 from tests.support import oidc
 from tests.support.procs import REPO, free_port
@@ -44,7 +44,9 @@ def test_oidc_with_no_allowed_caller_anywhere_refuses_to_start() -> None:
 
 def test_oidc_with_a_route_nobody_could_call_refuses_to_start() -> None:
     with pytest.raises(ConfigError, match=r"route\(s\) 'demo'"):
-        check_auth_config(settings(allowed_callers=[]), {"demo": [], "etl": ["etl@p.iam.gserviceaccount.com"]}, environ={})
+        check_auth_config(
+            settings(allowed_callers=[]), {"demo": [], "etl": ["etl@p.iam.gserviceaccount.com"]}, environ={}
+        )
 
 
 def test_routes_with_their_own_callers_need_no_global_list() -> None:

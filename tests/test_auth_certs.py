@@ -132,7 +132,13 @@ async def test_expired_certificates_stay_in_use_while_the_endpoint_fails(cache, 
 
 @pytest.mark.parametrize(
     "body",
-    [b"not json", b"[]", b"{}", b'{"k": 42}', b'{"k": "-----BEGIN CERTIFICATE-----\\ngarbage\\n-----END CERTIFICATE-----\\n"}'],
+    [
+        b"not json",
+        b"[]",
+        b"{}",
+        b'{"k": 42}',
+        b'{"k": "-----BEGIN CERTIFICATE-----\\ngarbage\\n-----END CERTIFICATE-----\\n"}',
+    ],
     ids=["not-json", "array", "empty-object", "non-string", "bad-pem"],
 )
 async def test_a_response_without_usable_certificates_counts_as_a_failure(cache, server, body):

@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from runonce.auth.callers import CloudRunIamAuthenticator, build_authenticator
 from runonce.api.main import create_app
+from runonce.auth.callers import CloudRunIamAuthenticator, build_authenticator
 from runonce.settings import ConfigError, Settings
 from tests.fakes.http_server import Reply, Request
 from tests.fakes.metadata import PROJECT_ID, FakeMetadataServer
@@ -39,8 +39,11 @@ class CloudRunMetadata(FakeMetadataServer):
 
     def _handle(self, request: Request) -> Reply:
         if request.path == "/computeMetadata/v1/instance/region" and request.headers.get("Metadata-Flavor") == "Google":
-            return Reply(200, f"projects/123456789012/regions/{REGION}".encode(),
-                         {"Metadata-Flavor": "Google", "Content-Type": "text/plain"})
+            return Reply(
+                200,
+                f"projects/123456789012/regions/{REGION}".encode(),
+                {"Metadata-Flavor": "Google", "Content-Type": "text/plain"},
+            )
         return super()._handle(request)
 
 
@@ -85,8 +88,13 @@ def cloud_run() -> Iterator[tuple[FakeCloudRunAdmin, dict[str, str]]]:
 
 
 def settings(admin: FakeCloudRunAdmin, **values: object) -> Settings:
-    base: dict[str, object] = {"routes": ROUTES, "audience": [AUDIENCE], "allowed_callers": [CALLER],
-                               "auth": "cloud_run_iam", "run_endpoint": admin.url}
+    base: dict[str, object] = {
+        "routes": ROUTES,
+        "audience": [AUDIENCE],
+        "allowed_callers": [CALLER],
+        "auth": "cloud_run_iam",
+        "run_endpoint": admin.url,
+    }
     return Settings.model_validate({**base, **values})
 
 
@@ -135,13 +143,17 @@ def test_refuses_to_start_when_the_public_may_invoke(cloud_run, member: str) -> 
     admin.bindings.append({"role": "roles/run.invoker", "members": [f"serviceAccount:{CALLER}", member]})
     with pytest.raises(ConfigError) as refused:
         build_authenticator(settings(admin), {"demo": []}, environ=environ)
-    assert str(refused.value).startswith(f"RUNONCE_AUTH=cloud_run_iam refused: {member} holds roles/run.invoker on service {SERVICE}")
+    assert str(refused.value).startswith(
+        f"RUNONCE_AUTH=cloud_run_iam refused: {member} holds roles/run.invoker on service {SERVICE}"
+    )
 
 
 def test_refuses_to_start_without_the_grant_to_read_the_service(cloud_run) -> None:
     admin, environ = cloud_run
     admin.refuse = 403
-    with pytest.raises(ConfigError, match=r"cannot read service .* \(HTTP 403\); grant the runtime account run.services.get"):
+    with pytest.raises(
+        ConfigError, match=r"cannot read service .* \(HTTP 403\); grant the runtime account run.services.get"
+    ):
         build_authenticator(settings(admin), {"demo": []}, environ=environ)
 
 
@@ -165,9 +177,14 @@ class Client:
         return oidc.sign(self.key, {k: v for k, v in payload.items() if v is not None})
 
     async def deliver(self, route: str, token: str) -> httpx.Response:
-        return await self.http.post(f"/v1/routes/{route}:run", headers={
-            "Authorization": f"Bearer {token}", "X-CloudScheduler-JobName": "nightly",
-            "X-CloudScheduler-ScheduleTime": "2026-10-16T12:00:00Z"})
+        return await self.http.post(
+            f"/v1/routes/{route}:run",
+            headers={
+                "Authorization": f"Bearer {token}",
+                "X-CloudScheduler-JobName": "nightly",
+                "X-CloudScheduler-ScheduleTime": "2026-10-16T12:00:00Z",
+            },
+        )
 
 
 @pytest.fixture
@@ -179,7 +196,10 @@ async def client(cloud_run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     with oidc.CertsServer([key]) as certs:
         app = create_app(settings(admin, store=f"sqlite:///{tmp_path / 'runs.db'}", oidc_certs_url=certs.url))
         transport = httpx.ASGITransport(app=app)
-        async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport, base_url="http://runonce") as http:
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=transport, base_url="http://runonce") as http,
+        ):
             yield Client(http, key)
 
 
@@ -193,12 +213,15 @@ async def test_a_token_whose_signature_cloud_run_removed_is_accepted_with_the_al
     assert refused.status_code == 403 and CALLER in refused.json()["error"]["message"]
 
 
-@pytest.mark.parametrize(("change", "reason"), [
-    ({"aud": "https://elsewhere.example.com"}, "audience is not this service's"),
-    ({"exp": 1_000_000_000}, "has expired"),
-    ({"email": None}, "carries no email claim"),
-    ({"iss": "https://evil.example.com"}, "not Google"),
-])
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"aud": "https://elsewhere.example.com"}, "audience is not this service's"),
+        ({"exp": 1_000_000_000}, "has expired"),
+        ({"email": None}, "carries no email claim"),
+        ({"iss": "https://evil.example.com"}, "not Google"),
+    ],
+)
 async def test_a_stripped_token_is_still_held_to_its_claims(client: Client, change: dict, reason: str) -> None:
     answer = await client.deliver("demo", oidc.signature_removed(client.token(**change)))
     assert answer.status_code == 401 and reason in answer.json()["error"]["message"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -17,7 +17,17 @@ from runonce.run.delivery import parse_delivery
 from runonce.stores import open_store
 from tests.support import oidc
 from tests.support.auth_cases import (
-    ACCEPTED, ADMIN, AUDIENCE, CUSTOM_AUDIENCE, REJECTED, ROUTES, SCHEDULER, STRANGER, bearer, delivery_headers, token,
+    ACCEPTED,
+    ADMIN,
+    AUDIENCE,
+    CUSTOM_AUDIENCE,
+    REJECTED,
+    ROUTES,
+    SCHEDULER,
+    STRANGER,
+    bearer,
+    delivery_headers,
+    token,
 )
 from tests.support.procs import ServerProcess, start_server
 
@@ -48,7 +58,11 @@ def server(tmp_path_factory: pytest.TempPathFactory, certs: oidc.CertsServer) ->
 
 def run_id(route: str, job: str) -> str:
     delivery = parse_delivery(
-        route, httpx.Headers(delivery_headers(job)), ("demo-project", "us-central1"), datetime.now(timezone.utc), timedelta(seconds=5)
+        route,
+        httpx.Headers(delivery_headers(job)),
+        ("demo-project", "us-central1"),
+        datetime.now(UTC),
+        timedelta(seconds=5),
     )
     return delivery.run_id
 
@@ -150,7 +164,8 @@ def test_a_flood_of_forged_kids_costs_one_certs_fetch(tmp_path: Path, google_key
             ]
             statuses = asyncio.run(_post_all(f"{server.url}/v1/routes/nightly:run", forged, concurrency=50))
             valid = httpx.post(
-                f"{server.url}/v1/routes/nightly:run", headers={**delivery_headers("after-flood"), **bearer(token(google_key))}
+                f"{server.url}/v1/routes/nightly:run",
+                headers={**delivery_headers("after-flood"), **bearer(token(google_key))},
             )
         finally:
             server.stop()
@@ -180,16 +195,23 @@ async def _post_all(url: str, tokens: list[str], concurrency: int) -> dict[int, 
 async def _all_records(store_url: str) -> list:
     store = open_store(store_url)
     try:
-        return await store.list(datetime.now(timezone.utc), limit=1000)
+        return await store.list(datetime.now(UTC), limit=1000)
     finally:
         await store.close()
 
 
-def test_a_wrong_audience_is_named_without_listing_the_accepted_audiences(server: ServerProcess, google_key: oidc.SigningKey) -> None:
+def test_a_wrong_audience_is_named_without_listing_the_accepted_audiences(
+    server: ServerProcess, google_key: oidc.SigningKey
+) -> None:
     response = httpx.post(
         f"{server.url}/v1/routes/nightly:run",
-        headers={**delivery_headers("wrong-audience-echo"), **bearer(token(google_key, audience="https://other.example"))},
+        headers={
+            **delivery_headers("wrong-audience-echo"),
+            **bearer(token(google_key, audience="https://other.example")),
+        },
     )
     assert response.status_code == 401 and "wrong audience" in response.json()["error"]["message"]
-    assert AUDIENCE not in response.text and CUSTOM_AUDIENCE not in response.text and "other.example" not in response.text
+    assert (
+        AUDIENCE not in response.text and CUSTOM_AUDIENCE not in response.text and "other.example" not in response.text
+    )
     assert CUSTOM_AUDIENCE not in server.output().split("authentication: Google ID tokens", 1)[-1].split("\n", 1)[-1]

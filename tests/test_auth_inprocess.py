@@ -6,7 +6,7 @@ is left out, so a broken rule fails here in milliseconds."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -14,14 +14,24 @@ from google.auth import crypt, jwt
 
 from runonce import errors
 from runonce.api.answers import render
+from runonce.api.main import create_app
 from runonce.auth.callers import OidcAuthenticator
 from runonce.auth.certs import CertCache
-from runonce.api.main import create_app
 from runonce.settings import Settings
 from runonce.stores.memory import MemoryStore
 from tests.support import oidc
 from tests.support.auth_cases import (
-    ACCEPTED, ADMIN, AUDIENCE, CUSTOM_AUDIENCE, REJECTED, ROUTES, SCHEDULER, Case, bearer, delivery_headers, token,
+    ACCEPTED,
+    ADMIN,
+    AUDIENCE,
+    CUSTOM_AUDIENCE,
+    REJECTED,
+    ROUTES,
+    SCHEDULER,
+    Case,
+    bearer,
+    delivery_headers,
+    token,
 )
 
 
@@ -29,7 +39,9 @@ class App:
     def __init__(self, client: httpx.AsyncClient, store: MemoryStore):
         self.client, self.store = client, store
 
-    async def deliver(self, case: Case, job: str, google_key: oidc.SigningKey, rogue_key: oidc.SigningKey) -> httpx.Response:
+    async def deliver(
+        self, case: Case, job: str, google_key: oidc.SigningKey, rogue_key: oidc.SigningKey
+    ) -> httpx.Response:
         return await self.client.post(
             f"/v1/routes/{case.route}:run",
             headers={**delivery_headers(job), **case.auth(google_key, rogue_key)},
@@ -40,14 +52,20 @@ class App:
 @pytest.fixture
 async def app(certs: oidc.CertsServer) -> AsyncIterator[App]:
     settings = Settings(
-        routes=ROUTES, auth="oidc", audience=[AUDIENCE, CUSTOM_AUDIENCE], allowed_callers=[SCHEDULER],
-        admin_callers=[ADMIN], oidc_certs_url=certs.url, store="sqlite:///unused.db",
+        routes=ROUTES,
+        auth="oidc",
+        audience=[AUDIENCE, CUSTOM_AUDIENCE],
+        allowed_callers=[SCHEDULER],
+        admin_callers=[ADMIN],
+        oidc_certs_url=certs.url,
+        store="sqlite:///unused.db",
     )
     store = MemoryStore()
     asgi = create_app(settings, store=store)
-    async with asgi.router.lifespan_context(asgi), httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=asgi), base_url="http://runonce"
-    ) as client:
+    async with (
+        asgi.router.lifespan_context(asgi),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=asgi), base_url="http://runonce") as client,
+    ):
         yield App(client, store)
 
 
@@ -77,21 +95,37 @@ INPROCESS_REJECTED: dict[str, tuple[Case, int, str]] = {
     "bearer-blank-token": (Case(lambda g, r: {"Authorization": "Bearer    "}), 401, "must be 'Bearer <ID token>'"),
     "token-without-scheme": (Case(lambda g, r: {"Authorization": token(g)}), 401, "must be 'Bearer <ID token>'"),
     "x-serverless-wrong-audience": (
-        Case(lambda g, r: x_serverless(f"Bearer {token(g, audience='https://other.example')}")), 401, "wrong audience",
+        Case(lambda g, r: x_serverless(f"Bearer {token(g, audience='https://other.example')}")),
+        401,
+        "wrong audience",
     ),
     "x-serverless-basic-scheme": (
-        Case(lambda g, r: x_serverless("Basic dXNlcjpwYXNz")), 401, "the X-Serverless-Authorization header must be",
+        Case(lambda g, r: x_serverless("Basic dXNlcjpwYXNz")),
+        401,
+        "the X-Serverless-Authorization header must be",
     ),
     "x-serverless-garbage": (
-        Case(lambda g, r: x_serverless("Bearer garbage")), 401, "the token in X-Serverless-Authorization is not a JWT",
+        Case(lambda g, r: x_serverless("Bearer garbage")),
+        401,
+        "the token in X-Serverless-Authorization is not a JWT",
     ),
     "empty-email": (Case(lambda g, r: bearer(token(g, email=""))), 401, "no email claim"),
     "numeric-email": (Case(lambda g, r: bearer(token(g, email=12345))), 401, "no email claim"),
     # A signed token's claims are the caller's JSON: an issuer that is a list or an object was a 500.
-    "issuer-list": (Case(lambda g, r: bearer(token(g, issuer=["https://accounts.google.com"]))), 401, "issuer is not Google"),
-    "issuer-object": (Case(lambda g, r: bearer(token(g, issuer={"iss": "accounts.google.com"}))), 401, "issuer is not Google"),
+    "issuer-list": (
+        Case(lambda g, r: bearer(token(g, issuer=["https://accounts.google.com"]))),
+        401,
+        "issuer is not Google",
+    ),
+    "issuer-object": (
+        Case(lambda g, r: bearer(token(g, issuer={"iss": "accounts.google.com"}))),
+        401,
+        "issuer is not Google",
+    ),
     "x-serverless-no-email": (
-        Case(lambda g, r: x_serverless(f"Bearer {token(g, email=None)}")), 401, "no email claim",
+        Case(lambda g, r: x_serverless(f"Bearer {token(g, email=None)}")),
+        401,
+        "no email claim",
     ),
 }
 
@@ -112,7 +146,7 @@ async def test_a_rejected_request_gets_its_answer_and_never_reaches_the_store(
         assert response.headers["WWW-Authenticate"] == ('Bearer error="invalid_token"' if sent else "Bearer")
     else:
         assert "WWW-Authenticate" not in response.headers
-    assert await app.store.list(datetime.now(timezone.utc)) == []
+    assert await app.store.list(datetime.now(UTC)) == []
 
 
 async def test_the_wrong_audience_is_refused_even_when_everything_else_is_right(
@@ -121,10 +155,13 @@ async def test_the_wrong_audience_is_refused_even_when_everything_else_is_right(
     """The audience is the one claim that ties a Google-signed token to this service."""
     for audience in ("https://other.example", AUDIENCE + "/", AUDIENCE.upper()):
         response = await app.client.post(
-            "/v1/routes/nightly:run", headers={**delivery_headers("aud"), **bearer(token(google_key, audience=audience))}
+            "/v1/routes/nightly:run",
+            headers={**delivery_headers("aud"), **bearer(token(google_key, audience=audience))},
         )
         assert response.status_code == 401, audience
-    ok = await app.client.post("/v1/routes/nightly:run", headers={**delivery_headers("aud"), **bearer(token(google_key))})
+    ok = await app.client.post(
+        "/v1/routes/nightly:run", headers={**delivery_headers("aud"), **bearer(token(google_key))}
+    )
     assert ok.status_code == 200
 
 
@@ -158,7 +195,8 @@ async def test_a_plain_mapping_of_headers_is_read_like_starlettes(certs, google_
 
 async def test_two_spaces_after_the_scheme_still_carry_the_token(app: App, google_key: oidc.SigningKey) -> None:
     response = await app.client.post(
-        "/v1/routes/nightly:run", headers={**delivery_headers("spaces"), "Authorization": f"Bearer  {token(google_key)}"}
+        "/v1/routes/nightly:run",
+        headers={**delivery_headers("spaces"), "Authorization": f"Bearer  {token(google_key)}"},
     )
     assert response.status_code == 200
 

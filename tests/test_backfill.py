@@ -4,20 +4,20 @@ real targets and stores are in tests/test_missed_runs_e2e.py; here the Runner is
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from runonce.missed.audit import RangeRefused, scheduled_runs
 from runonce.missed.backfill import NOT_STARTED, older_than_retention, run_all, runs_to_backfill
-from runonce.run.runner import Runner
 from runonce.routes import parse_routes
+from runonce.run.runner import Runner
 from runonce.stores.memory import MemoryStore
 from runonce.targets import DispatchRequest, TargetFailed
 from runonce.targets.scripted import ScriptedTarget
 
-NOW = datetime(2026, 3, 8, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 3, 8, 12, 0, tzinfo=UTC)
 ROUTES_TEXT = """
 routes:
   minutely:
@@ -38,8 +38,14 @@ ROUTE = ROUTES["minutely"]
 
 
 def runner(target: ScriptedTarget, store: MemoryStore | None = None) -> Runner:
-    return Runner(store or MemoryStore(), {"minutely": target}, lease=timedelta(seconds=300),
-                  retention=timedelta(days=1), dispatch_timeout=timedelta(seconds=30), clock=lambda: NOW)
+    return Runner(
+        store or MemoryStore(),
+        {"minutely": target},
+        lease=timedelta(seconds=300),
+        retention=timedelta(days=1),
+        dispatch_timeout=timedelta(seconds=30),
+        clock=lambda: NOW,
+    )
 
 
 def test_the_range_is_half_open_and_never_in_the_future() -> None:
@@ -69,15 +75,16 @@ async def test_runs_start_oldest_first_at_most_concurrency_at_once_with_the_jobs
     outcomes = await run_all(runner(target), runs, ROUTE, concurrency=3)
     assert [o.outcome for o in outcomes] == ["processed"] * 10 and peak == 3
     assert [r.run_id for r in target.dispatched] == [run.run_id for run in runs]
-    assert {r.payload["mode"] for r in target.dispatched} == {"full"} and outcomes[0].to_json()["resource"].startswith("done/")
+    assert {r.payload["mode"] for r in target.dispatched} == {"full"} and outcomes[0].to_json()["resource"].startswith(
+        "done/"
+    )
 
 
 async def test_a_stopped_backfill_starts_nothing_more_and_says_so() -> None:
     stop = asyncio.Event()
     target = ScriptedTarget()
     runs = runs_to_backfill("minutely", ROUTE, NOW - timedelta(minutes=5), NOW, NOW)
-    outcomes = await run_all(runner(target), runs, ROUTE, concurrency=1, stop=stop,
-                             done=lambda outcome: stop.set())
+    outcomes = await run_all(runner(target), runs, ROUTE, concurrency=1, stop=stop, done=lambda outcome: stop.set())
     assert [o.outcome for o in outcomes] == ["processed"] + [NOT_STARTED] * 4
     assert len(target.dispatched) == 1 and not outcomes[1].ok
 
@@ -100,7 +107,9 @@ async def test_a_failed_run_is_reported_and_a_second_backfill_dispatches_it_agai
 
 
 def test_runs_older_than_the_retention_are_flagged() -> None:
-    runs = scheduled_runs({"minutely": ROUTE}, NOW - timedelta(days=1, minutes=2), NOW - timedelta(days=1) + timedelta(minutes=2))
+    runs = scheduled_runs(
+        {"minutely": ROUTE}, NOW - timedelta(days=1, minutes=2), NOW - timedelta(days=1) + timedelta(minutes=2)
+    )
     assert len(older_than_retention(runs, NOW, timedelta(days=1))) == 3  # 11:58, 11:59, 12:00 a day ago
 
 
@@ -120,8 +129,10 @@ def stamp(value: datetime) -> str:
 
 
 def test_dry_run_prints_times_and_run_ids_and_touches_nothing(cli_routes) -> None:
-    end = datetime.now(timezone.utc).replace(second=0, microsecond=0)
-    result = cli_routes("backfill", "minutely", "--from", stamp(end - timedelta(minutes=3)), "--to", stamp(end), "--dry-run")
+    end = datetime.now(UTC).replace(second=0, microsecond=0)
+    result = cli_routes(
+        "backfill", "minutely", "--from", stamp(end - timedelta(minutes=3)), "--to", stamp(end), "--dry-run"
+    )
     assert result.exit_code == 0, result.output
     header, *rows = result.stdout.splitlines()
     assert header.split() == ["SCHEDULE_TIME", "LOCAL_TIME", "RUN_ID", "OUTCOME"]
@@ -131,22 +142,27 @@ def test_dry_run_prints_times_and_run_ids_and_touches_nothing(cli_routes) -> Non
     assert not cli_routes.db.exists()
 
 
-END = datetime.now(timezone.utc).replace(second=0, microsecond=0) - timedelta(hours=1)
+END = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=1)
 
 
 def span(route: str, length: timedelta, end: datetime = END) -> tuple[str, ...]:
     return (route, "--from", stamp(end - length), "--to", stamp(end))
 
 
-@pytest.mark.parametrize(("args", "says"), [
-    (span("plain", timedelta(minutes=3)), "ROUTE: route 'plain' does not name its Scheduler 'job'"),
-    (span("nope", timedelta(minutes=3)), "ROUTE: no route 'nope'"),
-    (span("minutely", timedelta(minutes=3), datetime(2999, 1, 1, tzinfo=timezone.utc)),
-     "--to: 2999-01-01T00:00:00Z is in the future"),
-    (span("minutely", timedelta(minutes=1001)), "1001 fire times, over the 1000 one backfill runs without --yes"),
-    (span("hourly", timedelta(days=1, hours=2)), "fire time(s) are older than RUNONCE_RETENTION_SECONDS (86400)"),
-    (span("minutely", timedelta(minutes=-3)), "--from: must be before --to"),
-])
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (span("plain", timedelta(minutes=3)), "ROUTE: route 'plain' does not name its Scheduler 'job'"),
+        (span("nope", timedelta(minutes=3)), "ROUTE: no route 'nope'"),
+        (
+            span("minutely", timedelta(minutes=3), datetime(2999, 1, 1, tzinfo=UTC)),
+            "--to: 2999-01-01T00:00:00Z is in the future",
+        ),
+        (span("minutely", timedelta(minutes=1001)), "1001 fire times, over the 1000 one backfill runs without --yes"),
+        (span("hourly", timedelta(days=1, hours=2)), "fire time(s) are older than RUNONCE_RETENTION_SECONDS (86400)"),
+        (span("minutely", timedelta(minutes=-3)), "--from: must be before --to"),
+    ],
+)
 def test_runonce_backfill_refuses_with_exit_2_naming_the_flag(cli_routes, args: tuple[str, ...], says: str) -> None:
     result = cli_routes("backfill", *args)
     assert result.exit_code == 2 and says in result.output, result.output
@@ -159,9 +175,15 @@ async def test_max_lateness_does_not_stop_a_backfill_of_past_times() -> None:
     from runonce.run.guarantees import RouteGuard
 
     target = ScriptedTarget()
-    late_route = Runner(MemoryStore(), {"minutely": target}, lease=timedelta(seconds=300), retention=timedelta(days=1),
-                        dispatch_timeout=timedelta(seconds=30), clock=lambda: NOW,
-                        guards={"minutely": RouteGuard(max_lateness=timedelta(seconds=60))})
+    late_route = Runner(
+        MemoryStore(),
+        {"minutely": target},
+        lease=timedelta(seconds=300),
+        retention=timedelta(days=1),
+        dispatch_timeout=timedelta(seconds=30),
+        clock=lambda: NOW,
+        guards={"minutely": RouteGuard(max_lateness=timedelta(seconds=60))},
+    )
     runs = runs_to_backfill("minutely", ROUTE, NOW - timedelta(minutes=10), NOW - timedelta(minutes=5), NOW)
     outcomes = await run_all(late_route, runs, ROUTE, concurrency=1)
     assert [o.outcome for o in outcomes] == ["processed"] * 5 and len(target.dispatched) == 5

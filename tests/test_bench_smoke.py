@@ -21,15 +21,16 @@ RUNONCE_ONLY_ROWS = {"stack_floor_s", "stack_floor_cpu_s"}
 
 
 def test_bench_perf_prints_every_row_for_every_contender() -> None:
-    done = subprocess.run([sys.executable, "bench/bench_perf.py", "--smoke"], cwd=REPO,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "bench/bench_perf.py", "--smoke"], cwd=REPO, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     lines = done.stdout.splitlines()
     for figure, label, _ in ROWS:
         text = label.format(rtt="5", memory="100")
         row = next((line for line in lines if line.startswith(text)), None)
         assert row is not None, f"no row {text!r} in:\n{done.stdout}"
-        cells = row[len(text):].split()[:3]  # runonce, seed, rewrite
+        cells = row[len(text) :].split()[:3]  # runonce, seed, rewrite
         if figure in CONTAINER_ROWS:
             assert cells == ["n/a"] * 3, row
         elif figure in RUNONCE_ONLY_ROWS:
@@ -40,13 +41,20 @@ def test_bench_perf_prints_every_row_for_every_contender() -> None:
 
 
 def test_tail_phases_splits_the_slowest_deliveries() -> None:
-    done = subprocess.run([sys.executable, "bench/tail_phases.py", "--deliveries", "100", "--warmup", "50"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "bench/tail_phases.py", "--deliveries", "100", "--warmup", "50"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
     assert "100 deliveries, one at a time" in out, out
     for phase in ("delivery", "commit", "read", "post", "own code"):
         assert re.search(rf"^  {phase} +n +\d+ +median +[\d.]+ +p99 +[\d.]+", out, re.MULTILINE), out
     # one at a time: each delivery made two commits (claim, finish), one read and one POST
-    assert re.search(r"^  commit +n +200 ", out, re.MULTILINE) and re.search(r"^  post +n +100 ", out, re.MULTILINE), out
+    assert re.search(r"^  commit +n +200 ", out, re.MULTILINE) and re.search(r"^  post +n +100 ", out, re.MULTILINE), (
+        out
+    )
     assert re.search(r"^the \d+ deliveries at or above the p99 \([\d.]+ ms\): longest part ", out, re.MULTILINE), out

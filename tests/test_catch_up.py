@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from runonce import errors
+from runonce.metrics import Metrics
 from runonce.missed.audit import AUDIT_ROUTE, AuditTarget, body_sha256, catch_up_runs, scheduled_runs
 from runonce.missed.backfill import catch_up, run_one
-from runonce.run.delivery import parse_delivery
-from runonce.metrics import Metrics
-from runonce.run.runner import Runner
 from runonce.routes import parse_routes
+from runonce.run.delivery import parse_delivery
+from runonce.run.runner import Runner
 from runonce.stores.sqlite import SQLiteStore
 from runonce.targets import DispatchRequest, TargetFailed
 from runonce.targets.scripted import ScriptedTarget
@@ -25,8 +25,9 @@ from tests.support.clock import Clock
 
 LEASE = timedelta(seconds=300)
 RETENTION = timedelta(days=1)
-AUDIT_AT = datetime(2026, 3, 8, 12, 0, tzinfo=timezone.utc)
-ROUTES = parse_routes("""
+AUDIT_AT = datetime(2026, 3, 8, 12, 0, tzinfo=UTC)
+ROUTES = parse_routes(
+    """
 routes:
   etl:
     target: {type: log}
@@ -40,7 +41,9 @@ routes:
     job: report-job
     schedule: "*/5 * * * *"
     namespace: {project: proj-1, location: us-central1}
-""", "test")
+""",
+    "test",
+)
 
 
 class World:
@@ -55,16 +58,23 @@ class World:
         self.etl, self.report = ScriptedTarget(slow), ScriptedTarget(slow)
         self.metrics = Metrics()
         self.audit = AuditTarget(store, ROUTES, lease=LEASE, retention=RETENTION, clock=clock, metrics=self.metrics)
-        self.runner = Runner(store, {"etl": self.etl, "report": self.report, AUDIT_ROUTE: self.audit}, lease=LEASE,
-                             retention=RETENTION, dispatch_timeout=timedelta(seconds=30), clock=clock,
-                             metrics=self.metrics)
+        self.runner = Runner(
+            store,
+            {"etl": self.etl, "report": self.report, AUDIT_ROUTE: self.audit},
+            lease=LEASE,
+            retention=RETENTION,
+            dispatch_timeout=timedelta(seconds=30),
+            clock=clock,
+            metrics=self.metrics,
+        )
 
     async def scheduler(self, route: str, when: datetime):
         """Scheduler's delivery of `route`'s run at `when`, as the web layer parses it."""
         config = ROUTES[route]
         headers = {"X-CloudScheduler-JobName": config.job, "X-CloudScheduler-ScheduleTime": when.isoformat()}
-        delivery = parse_delivery(route, headers, ("proj-1", "us-central1"), self.clock(), timedelta(seconds=5),
-                                  config.policy)
+        delivery = parse_delivery(
+            route, headers, ("proj-1", "us-central1"), self.clock(), timedelta(seconds=5), config.policy
+        )
         return await self.runner.run(delivery, dict(config.body), body_sha256(config.body))
 
     async def run_audit(self, at: datetime = AUDIT_AT, payload: dict | None = None):
@@ -75,7 +85,9 @@ class World:
         result = await self.runner.run(delivery, payload, body_sha256(payload))
         if result.status != "processed":
             return result, []
-        return result, await catch_up(self.runner, self.store, ROUTES, at, self.clock(), lease=LEASE, retention=RETENTION)
+        return result, await catch_up(
+            self.runner, self.store, ROUTES, at, self.clock(), lease=LEASE, retention=RETENTION
+        )
 
 
 @pytest.fixture
@@ -100,7 +112,9 @@ async def test_the_audit_reports_each_missed_run_once_and_catches_up_the_latest(
     executed = len(world.etl.dispatched)
     with caplog.at_level(logging.ERROR, logger="runonce.audit"):
         result, caught = await world.run_audit()
-    assert result.status == "processed" and result.record.target["resource"].endswith("11:45:00Z/2026-03-08T11:55:00Z: 2 missed of 4")
+    assert result.status == "processed" and result.record.target["resource"].endswith(
+        "11:45:00Z/2026-03-08T11:55:00Z: 2 missed of 4"
+    )
     missed = [r for r in caplog.records if getattr(r, "fields", {}).get("outcome") == "missed"]
     assert sorted(r.fields["route"] for r in missed) == ["etl", "report"]
     assert {r.fields["schedule_time"] for r in missed} == {"2026-03-08T11:50:00Z"}
@@ -129,7 +143,9 @@ async def test_a_run_that_failed_until_scheduler_gave_up_is_missed_and_caught_up
     executed = len(world.etl.dispatched)
     with caplog.at_level(logging.ERROR, logger="runonce.audit"):
         result, caught = await world.run_audit()
-    reported = {r.fields["route"]: r.fields for r in caplog.records if getattr(r, "fields", {}).get("outcome") == "missed"}
+    reported = {
+        r.fields["route"]: r.fields for r in caplog.records if getattr(r, "fields", {}).get("outcome") == "missed"
+    }
     assert reported["report"]["why"] == "no delivery"  # the other route's hole (fill skipped it too)
     missed = reported["etl"]
     assert missed["schedule_time"] == "2026-03-08T11:50:00Z" and missed["run_id"] == caught_id(MISSED)
@@ -148,7 +164,9 @@ def caught_id(when: datetime) -> str:
     return run.run_id
 
 
-async def test_a_duplicated_audit_delivery_reports_nothing_twice_and_catches_up_nothing_twice(world: World, caplog) -> None:
+async def test_a_duplicated_audit_delivery_reports_nothing_twice_and_catches_up_nothing_twice(
+    world: World, caplog
+) -> None:
     await fill(world, skip={MISSED})
     first, caught = await world.run_audit()
     caplog.clear()
@@ -159,7 +177,9 @@ async def test_a_duplicated_audit_delivery_reports_nothing_twice_and_catches_up_
     assert world.metrics.missed_runs.labels("etl")._value.get() == 1 and len(caught) == 1
 
 
-async def test_the_next_audit_does_not_report_the_caught_up_run_and_every_fire_time_is_reported_once(world: World) -> None:
+async def test_the_next_audit_does_not_report_the_caught_up_run_and_every_fire_time_is_reported_once(
+    world: World,
+) -> None:
     await fill(world, skip={MISSED})
     await world.run_audit()
     world.clock.advance(600)
@@ -196,10 +216,13 @@ async def test_catch_up_racing_schedulers_late_delivery_is_one_execution(tmp_pat
     store = SQLiteStore(str(tmp_path / "race.db"))
     world = World(store, Clock(AUDIT_AT + timedelta(seconds=20)), delay=0.2)
     try:
-        runs = await catch_up_runs(store, "etl", ROUTES["etl"], AUDIT_AT, world.clock(), lease=LEASE, retention=RETENTION)
+        runs = await catch_up_runs(
+            store, "etl", ROUTES["etl"], AUDIT_AT, world.clock(), lease=LEASE, retention=RETENTION
+        )
         [run] = runs
-        caught, late = await asyncio.gather(run_one(world.runner, run, ROUTES["etl"]), world.scheduler("etl", run.time),
-                                            return_exceptions=True)
+        caught, late = await asyncio.gather(
+            run_one(world.runner, run, ROUTES["etl"]), world.scheduler("etl", run.time), return_exceptions=True
+        )
         retried = await world.scheduler("etl", run.time)
         executed = [request.run_id for request in world.etl.dispatched]
     finally:
@@ -225,8 +248,9 @@ async def test_a_catch_up_of_a_time_whose_force_run_is_unresolved_runs_the_sched
     world.etl.on_dispatch = refuse_once
     config = ROUTES["etl"]
     headers = {"X-CloudScheduler-JobName": config.job, "X-CloudScheduler-ScheduleTime": MISSED.isoformat()}
-    forced = parse_delivery("etl", headers, ("proj-1", "us-central1"), MISSED - timedelta(minutes=4),
-                            timedelta(seconds=5), config.policy)
+    forced = parse_delivery(
+        "etl", headers, ("proj-1", "us-central1"), MISSED - timedelta(minutes=4), timedelta(seconds=5), config.policy
+    )
     assert forced.source == "scheduler-forced"
     with pytest.raises(errors.DeliveryError):
         await world.runner.run(forced, dict(config.body), body_sha256(config.body))

@@ -64,9 +64,18 @@ async def test_claim_rules(store: RunStore, state: str, body: str) -> None:
     if expected is Decision.TAKEOVER:
         assert got.won and got.previous == before
         assert after == got.record
-        assert (after.status, after.attempts, after.lease_expires, after.updated_at) == (IN_PROGRESS, 2, now + LEASE, now)
+        assert (after.status, after.attempts, after.lease_expires, after.updated_at) == (
+            IN_PROGRESS,
+            2,
+            now + LEASE,
+            now,
+        )
         assert after.attempt_id != before.attempt_id
-        assert (after.created_at, after.expire_at, after.last_error) == (before.created_at, before.expire_at, before.last_error)
+        assert (after.created_at, after.expire_at, after.last_error) == (
+            before.created_at,
+            before.expire_at,
+            before.last_error,
+        )
     else:  # nothing written: the record found is answered as it is
         assert not got.won and got.record == before and after == before
 
@@ -84,7 +93,11 @@ async def test_a_record_past_its_retention_counts_as_absent(store: RunStore, sta
     assert got.decision is Decision.CREATE and got.won
     record = got.record
     assert (record.status, record.attempts, record.created_at, record.lease_expires, record.expire_at) == (
-        IN_PROGRESS, 1, now, now + LEASE, now + RETENTION,
+        IN_PROGRESS,
+        1,
+        now,
+        now + LEASE,
+        now + RETENTION,
     )
     assert (record.target, record.last_error, record.body_sha256) == (None, None, sha)
     assert await store.get("a" * 64, now) == record
@@ -124,7 +137,9 @@ def test_a_takeover_without_a_delivery_keeps_the_task_counters() -> None:
     found = fresh_record(replace(new_run(), task_retry_count=3, task_execution_count=2), T0, LEASE, RETENTION)
     taken = takeover_record(found, T0 + LEASE, LEASE)
     assert (taken.task_retry_count, taken.task_execution_count, taken.attempts) == (3, 2, 2)
-    by_delivery = takeover_record(found, T0 + LEASE, LEASE, replace(new_run(), task_retry_count=4, task_execution_count=3))
+    by_delivery = takeover_record(
+        found, T0 + LEASE, LEASE, replace(new_run(), task_retry_count=4, task_execution_count=3)
+    )
     assert (by_delivery.task_retry_count, by_delivery.task_execution_count) == (4, 3)
 
 

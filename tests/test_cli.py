@@ -9,13 +9,11 @@ import json
 import os
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from runonce.cli import main
 from runonce.stores import Finish
 from runonce.stores.base import COMPLETED, SKIPPED
 from runonce.stores.sqlite import SQLiteStore
@@ -28,7 +26,7 @@ def seed(db: Path, *, finished: bool, skipped: bool = False) -> str:
 
     async def go() -> str:
         store = SQLiteStore(str(db))
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         claim = await store.claim(new_run(), now, LEASE, RETENTION)
         if finished:
             await store.finish(claim, Finish(COMPLETED, target={"type": "log", "resource": "log/x"}), now)
@@ -59,15 +57,37 @@ def routes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 
 
 def test_key_prints_the_run_id_of_a_scheduler_delivery(cli, routes: Path) -> None:
-    result = cli("key", "--route", "etl", "--job", "nightly", "--schedule-time", "2026-10-16T05:00:00-07:00",
-                 "--project", "proj-1", "--location", "us-central1", "--canonical")
+    result = cli(
+        "key",
+        "--route",
+        "etl",
+        "--job",
+        "nightly",
+        "--schedule-time",
+        "2026-10-16T05:00:00-07:00",
+        "--project",
+        "proj-1",
+        "--location",
+        "us-central1",
+        "--canonical",
+    )
     canonical = "runonce/v1|scheduler|proj-1|us-central1|etl|nightly|2026-10-16T12:00:00Z"
     assert result.exit_code == 0
     assert result.output.splitlines() == [hashlib.sha256(canonical.encode()).hexdigest(), canonical]
 
 
 def test_key_of_a_forced_run_and_of_a_task(cli, routes: Path) -> None:
-    forced = cli("key", "--route", "etl", "--job", "nightly", "--schedule-time", "2026-10-16T12:00:00Z", "--forced", "--canonical")
+    forced = cli(
+        "key",
+        "--route",
+        "etl",
+        "--job",
+        "nightly",
+        "--schedule-time",
+        "2026-10-16T12:00:00Z",
+        "--forced",
+        "--canonical",
+    )
     task = cli("key", "--route", "etl", "--queue", "exports", "--task", "t-1", "--canonical")
     assert forced.output.splitlines()[1] == "runonce/v1|scheduler-forced|||etl|nightly|2026-10-16T12:00:00Z"
     assert task.output.splitlines()[1] == "runonce/v1|tasks|||etl|exports|t-1"
@@ -79,18 +99,35 @@ def test_key_with_a_bad_value_exits_2_naming_the_flag(cli, routes: Path) -> None
     assert "--schedule-time" in result.output and "RFC 3339" in result.output and "X-Cloud" not in result.output
     result = cli("key", "--route", "etl", "--job", "night ly", "--schedule-time", "2026-10-16T12:00:00Z")
     assert result.exit_code == 2 and "--job" in result.output and "X-Cloud" not in result.output
-    result = cli("key", "--route", "etl", "--job", "nightly", "--schedule-time", "2026-10-16T12:00:00Z", "--project", "P")
+    result = cli(
+        "key", "--route", "etl", "--job", "nightly", "--schedule-time", "2026-10-16T12:00:00Z", "--project", "P"
+    )
     assert result.exit_code == 2 and "--project" in result.output and "query" not in result.output
     result = cli("key", "--route", "etl", "--schedule-time", "2026-10-16T12:00:00Z")
     assert result.exit_code == 2 and "--job" in result.output and "X-Cloud" not in result.output
 
 
 def test_key_uses_the_routes_namespace_like_the_server(cli, routes: Path) -> None:
-    result = cli("key", "--route", "billing", "--job", "nightly", "--schedule-time", "2026-10-16T12:00:00Z", "--canonical")
+    result = cli(
+        "key", "--route", "billing", "--job", "nightly", "--schedule-time", "2026-10-16T12:00:00Z", "--canonical"
+    )
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines()[1] == "runonce/v1|scheduler|billing-project|europe-west1|billing|nightly|2026-10-16T12:00:00Z"
-    flags = cli("key", "--route", "billing", "--job", "nightly", "--schedule-time", "2026-10-16T12:00:00Z",
-                "--project", "other-project", "--canonical")  # as the query string overrides the route
+    assert (
+        result.output.splitlines()[1]
+        == "runonce/v1|scheduler|billing-project|europe-west1|billing|nightly|2026-10-16T12:00:00Z"
+    )
+    flags = cli(
+        "key",
+        "--route",
+        "billing",
+        "--job",
+        "nightly",
+        "--schedule-time",
+        "2026-10-16T12:00:00Z",
+        "--project",
+        "other-project",
+        "--canonical",
+    )  # as the query string overrides the route
     assert flags.output.splitlines()[1].startswith("runonce/v1|scheduler|other-project|europe-west1|billing|")
 
 
@@ -101,7 +138,9 @@ def test_key_refuses_a_route_the_routes_file_does_not_have(cli, routes: Path) ->
 
 def test_key_of_a_force_run_on_a_deduping_route_is_the_scheduled_run(cli, routes: Path) -> None:
     args = ("--job", "nightly", "--schedule-time", "2026-10-16T12:00:00Z", "--canonical")
-    assert cli("key", "--route", "deduped", "--forced", *args).output.splitlines()[1].startswith("runonce/v1|scheduler|")
+    assert (
+        cli("key", "--route", "deduped", "--forced", *args).output.splitlines()[1].startswith("runonce/v1|scheduler|")
+    )
 
 
 def test_runs_show_and_list(cli) -> None:
@@ -140,9 +179,9 @@ def test_runs_release_ends_a_live_lease(cli) -> None:
 
     async def lease_left() -> timedelta:
         store = SQLiteStore(str(cli.db))
-        record = await store.get(run_id, datetime.now(timezone.utc))
+        record = await store.get(run_id, datetime.now(UTC))
         await store.close()
-        return record.lease_expires - datetime.now(timezone.utc)
+        return record.lease_expires - datetime.now(UTC)
 
     assert asyncio.run(lease_left()) <= timedelta(0)
     again = cli("runs", "release", run_id)
@@ -165,7 +204,9 @@ def test_bad_store_url_is_refused(cli, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_serve_refuses_a_bad_routes_file(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     routes = tmp_path / "routes.yaml"
-    routes.write_text("routes:\n  Bad Name:\n    target: {type: log}\n  etl:\n    target: {type: log}\n    colour: red\n")
+    routes.write_text(
+        "routes:\n  Bad Name:\n    target: {type: log}\n  etl:\n    target: {type: log}\n    colour: red\n"
+    )
     monkeypatch.setenv("RUNONCE_ROUTES_FILE", str(routes))
     monkeypatch.setenv("RUNONCE_AUTH", "none")
     result = cli("serve", "--port", "0")
@@ -264,14 +305,29 @@ def run_cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProce
     """`runonce ARGS` in a subprocess with only `env` as settings, no Google credentials anywhere (no
     ADC file, no emulator, no metadata server), and a deadline: a command that should refuse to
     start but starts anyway fails the test instead of hanging it."""
-    base = {k: v for k, v in os.environ.items()
-            if not k.startswith(("RUNONCE_", "GOOGLE_", "FIRESTORE_", "GCE_", "CLOUDSDK_")) and k != "PORT"}
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("RUNONCE_", "GOOGLE_", "FIRESTORE_", "GCE_", "CLOUDSDK_")) and k != "PORT"
+    }
     gcloud = tmp_path / "gcloud-config"
     gcloud.mkdir(exist_ok=True)
-    base.update(CLOUDSDK_CONFIG=str(gcloud), GCE_METADATA_HOST="127.0.0.1:9", GCE_METADATA_IP="127.0.0.1:9",
-                RUNONCE_AUTH="none", RUNONCE_ROUTES='{"routes": {"demo": {"target": {"type": "log"}}}}', **env)
-    return subprocess.run([sys.executable, "-m", "runonce.cli", *args], cwd=tmp_path, env={**base, "PYTHONPATH": str(REPO)},
-                          capture_output=True, text=True, timeout=60)
+    base.update(
+        CLOUDSDK_CONFIG=str(gcloud),
+        GCE_METADATA_HOST="127.0.0.1:9",
+        GCE_METADATA_IP="127.0.0.1:9",
+        RUNONCE_AUTH="none",
+        RUNONCE_ROUTES='{"routes": {"demo": {"target": {"type": "log"}}}}',
+        **env,
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "runonce.cli", *args],
+        cwd=tmp_path,
+        env={**base, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.mark.parametrize("args", [("serve", "--port", "0"), ("runs", "list"), ("runs", "show", "0" * 64)])
@@ -296,8 +352,9 @@ def test_a_rule_across_settings_is_reported_without_a_doubled_prefix(cli, monkey
     assert "bad settings: RUNONCE_RETENTION_SECONDS (10)" in result.output and "settings: settings" not in result.output
 
 
-@pytest.mark.parametrize("args", [("runs", "list"), ("runs", "list", "--json"), ("runs", "show", "0" * 64),
-                                  ("runs", "release", "0" * 64)])
+@pytest.mark.parametrize(
+    "args", [("runs", "list"), ("runs", "list", "--json"), ("runs", "show", "0" * 64), ("runs", "release", "0" * 64)]
+)
 def test_reading_runs_never_creates_a_store(cli, args: tuple[str, ...]) -> None:
     result = cli(*args)
     assert not cli.db.exists()

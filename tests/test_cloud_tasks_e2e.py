@@ -9,7 +9,7 @@ import hashlib
 import json
 import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -65,7 +65,7 @@ def http_task(server: ServerProcess, name: str, body: dict, schedule_in: float |
         ),
     )
     if schedule_in is not None:  # the emulator's processor leaves it alone until then
-        task.schedule_time = datetime.now(timezone.utc) + timedelta(seconds=schedule_in)
+        task.schedule_time = datetime.now(UTC) + timedelta(seconds=schedule_in)
     return task
 
 
@@ -85,7 +85,10 @@ def wait_until(check, timeout: float, what: str) -> None:
 
 def duplicates_answered(server: ServerProcess) -> float:
     text = httpx.get(f"{server.url}/metrics").text
-    line = next((ln for ln in text.splitlines() if ln.startswith("runonce_deliveries_total{") and 'outcome="duplicate"' in ln), None)
+    line = next(
+        (ln for ln in text.splitlines() if ln.startswith("runonce_deliveries_total{") and 'outcome="duplicate"' in ln),
+        None,
+    )
     return float(line.rsplit(" ", 1)[1]) if line else 0.0
 
 
@@ -101,8 +104,11 @@ def test_tasks_from_a_cloud_tasks_client_reach_the_downstream_once_and_a_redeliv
     for i, name in enumerate(names):
         client.create_task(parent=QUEUE, task=http_task(server, name, {"n": i}))
 
-    wait_until(lambda: downstream.calls["/exports"] >= TASKS and not list(client.list_tasks(parent=QUEUE)),
-               30, f"{TASKS} tasks dispatched and acknowledged")
+    wait_until(
+        lambda: downstream.calls["/exports"] >= TASKS and not list(client.list_tasks(parent=QUEUE)),
+        30,
+        f"{TASKS} tasks dispatched and acknowledged",
+    )
 
     # every task reached the downstream exactly once, under its own run_id, with its own body
     keys = downstream.keys["/exports"]

@@ -38,14 +38,21 @@ asyncio.run(serve_and_stop())
 print(json.dumps({"modules": sorted(sys.modules), "ca_loads": len(ca_loads)}))
 """
 
+
 def start_up(tmp_path: Path, routes: dict, **settings: str) -> dict:
     """What a fresh process did up to serving: `modules` it imported, `ca_loads` after the imports."""
     routes_file = tmp_path / "routes.yaml"
     routes_file.write_text(json.dumps({"routes": routes}))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RUNONCE_", "FIRESTORE_", "K_", "GCE_"))}
-    env |= {"RUNONCE_ROUTES_FILE": str(routes_file), "RUNONCE_AUTH": "none",
-            "RUNONCE_STORE": f"sqlite:///{tmp_path / 'runs.db'}", **settings}
-    done = subprocess.run([sys.executable, "-c", START_UP], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    env |= {
+        "RUNONCE_ROUTES_FILE": str(routes_file),
+        "RUNONCE_AUTH": "none",
+        "RUNONCE_STORE": f"sqlite:///{tmp_path / 'runs.db'}",
+        **settings,
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", START_UP], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])
 
@@ -56,23 +63,35 @@ def modules_after_start_up(tmp_path: Path, routes: dict) -> set[str]:
 
 def google_clients(modules: set[str]) -> set[str]:
     """The heavy Google client packages among `modules` (gRPC and the generated API clients)."""
-    return {m for m in modules if m == "grpc" or m.startswith(("google.cloud.workflows", "google.cloud.firestore",
-                                                               "google.api_core.grpc_helpers"))}
+    return {
+        m
+        for m in modules
+        if m == "grpc"
+        or m.startswith(("google.cloud.workflows", "google.cloud.firestore", "google.api_core.grpc_helpers"))
+    }
 
 
 def test_http_and_log_routes_on_sqlite_load_no_google_client(tmp_path: Path) -> None:
-    modules = modules_after_start_up(tmp_path, {
-        "ping": {"target": {"type": "http", "url": "http://127.0.0.1:9/ping"}},
-        "note": {"target": {"type": "log"}},
-    })
+    modules = modules_after_start_up(
+        tmp_path,
+        {
+            "ping": {"target": {"type": "http", "url": "http://127.0.0.1:9/ping"}},
+            "note": {"target": {"type": "log"}},
+        },
+    )
     assert google_clients(modules) == set()
 
 
 def test_a_workflows_route_loads_its_client_at_start_up(tmp_path: Path) -> None:
     """The other side: what a route uses is loaded at start-up, not at its first delivery."""
-    modules = modules_after_start_up(tmp_path, {
-        "etl": {"target": {"type": "workflows", "workflow": "projects/my-project/locations/us-central1/workflows/etl"}},
-    })
+    modules = modules_after_start_up(
+        tmp_path,
+        {
+            "etl": {
+                "target": {"type": "workflows", "workflow": "projects/my-project/locations/us-central1/workflows/etl"}
+            },
+        },
+    )
     assert "google.cloud.workflows.executions_v1" in modules
     assert not any(m.startswith("google.cloud.firestore") for m in modules)
 
@@ -81,9 +100,14 @@ def test_on_cloud_run_with_oidc_start_up_loads_the_ca_bundle_once(tmp_path: Path
     """The OIDC certificates' client and the metadata server's share one TLS context: each more
     would load the CA bundle again (20-30 ms of CPU each)."""
     done = start_up(
-        tmp_path, {"ping": {"target": {"type": "http", "url": "https://downstream.example/ping"}}},
-        RUNONCE_AUTH="oidc", RUNONCE_AUDIENCE="https://runonce.example", RUNONCE_ALLOWED_CALLERS="s@p.iam.gserviceaccount.com",
-        RUNONCE_ALLOW_UNAUTHENTICATED="false", K_SERVICE="runonce", GCE_METADATA_HOST=f"127.0.0.1:{closed_port()}",
+        tmp_path,
+        {"ping": {"target": {"type": "http", "url": "https://downstream.example/ping"}}},
+        RUNONCE_AUTH="oidc",
+        RUNONCE_AUDIENCE="https://runonce.example",
+        RUNONCE_ALLOWED_CALLERS="s@p.iam.gserviceaccount.com",
+        RUNONCE_ALLOW_UNAUTHENTICATED="false",
+        K_SERVICE="runonce",
+        GCE_METADATA_HOST=f"127.0.0.1:{closed_port()}",
     )
     assert done["ca_loads"] == 1
 
@@ -104,14 +128,19 @@ def test_the_authenticator_and_the_metadata_lookup_share_one_tls_context(monkeyp
     ca_loads = []
     for method in ("load_verify_locations", "load_default_certs", "set_default_verify_paths"):
         original = getattr(ssl.SSLContext, method)
-        monkeypatch.setattr(ssl.SSLContext, method,
-                            lambda self, *args, _original=original, **kwargs: ca_loads.append(1) or _original(self, *args, **kwargs))
+        monkeypatch.setattr(
+            ssl.SSLContext,
+            method,
+            lambda self, *args, _original=original, **kwargs: ca_loads.append(1) or _original(self, *args, **kwargs),
+        )
     tls.client_context.cache_clear()
     monkeypatch.setenv("K_SERVICE", "runonce")
     monkeypatch.setenv("GCE_METADATA_HOST", f"127.0.0.1:{closed_port()}")
     for name in ("GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT", "GCP_PROJECT"):
         monkeypatch.delenv(name, raising=False)
-    settings = Settings(auth="oidc", audience=["https://runonce.example"], allowed_callers=["s@p.iam.gserviceaccount.com"])
+    settings = Settings(
+        auth="oidc", audience=["https://runonce.example"], allowed_callers=["s@p.iam.gserviceaccount.com"]
+    )
     try:
         build_authenticator(settings, {"ping": []})
         assert len(ca_loads) == 1  # the certificates' client loads it (then, not at its first fetch)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import httpx
@@ -23,7 +23,7 @@ from runonce.run.delivery import (
 )
 from runonce.schedules import parse_schedule
 
-NOON = datetime(2026, 10, 16, 12, 0, tzinfo=timezone.utc)
+NOON = datetime(2026, 10, 16, 12, 0, tzinfo=UTC)
 TOLERANCE = timedelta(seconds=5)
 TIME = "X-CloudScheduler-ScheduleTime"
 
@@ -184,7 +184,10 @@ def test_a_refused_force_run_names_the_header() -> None:
     with pytest.raises(InvalidDelivery) as caught:
         deliver({"X-CloudScheduler-JobName": "nightly", TIME: "2026-10-16T13:00:00Z"}, policy=policy)
     assert caught.value.field == TIME and "3600s ahead" in caught.value.reason
-    assert deliver({"X-CloudScheduler-JobName": "nightly", TIME: "2026-10-16T12:00:05Z"}, policy=policy).source == "scheduler"
+    assert (
+        deliver({"X-CloudScheduler-JobName": "nightly", TIME: "2026-10-16T12:00:05Z"}, policy=policy).source
+        == "scheduler"
+    )
 
 
 @pytest.mark.parametrize(
@@ -260,7 +263,11 @@ def test_snap_without_an_earlier_fire_time_is_refused_naming_the_header() -> Non
 
 
 def test_without_snap_a_missing_schedule_time_is_refused() -> None:
-    for policy in (None, SchedulePolicy(missing_schedule_time="snap"), SchedulePolicy(schedule=parse_schedule("0 9 * * *"))):
+    for policy in (
+        None,
+        SchedulePolicy(missing_schedule_time="snap"),
+        SchedulePolicy(schedule=parse_schedule("0 9 * * *")),
+    ):
         assert refused({"X-CloudScheduler-JobName": "nightly"}, policy=policy).field == TIME
 
 
@@ -286,7 +293,9 @@ def test_a_body_hashes_the_same_whatever_its_key_order_and_whitespace() -> None:
 
 @pytest.mark.parametrize("constant", [b"NaN", b"Infinity", b"-Infinity"])
 def test_a_non_finite_constant_is_refused_by_name(constant: bytes) -> None:
-    assert body_refused(b'{"x": ' + constant + b"}") == f"body is not accepted JSON: {constant.decode()} is not valid JSON"
+    assert (
+        body_refused(b'{"x": ' + constant + b"}") == f"body is not accepted JSON: {constant.decode()} is not valid JSON"
+    )
 
 
 def test_int64_is_the_integer_range_and_a_longer_number_is_refused_before_python_reads_it() -> None:

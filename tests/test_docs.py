@@ -66,7 +66,9 @@ def _contract_section(number: int) -> str:
 
 def test_the_contract_lists_every_setting() -> None:
     settings = _contract_section(5)
-    missing = [f"RUNONCE_{name.upper()}" for name in Settings.model_fields if f"`RUNONCE_{name.upper()}`" not in settings]
+    missing = [
+        f"RUNONCE_{name.upper()}" for name in Settings.model_fields if f"`RUNONCE_{name.upper()}`" not in settings
+    ]
     assert missing == []
 
 
@@ -108,9 +110,19 @@ def test_the_readme_links_the_contract_and_nothing_refers_to_a_missing_design_do
     assert "(docs/contract.md)" in README
     stale = sorted(
         str(path.relative_to(repo))
-        for pattern in ("runonce/**/*.py", "tests/**/*.py", "terraform/**/*.tf", "terraform/**/*.yaml", "deploy/**/*", "*.md", "docs/*.md")
+        for pattern in (
+            "runonce/**/*.py",
+            "tests/**/*.py",
+            "terraform/**/*.tf",
+            "terraform/**/*.yaml",
+            "deploy/**/*",
+            "*.md",
+            "docs/*.md",
+        )
         for path in repo.glob(pattern)
-        if path.is_file() and path.suffix != ".pyc" and "DESIGN" + ".md" in path.read_text(errors="replace")
+        if path.is_file()
+        and path.suffix != ".pyc"
+        and "DESIGN" + ".md" in path.read_text(errors="replace")
         and path.name != "contract.md"
     )
     assert stale == []

@@ -34,7 +34,10 @@ def headers(job: str, when: str = "2026-10-16T12:00:00Z") -> dict[str, str]:
 def server_env(downstream: Downstream, store_env: dict[str, str]) -> dict[str, str]:
     routes = {
         "routes": {
-            name: {"target": {"type": "http", "url": f"{downstream.url}/{name}"}, "namespace": {"project": "e2e-project", "location": "us-central1"}}
+            name: {
+                "target": {"type": "http", "url": f"{downstream.url}/{name}"},
+                "namespace": {"project": "e2e-project", "location": "us-central1"},
+            }
             for name in ("ok", "flaky", "hang", "locked")
         }
     }
@@ -55,7 +58,9 @@ def downstream() -> Iterator[Downstream]:
 
 
 @pytest.fixture(scope="module", params=["sqlite", "firestore", "spanner", "redis"])
-def server(request: pytest.FixtureRequest, downstream: Downstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(
+    request: pytest.FixtureRequest, downstream: Downstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
     logs = tmp_path_factory.mktemp(f"e2e-{request.param}")
     if request.param == "sqlite":
         store_env = {"RUNONCE_STORE": f"sqlite:///{logs / 'runs.db'}", "RUNONCE_STORE_TIMEOUT_SECONDS": "0.5"}
@@ -68,8 +73,10 @@ def server(request: pytest.FixtureRequest, downstream: Downstream, tmp_path_fact
             "SPANNER_EMULATOR_HOST": os.environ["SPANNER_EMULATOR_HOST"],
         }
     elif request.param == "redis":
-        store_env = {"RUNONCE_STORE": redis_url(request.getfixturevalue("redis_server")),
-                     "RUNONCE_STORE_TIMEOUT_SECONDS": "0.5"}
+        store_env = {
+            "RUNONCE_STORE": redis_url(request.getfixturevalue("redis_server")),
+            "RUNONCE_STORE_TIMEOUT_SECONDS": "0.5",
+        }
     else:
         emulator = request.getfixturevalue("firestore_emulator")
         store_env = {
@@ -85,7 +92,9 @@ def server(request: pytest.FixtureRequest, downstream: Downstream, tmp_path_fact
     proc.stop()
 
 
-async def deliver_many(url: str, route: str, job: str, count: int, body: dict | None = None) -> Counter[tuple[int, str]]:
+async def deliver_many(
+    url: str, route: str, job: str, count: int, body: dict | None = None
+) -> Counter[tuple[int, str]]:
     async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=count)) as client:
         responses = await asyncio.gather(
             *(client.post(f"{url}/v1/routes/{route}:run", headers=headers(job), json=body) for _ in range(count))
@@ -105,7 +114,9 @@ async def test_64_concurrent_duplicates_call_the_downstream_once(server: ServerP
     assert set(outcomes) <= {(200, "processed"), (200, "duplicate"), (409, "in_progress")}
 
 
-async def test_delivery_after_completion_is_a_duplicate_without_a_call(server: ServerProcess, downstream: Downstream) -> None:
+async def test_delivery_after_completion_is_a_duplicate_without_a_call(
+    server: ServerProcess, downstream: Downstream
+) -> None:
     job = f"replay-{uuid.uuid4().hex[:6]}"
     async with httpx.AsyncClient(base_url=server.url) as client:
         first = await client.post("/v1/routes/ok:run", headers=headers(job))
@@ -123,7 +134,9 @@ async def test_delivery_after_completion_is_a_duplicate_without_a_call(server: S
     assert downstream.keys["/ok"][-1] == first.json()["run_id"]
 
 
-async def test_downstream_500_is_502_and_the_next_delivery_dispatches_again(server: ServerProcess, downstream: Downstream) -> None:
+async def test_downstream_500_is_502_and_the_next_delivery_dispatches_again(
+    server: ServerProcess, downstream: Downstream
+) -> None:
     job = f"flaky-{uuid.uuid4().hex[:6]}"
     downstream.set("/flaky", 500)
     before = downstream.calls["/flaky"]

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 
 from runonce import errors
-from runonce.run.delivery import Delivery
 from runonce.api.main import create_app
+from runonce.run.delivery import Delivery
 from runonce.run.runner import Runner
 from runonce.settings import Settings
 from runonce.stores import StoreUnavailable
@@ -25,7 +25,7 @@ from runonce.targets import DispatchRequest, TargetFailed
 from runonce.targets.scripted import ScriptedTarget
 from tests.support.clock import Clock
 
-S = datetime(2026, 3, 8, 8, 0, 0, tzinfo=timezone.utc)  # the schedule time the force run carries
+S = datetime(2026, 3, 8, 8, 0, 0, tzinfo=UTC)  # the schedule time the force run carries
 HEADERS = {"X-CloudScheduler-JobName": "hourly", "X-CloudScheduler-ScheduleTime": "2026-03-08T08:00:00Z"}
 ROUTES = """
 routes:
@@ -69,14 +69,20 @@ class Api:
 async def api() -> AsyncIterator[Api]:
     clock, store, downstream = Clock(), MemoryStore(), Downstream()
     settings = Settings(
-        routes=ROUTES, auth="none", store="sqlite:///unused.db", lease_seconds=3, dispatch_timeout_seconds=1,
-        store_timeout_seconds=0.5, forced_run_tolerance_seconds=5,
+        routes=ROUTES,
+        auth="none",
+        store="sqlite:///unused.db",
+        lease_seconds=3,
+        dispatch_timeout_seconds=1,
+        store_timeout_seconds=0.5,
+        forced_run_tolerance_seconds=5,
     )
-    targets = {name: downstream.target for name in ("separate", "dedupe", "refuse")}
+    targets = dict.fromkeys(("separate", "dedupe", "refuse"), downstream.target)
     app = create_app(settings, store=store, targets=targets, clock=clock)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://runonce"
-    ) as client:
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://runonce") as client,
+    ):
         yield Api(client, store, downstream, clock)
 
 
@@ -92,7 +98,9 @@ async def test_issue_scenario_a_hung_force_runs_retry_inside_the_tolerance_stays
     # One key per run downstream: the force run (hung once, then re-sent with the same key after
     # reconciliation found nothing) and the scheduled run on its own.
     assert api.downstream.keys == [
-        ("scheduler-forced", forced["run_id"]), ("scheduler-forced", forced["run_id"]), ("scheduler", scheduled["run_id"]),
+        ("scheduler-forced", forced["run_id"]),
+        ("scheduler-forced", forced["run_id"]),
+        ("scheduler", scheduled["run_id"]),
     ]
     assert (await api.store.get(forced["run_id"], api.clock())).status == "completed"
 
@@ -181,10 +189,23 @@ async def test_store_down_for_the_force_run_read_gives_the_claim_back_and_answer
     """Which run a delivery is cannot be told: nothing is dispatched and the claim made beside the
     read is released at once, so Scheduler's retry is not held up by a lease."""
     store, target = GetFails(), ScriptedTarget()
-    runner = Runner(store, {"separate": target}, lease=timedelta(seconds=3), retention=timedelta(days=1),
-                    dispatch_timeout=timedelta(seconds=1), clock=lambda: S)
-    delivery = Delivery(source="scheduler", project="", location="", route="separate", job="hourly",
-                        schedule_time=S, may_be_forced_retry=True)
+    runner = Runner(
+        store,
+        {"separate": target},
+        lease=timedelta(seconds=3),
+        retention=timedelta(days=1),
+        dispatch_timeout=timedelta(seconds=1),
+        clock=lambda: S,
+    )
+    delivery = Delivery(
+        source="scheduler",
+        project="",
+        location="",
+        route="separate",
+        job="hourly",
+        schedule_time=S,
+        may_be_forced_retry=True,
+    )
     with pytest.raises(errors.Unavailable, match=r"target was not called \(deadline exceeded\)"):
         await runner.run(delivery, {}, "0" * 64)
     assert target.dispatched == []
@@ -206,10 +227,23 @@ class ForcedClaimFails(MemoryStore):
 
 async def test_store_down_for_the_force_runs_claim_answers_503_for_the_force_run() -> None:
     store, target = ForcedClaimFails(), ScriptedTarget(dispatch=_refused)
-    runner = Runner(store, {"separate": target}, lease=timedelta(seconds=3), retention=timedelta(days=1),
-                    dispatch_timeout=timedelta(seconds=1), clock=lambda: S)
-    delivery = Delivery(source="scheduler", project="", location="", route="separate", job="hourly",
-                        schedule_time=S, may_be_forced_retry=True)
+    runner = Runner(
+        store,
+        {"separate": target},
+        lease=timedelta(seconds=3),
+        retention=timedelta(days=1),
+        dispatch_timeout=timedelta(seconds=1),
+        clock=lambda: S,
+    )
+    delivery = Delivery(
+        source="scheduler",
+        project="",
+        location="",
+        route="separate",
+        job="hourly",
+        schedule_time=S,
+        may_be_forced_retry=True,
+    )
     forced = delivery.as_forced()
     with pytest.raises(errors.Failed):
         await runner.run(forced, {}, "0" * 64)  # the force run failed: its retry is still due

@@ -27,7 +27,7 @@ import sqlite3
 import time
 import uuid
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote, quote_from_bytes
 
@@ -48,8 +48,13 @@ ROUTES = {
     "routes": {
         "etl": {"target": {"type": "log"}, "namespace": {"project": "fuzz-project", "location": "europe-west1"}},
         "bare": {"target": {"type": "log"}},
-        "snap": {"target": {"type": "log"}, "schedule": "0 * * * *", "time_zone": "Europe/London",
-                 "missing_schedule_time": "snap", "forced_runs": "reject"},
+        "snap": {
+            "target": {"type": "log"},
+            "schedule": "0 * * * *",
+            "time_zone": "Europe/London",
+            "missing_schedule_time": "snap",
+            "forced_runs": "reject",
+        },
         "dedupe": {"target": {"type": "log"}, "forced_runs": "dedupe"},
     }
 }
@@ -74,12 +79,13 @@ junk = st.one_of(st.binary(max_size=80), st.text(max_size=40).map(lambda text: t
 
 def header_value(raw: bytes) -> bytes:
     """What HTTP/1.1 can carry in a header value (no controls, no surrounding whitespace)."""
-    return bytes(b for b in raw if b >= 0x20 and b != 0x7F or b == 0x09).strip(b" \t")
+    return bytes(b for b in raw if (b >= 0x20 and b != 0x7F) or b == 0x09).strip(b" \t")
 
 
 def rfc3339(wall: datetime, offset_minutes: int | None) -> str:
-    text = (f"{wall.year:04d}-{wall.month:02d}-{wall.day:02d}T{wall.hour:02d}:{wall.minute:02d}:{wall.second:02d}"
-            + (f".{wall.microsecond:06d}" if wall.microsecond else ""))
+    text = f"{wall.year:04d}-{wall.month:02d}-{wall.day:02d}T{wall.hour:02d}:{wall.minute:02d}:{wall.second:02d}" + (
+        f".{wall.microsecond:06d}" if wall.microsecond else ""
+    )
     if offset_minutes is None:
         return text + "Z"
     sign = "-" if offset_minutes < 0 else "+"
@@ -90,8 +96,11 @@ valid_schedule_times = st.datetimes(datetime(1970, 1, 2), datetime(2100, 1, 1)).
 schedule_times = st.one_of(
     valid_schedule_times,
     st.builds(rfc3339, st.datetimes(), st.none() | st.integers(-1439, 1439)),  # years 1 to 9999, any offset
-    st.builds(rfc3339, st.datetimes(datetime(9999, 12, 30), datetime.max) | st.datetimes(datetime.min, datetime(1, 1, 2)),
-              st.none() | st.integers(-1439, 1439)),
+    st.builds(
+        rfc3339,
+        st.datetimes(datetime(9999, 12, 30), datetime.max) | st.datetimes(datetime.min, datetime(1, 1, 2)),
+        st.none() | st.integers(-1439, 1439),
+    ),
     st.text(alphabet="0123456789٠١٢٣٤٥٦٧٨٩²-:TZz.+ ", max_size=35),
 )
 counters = st.one_of(
@@ -99,7 +108,11 @@ counters = st.one_of(
     st.text(alphabet="0123456789²³¹٠١٢٣٤٥٦٧٨٩۰０１ -+.", min_size=1, max_size=25),
 )
 json_leaves = st.one_of(
-    st.none(), st.booleans(), st.floats(), st.integers(-(2**70), 2**70), st.text(max_size=20),
+    st.none(),
+    st.booleans(),
+    st.floats(),
+    st.integers(-(2**70), 2**70),
+    st.text(max_size=20),
 )
 json_values = st.recursive(
     json_leaves,
@@ -118,10 +131,16 @@ bodies = st.one_of(
     st.builds(dump, json_values, st.booleans()),
     st.binary(max_size=200),
     st.sampled_from([b"1e400", b"-1e999", b"NaN", b"Infinity", b'"\\ud800"', b"9" * 30, b"9" * 5000]).map(
-        lambda literal: b'{"x": ' + literal + b"}"),
+        lambda literal: b'{"x": ' + literal + b"}"
+    ),
     st.integers(1, 32_000).map(lambda depth: b"[" * depth),
     st.integers(1, 3000).map(lambda depth: b'{"a":' * depth + b"1" + b"}" * depth),
-    st.builds(lambda key, a, b: b'{"%s": %d, "%s": %d}' % (key, a, key, b), names.map(str.encode), st.integers(), st.integers()),
+    st.builds(
+        lambda key, a, b: b'{"%s": %d, "%s": %d}' % (key, a, key, b),
+        names.map(str.encode),
+        st.integers(),
+        st.integers(),
+    ),
     st.sampled_from([b"\xef\xbb\xbf{}", b"\xff\xfe{\x00}\x00", b"\x00", b'{"s": "\xc3"}']),
 )
 query_values = st.one_of(
@@ -130,7 +149,9 @@ query_values = st.one_of(
     st.binary(max_size=30).map(lambda raw: quote_from_bytes(raw, safe="")),
 )
 queries = st.lists(
-    st.tuples(st.sampled_from(["project", "location"]) | st.text(max_size=10).map(lambda k: quote(k, safe="")), query_values),
+    st.tuples(
+        st.sampled_from(["project", "location"]) | st.text(max_size=10).map(lambda k: quote(k, safe="")), query_values
+    ),
     max_size=3,
 ).map(lambda pairs: "&".join(f"{key}={value}" for key, value in pairs))
 route_paths = st.one_of(
@@ -155,7 +176,9 @@ def identity_headers(draw: st.DrawFn) -> dict[str, bytes]:
             if draw(st.booleans()):
                 headers[counter] = draw(counters).encode()
     if not draw(st.integers(0, 2)):
-        for name in draw(st.lists(st.sampled_from([JOB, TIME, QUEUE, TASK, RETRIES, EXECUTIONS, *OTHER_HEADERS]), max_size=3)):
+        for name in draw(
+            st.lists(st.sampled_from([JOB, TIME, QUEUE, TASK, RETRIES, EXECUTIONS, *OTHER_HEADERS]), max_size=3)
+        ):
             headers[name] = draw(junk)
     return {name: header_value(value) for name, value in headers.items()}
 
@@ -202,8 +225,13 @@ class Fuzz:
 
     def run(self, strategy: st.SearchStrategy, examples: int) -> float:
         @seed(SEED)
-        @settings(max_examples=examples, deadline=None, database=None, derandomize=False,
-                  suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=examples,
+            deadline=None,
+            database=None,
+            derandomize=False,
+            suppress_health_check=list(HealthCheck),
+        )
         @given(strategy)
         def property(request: tuple[str, dict[str, bytes], bytes]) -> None:
             self.send(request)
@@ -261,10 +289,15 @@ def test_fuzzed_bodies_on_firestore_get_table_answers_and_rejected_ones_leave_no
     from runonce.stores.firestore import FirestoreStore
 
     collection = f"fuzz_{uuid.uuid4().hex[:8]}"
-    server = serve(tmp_path, {
-        "RUNONCE_STORE": "firestore", "RUNONCE_FIRESTORE_PROJECT": FIRESTORE_PROJECT,
-        "RUNONCE_FIRESTORE_COLLECTION": collection, "FIRESTORE_EMULATOR_HOST": firestore_emulator.host,
-    })
+    server = serve(
+        tmp_path,
+        {
+            "RUNONCE_STORE": "firestore",
+            "RUNONCE_FIRESTORE_PROJECT": FIRESTORE_PROJECT,
+            "RUNONCE_FIRESTORE_COLLECTION": collection,
+            "FIRESTORE_EMULATOR_HOST": firestore_emulator.host,
+        },
+    )
     fuzz = Fuzz(server)
     seconds = 0.0
     try:
@@ -277,7 +310,7 @@ def test_fuzzed_bodies_on_firestore_get_table_answers_and_rejected_ones_leave_no
     async def stored() -> set[str]:
         store = FirestoreStore(project=FIRESTORE_PROJECT, collection=collection, timeout_seconds=10)
         try:
-            now = datetime.now(timezone.utc)
+            now = datetime.now(UTC)
             return {record.run_id for record in await store.list(now, limit=100_000)}
         finally:
             await store.close()
@@ -296,16 +329,30 @@ def b64(data: bytes) -> str:
 
 
 @st.composite
-def bearer_tokens(draw: st.DrawFn, key: "oidc.SigningKey") -> bytes:
+def bearer_tokens(draw: st.DrawFn, key: oidc.SigningKey) -> bytes:
     """Tokens from well-formed and Google-signed to garbage: any JSON as header or claims (claims of
     the wrong types, non-finite or huge times), signed with the real key or not."""
     now = int(time.time())
     header: object = {"alg": "RS256", "kid": key.kid, "typ": "JWT"}
     if not draw(st.integers(0, 3)):
-        header = draw(st.fixed_dictionaries({"alg": st.sampled_from(["RS256", "none", "HS256"]) | st.text(max_size=8),
-                                             "kid": st.just(key.kid) | json_values}) | json_values)
-    good = {"iss": "https://accounts.google.com", "aud": AUDIENCE, "iat": now, "exp": now + 3600,
-            "email": CALLER, "email_verified": True, "sub": "1"}
+        header = draw(
+            st.fixed_dictionaries(
+                {
+                    "alg": st.sampled_from(["RS256", "none", "HS256"]) | st.text(max_size=8),
+                    "kid": st.just(key.kid) | json_values,
+                }
+            )
+            | json_values
+        )
+    good = {
+        "iss": "https://accounts.google.com",
+        "aud": AUDIENCE,
+        "iat": now,
+        "exp": now + 3600,
+        "email": CALLER,
+        "email_verified": True,
+        "sub": "1",
+    }
     claims: object = dict(good)
     for name in draw(st.lists(st.sampled_from(sorted(good)), max_size=3)):
         if draw(st.booleans()):
@@ -327,16 +374,29 @@ def test_any_token_gets_a_json_answer_from_the_table(tmp_path: Path, capsys: pyt
     key = oidc.make_key()
     db = tmp_path / "runs.db"
     with oidc.CertsServer([key]) as certs:
-        server = start_server({
-            "RUNONCE_AUTH": "oidc", "RUNONCE_AUDIENCE": AUDIENCE, "RUNONCE_ALLOWED_CALLERS": CALLER,
-            "RUNONCE_OIDC_CERTS_URL": certs.url, "RUNONCE_ROUTES": json.dumps(ROUTES),
-            "RUNONCE_STORE": f"sqlite:///{db}", "RUNONCE_LOG_FORMAT": "json",
-        }, tmp_path)
+        server = start_server(
+            {
+                "RUNONCE_AUTH": "oidc",
+                "RUNONCE_AUDIENCE": AUDIENCE,
+                "RUNONCE_ALLOWED_CALLERS": CALLER,
+                "RUNONCE_OIDC_CERTS_URL": certs.url,
+                "RUNONCE_ROUTES": json.dumps(ROUTES),
+                "RUNONCE_STORE": f"sqlite:///{db}",
+                "RUNONCE_LOG_FORMAT": "json",
+            },
+            tmp_path,
+        )
         fuzz = Fuzz(server)
         seconds = 0.0
         requests = st.builds(
-            lambda job, token, header: ("/v1/routes/etl:run", {JOB: job.encode(), TIME: b"2026-10-16T12:00:00Z", header: token}, b""),
-            names, bearer_tokens(key), st.sampled_from(["Authorization", "X-Serverless-Authorization"]),
+            lambda job, token, header: (
+                "/v1/routes/etl:run",
+                {JOB: job.encode(), TIME: b"2026-10-16T12:00:00Z", header: token},
+                b"",
+            ),
+            names,
+            bearer_tokens(key),
+            st.sampled_from(["Authorization", "X-Serverless-Authorization"]),
         )
         try:
             seconds = fuzz.run(requests, max(10, EXAMPLES // 6))

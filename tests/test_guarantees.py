@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 
 from runonce import errors
 from runonce.api.answers import render
+from runonce.api.main import create_app
 from runonce.run.delivery import Delivery
 from runonce.run.guarantees import (
     CLOCK_SKEW,
@@ -26,10 +27,9 @@ from runonce.run.guarantees import (
     skip_note,
     skip_reason,
 )
-from runonce.api.main import create_app
 from runonce.run.runner import Runner, _new_run
 from runonce.settings import Settings
-from runonce.stores import Finish, NewRun, RunRecord, StoreUnavailable
+from runonce.stores import Finish, NewRun, RunRecord
 from runonce.stores.base import COMPLETED, FAILED, IN_PROGRESS, SKIPPED
 from runonce.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown
 from runonce.targets.scripted import ScriptedTarget
@@ -37,15 +37,20 @@ from tests.support.clock import Clock
 from tests.support.runs import BrokenStore
 
 LEASE = timedelta(seconds=300)
-T0 = datetime(2026, 10, 16, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 10, 16, 12, 0, tzinfo=UTC)
 BODY = "0" * 64
 HOUR = timedelta(hours=1)
 
 
 def delivery(minute: int = 0, source: str = "scheduler", may_be_forced_retry: bool = False) -> Delivery:
     return Delivery(
-        source=source, project="proj-1", location="us-central1", route="etl", job="nightly",  # type: ignore[arg-type]
-        schedule_time=T0 + timedelta(minutes=minute), may_be_forced_retry=may_be_forced_retry,
+        source=source,
+        project="proj-1",
+        location="us-central1",
+        route="etl",
+        job="nightly",  # type: ignore[arg-type]
+        schedule_time=T0 + timedelta(minutes=minute),
+        may_be_forced_retry=may_be_forced_retry,
     )
 
 
@@ -55,9 +60,22 @@ def r_new(d: Delivery) -> NewRun:
 
 def record(**changes) -> RunRecord:
     base = RunRecord(
-        run_id="a" * 64, status=IN_PROGRESS, attempt_id="x", attempts=1, lease_expires=T0, expire_at=T0 + HOUR * 24,
-        created_at=T0, updated_at=T0, route="etl", source="scheduler", project="p", location="l", job="nightly",
-        schedule_time="2026-10-16T12:00:00Z", task=None, body_sha256=BODY,
+        run_id="a" * 64,
+        status=IN_PROGRESS,
+        attempt_id="x",
+        attempts=1,
+        lease_expires=T0,
+        expire_at=T0 + HOUR * 24,
+        created_at=T0,
+        updated_at=T0,
+        route="etl",
+        source="scheduler",
+        project="p",
+        location="l",
+        job="nightly",
+        schedule_time="2026-10-16T12:00:00Z",
+        task=None,
+        body_sha256=BODY,
     )
     return replace(base, **changes)
 
@@ -81,12 +99,15 @@ def test_lateness_is_measured_at_the_first_claim(first_claim_after, limit, late)
 
 
 def test_fractional_schedule_times_are_measured_exactly() -> None:
-    run = record(schedule_time="2026-10-16T12:00:00.500000Z", created_at=T0 + timedelta(seconds=60, microseconds=500001))
+    run = record(
+        schedule_time="2026-10-16T12:00:00.500000Z", created_at=T0 + timedelta(seconds=60, microseconds=500001)
+    )
     assert late_by(run, timedelta(seconds=60)) == timedelta(seconds=60, microseconds=1)
 
 
 @pytest.mark.parametrize(
-    "run", [record(source="scheduler-forced"), record(source="tasks", schedule_time=None, task="t1")],
+    "run",
+    [record(source="scheduler-forced"), record(source="tasks", schedule_time=None, task="t1")],
     ids=["force run", "cloud tasks"],
 )
 def test_force_runs_and_tasks_are_never_late(run: RunRecord) -> None:
@@ -96,9 +117,14 @@ def test_force_runs_and_tasks_are_never_late(run: RunRecord) -> None:
 @pytest.mark.parametrize(
     ("policy", "state", "decision"),
     [
-        ("allow", Previous.RUNNING, "dispatch"), ("allow", Previous.UNKNOWN, "dispatch"),
-        ("skip", Previous.IDLE, "dispatch"), ("skip", Previous.RUNNING, "skip"), ("skip", Previous.UNKNOWN, "wait"),
-        ("wait", Previous.IDLE, "dispatch"), ("wait", Previous.RUNNING, "wait"), ("wait", Previous.UNKNOWN, "wait"),
+        ("allow", Previous.RUNNING, "dispatch"),
+        ("allow", Previous.UNKNOWN, "dispatch"),
+        ("skip", Previous.IDLE, "dispatch"),
+        ("skip", Previous.RUNNING, "skip"),
+        ("skip", Previous.UNKNOWN, "wait"),
+        ("wait", Previous.IDLE, "dispatch"),
+        ("wait", Previous.RUNNING, "wait"),
+        ("wait", Previous.UNKNOWN, "wait"),
     ],
 )
 def test_overlap_decision(policy, state, decision) -> None:
@@ -107,7 +133,10 @@ def test_overlap_decision(policy, state, decision) -> None:
 
 def test_a_skip_note_keeps_its_reason_and_text() -> None:
     note = skip_note("overlap", "the route's previous execution x: y is still running")
-    assert skip_reason(record(status=SKIPPED, last_error=note)) == ("overlap", "the route's previous execution x: y is still running")
+    assert skip_reason(record(status=SKIPPED, last_error=note)) == (
+        "overlap",
+        "the route's previous execution x: y is still running",
+    )
 
 
 def test_the_guards_signals_read_as_their_message() -> None:
@@ -127,8 +156,13 @@ def test_a_guard_is_active_only_when_the_route_asks() -> None:
 
 def runner(target: ScriptedTarget, clock: Clock, guard: RouteGuard, store=None, dispatch_timeout: float = 30) -> Runner:
     return Runner(
-        store or BrokenStore(), {"etl": target}, lease=LEASE, retention=timedelta(days=1),
-        dispatch_timeout=timedelta(seconds=dispatch_timeout), clock=clock, guards={"etl": guard},
+        store or BrokenStore(),
+        {"etl": target},
+        lease=LEASE,
+        retention=timedelta(days=1),
+        dispatch_timeout=timedelta(seconds=dispatch_timeout),
+        clock=clock,
+        guards={"etl": guard},
     )
 
 
@@ -158,7 +192,9 @@ async def stored(r: Runner, run_id: str) -> RunRecord:
     return found
 
 
-async def test_a_late_first_claim_is_skipped_and_every_retry_replays_it(clock: Clock, caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_late_first_claim_is_skipped_and_every_retry_replays_it(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
     target = ScriptedTarget()
     r = runner(target, clock, RouteGuard(max_lateness=HOUR))
     clock.advance(3600 + 1)
@@ -322,7 +358,9 @@ async def test_overlap_wait_releases_the_claim_until_the_previous_execution_is_d
 
 @pytest.mark.parametrize("policy", ["skip", "wait"])
 @pytest.mark.parametrize(
-    "failure", [TargetOutcomeUnknown("get x: HTTP 503 UNAVAILABLE"), RuntimeError("adapter bug")], ids=["unknown", "bug"]
+    "failure",
+    [TargetOutcomeUnknown("get x: HTTP 503 UNAVAILABLE"), RuntimeError("adapter bug")],
+    ids=["unknown", "bug"],
 )
 async def test_a_failed_state_read_waits_and_never_skips_or_dispatches(
     clock: Clock, policy: str, failure: Exception, caplog: pytest.LogCaptureFixture
@@ -335,7 +373,9 @@ async def test_a_failed_state_read_waits_and_never_skips_or_dispatches(
     message = await waits(r, delivery(1))
     why = "get x: HTTP 503 UNAVAILABLE" if isinstance(failure, TargetOutcomeUnknown) else "RuntimeError: adapter bug"
     resource = first.record.target["resource"]
-    assert message.startswith(f"cannot tell whether {resource} still runs: {why}; overlap: {policy} never decides on a guess;")
+    assert message.startswith(
+        f"cannot tell whether {resource} still runs: {why}; overlap: {policy} never decides on a guess;"
+    )
     bug_logged = f"scripted target: reading the state of run {first.record.run_id} raised unexpectedly"
     assert (bug_logged in [r.getMessage() for r in caplog.records]) == isinstance(failure, RuntimeError)
     assert (await stored(r, delivery(1).run_id)).status == FAILED
@@ -374,6 +414,7 @@ async def test_a_state_read_that_hangs_waits_and_releases_the_claim(clock: Clock
 
 async def test_a_dispatch_that_hangs_after_the_guard_passed_is_unknown_and_keeps_the_claim(clock: Clock) -> None:
     """Only the guard's own overrun is a wait: once the guard passed, the target may have acted."""
+
     async def hang(request: DispatchRequest) -> str:
         await asyncio.sleep(60)
         return "late"
@@ -453,11 +494,14 @@ async def test_a_newer_run_being_dispatched_now_makes_the_next_one_wait(clock: C
     assert target.dispatched == [] and target.state_reads == []
 
 
-@pytest.mark.parametrize(("found", "finished", "answer"), [
-    ("scripted/lost", False, "skipped"),  # its execution exists and runs: it is the one to wait for
-    ("scripted/lost", True, "processed"),
-    (None, False, "skipped"),  # it started nothing: the completed run before it decides (still running)
-])
+@pytest.mark.parametrize(
+    ("found", "finished", "answer"),
+    [
+        ("scripted/lost", False, "skipped"),  # its execution exists and runs: it is the one to wait for
+        ("scripted/lost", True, "processed"),
+        (None, False, "skipped"),  # it started nothing: the completed run before it decides (still running)
+    ],
+)
 async def test_a_newer_run_left_in_progress_is_looked_up_by_its_run_id(clock: Clock, found, finished, answer) -> None:
     store = BrokenStore()
     executions = Executions()
@@ -532,7 +576,9 @@ async def test_the_run_dispatched_last_is_asked_even_when_it_was_claimed_first(c
 
 
 @pytest.mark.parametrize("behind", [0.5, 4.9])
-async def test_the_run_dispatched_last_is_asked_even_when_its_instance_clock_is_behind(clock: Clock, behind: float) -> None:
+async def test_the_run_dispatched_last_is_asked_even_when_its_instance_clock_is_behind(
+    clock: Clock, behind: float
+) -> None:
     """Two instances' clocks differ: the run that completed last may be stamped before the one
     it waited for, and must still be asked (found by the simulation, seed 41337446 on SQLite: the
     next run dispatched while it still ran)."""
@@ -554,7 +600,9 @@ async def test_the_run_dispatched_last_is_asked_even_when_its_instance_clock_is_
     assert (await fast.run(delivery(2), {}, BODY)).status == "processed"
 
 
-async def test_the_run_dispatched_last_is_asked_when_an_older_run_completes_later_by_reconciliation(clock: Clock) -> None:
+async def test_the_run_dispatched_last_is_asked_when_an_older_run_completes_later_by_reconciliation(
+    clock: Clock,
+) -> None:
     """A run whose attempt dispatched without recording it completes when a later retry reconciles
     it: completed last, dispatched long before. The run dispatched after its execution ended is the
     one that may still run (found by the simulation, seed 55003565 on memory: a catch-up's run
@@ -591,7 +639,9 @@ async def completed_run(store: BrokenStore, minute: int, claimed: datetime, done
     return resource
 
 
-async def test_a_completed_run_stamped_exactly_the_clock_skew_before_the_newest_first_claim_is_asked(clock: Clock) -> None:
+async def test_a_completed_run_stamped_exactly_the_clock_skew_before_the_newest_first_claim_is_asked(
+    clock: Clock,
+) -> None:
     """The window includes its bound; the newest completion is asked first."""
     store = BrokenStore()
     executions = Executions()
@@ -606,7 +656,9 @@ async def test_a_completed_run_stamped_exactly_the_clock_skew_before_the_newest_
     assert target.state_reads == [newest, oldest]
 
 
-async def test_an_unresolved_run_stamped_exactly_the_clock_skew_before_the_newest_first_claim_is_looked_into(clock: Clock) -> None:
+async def test_an_unresolved_run_stamped_exactly_the_clock_skew_before_the_newest_first_claim_is_looked_into(
+    clock: Clock,
+) -> None:
     store = BrokenStore()
     executions = Executions()
     target = ScriptedTarget(running=executions.is_running)
@@ -692,7 +744,11 @@ async def test_a_lease_that_ends_now_is_over_and_the_run_is_looked_up(clock: Clo
     [looked_up] = target.reconciled
     stuck = await stored(r, delivery(0).run_id)
     assert looked_up == DispatchRequest(
-        run_id=stuck.run_id, route="etl", job="nightly", schedule_time="2026-10-16T12:00:00Z", source="scheduler",
+        run_id=stuck.run_id,
+        route="etl",
+        job="nightly",
+        schedule_time="2026-10-16T12:00:00Z",
+        source="scheduler",
         created_at=stuck.created_at,
     )
 
@@ -728,9 +784,10 @@ async def test_skipped_and_waiting_as_the_app_answers_them(clock: Clock) -> None
     settings = Settings(routes=GUARDED_ROUTES, auth="none", store="sqlite:///unused.db")
     app = create_app(settings, store=BrokenStore(), targets=targets, clock=clock)
     clock.advance(3600)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://runonce"
-    ) as client:
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://runonce") as client,
+    ):
         late = await client.post("/v1/routes/late:run", headers=scheduled(0))
         assert late.status_code == 200 and "Runonce-Replayed" not in late.headers
         body = late.json()
@@ -745,6 +802,9 @@ async def test_skipped_and_waiting_as_the_app_answers_them(clock: Clock) -> None
         assert (waiting.status_code, waiting.headers["Retry-After"]) == (409, "10")
         assert waiting.json()["status"] == "waiting" and waiting.json()["route"] == "waits"
         assert waiting.json()["target"] == {"type": "scripted", "resource": None}
-        assert f"previous execution {first.json()['target']['resource']} is still running" in waiting.json()["error"]["message"]
+        assert (
+            f"previous execution {first.json()['target']['resource']} is still running"
+            in waiting.json()["error"]["message"]
+        )
         spec = (await client.get("/openapi.json")).json()["paths"]["/v1/routes/{route}:run"]["post"]["responses"]
         assert "`skipped`" in spec["200"]["description"] and spec["409"]["description"].startswith("`in_progress`")

@@ -14,9 +14,9 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from runonce import errors
-from runonce.run.delivery import Delivery
-from runonce.logs import SPAN_ID, trace_fields
 from runonce.api.main import create_app
+from runonce.logs import SPAN_ID, trace_fields
+from runonce.run.delivery import Delivery
 from runonce.run.runner import Runner
 from runonce.settings import Settings
 from runonce.stores.base import FAILED
@@ -58,10 +58,16 @@ class Client:
 @pytest.fixture
 async def client(clock: Clock) -> AsyncIterator[Client]:
     store, target = SpyStore(), ScriptedTarget()
-    app = create_app(Settings(routes=ROUTES, auth="none", store="sqlite:///unused.db"), store=store, targets={"etl": target}, clock=clock)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://runonce"
-    ) as http:
+    app = create_app(
+        Settings(routes=ROUTES, auth="none", store="sqlite:///unused.db"),
+        store=store,
+        targets={"etl": target},
+        clock=clock,
+    )
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://runonce") as http,
+    ):
         yield Client(http, store, target, clock)
 
 
@@ -92,8 +98,10 @@ def delivery_series(app) -> set[tuple[str, str]]:
     text = generate_latest(app.state.metrics.registry).decode()
     return {
         (sample.labels["route"], sample.labels["outcome"])
-        for family in text_string_to_metric_families(text) if family.name == "runonce_deliveries"
-        for sample in family.samples if sample.name == "runonce_deliveries_total"
+        for family in text_string_to_metric_families(text)
+        if family.name == "runonce_deliveries"
+        for sample in family.samples
+        if sample.name == "runonce_deliveries_total"
     }
 
 
@@ -107,12 +115,18 @@ async def test_random_route_names_add_no_metric_series(client: Client) -> None:
 
 
 async def test_nothing_is_labelled_by_route_before_authentication() -> None:
-    settings = Settings(routes=ROUTES, auth="oidc", audience=["https://runonce.example"],
-                        allowed_callers=["scheduler@p.iam.gserviceaccount.com"], store="sqlite:///unused.db")
+    settings = Settings(
+        routes=ROUTES,
+        auth="oidc",
+        audience=["https://runonce.example"],
+        allowed_callers=["scheduler@p.iam.gserviceaccount.com"],
+        store="sqlite:///unused.db",
+    )
     app = create_app(settings, store=MemoryStore(), targets={"etl": ScriptedTarget()})
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://runonce"
-    ) as http:
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://runonce") as http,
+    ):
         for route in ("etl", "not-configured"):
             assert (await http.post(f"/v1/routes/{route}:run", headers=JOB)).status_code == 401
     assert delivery_series(app) == {("_unknown", "unauthenticated")}
@@ -126,8 +140,14 @@ def delivery_at(clock: Clock) -> Delivery:
 
 
 def runner_for(target: Target, clock: Clock) -> Runner:
-    return Runner(MemoryStore(), {"etl": target}, lease=timedelta(seconds=300), retention=timedelta(days=1),
-                  dispatch_timeout=timedelta(seconds=30), clock=clock)
+    return Runner(
+        MemoryStore(),
+        {"etl": target},
+        lease=timedelta(seconds=300),
+        retention=timedelta(days=1),
+        dispatch_timeout=timedelta(seconds=30),
+        clock=clock,
+    )
 
 
 @pytest.mark.parametrize("content", [b'{"x": 1e400}', b'{"x": [-1e999]}', b'{"a": {"b": 2e308}}'])
@@ -191,7 +211,11 @@ TASK = {"X-CloudTasks-QueueName": "exports", "X-CloudTasks-TaskName": "task-1"}
         b'{"n": 123456789012345678901234567890}',  # beyond 64-bit integers
         b'{"n": -9223372036854775809}',
         b"1" * 5000,  # beyond Python's digit limit
-        b'"text"', b"[]", b"null", b"true", b"0",
+        b'"text"',
+        b"[]",
+        b"null",
+        b"true",
+        b"0",
         b"\xef\xbb\xbf{}",  # a UTF-8 BOM
         b"\x00",
     ],
@@ -205,9 +229,11 @@ async def test_a_bad_body_is_400_naming_the_body_and_nothing_is_claimed(client: 
     "value",
     [
         "0001-01-01T00:00:00+01:00",  # before datetime's first instant once in UTC
-        "0001-01-01T00:00:00Z", "0001-01-01T00:00:00-23:59",
+        "0001-01-01T00:00:00Z",
+        "0001-01-01T00:00:00-23:59",
         "9999-12-31T23:59:59-01:00",  # after its last
-        "9999-12-31T23:59:59.999999Z", "9999-12-31T00:00:00+23:59",
+        "9999-12-31T23:59:59.999999Z",
+        "9999-12-31T00:00:00+23:59",
         "٢٠٢٦-10-16T12:00:00Z",  # Arabic-Indic digits are digits to str.isdigit and int()
         "2026-10-16T12:00:00Z\n",
         "1969-12-31T23:59:59Z",
@@ -235,9 +261,15 @@ async def test_a_64_bit_counter_is_recorded(client: Client) -> None:
 
 @pytest.mark.parametrize(
     "header, value",
-    [("X-CloudScheduler-JobName", "nïghtly"), ("X-CloudScheduler-JobName", "nightly\xa0"), ("X-CloudTasks-TaskName", "task\x85")],
+    [
+        ("X-CloudScheduler-JobName", "nïghtly"),
+        ("X-CloudScheduler-JobName", "nightly\xa0"),
+        ("X-CloudTasks-TaskName", "task\x85"),
+    ],
 )
-async def test_identity_headers_are_ascii_and_only_spaces_and_tabs_are_trimmed(client: Client, header: str, value: str) -> None:
+async def test_identity_headers_are_ascii_and_only_spaces_and_tabs_are_trimmed(
+    client: Client, header: str, value: str
+) -> None:
     """str.strip() also strips U+00A0 and U+0085: `nightly\xa0` would have been the job `nightly`."""
     base = TASK if header.startswith("X-CloudTasks") else JOB
     response = await client.deliver(headers={**base, header: value.encode("latin-1")})
@@ -247,8 +279,16 @@ async def test_identity_headers_are_ascii_and_only_spaces_and_tabs_are_trimmed(c
 
 @pytest.mark.parametrize(
     "path",
-    ["/v1/routes/%00:run", "/v1/routes/%FF:run", "/v1/routes/" + "x" * 5000 + ":run", "/v1/routes/:run",
-     "/v1/routes/etl%2Fx:run", "/v1/routes/etl:run/", "/v1/routes/etl", "/v1/routes/ÿ:run"],
+    [
+        "/v1/routes/%00:run",
+        "/v1/routes/%FF:run",
+        "/v1/routes/" + "x" * 5000 + ":run",
+        "/v1/routes/:run",
+        "/v1/routes/etl%2Fx:run",
+        "/v1/routes/etl:run/",
+        "/v1/routes/etl",
+        "/v1/routes/ÿ:run",
+    ],
 )
 async def test_a_route_path_that_names_no_route_is_a_json_404(client: Client, path: str) -> None:
     response = await client.http.post(path, headers=JOB)

@@ -27,7 +27,10 @@ SECRET_TOKEN = "eyJhbGciOiJSUzI1NiJ9.token-secret-77aa.c2ln"
 def env(downstream: Downstream, tmp_path: Path, **extra: str) -> dict[str, str]:
     routes = {
         "routes": {
-            name: {"target": {"type": "http", "url": f"{downstream.url}/{name}"}, "namespace": {"project": "ops-project", "location": "europe-west1"}}
+            name: {
+                "target": {"type": "http", "url": f"{downstream.url}/{name}"},
+                "namespace": {"project": "ops-project", "location": "europe-west1"},
+            }
             for name in ("ok", "fail", "slow")
         }
     }
@@ -64,16 +67,23 @@ async def test_json_logs_have_one_outcome_line_per_delivery_with_cloud_logging_f
     try:
         async with httpx.AsyncClient(base_url=server.url) as client:
             ok = await client.post(
-                "/v1/routes/ok:run", headers={**job("nightly"), "traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-01",
-                                              "Authorization": f"Bearer {SECRET_TOKEN}"},
+                "/v1/routes/ok:run",
+                headers={
+                    **job("nightly"),
+                    "traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-01",
+                    "Authorization": f"Bearer {SECRET_TOKEN}",
+                },
                 json={"secret": SECRET_BODY},
             )
             dup = await client.post(
-                "/v1/routes/ok:run", headers={**job("nightly"), "X-Cloud-Trace-Context": f"{TRACE_ID}/12345;o=1"},
+                "/v1/routes/ok:run",
+                headers={**job("nightly"), "X-Cloud-Trace-Context": f"{TRACE_ID}/12345;o=1"},
                 json={"secret": SECRET_BODY},
             )
             failed = await client.post("/v1/routes/fail:run", headers=job("flaky"))
-            invalid = await client.post("/v1/routes/ok:run?token=" + SECRET_TOKEN, headers={"X-CloudScheduler-JobName": "x"})
+            invalid = await client.post(
+                "/v1/routes/ok:run?token=" + SECRET_TOKEN, headers={"X-CloudScheduler-JobName": "x"}
+            )
             await client.get("/healthz")
     finally:
         server.stop()
@@ -151,10 +161,14 @@ def test_certs_fetches_are_counted_when_oidc_is_on() -> None:
     from runonce.api.main import create_app
     from runonce.settings import Settings
 
-    app = create_app(Settings(
-        routes='{"routes": {"r": {"target": {"type": "log"}}}}', auth="oidc",
-        audience=["https://runonce.example"], allowed_callers=["a@p.iam.gserviceaccount.com"],
-    ))
+    app = create_app(
+        Settings(
+            routes='{"routes": {"r": {"target": {"type": "log"}}}}',
+            auth="oidc",
+            audience=["https://runonce.example"],
+            allowed_callers=["a@p.iam.gserviceaccount.com"],
+        )
+    )
     text = __import__("prometheus_client").generate_latest(app.state.metrics.registry).decode()
     assert "runonce_certs_fetches_total 0.0" in text
 
@@ -194,7 +208,9 @@ async def test_sigterm_lets_a_dispatch_in_flight_finish(downstream: Downstream, 
     assert any("shutting down" in e["message"] for e in json_lines(server))
 
 
-async def test_sigterm_cuts_a_long_dispatch_at_the_grace_and_keeps_the_claim(downstream: Downstream, tmp_path: Path) -> None:
+async def test_sigterm_cuts_a_long_dispatch_at_the_grace_and_keeps_the_claim(
+    downstream: Downstream, tmp_path: Path
+) -> None:
     downstream.set("/slow", 200, delay=8)
     server = start_server(
         env(downstream, tmp_path, RUNONCE_SHUTDOWN_GRACE_SECONDS="0.5", RUNONCE_DISPATCH_TIMEOUT_SECONDS="6"), tmp_path
@@ -207,9 +223,11 @@ async def test_sigterm_cuts_a_long_dispatch_at_the_grace_and_keeps_the_claim(dow
     assert response.status_code == 504 and response.json()["status"] == "unknown"
     assert "shutdown grace" in response.json()["error"]["message"]
     await _exited_cleanly(server)
-    row = sqlite3.connect(tmp_path / "runs.db").execute(
-        "SELECT status FROM runs WHERE run_id = ?", (response.json()["run_id"],)
-    ).fetchone()
+    row = (
+        sqlite3.connect(tmp_path / "runs.db")
+        .execute("SELECT status FROM runs WHERE run_id = ?", (response.json()["run_id"],))
+        .fetchone()
+    )
     assert row == ("in_progress",)  # kept: the next attempt reconciles after the lease
 
 
@@ -231,9 +249,11 @@ async def test_sigterm_releases_a_claim_not_yet_dispatched(downstream: Downstrea
     assert "released" in response.json()["error"]["message"]
     assert downstream.calls["/ok"] == 0
     await _exited_cleanly(server)
-    row = sqlite3.connect(tmp_path / "runs.db").execute(
-        "SELECT status, last_error FROM runs WHERE run_id = ?", (response.json()["run_id"],)
-    ).fetchone()
+    row = (
+        sqlite3.connect(tmp_path / "runs.db")
+        .execute("SELECT status, last_error FROM runs WHERE run_id = ?", (response.json()["run_id"],))
+        .fetchone()
+    )
     assert row == ("failed", "runonce shut down before dispatching")  # claimable at once by the retry
 
 
@@ -256,10 +276,26 @@ def sentinel_requests(url: str, tokens: dict[str, str]) -> list[httpx.Response]:
         ("/v1/routes/ok:run", {**valid, "X-CloudScheduler-ScheduleTime": s[6]}, None, None),
         ("/v1/routes/ok:run", {"X-CloudTasks-QueueName": "q", "X-CloudTasks-TaskName": f"{s[7]}!"}, None, None),
         ("/v1/routes/ok:run", {"X-CloudTasks-QueueName": f"{s[8]}.", "X-CloudTasks-TaskName": "t"}, None, None),
-        ("/v1/routes/ok:run", {"X-CloudTasks-QueueName": "q", "X-CloudTasks-TaskName": "t1",
-                               "X-CloudTasks-TaskRetryCount": s[9]}, None, None),
-        ("/v1/routes/ok:run", {**job("body-1"), "User-Agent": s[10], "X-Custom": s[11], "Content-Type": s[12],
-                               "traceparent": s[13], "X-Cloud-Trace-Context": s[14], "Cookie": s[15]}, {"k": s[16]}, None),
+        (
+            "/v1/routes/ok:run",
+            {"X-CloudTasks-QueueName": "q", "X-CloudTasks-TaskName": "t1", "X-CloudTasks-TaskRetryCount": s[9]},
+            None,
+            None,
+        ),
+        (
+            "/v1/routes/ok:run",
+            {
+                **job("body-1"),
+                "User-Agent": s[10],
+                "X-Custom": s[11],
+                "Content-Type": s[12],
+                "traceparent": s[13],
+                "X-Cloud-Trace-Context": s[14],
+                "Cookie": s[15],
+            },
+            {"k": s[16]},
+            None,
+        ),
         ("/v1/routes/ok:run", job("body-2"), None, f'{{"k": "{s[17]}"'.encode()),  # not JSON
         ("/v1/routes/ok:run", job("body-3"), None, f'{{"{s[18]}": 1, "{s[18]}": 2}}'.encode()),  # duplicate key
         ("/v1/routes/ok:run", job("body-4"), None, f'{{"k": "{s[19]}", "n": 1e400}}'.encode()),
@@ -278,7 +314,9 @@ def sentinel_requests(url: str, tokens: dict[str, str]) -> list[httpx.Response]:
             except httpx.LocalProtocolError:  # httpx refused to send it: nothing reached the server
                 continue
         for name, token in tokens.items():
-            responses.append(client.post("/v1/routes/ok:run", headers={**job(f"auth-{name}"), "Authorization": f"Bearer {token}"}))
+            responses.append(
+                client.post("/v1/routes/ok:run", headers={**job(f"auth-{name}"), "Authorization": f"Bearer {token}"})
+            )
     return responses
 
 
@@ -303,8 +341,12 @@ def test_no_value_a_caller_sends_reaches_the_logs_unless_validated(downstream: D
         for log_format, auth in (("json", "none"), ("text", "none"), ("json", "oidc")):
             extra = {"RUNONCE_LOG_FORMAT": log_format, "RUNONCE_AUTH": auth}
             if auth == "oidc":
-                extra.update(RUNONCE_AUDIENCE=f"{audience},https://configured-only.example", RUNONCE_ALLOWED_CALLERS=caller,
-                             RUNONCE_ADMIN_CALLERS=caller, RUNONCE_OIDC_CERTS_URL=certs.url)
+                extra.update(
+                    RUNONCE_AUDIENCE=f"{audience},https://configured-only.example",
+                    RUNONCE_ALLOWED_CALLERS=caller,
+                    RUNONCE_ADMIN_CALLERS=caller,
+                    RUNONCE_OIDC_CERTS_URL=certs.url,
+                )
             (tmp_path / f"{log_format}-{auth}").mkdir()
             server = start_server(env(downstream, tmp_path / f"{log_format}-{auth}", **extra), tmp_path)
             try:

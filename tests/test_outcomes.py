@@ -52,11 +52,20 @@ async def answer(r: Runner, delivery=DELIVERY, payload: dict | None = None, body
     return Answer(200, result.body(), {"Runonce-Replayed": "true"} if result.replayed else {})
 
 
-def make_runner(clock: Clock, target: ScriptedTarget | None = None, store: MemoryStore | None = None,
-                limit: int | None = None, dispatch_timeout: float = 30) -> Runner:
+def make_runner(
+    clock: Clock,
+    target: ScriptedTarget | None = None,
+    store: MemoryStore | None = None,
+    limit: int | None = None,
+    dispatch_timeout: float = 30,
+) -> Runner:
     return Runner(
-        store or MemoryStore(), {"etl": target or ScriptedTarget()}, lease=LEASE, retention=timedelta(days=1),
-        dispatch_timeout=timedelta(seconds=dispatch_timeout), clock=clock,
+        store or MemoryStore(),
+        {"etl": target or ScriptedTarget()},
+        lease=LEASE,
+        retention=timedelta(days=1),
+        dispatch_timeout=timedelta(seconds=dispatch_timeout),
+        clock=clock,
         concurrency_limits={"etl": limit} if limit else None,
     )
 
@@ -75,9 +84,15 @@ async def stored(r: Runner, run_id: str = RUN):
 
 def new_run(delivery=DELIVERY) -> NewRun:
     return NewRun(
-        run_id=delivery.run_id, route="etl", source=delivery.source, project=delivery.project,
-        location=delivery.location, job=delivery.job, schedule_time=delivery.schedule_time_text,
-        task=None, body_sha256=BODY,
+        run_id=delivery.run_id,
+        route="etl",
+        source=delivery.source,
+        project=delivery.project,
+        location=delivery.location,
+        job=delivery.job,
+        schedule_time=delivery.schedule_time_text,
+        task=None,
+        body_sha256=BODY,
     )
 
 
@@ -90,10 +105,19 @@ async def test_processed(clock: Clock) -> None:
     assert await answer(r, payload={"mode": "full"}) == Answer(
         200, {"run_id": RUN, "status": "processed", "route": "etl", "target": CREATED}, {}
     )
-    assert target.dispatched == [DispatchRequest(
-        run_id=RUN, route="etl", job="nightly", schedule_time="2026-10-16T12:00:00Z", source="scheduler",
-        payload={"mode": "full"}, task=None, attempt=1, created_at=clock(),
-    )]
+    assert target.dispatched == [
+        DispatchRequest(
+            run_id=RUN,
+            route="etl",
+            job="nightly",
+            schedule_time="2026-10-16T12:00:00Z",
+            source="scheduler",
+            payload={"mode": "full"},
+            task=None,
+            attempt=1,
+            created_at=clock(),
+        )
+    ]
     record = await stored(r)
     assert (record.status, record.target, record.attempts, record.last_error) == (COMPLETED, CREATED, 1, None)
     assert record.updated_at == clock()  # the finish is stamped with the runner's clock
@@ -104,12 +128,29 @@ async def test_processed_cloud_tasks_run_hands_the_task_downstream_and_records_i
     target = ScriptedTarget()
     r = make_runner(clock, target)
     got = await answer(r, tasks, payload={"n": 1})
-    assert got == Answer(200, {"run_id": tasks.run_id, "status": "processed", "route": "etl",
-                               "target": {"type": "scripted", "resource": f"scripted/{tasks.run_id}"}}, {})
-    assert target.dispatched == [DispatchRequest(
-        run_id=tasks.run_id, route="etl", job="exports", schedule_time=None, source="tasks",
-        payload={"n": 1}, task="t-1", attempt=1, created_at=clock(),
-    )]
+    assert got == Answer(
+        200,
+        {
+            "run_id": tasks.run_id,
+            "status": "processed",
+            "route": "etl",
+            "target": {"type": "scripted", "resource": f"scripted/{tasks.run_id}"},
+        },
+        {},
+    )
+    assert target.dispatched == [
+        DispatchRequest(
+            run_id=tasks.run_id,
+            route="etl",
+            job="exports",
+            schedule_time=None,
+            source="tasks",
+            payload={"n": 1},
+            task="t-1",
+            attempt=1,
+            created_at=clock(),
+        )
+    ]
     record = await stored(r, tasks.run_id)
     assert (record.job, record.task, record.schedule_time, record.source) == ("exports", "t-1", None, "tasks")
 
@@ -146,7 +187,14 @@ async def test_processed_by_reconciliation_names_what_the_earlier_attempt_create
 
     target.on_reconcile = found
     assert await answer(r) == Answer(
-        200, {"run_id": RUN, "status": "processed", "route": "etl", "target": {"type": "scripted", "resource": "executions/e-1"}}, {}
+        200,
+        {
+            "run_id": RUN,
+            "status": "processed",
+            "route": "etl",
+            "target": {"type": "scripted", "resource": "executions/e-1"},
+        },
+        {},
     )
     assert len(target.dispatched) == 1 and target.reconciled[0].attempt == 2
 
@@ -207,7 +255,8 @@ class TakenOverDuringDispatch(MemoryStore):
 
 
 @pytest.mark.parametrize(
-    "dispatch", [ScriptedTarget().on_dispatch, raising(TargetFailed("HTTP 400")), raising(TargetOutcomeUnknown("reset"))],
+    "dispatch",
+    [ScriptedTarget().on_dispatch, raising(TargetFailed("HTTP 400")), raising(TargetOutcomeUnknown("reset"))],
     ids=["after-success", "after-failure", "after-unknown"],
 )
 async def test_fenced_off_answers_in_progress_with_the_new_holders_lease(clock: Clock, dispatch) -> None:
@@ -243,7 +292,9 @@ async def test_another_body_is_a_payload_mismatch_naming_the_body(clock: Clock) 
 # -- 429 -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("given", "retry_after"), [(42, "42"), (None, str(int(THROTTLE_BACKOFF_SECONDS))), (0.2, "1"), (0, "1"), (1.5, "2")])
+@pytest.mark.parametrize(
+    ("given", "retry_after"), [(42, "42"), (None, str(int(THROTTLE_BACKOFF_SECONDS))), (0.2, "1"), (0, "1"), (1.5, "2")]
+)
 async def test_throttled_releases_the_claim_and_passes_on_the_delay(clock: Clock, given, retry_after: str) -> None:
     target = ScriptedTarget(raising(TargetThrottled("HTTP 429 from downstream", retry_after=given)))
     r = make_runner(clock, target)
@@ -272,7 +323,10 @@ async def test_route_busy_gives_the_claim_back_without_calling_the_target(clock:
 
     got = await answer(r)
     assert got == Answer(
-        429, error("throttled", target=NOT_CREATED), {"Retry-After": str(int(ROUTE_BUSY_RETRY_AFTER_SECONDS))}, got.message
+        429,
+        error("throttled", target=NOT_CREATED),
+        {"Retry-After": str(int(ROUTE_BUSY_RETRY_AFTER_SECONDS))},
+        got.message,
     )
     assert "already has 1 dispatch(es) in flight" in got.message and "released before dispatching" in got.message
     record = await stored(r)
@@ -458,7 +512,9 @@ async def test_route_busy_records_why_and_says_when_the_claim_could_not_be_relea
     first = asyncio.create_task(answer(r, OTHER))
     await started.wait()
     await answer(r)
-    assert (await stored(r)).last_error == "route 'etl' already has 1 dispatch(es) in flight (max_concurrent_dispatches)"
+    assert (
+        await stored(r)
+    ).last_error == "route 'etl' already has 1 dispatch(es) in flight (max_concurrent_dispatches)"
     store.fail_finish = True
     got = await answer(r, replace(DELIVERY, job="weekly"))
     assert got.http == 429 and "the claim could not be released (deadline exceeded)" in got.message

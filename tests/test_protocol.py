@@ -19,11 +19,14 @@ from tests.support.clock import Clock
 from tests.support.runs import BODY, DELIVERY, LEASE, BrokenStore, raising
 
 
-
 def runner(target: ScriptedTarget, clock: Clock, store=None, dispatch_timeout: float = 30) -> Runner:
     return Runner(
-        store or MemoryStore(), {"etl": target}, lease=LEASE, retention=timedelta(days=1),
-        dispatch_timeout=timedelta(seconds=dispatch_timeout), clock=clock,
+        store or MemoryStore(),
+        {"etl": target},
+        lease=LEASE,
+        retention=timedelta(days=1),
+        dispatch_timeout=timedelta(seconds=dispatch_timeout),
+        clock=clock,
     )
 
 
@@ -39,12 +42,19 @@ async def test_processed_dispatches_once_with_the_run_identity(clock: Clock) -> 
 
     assert result.status == "processed" and not result.replayed
     assert result.body() == {
-        "run_id": DELIVERY.run_id, "status": "processed", "route": "etl",
+        "run_id": DELIVERY.run_id,
+        "status": "processed",
+        "route": "etl",
         "target": {"type": "scripted", "resource": f"scripted/{DELIVERY.run_id}"},
     }
     [sent] = target.dispatched
     assert (sent.run_id, sent.job, sent.schedule_time, sent.source, sent.payload, sent.attempt) == (
-        DELIVERY.run_id, "nightly", "2026-10-16T12:00:00Z", "scheduler", {"mode": "full"}, 1,
+        DELIVERY.run_id,
+        "nightly",
+        "2026-10-16T12:00:00Z",
+        "scheduler",
+        {"mode": "full"},
+        1,
     )
     assert (await record(r)).status == COMPLETED
 
@@ -257,11 +267,19 @@ async def test_an_attempt_fenced_off_during_dispatch_answers_in_progress(clock: 
         clock.advance(301)
         await r.store.claim(
             __import__("runonce.stores", fromlist=["NewRun"]).NewRun(
-                run_id=DELIVERY.run_id, route="etl", source="scheduler", project="proj-1",
-                location="us-central1", job="nightly", schedule_time="2026-10-16T12:00:00Z",
-                task=None, body_sha256=BODY,
+                run_id=DELIVERY.run_id,
+                route="etl",
+                source="scheduler",
+                project="proj-1",
+                location="us-central1",
+                job="nightly",
+                schedule_time="2026-10-16T12:00:00Z",
+                task=None,
+                body_sha256=BODY,
             ),
-            clock(), LEASE, timedelta(days=1),
+            clock(),
+            LEASE,
+            timedelta(days=1),
         )
         return "created"
 

@@ -33,15 +33,14 @@ async def test_resource_name_supplies_the_namespace_a_bare_route_lacks(api: Harn
     record = await api.store.get(response.json()["run_id"], api.clock())
     assert (record.project, record.location, record.job) == ("other-project", "us-east1", "q-1")
     # the same task by queue id, with the namespace in the query, is the same run
-    again = await api.client.post(
-        "/v1/routes/bare:run?project=other-project&location=us-east1", headers=task("q-1")
-    )
+    again = await api.client.post("/v1/routes/bare:run?project=other-project&location=us-east1", headers=task("q-1"))
     assert again.json()["status"] == "duplicate" and again.json()["run_id"] == response.json()["run_id"]
 
 
 async def test_query_matching_the_resource_name_is_accepted(api: Harness) -> None:
     response = await api.client.post(
-        "/v1/routes/bare:run?project=other-project", headers=task("projects/other-project/locations/us-east1/queues/q-1")
+        "/v1/routes/bare:run?project=other-project",
+        headers=task("projects/other-project/locations/us-east1/queues/q-1"),
     )
     assert response.json()["run_id"] == run_id_of("runonce/v1|tasks|other-project|us-east1|bare|q-1|task-123")
 
@@ -49,17 +48,33 @@ async def test_query_matching_the_resource_name_is_accepted(api: Harness) -> Non
 @pytest.mark.parametrize(
     ("route", "query", "queue", "says"),
     [
-        ("etl", "", "projects/other-project/locations/europe-west1/queues/exports",
-         "the queue is in project 'other-project', but this delivery's namespace (query parameter project, else the "
-         "route's namespace) says 'route-project'"),
-        ("etl", "", "projects/route-project/locations/us-east1/queues/exports",
-         "the queue is in location 'us-east1', but this delivery's namespace (query parameter location, else the "
-         "route's namespace) says 'europe-west1'"),
-        ("bare", "?project=query-project", "projects/other-project/locations/us-east1/queues/q",
-         "project 'other-project', but this delivery's namespace (query parameter project, else the route's "
-         "namespace) says 'query-project'; runs of different projects are never merged: send project=other-project"),
-        ("bare", "?location=asia-east1", "projects/other-project/locations/us-east1/queues/q",
-         "says 'asia-east1'; runs of different locations are never merged: send location=us-east1, or none"),
+        (
+            "etl",
+            "",
+            "projects/other-project/locations/europe-west1/queues/exports",
+            "the queue is in project 'other-project', but this delivery's namespace (query parameter project, else the "
+            "route's namespace) says 'route-project'",
+        ),
+        (
+            "etl",
+            "",
+            "projects/route-project/locations/us-east1/queues/exports",
+            "the queue is in location 'us-east1', but this delivery's namespace (query parameter location, else the "
+            "route's namespace) says 'europe-west1'",
+        ),
+        (
+            "bare",
+            "?project=query-project",
+            "projects/other-project/locations/us-east1/queues/q",
+            "project 'other-project', but this delivery's namespace (query parameter project, else the route's "
+            "namespace) says 'query-project'; runs of different projects are never merged: send project=other-project",
+        ),
+        (
+            "bare",
+            "?location=asia-east1",
+            "projects/other-project/locations/us-east1/queues/q",
+            "says 'asia-east1'; runs of different locations are never merged: send location=us-east1, or none",
+        ),
     ],
     ids=["route-project", "route-location", "query-project", "query-location"],
 )
@@ -108,8 +123,20 @@ def key_cli(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 def test_key_accepts_both_queue_forms_and_they_agree(key_cli) -> None:
     cli = key_cli
     full = cli("key", "--route", "etl", "--queue", FULL, "--task", "t-1", "--canonical")
-    short = cli("key", "--route", "etl", "--queue", "exports", "--task", "t-1",
-                "--project", "route-project", "--location", "europe-west1", "--canonical")
+    short = cli(
+        "key",
+        "--route",
+        "etl",
+        "--queue",
+        "exports",
+        "--task",
+        "t-1",
+        "--project",
+        "route-project",
+        "--location",
+        "europe-west1",
+        "--canonical",
+    )
     assert full.exit_code == 0 and short.exit_code == 0
     assert full.output == short.output
     assert full.output.splitlines()[1] == "runonce/v1|tasks|route-project|europe-west1|etl|exports|t-1"

@@ -5,11 +5,9 @@ max_concurrent_dispatches; a target's 429 Retry-After), the last also against a 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import time
 from collections.abc import AsyncIterator, Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -62,13 +60,19 @@ class Api:
 
 @pytest.fixture
 async def api() -> AsyncIterator[Api]:
-    clock = Clock(datetime(2026, 3, 8, 6, 57, 0, tzinfo=timezone.utc))  # 01:57 EST, just before the jump
+    clock = Clock(datetime(2026, 3, 8, 6, 57, 0, tzinfo=UTC))  # 01:57 EST, just before the jump
     store = MemoryStore()
-    targets = {name: ScriptedTarget() for name in ("groc-snap", "cron-reject", "separate", "dedupe", "refuse", "tasks", "limited")}
-    app = create_app(Settings(routes=ROUTES, auth="none", store="sqlite:///unused.db"), store=store, targets=targets, clock=clock)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://runonce"
-    ) as client:
+    targets = {
+        name: ScriptedTarget()
+        for name in ("groc-snap", "cron-reject", "separate", "dedupe", "refuse", "tasks", "limited")
+    }
+    app = create_app(
+        Settings(routes=ROUTES, auth="none", store="sqlite:///unused.db"), store=store, targets=targets, clock=clock
+    )
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://runonce") as client,
+    ):
         yield Api(client, store, targets, clock)
 
 
@@ -80,6 +84,7 @@ def job(name: str = "nightly", time: str | None = None) -> dict[str, str]:
 
 
 # -- missing schedule time ----------------------------------------------------------------------
+
 
 async def test_snap_keys_a_headerless_delivery_by_the_latest_fire_time(api: Api) -> None:
     first = await api.deliver("groc-snap", job("every5"))
@@ -114,18 +119,26 @@ def test_groc_route_with_reject_warns_at_start_up(caplog: pytest.LogCaptureFixtu
     path.write_text("routes:\n  r:\n    target: {type: log}\n    schedule: every 10 minutes\n")
     with caplog.at_level(logging.WARNING, logger="runonce.routes"):
         load_routes(Settings(routes_file=str(path), auth="none"))
-    assert f"routes file {path}: route 'r': groc schedule 'every 10 minutes' with missing_schedule_time 'reject'" in caplog.text
+    assert (
+        f"routes file {path}: route 'r': groc schedule 'every 10 minutes' with missing_schedule_time 'reject'"
+        in caplog.text
+    )
 
 
-@pytest.mark.parametrize("route, field, says", [
-    ("schedule: '0 0 * * MON#2'", "schedule", "day-of-week field 'MON#2': '#'"),
-    ("schedule: 'every 7 minutes synchronized'", "schedule", "divides 24 hours"),
-    ("time_zone: Mars/Olympus", "time_zone", "'Mars/Olympus' is not a tz database zone name"),
-    ("missing_schedule_time: snap", "", "missing_schedule_time 'snap' needs the job's 'schedule'"),
-    ("forced_runs: sometimes", "forced_runs", "'separate', 'dedupe' or 'reject'"),
-    ("max_concurrent_dispatches: 0", "max_concurrent_dispatches", "greater than or equal to 1"),
-])
-def test_bad_schedule_config_stops_start_up_naming_file_route_and_field(tmp_path: Path, route: str, field: str, says: str) -> None:
+@pytest.mark.parametrize(
+    "route, field, says",
+    [
+        ("schedule: '0 0 * * MON#2'", "schedule", "day-of-week field 'MON#2': '#'"),
+        ("schedule: 'every 7 minutes synchronized'", "schedule", "divides 24 hours"),
+        ("time_zone: Mars/Olympus", "time_zone", "'Mars/Olympus' is not a tz database zone name"),
+        ("missing_schedule_time: snap", "", "missing_schedule_time 'snap' needs the job's 'schedule'"),
+        ("forced_runs: sometimes", "forced_runs", "'separate', 'dedupe' or 'reject'"),
+        ("max_concurrent_dispatches: 0", "max_concurrent_dispatches", "greater than or equal to 1"),
+    ],
+)
+def test_bad_schedule_config_stops_start_up_naming_file_route_and_field(
+    tmp_path: Path, route: str, field: str, says: str
+) -> None:
     path = tmp_path / "routes.yaml"
     path.write_text(f"routes:\n  nightly:\n    target: {{type: log}}\n    {route}\n")
     with pytest.raises(ConfigError) as caught:
@@ -146,7 +159,7 @@ async def test_forced_runs_separate_is_its_own_run_and_dedupes_among_force_runs(
     forced = await api.deliver("separate", job("hourly", FORCED))
     again = await api.deliver("separate", job("hourly", FORCED))
     assert again.json()["status"] == "duplicate" and again.json()["run_id"] == forced.json()["run_id"]
-    api.clock.now = datetime(2026, 3, 8, 8, 0, 1, tzinfo=timezone.utc)
+    api.clock.now = datetime(2026, 3, 8, 8, 0, 1, tzinfo=UTC)
     scheduled = await api.deliver("separate", job("hourly", FORCED))
     assert scheduled.json()["status"] == "processed" and scheduled.json()["run_id"] != forced.json()["run_id"]
     assert [r.source for r in api.targets["separate"].dispatched] == ["scheduler-forced", "scheduler"]
@@ -155,7 +168,7 @@ async def test_forced_runs_separate_is_its_own_run_and_dedupes_among_force_runs(
 async def test_forced_runs_dedupe_treats_the_force_run_as_the_scheduled_run(api: Api) -> None:
     forced = await api.deliver("dedupe", job("hourly", FORCED))
     assert forced.json()["status"] == "processed"
-    api.clock.now = datetime(2026, 3, 8, 8, 0, 1, tzinfo=timezone.utc)
+    api.clock.now = datetime(2026, 3, 8, 8, 0, 1, tzinfo=UTC)
     scheduled = await api.deliver("dedupe", job("hourly", FORCED))
     assert scheduled.json()["status"] == "duplicate" and scheduled.json()["run_id"] == forced.json()["run_id"]
     assert [r.source for r in api.targets["dedupe"].dispatched] == ["scheduler"]
@@ -168,15 +181,20 @@ async def test_forced_runs_reject_is_409_with_an_explanation_and_the_scheduled_r
     assert body["status"] == "forced_run_refused" and body["error"]["field"] == "X-CloudScheduler-ScheduleTime"
     assert "force run" in body["error"]["message"] and "forced_runs: reject" in body["error"]["message"]
     assert await api.store.list(api.clock()) == []
-    api.clock.now = datetime(2026, 3, 8, 8, 0, 1, tzinfo=timezone.utc)
+    api.clock.now = datetime(2026, 3, 8, 8, 0, 1, tzinfo=UTC)
     assert (await api.deliver("refuse", job("hourly", FORCED))).json()["status"] == "processed"
 
 
 # -- Cloud Tasks counters -----------------------------------------------------------------------------
 
+
 async def test_cloud_tasks_counters_are_recorded_on_the_run_record(api: Api) -> None:
-    headers = {"X-CloudTasks-QueueName": "exports", "X-CloudTasks-TaskName": "task-1",
-               "X-CloudTasks-TaskRetryCount": "0", "X-CloudTasks-TaskExecutionCount": "0"}
+    headers = {
+        "X-CloudTasks-QueueName": "exports",
+        "X-CloudTasks-TaskName": "task-1",
+        "X-CloudTasks-TaskRetryCount": "0",
+        "X-CloudTasks-TaskExecutionCount": "0",
+    }
     first = await api.deliver("tasks", headers)
     run_id = first.json()["run_id"]
     shown = (await api.client.get(f"/v1/runs/{run_id}")).json()
@@ -206,6 +224,7 @@ def _fail_once(dispatch):  # type: ignore[no-untyped-def]
 
 
 # -- backpressure ---------------------------------------------------------------------------------
+
 
 async def test_route_concurrency_limit_throttles_under_load_and_releases_the_claim(api: Api) -> None:
     gate = asyncio.Event()
@@ -246,10 +265,14 @@ def downstream() -> Iterator[Downstream]:
 
 async def _burst(url: str, route: str, count: int) -> list[httpx.Response]:
     async with httpx.AsyncClient(timeout=30) as client:
-        return list(await asyncio.gather(*(
-            client.post(f"{url}/v1/routes/{route}:run", headers=job("burst", f"2026-03-08T06:{i:02d}:00Z"))
-            for i in range(count)
-        )))
+        return list(
+            await asyncio.gather(
+                *(
+                    client.post(f"{url}/v1/routes/{route}:run", headers=job("burst", f"2026-03-08T06:{i:02d}:00Z"))
+                    for i in range(count)
+                )
+            )
+        )
 
 
 @pytest.mark.e2e
@@ -260,8 +283,14 @@ async def test_real_server_backpressure_and_target_retry_after(tmp_path: Path, d
         f"  slow:\n    target: {{type: http, url: '{downstream.url}/work'}}\n    max_concurrent_dispatches: 2\n"
         f"  busy:\n    target: {{type: http, url: '{downstream.url}/work'}}\n"
     )
-    server = start_server({"RUNONCE_ROUTES_FILE": str(routes), "RUNONCE_AUTH": "none",
-                           "RUNONCE_STORE": f"sqlite:///{tmp_path / 'runs.db'}"}, tmp_path)
+    server = start_server(
+        {
+            "RUNONCE_ROUTES_FILE": str(routes),
+            "RUNONCE_AUTH": "none",
+            "RUNONCE_STORE": f"sqlite:///{tmp_path / 'runs.db'}",
+        },
+        tmp_path,
+    )
     try:
         # 12 runs at once on a route limited to 2, each dispatch taking 0.5 s.
         downstream.set("/work", delay=0.5)

@@ -19,7 +19,7 @@ expectations in test_schedules.py and, for groc, against Google's evaluator here
 from __future__ import annotations
 
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from cronsim import CronSim
@@ -29,15 +29,59 @@ from runonce.schedules.zones import timeline, to_instant
 from tests.support.groc_oracle import run_oracle
 
 ZONES = [
-    "America/New_York", "Europe/London", "Australia/Lord_Howe", "UTC", "Europe/Berlin",
-    "Pacific/Chatham", "America/St_Johns", "Australia/Adelaide", "Asia/Kolkata", "America/Santiago",
+    "America/New_York",
+    "Europe/London",
+    "Australia/Lord_Howe",
+    "UTC",
+    "Europe/Berlin",
+    "Pacific/Chatham",
+    "America/St_Johns",
+    "Australia/Adelaide",
+    "Asia/Kolkata",
+    "America/Santiago",
 ]
 ORDINALS = ["1st", "first", "2nd", "second", "3rd", "third", "4th", "fourth", "5th", "fifth"]
-WEEKDAYS = ["mon", "monday", "tue", "tuesday", "wed", "wednesday", "thu", "thursday", "fri", "friday",
-            "sat", "saturday", "sun", "sunday"]
-MONTHS = ["jan", "january", "feb", "february", "mar", "march", "apr", "april", "may", "jun", "june",
-          "jul", "july", "aug", "august", "sep", "september", "oct", "october", "nov", "november",
-          "dec", "december"]
+WEEKDAYS = [
+    "mon",
+    "monday",
+    "tue",
+    "tuesday",
+    "wed",
+    "wednesday",
+    "thu",
+    "thursday",
+    "fri",
+    "friday",
+    "sat",
+    "saturday",
+    "sun",
+    "sunday",
+]
+MONTHS = [
+    "jan",
+    "january",
+    "feb",
+    "february",
+    "mar",
+    "march",
+    "apr",
+    "april",
+    "may",
+    "jun",
+    "june",
+    "jul",
+    "july",
+    "aug",
+    "august",
+    "sep",
+    "september",
+    "oct",
+    "october",
+    "nov",
+    "november",
+    "dec",
+    "december",
+]
 DST_TIMES = ["00:00", "00:30", "01:00", "01:30", "01:45", "02:00", "02:15", "02:30", "02:45", "03:00", "03:30"]
 
 
@@ -61,33 +105,64 @@ def generate_groc(rng: random.Random) -> str:
     if form == 1:
         ordinals = "every" if rng.random() < 0.3 else _pick(rng, ORDINALS, 3)
         days = "day" if rng.random() < 0.2 else _pick(rng, WEEKDAYS, 3)
-        months = rng.choice(["month", _pick(rng, MONTHS, 3), "quarter",
-                             f"{_pick(rng, ['first', 'second', 'third'], 2)} month of quarter"])
+        months = rng.choice(
+            [
+                "month",
+                _pick(rng, MONTHS, 3),
+                "quarter",
+                f"{_pick(rng, ['first', 'second', 'third'], 2)} month of quarter",
+            ]
+        )
         return f"{ordinals} {days} of {months} {_time(rng)}"
     if form == 2:
         days = ",".join(str(d) for d in rng.sample(range(1, 32), rng.randint(1, 4)))
         months = rng.choice(["month", _pick(rng, MONTHS, 3), "quarter"])
         return f"{days} of {months} {_time(rng)}"
     if form == 3:
-        n, unit = rng.choice([(1, "minutes"), (2, "mins"), (5, "minutes"), (7, "minutes"), (15, "mins"),
-                              (45, "minutes"), (90, "minutes"), (1, "hours"), (3, "hours"), (48, "hours")])
+        n, unit = rng.choice(
+            [
+                (1, "minutes"),
+                (2, "mins"),
+                (5, "minutes"),
+                (7, "minutes"),
+                (15, "mins"),
+                (45, "minutes"),
+                (90, "minutes"),
+                (1, "hours"),
+                (3, "hours"),
+                (48, "hours"),
+            ]
+        )
         on = f" on {_pick(rng, WEEKDAYS, 3)}" if rng.random() < 0.3 and (unit != "hours" or n <= 24) else ""
         return f"every {n} {unit}{on}"
     if form == 4:
-        n, unit = rng.choice([(1, "minutes"), (5, "minutes"), (10, "mins"), (30, "minutes"), (1, "hours"),
-                              (2, "hours"), (3, "hours"), (6, "hours"), (12, "hours"), (24, "hours")])
+        n, unit = rng.choice(
+            [
+                (1, "minutes"),
+                (5, "minutes"),
+                (10, "mins"),
+                (30, "minutes"),
+                (1, "hours"),
+                (2, "hours"),
+                (3, "hours"),
+                (6, "hours"),
+                (12, "hours"),
+                (24, "hours"),
+            ]
+        )
         on = f" on {_pick(rng, WEEKDAYS, 2)}" if rng.random() < 0.3 else ""
         return f"every {n} {unit} synchronized{on}"
-    n, unit = rng.choice([(5, "minutes"), (7, "minutes"), (20, "mins"), (45, "minutes"), (1, "hours"),
-                          (2, "hours"), (5, "hours")])
+    n, unit = rng.choice(
+        [(5, "minutes"), (7, "minutes"), (20, "mins"), (45, "minutes"), (1, "hours"), (2, "hours"), (5, "hours")]
+    )
     on = f" on {_pick(rng, WEEKDAYS, 2)}" if rng.random() < 0.3 else ""
     return f"every {n} {unit} from {_time(rng)} to {_time(rng)}{on}"
 
 
 def _starts(rng: random.Random, zone_name: str, count: int) -> list[int]:
     """Start instants in 2025-2028, most within a day of (or inside) a DST transition."""
-    lo = to_instant(datetime(2025, 1, 1, tzinfo=timezone.utc))
-    hi = to_instant(datetime(2028, 12, 1, tzinfo=timezone.utc))
+    lo = to_instant(datetime(2025, 1, 1, tzinfo=UTC))
+    hi = to_instant(datetime(2028, 12, 1, tzinfo=UTC))
     transitions = timeline(get_zone(zone_name)).transitions(lo, hi)
     starts = []
     for _ in range(count):
@@ -123,14 +198,16 @@ def test_groc_matches_googles_evaluator() -> None:
             mismatches.append(f"{case['expr']!r}: we accept, Google rejects ({answer['error']})")
             continue
         zone = get_zone(case["tz"])
-        start = datetime.fromtimestamp(case["start"], timezone.utc)
+        start = datetime.fromtimestamp(case["start"], UTC)
         ours = [int(t.timestamp()) for _, t in zip(range(8), schedule.iter_after(start, zone), strict=False)]
         theirs = [int(t) for t in answer["matches"]]
         compared += 1
         if ours != theirs:
             fmt = lambda ts: [datetime.fromtimestamp(t, zone).strftime("%m-%d %H:%M%z") for t in ts]  # noqa: E731
-            mismatches.append(f"{case['expr']!r} in {case['tz']} after {start:%Y-%m-%dT%H:%M:%SZ}:\n"
-                              f"  ours   {fmt(ours)}\n  Google {fmt(theirs)}")
+            mismatches.append(
+                f"{case['expr']!r} in {case['tz']} after {start:%Y-%m-%dT%H:%M:%SZ}:\n"
+                f"  ours   {fmt(ours)}\n  Google {fmt(theirs)}"
+            )
     assert not mismatches, f"{len(mismatches)} of {len(cases)} differ:\n" + "\n".join(mismatches[:10])
     assert compared > 1500 and rejected < 150  # the generator makes mostly valid schedules
 
@@ -175,13 +252,15 @@ def test_groc_accepts_and_rejects_like_googles_parser() -> None:
 
 def test_every_minute_is_accepted_as_cloud_scheduler_documents() -> None:
     schedule = parse_schedule("every minute")
-    after = datetime(2026, 1, 1, 0, 0, 30, tzinfo=timezone.utc)
+    after = datetime(2026, 1, 1, 0, 0, 30, tzinfo=UTC)
     assert [t.isoformat() for _, t in zip(range(2), schedule.iter_after(after, get_zone("UTC")), strict=False)] == [
-        "2026-01-01T00:01:00+00:00", "2026-01-01T00:02:00+00:00",
+        "2026-01-01T00:01:00+00:00",
+        "2026-01-01T00:02:00+00:00",
     ]
 
 
 # -- unix-cron against cronsim ------------------------------------------------------------------
+
 
 def _cron_field(rng: random.Random, low: int, high: int, names: list[str] | None = None) -> str:
     def value() -> str:
@@ -205,13 +284,41 @@ def generate_cron(rng: random.Random) -> str:
     hour = rng.choice(["*", "*/2", "0-3", "1", "2", "1,2,3", "2-4/2", str(rng.randint(0, 23)), _cron_field(rng, 0, 23)])
     minute = rng.choice(["0", "30", "*/15", "*", "0,30", "15,45", _cron_field(rng, 0, 59)])
     dom = rng.choice(["*", "*", "*", _cron_field(rng, 1, 28)])
-    month = rng.choice(["*", "*", "*", _cron_field(rng, 1, 12, ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"])])
-    dow = rng.choice(["*", "*", "1-5", "MON-FRI", "0", "7", "SUN", "6,0", _cron_field(rng, 0, 6, ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"])])
+    month = rng.choice(
+        [
+            "*",
+            "*",
+            "*",
+            _cron_field(
+                rng, 1, 12, ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"]
+            ),
+        ]
+    )
+    dow = rng.choice(
+        [
+            "*",
+            "*",
+            "1-5",
+            "MON-FRI",
+            "0",
+            "7",
+            "SUN",
+            "6,0",
+            _cron_field(rng, 0, 6, ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"]),
+        ]
+    )
     return f"{minute} {hour} {dom} {month} {dow}"
 
 
-CRONSIM_ZONES = ["America/New_York", "Europe/London", "Europe/Berlin", "Australia/Adelaide",
-                 "America/St_Johns", "UTC", "Asia/Kolkata"]
+CRONSIM_ZONES = [
+    "America/New_York",
+    "Europe/London",
+    "Europe/Berlin",
+    "Australia/Adelaide",
+    "America/St_Johns",
+    "UTC",
+    "Asia/Kolkata",
+]
 
 
 def test_cron_matches_cronsim_across_dst() -> None:
@@ -234,9 +341,11 @@ def test_cron_matches_cronsim_across_dst() -> None:
                 ours = [t.timestamp() for _, t in zip(range(12), schedule.iter_after(start, zone), strict=False)]
                 compared += 1
                 if ours != theirs:
-                    mismatches.append(f"{expr!r} in {zone_name} after {start.isoformat()}:\n  ours    "
-                                      f"{[datetime.fromtimestamp(t, zone).isoformat() for t in ours]}\n  cronsim "
-                                      f"{[datetime.fromtimestamp(t, zone).isoformat() for t in theirs]}")
+                    mismatches.append(
+                        f"{expr!r} in {zone_name} after {start.isoformat()}:\n  ours    "
+                        f"{[datetime.fromtimestamp(t, zone).isoformat() for t in ours]}\n  cronsim "
+                        f"{[datetime.fromtimestamp(t, zone).isoformat() for t in theirs]}"
+                    )
     assert not mismatches, f"{len(mismatches)} of {compared} differ:\n" + "\n".join(mismatches[:8])
 
 
@@ -249,14 +358,18 @@ def test_latest_at_or_before_is_the_inverse_of_next(zone_name: str) -> None:
     for expr in exprs:
         schedule = parse_schedule(expr)
         for t_instant in _starts(rng, zone_name, 4):
-            t = datetime.fromtimestamp(t_instant, timezone.utc)
+            t = datetime.fromtimestamp(t_instant, UTC)
             p = schedule.latest_at_or_before(t, zone)
             assert p is not None, expr
             assert p <= t
             if getattr(schedule, "plain", False):
                 continue  # plain intervals: next counts from its argument, prev uses the snap grid
-            p = p.astimezone(timezone.utc)  # zone-aware arithmetic would be wall-clock arithmetic
+            p = p.astimezone(UTC)  # zone-aware arithmetic would be wall-clock arithmetic
             following = schedule.next_after(p - timedelta(seconds=1), zone)
             # compare instants: datetimes in a fold never compare equal across zones (PEP 495)
-            assert following is not None and following.timestamp() == p.timestamp(), f"{expr!r} in {zone_name}: latest {p} before {t} is not a fire time"
-            assert schedule.next_after(p, zone).timestamp() > t.timestamp(), f"{expr!r} in {zone_name}: a fire time between {p} and {t}"
+            assert following is not None and following.timestamp() == p.timestamp(), (
+                f"{expr!r} in {zone_name}: latest {p} before {t} is not a fire time"
+            )
+            assert schedule.next_after(p, zone).timestamp() > t.timestamp(), (
+                f"{expr!r} in {zone_name}: a fire time between {p} and {t}"
+            )

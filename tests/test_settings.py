@@ -9,20 +9,30 @@ import sys
 
 import pytest
 
-from tests.support.procs import REPO
 from runonce.settings import ConfigError, Settings, load_settings
+from tests.support.procs import REPO
 
 
 @pytest.mark.parametrize(
     "values, named",
     [
         # the lease covers the dispatch timeout but not the store time around it (claim wait + finish)
-        ({"lease_seconds": 40, "dispatch_timeout_seconds": 30, "store_timeout_seconds": 5},
-         ("RUNONCE_LEASE_SECONDS (40)", "RUNONCE_DISPATCH_TIMEOUT_SECONDS (30)", "RUNONCE_STORE_TIMEOUT_SECONDS (5)")),
-        ({"lease_seconds": 3, "dispatch_timeout_seconds": 1, "store_timeout_seconds": 1},
-         ("RUNONCE_LEASE_SECONDS (3)", "RUNONCE_DISPATCH_TIMEOUT_SECONDS (1)")),
-        ({"lease_seconds": 4, "dispatch_timeout_seconds": 5},
-         ("RUNONCE_LEASE_SECONDS (4)", "RUNONCE_DISPATCH_TIMEOUT_SECONDS (5)")),
+        (
+            {"lease_seconds": 40, "dispatch_timeout_seconds": 30, "store_timeout_seconds": 5},
+            (
+                "RUNONCE_LEASE_SECONDS (40)",
+                "RUNONCE_DISPATCH_TIMEOUT_SECONDS (30)",
+                "RUNONCE_STORE_TIMEOUT_SECONDS (5)",
+            ),
+        ),
+        (
+            {"lease_seconds": 3, "dispatch_timeout_seconds": 1, "store_timeout_seconds": 1},
+            ("RUNONCE_LEASE_SECONDS (3)", "RUNONCE_DISPATCH_TIMEOUT_SECONDS (1)"),
+        ),
+        (
+            {"lease_seconds": 4, "dispatch_timeout_seconds": 5},
+            ("RUNONCE_LEASE_SECONDS (4)", "RUNONCE_DISPATCH_TIMEOUT_SECONDS (5)"),
+        ),
         # retention below the lease: a record in flight "expires" and is claimed again
         ({"retention_seconds": 200}, ("RUNONCE_RETENTION_SECONDS (200)", "RUNONCE_LEASE_SECONDS (300)")),
         ({"retention_seconds": 300}, ("RUNONCE_RETENTION_SECONDS (300)", "RUNONCE_LEASE_SECONDS (300)")),
@@ -61,9 +71,19 @@ def test_the_defaults_and_the_suites_settings_pass(values: dict) -> None:
 def test_serve_refuses_overlapping_settings_in_one_line(tmp_path) -> None:
     """In a subprocess with a deadline: a `serve` that wrongly starts must fail the test, not hang it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RUNONCE_")}
-    env.update(RUNONCE_AUTH="none", RUNONCE_ROUTES='{"routes": {"demo": {"target": {"type": "log"}}}}',
-               RUNONCE_RETENTION_SECONDS="60", RUNONCE_STORE=f"sqlite:///{tmp_path / 'runs.db'}")
-    done = subprocess.run([sys.executable, "-m", "runonce.cli", "serve", "--port", "0"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=30)
+    env.update(
+        RUNONCE_AUTH="none",
+        RUNONCE_ROUTES='{"routes": {"demo": {"target": {"type": "log"}}}}',
+        RUNONCE_RETENTION_SECONDS="60",
+        RUNONCE_STORE=f"sqlite:///{tmp_path / 'runs.db'}",
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "runonce.cli", "serve", "--port", "0"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and "RUNONCE_RETENTION_SECONDS (60)" in done.stderr, done.stderr

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from runonce.stores import Decision, Finish, StoreUnavailable
-from runonce.stores.base import COMPLETED, FAILED, IN_PROGRESS, SKIPPED
 from runonce.stores import sqlite as sqlite_store
+from runonce.stores.base import COMPLETED, FAILED, IN_PROGRESS, SKIPPED
 from runonce.stores.sqlite import SQLiteStore
 from tests.support.procs import free_port
 from tests.support.runs import LEASE, RETENTION, T0, claim, new_run
@@ -319,11 +319,22 @@ async def test_firestore_fresh_scheduled_run_reads_the_force_run_beside_its_clai
 
     store._rpc = rpc  # type: ignore[method-assign]
     delivery = Delivery(
-        source="scheduler", project="proj-1", location="us-central1", route="etl", job="nightly",
-        schedule_time=T0, may_be_forced_retry=True,
+        source="scheduler",
+        project="proj-1",
+        location="us-central1",
+        route="etl",
+        job="nightly",
+        schedule_time=T0,
+        may_be_forced_retry=True,
     )
-    runner = Runner(store, {"etl": ScriptedTarget()}, lease=LEASE, retention=RETENTION,
-                    dispatch_timeout=timedelta(seconds=30), clock=lambda: T0)
+    runner = Runner(
+        store,
+        {"etl": ScriptedTarget()},
+        lease=LEASE,
+        retention=RETENTION,
+        dispatch_timeout=timedelta(seconds=30),
+        clock=lambda: T0,
+    )
     try:
         result = await runner.run(delivery, {}, "0" * 64)
         assert result.status == "processed"
@@ -365,11 +376,31 @@ async def test_sqlite_ping_fails_while_another_process_holds_the_write_lock(tmp_
 async def test_sqlite_file_from_before_the_task_counters_gets_them(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     old = sqlite3.connect(path)
-    schema = "CREATE TABLE runs (run_id TEXT PRIMARY KEY, " + ", ".join(  # the key every released schema had
-        f"{name} TEXT" for name in ("status", "attempt_id", "lease_expires", "expire_at", "created_at",
-                                    "updated_at", "route", "source", "project", "location", "job", "schedule_time",
-                                    "task", "body_sha256", "target", "last_error")
-    ) + ", attempts INTEGER)"
+    schema = (
+        "CREATE TABLE runs (run_id TEXT PRIMARY KEY, "
+        + ", ".join(  # the key every released schema had
+            f"{name} TEXT"
+            for name in (
+                "status",
+                "attempt_id",
+                "lease_expires",
+                "expire_at",
+                "created_at",
+                "updated_at",
+                "route",
+                "source",
+                "project",
+                "location",
+                "job",
+                "schedule_time",
+                "task",
+                "body_sha256",
+                "target",
+                "last_error",
+            )
+        )
+        + ", attempts INTEGER)"
+    )
     old.execute(schema)
     old.commit()
     old.close()

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,27 +25,40 @@ LOG_TARGET = {"type": "log", "resource": "x"}
 # -- the registry ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("url", [
-    "firestore", "sqlite:///x.db", "spanner://projects/my-proj/instances/main/databases/jobs",
-    "spanner://projects/my-proj/instances/main/databases/jobs?table=runs_2", "redis://10.0.0.3:6379/0",
-    "redis://:s3cret@10.0.0.3:6379/2?wait_replicas=1", "rediss://10.0.0.3:6378/0?ca_file=/etc/ca.pem",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "firestore",
+        "sqlite:///x.db",
+        "spanner://projects/my-proj/instances/main/databases/jobs",
+        "spanner://projects/my-proj/instances/main/databases/jobs?table=runs_2",
+        "redis://10.0.0.3:6379/0",
+        "redis://:s3cret@10.0.0.3:6379/2?wait_replicas=1",
+        "rediss://10.0.0.3:6378/0?ca_file=/etc/ca.pem",
+    ],
+)
 def test_settings_accept_every_backend_url(url: str) -> None:
     assert load_settings(store=url).store == url
 
 
-@pytest.mark.parametrize(("url", "reason"), [
-    ("postgres://db/x", "unknown store 'postgres://db/x'"),
-    ("memory", "unknown store 'memory'"),
-    ("sqlite:///", "must be sqlite:///PATH"),
-    ("spanner://projects/p/instances/i", "must be spanner://projects/PROJECT/instances/INSTANCE/databases/DATABASE"),
-    ("spanner://projects/my-proj/instances/main/databases/jobs?table=1x", "is not a Spanner table name"),
-    ("spanner://projects/my-proj/instances/main/databases/jobs?tabel=x", "unknown option 'tabel'"),
-    ("redis://h:6379/0?ca_file=/x", "unknown option 'ca_file'"),  # plaintext: a CA file means nothing
-    ("redis://h:6379/zero", "database number must be an integer"),
-    ("redis://h:6379/0?wait_replicas=-1", "wait_replicas must be an integer from 0 to 16"),
-    ("redis:///0", "a host is required"),
-])
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("postgres://db/x", "unknown store 'postgres://db/x'"),
+        ("memory", "unknown store 'memory'"),
+        ("sqlite:///", "must be sqlite:///PATH"),
+        (
+            "spanner://projects/p/instances/i",
+            "must be spanner://projects/PROJECT/instances/INSTANCE/databases/DATABASE",
+        ),
+        ("spanner://projects/my-proj/instances/main/databases/jobs?table=1x", "is not a Spanner table name"),
+        ("spanner://projects/my-proj/instances/main/databases/jobs?tabel=x", "unknown option 'tabel'"),
+        ("redis://h:6379/0?ca_file=/x", "unknown option 'ca_file'"),  # plaintext: a CA file means nothing
+        ("redis://h:6379/zero", "database number must be an integer"),
+        ("redis://h:6379/0?wait_replicas=-1", "wait_replicas must be an integer from 0 to 16"),
+        ("redis:///0", "a host is required"),
+    ],
+)
 def test_settings_refuse_bad_store_urls_precisely(url: str, reason: str) -> None:
     with pytest.raises(ConfigError) as refused:
         load_settings(store=url)
@@ -56,7 +68,13 @@ def test_settings_refuse_bad_store_urls_precisely(url: str, reason: str) -> None
 def test_store_urls_carry_the_backend_options() -> None:
     assert parse_spanner_url("spanner://projects/my-proj/instances/main/databases/jobs?table=t1").table == "t1"
     parsed = parse_redis_url("rediss://user:p%40ss@h.example:6378/3?wait_replicas=2&ca_file=/ca.pem")
-    assert (parsed.host, parsed.port, parsed.db, parsed.username, parsed.password) == ("h.example", 6378, 3, "user", "p@ss")
+    assert (parsed.host, parsed.port, parsed.db, parsed.username, parsed.password) == (
+        "h.example",
+        6378,
+        3,
+        "user",
+        "p@ss",
+    )
     assert (parsed.tls, parsed.ca_file, parsed.wait_replicas) == (True, "/ca.pem", 2)
 
 
@@ -261,12 +279,15 @@ async def test_redis_full_with_noeviction_refuses_the_claim(tmp_path: Path) -> N
         server.stop()
 
 
-@pytest.mark.parametrize(("policy", "limit", "warned"), [
-    ("volatile-lru", 100 * 2**20, True),  # Memorystore's default
-    ("allkeys-lru", 100 * 2**20, True),
-    ("noeviction", 100 * 2**20, False),
-    ("volatile-lru", 0, False),  # no memory limit: nothing is ever evicted
-])
+@pytest.mark.parametrize(
+    ("policy", "limit", "warned"),
+    [
+        ("volatile-lru", 100 * 2**20, True),  # Memorystore's default
+        ("allkeys-lru", 100 * 2**20, True),
+        ("noeviction", 100 * 2**20, False),
+        ("volatile-lru", 0, False),  # no memory limit: nothing is ever evicted
+    ],
+)
 async def test_redis_that_would_evict_run_keys_is_warned_about_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, policy: str, limit: int, warned: bool
 ) -> None:
@@ -282,11 +303,15 @@ async def test_redis_that_would_evict_run_keys_is_warned_about_once(
             await store.ping()
             await store.ping()
         warnings = [r.getMessage() for r in caplog.records if r.name == "runonce.stores.redis"]
-        assert warnings == ([
-            f"redis maxmemory-policy is {policy}: when the instance is full it evicts run records and a retry "
-            "then dispatches the run again; set maxmemory-policy noeviction (a full instance then refuses "
-            "claims with 503)"
-        ] if warned else [])
+        assert warnings == (
+            [
+                f"redis maxmemory-policy is {policy}: when the instance is full it evicts run records and a retry "
+                "then dispatches the run again; set maxmemory-policy noeviction (a full instance then refuses "
+                "claims with 503)"
+            ]
+            if warned
+            else []
+        )
     finally:
         await store.close()
         server.stop()

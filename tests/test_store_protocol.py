@@ -79,7 +79,9 @@ async def test_a_finish_whose_answer_was_lost_is_not_fenced(
     assert await store.get(first.record.run_id, T0) == done
 
 
-async def test_a_release_whose_answer_was_lost_reports_the_release(store: RunStore, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_release_whose_answer_was_lost_reports_the_release(
+    store: RunStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     first = await claim(store)
     landed = lose_next_answer(monkeypatch, store, "replace_if_version")
     released = await store.release(first.record.run_id, T0 + timedelta(seconds=1))
@@ -139,7 +141,9 @@ async def test_a_record_deleted_then_created_by_another_claim_is_busy(
     assert len(loads) == 2
 
 
-async def test_finish_and_release_name_every_field_they_change(store: RunStore, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_finish_and_release_name_every_field_they_change(
+    store: RunStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`changed` is what a store may write alone (Firestore does): it must cover every difference."""
     real = store.replace_if_version
     seen: list[tuple[set[str], set[str] | None]] = []
@@ -247,5 +251,8 @@ async def test_a_backend_missing_a_write_primitive_says_what_to_implement() -> N
     with pytest.raises(NotImplementedError, match="^OnlyReads must implement insert_if_absent, or override claim$"):
         await claim(store)
     held = Claim(Decision.CREATE, fresh_record(new_run(), T0, LEASE, RETENTION), version="v")
-    with pytest.raises(NotImplementedError, match="^OnlyReads must implement replace_if_version, or override claim, finish and release$"):
+    with pytest.raises(
+        NotImplementedError,
+        match="^OnlyReads must implement replace_if_version, or override claim, finish and release$",
+    ):
         await store.finish(held, Finish(COMPLETED), T0)

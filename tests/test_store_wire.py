@@ -19,8 +19,8 @@ from typing import Any
 import grpc
 import httpx
 import pytest
-from google.cloud import firestore
 from google.api_core import exceptions as gexc
+from google.cloud import firestore
 from google.cloud.firestore_v1.types import document as document_types
 from google.cloud.firestore_v1.types import write as write_types
 
@@ -30,9 +30,17 @@ from runonce.stores import Finish, StoreUnavailable
 from runonce.stores.base import COMPLETED, FINISH_FIELDS, RELEASE_FIELDS, finished_record, fresh_record
 from runonce.stores.firestore import (
     FirestoreStore,
+)
+from runonce.stores.firestore import (
     _BatchGetRequest as BatchGetRequest,
+)
+from runonce.stores.firestore import (
     _BatchGetResponse as BatchGetResponse,
+)
+from runonce.stores.firestore import (
     _CommitRequest as CommitRequest,
+)
+from runonce.stores.firestore import (
     _CommitResponse as CommitResponse,
 )
 from runonce.targets.scripted import ScriptedTarget
@@ -106,10 +114,17 @@ class FirestoreStandIn:
 async def stand_in(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FirestoreStandIn]:
     service = FirestoreStandIn()
     server = grpc.aio.server()
-    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("google.firestore.v1.Firestore", {
-        "Commit": grpc.unary_unary_rpc_method_handler(service.commit),
-        "BatchGetDocuments": grpc.unary_stream_rpc_method_handler(service.batch_get),
-    })])
+    server.add_generic_rpc_handlers(
+        [
+            grpc.method_handlers_generic_handler(
+                "google.firestore.v1.Firestore",
+                {
+                    "Commit": grpc.unary_unary_rpc_method_handler(service.commit),
+                    "BatchGetDocuments": grpc.unary_stream_rpc_method_handler(service.batch_get),
+                },
+            )
+        ]
+    )
     port = free_port()
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
@@ -119,7 +134,9 @@ async def stand_in(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FirestoreSt
 
 
 @pytest.fixture(params=["(default)", "runs-db"])
-async def clients(stand_in: FirestoreStandIn, request: pytest.FixtureRequest) -> AsyncIterator[tuple[FirestoreStore, Any]]:
+async def clients(
+    stand_in: FirestoreStandIn, request: pytest.FixtureRequest
+) -> AsyncIterator[tuple[FirestoreStore, Any]]:
     """The store, and the library's client, on the same database (the default or a named one)."""
     store = FirestoreStore(project=FIRESTORE_PROJECT, database=request.param, collection=COLLECTION, timeout_seconds=5)
     library = firestore.AsyncClient(project=FIRESTORE_PROJECT, database=request.param)
@@ -148,17 +165,21 @@ async def test_writes_are_the_document_apis_create_and_update(stand_in, clients)
     assert assert_same_call(stand_in).request.writes[0].current_document.exists is False
     assert version is not None and version.nanos == 123_456_789  # the write's update time, exactly
 
-    for changed, finish in ((FINISH_FIELDS, Finish(COMPLETED, target={"type": "log", "resource": "x"})),
-                            (FINISH_FIELDS, Finish(COMPLETED, target={})),
-                            # whatever an adapter puts in `target` is written as the library would
-                            (FINISH_FIELDS, Finish(COMPLETED, target={"n": 1, "ok": True, "f": 0.5, "l": ["a"]})),  # type: ignore[dict-item]
-                            (RELEASE_FIELDS, Finish("in_progress")),
-                            (None, Finish("failed", last_error="boom"))):
+    for changed, finish in (
+        (FINISH_FIELDS, Finish(COMPLETED, target={"type": "log", "resource": "x"})),
+        (FINISH_FIELDS, Finish(COMPLETED, target={})),
+        # whatever an adapter puts in `target` is written as the library would
+        (FINISH_FIELDS, Finish(COMPLETED, target={"n": 1, "ok": True, "f": 0.5, "l": ["a"]})),  # type: ignore[dict-item]
+        (RELEASE_FIELDS, Finish("in_progress")),
+        (None, Finish("failed", last_error="boom")),
+    ):
         written = finished_record(record, finish, T0)
         new_version = await store.replace_if_version(written, version, changed)
         doc = written.as_dict()
         update = doc if changed is None else {name: doc[name] for name in changed}
-        await ref.document(record.run_id).update(update, option=library.write_option(last_update_time=result.update_time))
+        await ref.document(record.run_id).update(
+            update, option=library.write_option(last_update_time=result.update_time)
+        )
         ours = assert_same_call(stand_in)
         assert ours.request.writes[0].current_document.update_time == version  # the precondition
         assert new_version == version  # the stand-in's update time, which never moves
@@ -169,8 +190,9 @@ async def test_reads_are_the_document_apis_get(stand_in, clients) -> None:
     store, library = clients
     ref = library.collection(COLLECTION)
     now = T0 + timedelta(microseconds=123_456)  # microseconds survive the round trip
-    record = finished_record(fresh_record(new_run(), now, LEASE, RETENTION),
-                             Finish(COMPLETED, target={"type": "log", "resource": "x"}), now)
+    record = finished_record(
+        fresh_record(new_run(), now, LEASE, RETENTION), Finish(COMPLETED, target={"type": "log", "resource": "x"}), now
+    )
 
     assert await store.load(record.run_id) is None
     assert not (await ref.document(record.run_id).get()).exists
@@ -202,7 +224,8 @@ async def test_the_default_collection_is_runonce_runs(stand_in) -> None:
     try:
         await store.load("a" * 64)
         assert stand_in.calls[0].request.documents == [
-            f"projects/{FIRESTORE_PROJECT}/databases/(default)/documents/runonce_runs/{'a' * 64}"]
+            f"projects/{FIRESTORE_PROJECT}/databases/(default)/documents/runonce_runs/{'a' * 64}"
+        ]
     finally:
         await store.close()
 
@@ -226,13 +249,23 @@ def unavailable_message(op: str, code: grpc.StatusCode) -> str:
     return f"firestore {op}: {error.__name__}: {error.code} {code.name} from the stand-in"
 
 
-REFUSALS = {"create": {grpc.StatusCode.ALREADY_EXISTS},
-            "update": {grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND}}
+REFUSALS = {
+    "create": {grpc.StatusCode.ALREADY_EXISTS},
+    "update": {grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND},
+}
 
 
-@pytest.mark.parametrize("code", [grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.FAILED_PRECONDITION,
-                                  grpc.StatusCode.NOT_FOUND, grpc.StatusCode.PERMISSION_DENIED,
-                                  grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.INTERNAL])
+@pytest.mark.parametrize(
+    "code",
+    [
+        grpc.StatusCode.ALREADY_EXISTS,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.INTERNAL,
+    ],
+)
 async def test_a_write_refused_is_a_lost_race_or_unavailable_at_once(stand_in, clients, code) -> None:
     """AlreadyExists to a create, FailedPrecondition / NotFound to an update: the record is not as
     read, so the protocol reads again. Anything else, those codes to the other write included, is
@@ -242,8 +275,10 @@ async def test_a_write_refused_is_a_lost_race_or_unavailable_at_once(stand_in, c
     record = fresh_record(new_run(), T0, LEASE, RETENTION)
     version = await store.insert_if_absent(record)
     stand_in.fail = code
-    for op, write in (("create", lambda: store.insert_if_absent(record)),
-                      ("update", lambda: store.replace_if_version(record, version, FINISH_FIELDS))):
+    for op, write in (
+        ("create", lambda: store.insert_if_absent(record)),
+        ("update", lambda: store.replace_if_version(record, version, FINISH_FIELDS)),
+    ):
         stand_in.calls[:] = []
         if code in REFUSALS[op]:
             assert await write() is None
@@ -254,8 +289,9 @@ async def test_a_write_refused_is_a_lost_race_or_unavailable_at_once(stand_in, c
         assert [call.method for call in stand_in.calls] == ["Commit"]  # once: not retried
 
 
-@pytest.mark.parametrize("code", [grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION,
-                                  grpc.StatusCode.ALREADY_EXISTS])
+@pytest.mark.parametrize(
+    "code", [grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.ALREADY_EXISTS]
+)
 async def test_a_read_refused_is_the_store_failing(stand_in, clients, code) -> None:
     """A read has no refusal in the protocol (a missing record is `missing`, not an error): these
     codes come from the database itself (none, or in Datastore mode), and the delivery and
@@ -270,8 +306,10 @@ async def test_a_read_refused_is_the_store_failing(stand_in, clients, code) -> N
         assert [call.method for call in stand_in.calls] == ["BatchGetDocuments"]
 
 
-DATASTORE_MODE = ("The Cloud Firestore API is not available for Firestore in Datastore Mode database "
-                  f"projects/{FIRESTORE_PROJECT}/databases/(default).")
+DATASTORE_MODE = (
+    "The Cloud Firestore API is not available for Firestore in Datastore Mode database "
+    f"projects/{FIRESTORE_PROJECT}/databases/(default)."
+)
 
 
 async def test_a_database_in_datastore_mode_answers_deliveries_and_readyz_503_with_its_reason(stand_in) -> None:
@@ -282,9 +320,10 @@ async def test_a_database_in_datastore_mode_answers_deliveries_and_readyz_503_wi
     target = ScriptedTarget()
     settings = Settings(routes=ROUTES, auth="none", store="firestore")
     app = create_app(settings, store=store, targets={"etl": target, "bare": target})
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://runonce"
-    ) as client:
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://runonce") as client,
+    ):
         delivered = await client.post("/v1/routes/etl:run", headers=JOB)
         ready = await client.get("/readyz")
     assert delivered.status_code == 503 and delivered.json()["status"] == "unavailable"
@@ -306,9 +345,17 @@ async def attempts(stand_in: FirestoreStandIn, call: Any) -> int:
     return len(stand_in.calls)
 
 
-@pytest.mark.parametrize("code", [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                  grpc.StatusCode.INTERNAL, grpc.StatusCode.DEADLINE_EXCEEDED,
-                                  grpc.StatusCode.ABORTED, grpc.StatusCode.PERMISSION_DENIED])
+@pytest.mark.parametrize(
+    "code",
+    [
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.PERMISSION_DENIED,
+    ],
+)
 async def test_what_is_retried_is_what_the_library_retries(stand_in, clients, code) -> None:
     """Commit retries UNAVAILABLE and RESOURCE_EXHAUSTED; BatchGetDocuments UNAVAILABLE, INTERNAL and
     DEADLINE_EXCEEDED (the GAPIC's policies), until the store's own deadline."""

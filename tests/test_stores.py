@@ -161,7 +161,9 @@ async def test_release_refuses_runs_without_a_live_lease(store: RunStore) -> Non
 async def test_holder_may_finish_after_an_admin_touched_its_record(store: RunStore) -> None:
     first = await claim(store)
     await store.release(first.record.run_id, T0 + timedelta(seconds=1))
-    done = await store.finish(first, Finish(COMPLETED, target={"type": "log", "resource": "x"}), T0 + timedelta(seconds=2))
+    done = await store.finish(
+        first, Finish(COMPLETED, target={"type": "log", "resource": "x"}), T0 + timedelta(seconds=2)
+    )
     assert done.status == COMPLETED
 
 

@@ -30,14 +30,22 @@ TARGETS: dict[str, tuple[str, str, list[tuple[str, ...]]] | None] = {
     "log": None,
     "http": None,
     "workflows": ("workflow", NAME.format("workflows"), [("roles/workflows.invoker", "project")]),
-    "cloud_run_job": ("job", NAME.format("jobs"),
-                      [("roles/run.jobsExecutorWithOverrides", "run-job"), ("runonceExecutionReader", "run-job")]),
+    "cloud_run_job": (
+        "job",
+        NAME.format("jobs"),
+        [("roles/run.jobsExecutorWithOverrides", "run-job"), ("runonceExecutionReader", "run-job")],
+    ),
     "cloud_build_trigger": ("trigger", NAME.format("triggers"), [("runonceBuildRunner", "project")]),
     "bigquery_job": ("project", r"^([a-z][a-z0-9.:-]*[a-z0-9]|[0-9]+)$", [("roles/bigquery.jobUser", "project")]),
-    "cloud_tasks_task": ("queue", NAME.format("queues"), [
-        ("roles/cloudtasks.enqueuer", "tasks-queue"), ("roles/cloudtasks.viewer", "tasks-queue"),
-        ("roles/iam.serviceAccountUser", "service-account", "http_request.oidc_token.service_account_email"),
-    ]),
+    "cloud_tasks_task": (
+        "queue",
+        NAME.format("queues"),
+        [
+            ("roles/cloudtasks.enqueuer", "tasks-queue"),
+            ("roles/cloudtasks.viewer", "tasks-queue"),
+            ("roles/iam.serviceAccountUser", "service-account", "http_request.oidc_token.service_account_email"),
+        ],
+    ),
 }
 # What a grant on another field may name, by where it is granted.
 NAMED = {"service-account": r"^[a-z0-9][a-z0-9._-]*@[a-z0-9][a-z0-9.-]*\.gserviceaccount\.com$"}
@@ -96,7 +104,9 @@ def grants(config: object, origin: str, predefined_build_role: bool = False) -> 
         target = route.get("target") if isinstance(route, dict) else None
         kind = target.get("type") if isinstance(target, dict) else None
         if kind not in TARGETS:
-            raise ValueError(f"{origin}: route {name!r}: field 'target.type' must be one of {', '.join(sorted(TARGETS))}")
+            raise ValueError(
+                f"{origin}: route {name!r}: field 'target.type' must be one of {', '.join(sorted(TARGETS))}"
+            )
         declared = TARGETS[kind]
         if declared is not None:
             field, pattern, roles = declared
@@ -116,12 +126,17 @@ def grants(config: object, origin: str, predefined_build_role: bool = False) -> 
                     role = f"projects/{project}/roles/{role}"
                 found.append((role, where, project if where == "project" else value))
         if kind == "cloud_build_trigger":
-            print(f"note: route {name!r}: if trigger {target['trigger']} runs as its own service account, "
-                  "pass --trigger-service-account EMAIL (runonce's account needs actAs on it)", file=sys.stderr)
+            print(
+                f"note: route {name!r}: if trigger {target['trigger']} runs as its own service account, "
+                "pass --trigger-service-account EMAIL (runonce's account needs actAs on it)",
+                file=sys.stderr,
+            )
         elif kind == "http" and target.get("audience"):
-            print(f"note: route {name!r}: http audience {target['audience']}: if it is a Cloud Run service, pass "
-                  "--downstream-service projects/P/locations/L/services/S (runonce's account needs roles/run.invoker)",
-                  file=sys.stderr)
+            print(
+                f"note: route {name!r}: http audience {target['audience']}: if it is a Cloud Run service, pass "
+                "--downstream-service projects/P/locations/L/services/S (runonce's account needs roles/run.invoker)",
+                file=sys.stderr,
+            )
     return list(dict.fromkeys(found))  # keep the order, drop repeats
 
 

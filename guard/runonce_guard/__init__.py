@@ -6,7 +6,20 @@ from .rules import StepKey, StepRecord
 from .settings import GuardSettings
 
 __all__ = [
-    "Fenced", "Guard", "GuardConfigError", "GuardError", "GuardSettings", "NotStartedByRunonce", "Once",
-    "ResultNotStored", "Step", "StepInProgress", "StepKey", "StepRecord", "StoreUnavailable", "UnguardedStep",
-    "default_guard", "once",
+    "Fenced",
+    "Guard",
+    "GuardConfigError",
+    "GuardError",
+    "GuardSettings",
+    "NotStartedByRunonce",
+    "Once",
+    "ResultNotStored",
+    "Step",
+    "StepInProgress",
+    "StepKey",
+    "StepRecord",
+    "StoreUnavailable",
+    "UnguardedStep",
+    "default_guard",
+    "once",
 ]

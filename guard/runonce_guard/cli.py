@@ -25,7 +25,7 @@ import warnings
 from typing import Any
 
 from .errors import Fenced, GuardError, NotStartedByRunonce, StepInProgress, StoreUnavailable
-from .once import DEFAULT_RUN_ID_ENV, _FROM_ENV, Guard, UnguardedStep
+from .once import _FROM_ENV, DEFAULT_RUN_ID_ENV, Guard, UnguardedStep
 
 EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 69
@@ -58,12 +58,22 @@ def _parser() -> argparse.ArgumentParser:
         task = p.add_mutually_exclusive_group()
         task.add_argument("--task", help="task index (default: $CLOUD_RUN_TASK_INDEX)")
         task.add_argument("--no-task", action="store_true", help="one record for all tasks")
-    run.add_argument("--on-busy", choices=["wait", "raise"], default="wait",
-                     help="another attempt holds the lease: wait for it (default) or exit 75 at once")
+    run.add_argument(
+        "--on-busy",
+        choices=["wait", "raise"],
+        default="wait",
+        help="another attempt holds the lease: wait for it (default) or exit 75 at once",
+    )
     run.add_argument("--wait-seconds", type=float, help="longest wait for a busy step (default: the lease)")
     run.add_argument("--lease-seconds", type=float, help="this step's lease (default: $RUNONCE_LEASE_SECONDS)")
-    run.add_argument("--keep-on-exit", type=int, action="append", default=[], metavar="CODE",
-                     help="exit codes that mean 'outcome unknown': keep the claim instead of releasing")
+    run.add_argument(
+        "--keep-on-exit",
+        type=int,
+        action="append",
+        default=[],
+        metavar="CODE",
+        help="exit codes that mean 'outcome unknown': keep the claim instead of releasing",
+    )
     run.add_argument("--allow-missing", action="store_true", help="no run_id: run CMD unguarded, with a warning")
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     return parser
@@ -102,9 +112,16 @@ def _cmd_run(guard: Guard, args: argparse.Namespace) -> int:
         _say("run: give the command after --, e.g. runonce-guard run --step export -- ./export.sh")
         return EXIT_USAGE
     keep = set(args.keep_on_exit)
-    run = guard.once(args.step, run_id=args.run_id, task=_task(args), on_busy=args.on_busy,
-                     wait_seconds=args.wait_seconds, unknown=(_ExitedUnknown,), allow_missing=args.allow_missing,
-                     lease_seconds=args.lease_seconds)
+    run = guard.once(
+        args.step,
+        run_id=args.run_id,
+        task=_task(args),
+        on_busy=args.on_busy,
+        wait_seconds=args.wait_seconds,
+        unknown=(_ExitedUnknown,),
+        allow_missing=args.allow_missing,
+        lease_seconds=args.lease_seconds,
+    )
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", UnguardedStep)
@@ -114,8 +131,10 @@ def _cmd_run(guard: Guard, args: argparse.Namespace) -> int:
                 if step.done:
                     record = step.record
                     assert record is not None
-                    _say(f"step {args.step!r} already done ({record.updated_at.isoformat()}, attempt "
-                         f"{record.attempt_id}): not running the command")
+                    _say(
+                        f"step {args.step!r} already done ({record.updated_at.isoformat()}, attempt "
+                        f"{record.attempt_id}): not running the command"
+                    )
                     return 0
                 if step.recovering:
                     _say(f"step {args.step!r}: an earlier attempt crashed or ended unknown inside it; running again")
@@ -145,7 +164,10 @@ def _cmd_status(guard: Guard, args: argparse.Namespace) -> int:
 
 # The wrapper's own exit code per error, most specific first.
 _EXIT_CODES: tuple[tuple[type[GuardError], int], ...] = (
-    (Fenced, EXIT_FENCED), (StepInProgress, EXIT_BUSY), (StoreUnavailable, EXIT_UNAVAILABLE), (GuardError, EXIT_USAGE),
+    (Fenced, EXIT_FENCED),
+    (StepInProgress, EXIT_BUSY),
+    (StoreUnavailable, EXIT_UNAVAILABLE),
+    (GuardError, EXIT_USAGE),
 )
 
 

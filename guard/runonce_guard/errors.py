@@ -1,11 +1,11 @@
 """Every error the guard raises, as one tree:
 
-    GuardError
-    ├── NotStartedByRunonce    no run_id in the environment: the job was not started by runonce
-    ├── GuardConfigError       a bad setting or argument (names it); nothing was claimed
-    ├── StepInProgress         another attempt holds a live lease (after waiting, if configured to)
-    ├── Fenced                 this attempt's claim was taken over: its completion is refused
-    └── StoreUnavailable       the store did not answer; nothing is known to have changed
+GuardError
+├── NotStartedByRunonce    no run_id in the environment: the job was not started by runonce
+├── GuardConfigError       a bad setting or argument (names it); nothing was claimed
+├── StepInProgress         another attempt holds a live lease (after waiting, if configured to)
+├── Fenced                 this attempt's claim was taken over: its completion is refused
+└── StoreUnavailable       the store did not answer; nothing is known to have changed
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar
 
 from .errors import Fenced, GuardConfigError, NotStartedByRunonce, StepInProgress, StoreUnavailable
@@ -52,7 +52,7 @@ class UnguardedStep(UserWarning):
 
 
 def _utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class Guard:
@@ -184,9 +184,18 @@ class _LeaseRenewer:
 class Once:
     """A configured step: a decorator (`@once(...)`) or a context manager (`with once(...) as step`)."""
 
-    def __init__(self, guard: Guard, step: str, run_id: str | None, task: Any, on_busy: OnBusy,
-                 wait_seconds: float | None, unknown: tuple[type[BaseException], ...], allow_missing: bool,
-                 lease_seconds: float | None):
+    def __init__(
+        self,
+        guard: Guard,
+        step: str,
+        run_id: str | None,
+        task: Any,
+        on_busy: OnBusy,
+        wait_seconds: float | None,
+        unknown: tuple[type[BaseException], ...],
+        allow_missing: bool,
+        lease_seconds: float | None,
+    ):
         self.guard, self.step, self.run_id, self.task = guard, step, run_id, task
         self.on_busy, self.wait_seconds, self.unknown = on_busy, wait_seconds, unknown
         self.allow_missing, self.lease_seconds = allow_missing, lease_seconds
@@ -221,7 +230,9 @@ class Once:
 
     def __call__(self, fn: F) -> F:
         if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
-            raise GuardConfigError(f"once({self.step!r}) cannot guard a generator: its body runs after the call returns")
+            raise GuardConfigError(
+                f"once({self.step!r}) cannot guard a generator: its body runs after the call returns"
+            )
         if inspect.iscoroutinefunction(fn):
             return self._async(fn)  # type: ignore[return-value]
 
@@ -259,8 +270,17 @@ class Once:
 
     def _copy(self) -> Once:
         """A fresh context manager per call of a decorated function (calls may overlap)."""
-        return Once(self.guard, self.step, self.run_id, self.task, self.on_busy, self.wait_seconds,
-                    self.unknown, self.allow_missing, self.lease_seconds)
+        return Once(
+            self.guard,
+            self.step,
+            self.run_id,
+            self.task,
+            self.on_busy,
+            self.wait_seconds,
+            self.unknown,
+            self.allow_missing,
+            self.lease_seconds,
+        )
 
     # -- the protocol ---------------------------------------------------------------------------
 
@@ -275,8 +295,11 @@ class Once:
                     "through runonce, pass the run_id (run_id=... / --run-id), or run unguarded with allow_missing=True "
                     "(--allow-missing)."
                 )
-            warnings.warn(f"step {self.step!r} runs UNGUARDED: ${name} is not set (allow_missing=True)",
-                          UnguardedStep, stacklevel=3)
+            warnings.warn(
+                f"step {self.step!r} runs UNGUARDED: ${name} is not set (allow_missing=True)",
+                UnguardedStep,
+                stacklevel=3,
+            )
             return Step(None, None)
 
         guard, settings = self.guard, self.guard.settings

@@ -20,7 +20,7 @@ import json
 import re
 import uuid
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from .errors import GuardConfigError
@@ -94,7 +94,7 @@ class StepRecord:
 
 
 def rfc3339(value: datetime) -> str:
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class Decision(enum.Enum):
@@ -125,8 +125,16 @@ def holds(found: StepRecord | None, attempt_id: str) -> bool:
 
 def fresh_record(key: StepKey, now: datetime, lease: timedelta, retention: timedelta, holder: str | None) -> StepRecord:
     return StepRecord(
-        run_id=key.run_id, step=key.step, task=key.task, status=IN_PROGRESS, attempt_id=uuid.uuid4().hex,
-        attempts=1, lease_expires=now + lease, expire_at=now + retention, created_at=now, updated_at=now,
+        run_id=key.run_id,
+        step=key.step,
+        task=key.task,
+        status=IN_PROGRESS,
+        attempt_id=uuid.uuid4().hex,
+        attempts=1,
+        lease_expires=now + lease,
+        expire_at=now + retention,
+        created_at=now,
+        updated_at=now,
         holder=holder,
     )
 
@@ -134,8 +142,14 @@ def fresh_record(key: StepKey, now: datetime, lease: timedelta, retention: timed
 def takeover_record(found: StepRecord, now: datetime, lease: timedelta, holder: str | None) -> StepRecord:
     """A new attempt on an existing record: keeps identity and history, fences the old attempt."""
     return replace(
-        found, status=IN_PROGRESS, attempt_id=uuid.uuid4().hex, attempts=found.attempts + 1,
-        lease_expires=now + lease, updated_at=now, result=None, holder=holder,
+        found,
+        status=IN_PROGRESS,
+        attempt_id=uuid.uuid4().hex,
+        attempts=found.attempts + 1,
+        lease_expires=now + lease,
+        updated_at=now,
+        result=None,
+        holder=holder,
     )
 
 

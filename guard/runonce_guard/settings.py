@@ -61,7 +61,8 @@ class GuardSettings:
             store_timeout_seconds=seconds("store_timeout_seconds", defaults.store_timeout_seconds),
             firestore_project=env.get("RUNONCE_FIRESTORE_PROJECT") or None,
             firestore_database=env.get("RUNONCE_FIRESTORE_DATABASE") or defaults.firestore_database,
-            firestore_steps_collection=env.get("RUNONCE_FIRESTORE_STEPS_COLLECTION") or defaults.firestore_steps_collection,
+            firestore_steps_collection=env.get("RUNONCE_FIRESTORE_STEPS_COLLECTION")
+            or defaults.firestore_steps_collection,
             lease_seconds=seconds("lease_seconds", defaults.lease_seconds),
             retention_seconds=seconds("retention_seconds", defaults.retention_seconds),
         )

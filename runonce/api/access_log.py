@@ -75,13 +75,19 @@ class AccessLog:
         if outcome is None:
             if path in _PROBES and status < 400:
                 return  # probes and scrapes every few seconds would drown the deliveries
-            logger.info("%s %s %d", http_request["requestMethod"], path, status, extra={"fields": {"httpRequest": http_request}})
+            logger.info(
+                "%s %s %d", http_request["requestMethod"], path, status, extra={"fields": {"httpRequest": http_request}}
+            )
             return
         self.metrics.deliveries.labels(outcome.get("route") or UNKNOWN_ROUTE, outcome["outcome"]).inc()
         fields = {**outcome, "http_status": status, "latency_ms": round(seconds * 1000, 3), "httpRequest": http_request}
         level = logging.WARNING if status >= 500 else logging.INFO
         logger.log(
-            level, "delivery %s: %s (%d)", outcome.get("run_id") or "-", outcome["outcome"], status,
+            level,
+            "delivery %s: %s (%d)",
+            outcome.get("run_id") or "-",
+            outcome["outcome"],
+            status,
             extra={"fields": fields},
         )
 

@@ -39,7 +39,8 @@ ANSWERS: dict[type[errors.DeliveryError], Answer] = {
         409, "forced_run_refused", "A Scheduler force run on a route with forced_runs: reject; nothing was claimed."
     ),
     errors.Waiting: Answer(
-        409, "waiting",
+        409,
+        "waiting",
         "overlap: wait (or skip, when the state cannot be read): the route's previous execution is still "
         "running; the claim was released, retry after Retry-After seconds.",
     ),
@@ -52,7 +53,8 @@ ANSWERS: dict[type[errors.DeliveryError], Answer] = {
     ),
     errors.Unavailable: Answer(503, "unavailable", "The claim store is unreachable; the target was not called."),
     errors.OutcomeUnknown: Answer(
-        504, "unknown",
+        504,
+        "unknown",
         "The target may have acted (timeout, lost response); the claim is kept and the run is "
         "reconciled after the lease.",
     ),

@@ -12,23 +12,31 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from runonce import errors, logs
-from runonce.auth.callers import Authenticator
-from runonce.run.delivery import MAX_BODY_BYTES, ROUTE_PATH, Delivery, parse_body, parse_delivery, parse_namespace
-from runonce.routes import Route
-from runonce.settings import Settings
 from runonce.api.answers import RESPONSES, answer_for
 from runonce.api.deps import AuthDep, ClockDep, RoutesDep, RunnerDep, SettingsDep
+from runonce.auth.callers import Authenticator
+from runonce.routes import Route
+from runonce.run.delivery import MAX_BODY_BYTES, ROUTE_PATH, Delivery, parse_body, parse_delivery, parse_namespace
+from runonce.settings import Settings
 
 router = APIRouter()
 
 
 @router.post(
     ROUTE_PATH,
-    responses={**RESPONSES, 200: {"description": "`processed`, `duplicate` (replayed) or `skipped` (with its `reason`)"}},
+    responses={
+        **RESPONSES,
+        200: {"description": "`processed`, `duplicate` (replayed) or `skipped` (with its `reason`)"},
+    },
     summary="Deliver one scheduled run",
 )
 async def deliver(
-    route: str, request: Request, settings: SettingsDep, routes: RoutesDep, auth: AuthDep, runner: RunnerDep,
+    route: str,
+    request: Request,
+    settings: SettingsDep,
+    routes: RoutesDep,
+    auth: AuthDep,
+    runner: RunnerDep,
     clock: ClockDep,
 ) -> JSONResponse:
     # The delivery's one outcome line (api/access_log.py) is filled in as we learn things.
@@ -53,7 +61,9 @@ async def deliver(
         raise
     body = result.body()
     outcome.update(
-        outcome=result.status, run_id=result.record.run_id, attempt=result.record.attempts,
+        outcome=result.status,
+        run_id=result.record.run_id,
+        attempt=result.record.attempts,
         target=result.record.target,
     )
     if "reason" in body:  # skipped: late or overlap
@@ -94,8 +104,11 @@ async def _identify(
         policy=config.policy,
     )
     outcome.update(
-        run_id=delivery.run_id, source=delivery.source, job=delivery.job,
-        schedule_time=delivery.schedule_time_text, task=delivery.task,
+        run_id=delivery.run_id,
+        source=delivery.source,
+        job=delivery.job,
+        schedule_time=delivery.schedule_time_text,
+        task=delivery.task,
         namespace=f"{delivery.project}/{delivery.location}",
     )
     return delivery

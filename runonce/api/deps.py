@@ -15,8 +15,8 @@ from fastapi import Depends, Request
 
 from runonce.auth.callers import Authenticator
 from runonce.metrics import Metrics
-from runonce.run.runner import Runner
 from runonce.routes import Route
+from runonce.run.runner import Runner
 from runonce.settings import Settings
 from runonce.stores import RunStore
 

@@ -9,8 +9,8 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from runonce.stores import StoreUnavailable
 from runonce.api.deps import AuthDep, MetricsDep, StoreDep
+from runonce.stores import StoreUnavailable
 
 router = APIRouter()
 

@@ -16,14 +16,14 @@ from functools import partial
 from fastapi import FastAPI
 
 from runonce import logs
-from runonce.api.access_log import AccessLog
-from runonce.run.admission import Shutdown
 from runonce.api import answers, deliveries, health, missed, runs
-from runonce.missed.audit import AUDIT_ROUTE, AuditTarget, check_catch_up_windows
+from runonce.api.access_log import AccessLog
 from runonce.auth.callers import build_authenticator
 from runonce.metrics import Metrics
-from runonce.run.runner import Runner, utcnow
+from runonce.missed.audit import AUDIT_ROUTE, AuditTarget, check_catch_up_windows
 from runonce.routes import load_routes
+from runonce.run.admission import Shutdown
+from runonce.run.runner import Runner, utcnow
 from runonce.settings import ConfigError, Settings
 from runonce.stores import RunStore, open_store
 from runonce.targets import Target, TargetContext, build_target
@@ -84,12 +84,18 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     http = target_client(settings.dispatch_timeout_seconds)
     context = TargetContext(http=http, endpoints=settings.endpoint_overrides())
     routes = state.routes
-    built = dict(state.given_targets) if state.given_targets is not None else {
-        name: build_target(route.target, context) for name, route in routes.items()
-    }
+    built = (
+        dict(state.given_targets)
+        if state.given_targets is not None
+        else {name: build_target(route.target, context) for name, route in routes.items()}
+    )
     built[AUDIT_ROUTE] = AuditTarget(  # the audit job's runs (runonce/api/missed.py)
-        state.store, routes, lease=timedelta(seconds=settings.lease_seconds),
-        retention=timedelta(seconds=settings.retention_seconds), clock=state.clock, metrics=state.metrics,
+        state.store,
+        routes,
+        lease=timedelta(seconds=settings.lease_seconds),
+        retention=timedelta(seconds=settings.retention_seconds),
+        clock=state.clock,
+        metrics=state.metrics,
     )
     state.runner = Runner(
         state.store,

@@ -16,12 +16,19 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from runonce import errors, logs
-from runonce.missed.audit import AUDIT_ROUTE, AuditTarget, RangeRefused, audit_since
-from runonce.missed.backfill import MAX_SERVER_RUNS, SERVER_CONCURRENCY, catch_up, older_than_retention, run_all, runs_to_backfill
-from runonce.run.delivery import parse_delivery, parse_namespace, parse_rfc3339
 from runonce.api.answers import RESPONSES, answer_for
 from runonce.api.deliveries import _query, _read_body
 from runonce.api.deps import AuthDep, ClockDep, RoutesDep, RunnerDep, SettingsDep, StoreDep
+from runonce.missed.audit import AUDIT_ROUTE, AuditTarget, RangeRefused, audit_since
+from runonce.missed.backfill import (
+    MAX_SERVER_RUNS,
+    SERVER_CONCURRENCY,
+    catch_up,
+    older_than_retention,
+    run_all,
+    runs_to_backfill,
+)
+from runonce.run.delivery import parse_delivery, parse_namespace, parse_rfc3339
 
 router = APIRouter()
 
@@ -31,7 +38,12 @@ BACKFILL_PATH = "/v1/routes/{route}:backfill"
 
 @router.post(AUDIT_PATH, responses=RESPONSES, summary="The audit job's delivery: report missed runs, catch up")
 async def run_audit(
-    request: Request, settings: SettingsDep, routes: RoutesDep, auth: AuthDep, runner: RunnerDep, store: StoreDep,
+    request: Request,
+    settings: SettingsDep,
+    routes: RoutesDep,
+    auth: AuthDep,
+    runner: RunnerDep,
+    store: StoreDep,
     clock: ClockDep,
 ) -> JSONResponse:
     outcome: dict[str, Any] = {"outcome": None, "run_id": None, "route": AUDIT_ROUTE}
@@ -41,11 +53,15 @@ async def run_audit(
         outcome["caller"] = caller
         auth.authorize(caller, settings.admin_callers, "the audit")
         delivery = parse_delivery(
-            AUDIT_ROUTE, request.headers, parse_namespace(_query(request), None), received_at=clock(),
+            AUDIT_ROUTE,
+            request.headers,
+            parse_namespace(_query(request), None),
+            received_at=clock(),
             forced_run_tolerance=timedelta(seconds=settings.forced_run_tolerance_seconds),
         )
-        outcome.update(run_id=delivery.run_id, source=delivery.source, job=delivery.job,
-                       schedule_time=delivery.schedule_time_text)
+        outcome.update(
+            run_id=delivery.run_id, source=delivery.source, job=delivery.job, schedule_time=delivery.schedule_time_text
+        )
         logs.bind(labels={"run_id": delivery.run_id, "route": AUDIT_ROUTE})
         payload, body_sha256 = await _read_body(request, AUDIT_ROUTE, delivery.run_id)
         audit_since(payload)  # a bad body is 400 before anything is claimed
@@ -60,16 +76,24 @@ async def run_audit(
     if result.status == "processed" and delivery.schedule_time is not None:
         if report is not None:
             body["missed"] = [run.to_json() for run in report.missed]
-        caught = await catch_up(runner, store, dict(routes), delivery.schedule_time, clock(),
-                                lease=runner.lease, retention=runner.retention)
+        caught = await catch_up(
+            runner, store, dict(routes), delivery.schedule_time, clock(), lease=runner.lease, retention=runner.retention
+        )
         body["caught_up"] = [found.to_json() for found in caught]
     headers = {"Runonce-Replayed": "true"} if result.replayed else {}
     return JSONResponse(body, headers=headers)
 
 
-@router.post(BACKFILL_PATH, responses=RESPONSES, summary="Run a route's fire times in [from, to) as Scheduler would have")
+@router.post(
+    BACKFILL_PATH, responses=RESPONSES, summary="Run a route's fire times in [from, to) as Scheduler would have"
+)
 async def backfill(
-    route: str, request: Request, settings: SettingsDep, routes: RoutesDep, auth: AuthDep, runner: RunnerDep,
+    route: str,
+    request: Request,
+    settings: SettingsDep,
+    routes: RoutesDep,
+    auth: AuthDep,
+    runner: RunnerDep,
     clock: ClockDep,
 ) -> JSONResponse:
     """Body: `{"from": T1, "to": T2, "dry_run": false}` (RFC 3339). At most MAX_SERVER_RUNS fire
@@ -78,13 +102,18 @@ async def backfill(
     auth.authorize(caller, settings.admin_callers, "backfill")
     config = routes.get(route)
     if config is None or config.job is None:
-        raise errors.NotFound(f"no route of that name names its Scheduler 'job' (routes with job: "
-                              f"{', '.join(sorted(n for n, r in routes.items() if r.job)) or 'none'})", route=route)
+        raise errors.NotFound(
+            f"no route of that name names its Scheduler 'job' (routes with job: "
+            f"{', '.join(sorted(n for n, r in routes.items() if r.job)) or 'none'})",
+            route=route,
+        )
     request.state.logged_path = BACKFILL_PATH.format(route=route)
     payload, _ = await _read_body(request, route, None)  # type: ignore[arg-type]
     unknown = sorted(set(payload) - {"from", "to", "dry_run"})
     if unknown:
-        raise errors.InvalidDelivery(f"body.{unknown[0]}", "unknown field; the body takes from, to and dry_run", route=route)
+        raise errors.InvalidDelivery(
+            f"body.{unknown[0]}", "unknown field; the body takes from, to and dry_run", route=route
+        )
     for name in ("from", "to"):
         if not isinstance(payload.get(name), str):
             raise errors.InvalidDelivery(f"body.{name}", "required: an RFC 3339 timestamp", route=route)
@@ -96,11 +125,17 @@ async def backfill(
     try:
         runs = runs_to_backfill(route, config, start, end, now)
         if len(runs) > MAX_SERVER_RUNS:
-            raise RangeRefused("to", f"{len(runs)} fire times; one request backfills at most {MAX_SERVER_RUNS} "
-                                     "(split the range, or use runonce backfill)")
+            raise RangeRefused(
+                "to",
+                f"{len(runs)} fire times; one request backfills at most {MAX_SERVER_RUNS} "
+                "(split the range, or use runonce backfill)",
+            )
         if older_than_retention(runs, now, runner.retention):
-            raise RangeRefused("from", "fire times older than RUNONCE_RETENTION_SECONDS have no record left, so a "
-                                       "run that did happen would run again; use runonce backfill --yes to run them")
+            raise RangeRefused(
+                "from",
+                "fire times older than RUNONCE_RETENTION_SECONDS have no record left, so a "
+                "run that did happen would run again; use runonce backfill --yes to run them",
+            )
     except RangeRefused as exc:
         raise RangeRefused(f"body.{exc.field}", exc.reason, route=route) from exc
     body: dict[str, Any] = {"route": route, "dry_run": dry_run}

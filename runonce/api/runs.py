@@ -6,10 +6,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from runonce import errors
-from runonce.run.delivery import check_run_id
-from runonce.stores import StoreUnavailable
 from runonce.api.answers import RESPONSES
 from runonce.api.deps import AuthDep, ClockDep, SettingsDep, StoreDep
+from runonce.run.delivery import check_run_id
+from runonce.stores import StoreUnavailable
 
 router = APIRouter()
 

@@ -56,7 +56,21 @@ _REASONS = {  # google-auth's message -> ours: what is wrong and what to do, quo
     "Could not verify token signature": "Could not verify token signature. It was not signed by Google, or "
     "was altered after signing.",
 }
-_KNOWN_ALGS = {"none", "HS256", "HS384", "HS512", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256", "PS384", "PS512", "EdDSA"}
+_KNOWN_ALGS = {
+    "none",
+    "HS256",
+    "HS384",
+    "HS512",
+    "RS384",
+    "RS512",
+    "ES256",
+    "ES384",
+    "ES512",
+    "PS256",
+    "PS384",
+    "PS512",
+    "EdDSA",
+}
 """JWS algorithms a refusal may name (anything else in a token's header is the caller's text)."""
 
 _EMAIL = re.compile(EMAIL_PATTERN)
@@ -112,7 +126,9 @@ class OidcAuthenticator(Authenticator):
         try:
             header = jwt.decode_header(token)
         except (google_exceptions.GoogleAuthError, ValueError, TypeError):
-            raise _rejected(f"the token in {header_name} is not a JWT (three base64url segments); {_HOW_TO_SEND}") from None
+            raise _rejected(
+                f"the token in {header_name} is not a JWT (three base64url segments); {_HOW_TO_SEND}"
+            ) from None
         alg, kid = header.get("alg"), header.get("kid")
         if alg != "RS256":
             named = f"alg {alg!r}" if alg in _KNOWN_ALGS else "an unknown alg"
@@ -145,7 +161,9 @@ class OidcAuthenticator(Authenticator):
         if caller.casefold() in {email.casefold() for email in allowed}:
             logger.info("caller %s allowed on %s", caller, what, extra={"fields": fields})
             return
-        logger.warning("caller %s refused on %s (%d caller(s) allowed)", caller, what, len(allowed), extra={"fields": fields})
+        logger.warning(
+            "caller %s refused on %s (%d caller(s) allowed)", caller, what, len(allowed), extra={"fields": fields}
+        )
         if not allowed:
             raise errors.Forbidden(f"caller {caller} is not allowed on {what}: it allows no callers at all")
         raise errors.Forbidden(
@@ -192,11 +210,15 @@ class CloudRunIamAuthenticator(OidcAuthenticator):
         try:
             claims = jwt.decode(token, verify=False)
         except (google_exceptions.GoogleAuthError, ValueError, TypeError):
-            raise _rejected(f"the token in {header_name} is not a JWT (three base64url segments); {_HOW_TO_SEND}") from None
+            raise _rejected(
+                f"the token in {header_name} is not a JWT (three base64url segments); {_HOW_TO_SEND}"
+            ) from None
         audience = claims.get("aud")
         if audience not in self.audience:
-            raise _rejected("the token's audience is not this service's (RUNONCE_AUDIENCE); "
-                            "the job's --oidc-token-audience must be the service URL")
+            raise _rejected(
+                "the token's audience is not this service's (RUNONCE_AUDIENCE); "
+                "the job's --oidc-token-audience must be the service URL"
+            )
         expiry = claims.get("exp")
         if not isinstance(expiry, (int, float)) or expiry + self.clock_skew < time.time():
             raise _rejected("the token has expired; send a fresh token (Cloud Scheduler mints one per attempt)")
@@ -278,7 +300,8 @@ def build_authenticator(
     certs = CertCache(settings.oidc_certs_url, http)
     logger.info(
         "authentication: Google ID tokens for audience %s; %d admin caller(s)",
-        ", ".join(settings.audience), len(settings.admin_callers),
+        ", ".join(settings.audience),
+        len(settings.admin_callers),
     )
     if settings.auth == "cloud_run_iam":
         return CloudRunIamAuthenticator(settings, certs, http)

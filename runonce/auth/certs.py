@@ -115,7 +115,10 @@ class CertCache:
         self._failed_at = None
         logger.info(
             "fetched %d signing certificate(s) from %s (kids %s), cached for %ds",
-            len(certs), self.url, ", ".join(sorted(certs)), lifetime,
+            len(certs),
+            self.url,
+            ", ".join(sorted(certs)),
+            lifetime,
         )
 
 

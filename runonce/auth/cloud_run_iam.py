@@ -50,8 +50,10 @@ def check_invoker_iam(settings: Settings, environ: Mapping[str, str] = os.enviro
             found = _read(http, f"{base}/v2/{name}", headers, name, "run.services.get")
             policy = _read(http, f"{base}/v2/{name}:getIamPolicy", headers, name, "run.services.getIamPolicy")
     except httpx.HTTPError as exc:
-        raise ConfigError(f"RUNONCE_AUTH=cloud_run_iam: cannot check the service's invoker IAM ({exc}); retry, "
-                          "or use RUNONCE_AUTH=oidc") from None
+        raise ConfigError(
+            f"RUNONCE_AUTH=cloud_run_iam: cannot check the service's invoker IAM ({exc}); retry, "
+            "or use RUNONCE_AUTH=oidc"
+        ) from None
     if found.get("invokerIamDisabled") is True:
         raise ConfigError(
             f"RUNONCE_AUTH=cloud_run_iam refused: service {name} has the invoker IAM check off "
@@ -83,7 +85,7 @@ def _read(http: httpx.Client, url: str, headers: dict[str, str], name: str, perm
         raise ConfigError(
             f"RUNONCE_AUTH=cloud_run_iam: cannot read service {name} (HTTP {response.status_code}); grant the "
             f"runtime account {permission} on it (deploy-service.sh --auth cloud_run_iam, or Terraform auth = "
-            "\"cloud_run_iam\", grants run.services.get and run.services.getIamPolicy)"
+            '"cloud_run_iam", grants run.services.get and run.services.getIamPolicy)'
         )
     response.raise_for_status()
     return response.json()

@@ -26,14 +26,21 @@ import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 from runonce import errors, logs
-from runonce.run.delivery import SCHEDULER_JOB, SCHEDULER_TIME, Delivery, format_schedule_time, parse_body, parse_delivery
 from runonce.metrics import Metrics
 from runonce.routes import Route
+from runonce.run.delivery import (
+    SCHEDULER_JOB,
+    SCHEDULER_TIME,
+    Delivery,
+    format_schedule_time,
+    parse_body,
+    parse_delivery,
+)
 from runonce.schedules import get_zone, parse_schedule
 from runonce.stores import RunStore, StoreUnavailable
 from runonce.stores.base import FAILED
@@ -101,7 +108,7 @@ class ScheduledRun:
     @property
     def time(self) -> datetime:
         assert self.delivery.schedule_time is not None  # pragma: no mutate - built with one
-        return self.delivery.schedule_time.astimezone(timezone.utc)
+        return self.delivery.schedule_time.astimezone(UTC)
 
     @property
     def run_id(self) -> str:
@@ -109,15 +116,21 @@ class ScheduledRun:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "route": self.route, "job": self.delivery.job, "schedule_time": format_schedule_time(self.time),
-            "local_time": self.time.astimezone(self.zone).isoformat(), "time_zone": self.zone.key,
-            "run_id": self.run_id, "why": self.why,
+            "route": self.route,
+            "job": self.delivery.job,
+            "schedule_time": format_schedule_time(self.time),
+            "local_time": self.time.astimezone(self.zone).isoformat(),
+            "time_zone": self.zone.key,
+            "run_id": self.run_id,
+            "why": self.why,
         }
 
     def line(self) -> str:
         local = self.time.astimezone(self.zone)
-        return (f"{self.route}  job={self.delivery.job}  {format_schedule_time(self.time)}  "
-                f"({local:%Y-%m-%d %H:%M:%S%z} {self.zone.key})  {self.run_id}")
+        return (
+            f"{self.route}  job={self.delivery.job}  {format_schedule_time(self.time)}  "
+            f"({local:%Y-%m-%d %H:%M:%S%z} {self.zone.key})  {self.run_id}"
+        )
 
 
 def auditable(routes: Mapping[str, Route]) -> dict[str, Route]:
@@ -131,8 +144,9 @@ def scheduled_delivery(name: str, route: Route, time: datetime) -> Delivery:
     assert route.job is not None and route.namespace is not None  # pragma: no mutate - Route validates
     headers = {SCHEDULER_JOB: route.job, SCHEDULER_TIME: format_schedule_time(time)}
     namespace = (route.namespace.project, route.namespace.location)
-    delivery = parse_delivery(name, headers, namespace, received_at=time, forced_run_tolerance=timedelta(0),
-                              policy=route.policy)
+    delivery = parse_delivery(
+        name, headers, namespace, received_at=time, forced_run_tolerance=timedelta(0), policy=route.policy
+    )
     # Never a force run's retry: that rule rests on Scheduler having one execution of a job
     # outstanding, and a catch-up or backfill is no Scheduler execution. It runs `time`'s own run.
     return replace(delivery, may_be_forced_retry=False)
@@ -152,7 +166,8 @@ def scheduled_runs(routes: Mapping[str, Route], start: datetime, end: datetime) 
                 continue
             if len(found) == MAX_FIRE_TIMES:
                 raise RangeRefused(
-                    "range", f"more than {MAX_FIRE_TIMES} fire times from {format_schedule_time(start)} to "
+                    "range",
+                    f"more than {MAX_FIRE_TIMES} fire times from {format_schedule_time(start)} to "
                     f"{format_schedule_time(end)}; narrow the range (or pick one route)",
                 )
             found.append(ScheduledRun(scheduled_delivery(name, route, fire), zone))
@@ -160,7 +175,12 @@ def scheduled_runs(routes: Mapping[str, Route], start: datetime, end: datetime) 
 
 
 def due_range(
-    start: datetime, end: datetime, now: datetime, *, lease: timedelta, retention: timedelta,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    *,
+    lease: timedelta,
+    retention: timedelta,
     start_field: str = "from",
 ) -> tuple[datetime, datetime]:
     """[start, end) cut to what is due (before now − lease), or `RangeRefused` when it reaches back
@@ -215,14 +235,24 @@ class AuditReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "from": format_schedule_time(self.start), "to": format_schedule_time(self.end), "routes": self.routes,
-            "checked": self.checked, "missed": [run.to_json() for run in self.missed],
+            "from": format_schedule_time(self.start),
+            "to": format_schedule_time(self.end),
+            "routes": self.routes,
+            "checked": self.checked,
+            "missed": [run.to_json() for run in self.missed],
         }
 
 
 async def audit(
-    store: RunStore, routes: Mapping[str, Route], start: datetime, end: datetime, now: datetime, *,
-    lease: timedelta, retention: timedelta, start_field: str = "from",
+    store: RunStore,
+    routes: Mapping[str, Route],
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    *,
+    lease: timedelta,
+    retention: timedelta,
+    start_field: str = "from",
 ) -> AuditReport:
     """The missed runs of `routes` with fire times in [start, end), cut to what is due."""
     start, end = due_range(start, end, now, lease=lease, retention=retention, start_field=start_field)
@@ -234,7 +264,13 @@ CatchUp = Literal["none", "latest", "all"]
 
 
 async def catch_up_runs(
-    store: RunStore, name: str, route: Route, at: datetime, now: datetime, *, lease: timedelta,
+    store: RunStore,
+    name: str,
+    route: Route,
+    at: datetime,
+    now: datetime,
+    *,
+    lease: timedelta,
     retention: timedelta,
 ) -> list[ScheduledRun]:
     """The runs a route's `catch_up` policy dispatches at `at` (the audit's schedule time), oldest
@@ -289,7 +325,7 @@ def audit_since(payload: Mapping[str, Any]) -> timedelta:
     if since is None:
         return DEFAULT_SINCE
     if not isinstance(since, str):
-        raise RangeRefused("body.since", "must be a duration string such as \"10m\"")
+        raise RangeRefused("body.since", 'must be a duration string such as "10m"')
     return parse_duration(since, "body.since")
 
 
@@ -304,8 +340,14 @@ class AuditTarget(Target):
     type = "audit"
 
     def __init__(
-        self, store: RunStore, routes: Mapping[str, Route], *, lease: timedelta, retention: timedelta,
-        clock: Callable[[], datetime], metrics: Metrics,
+        self,
+        store: RunStore,
+        routes: Mapping[str, Route],
+        *,
+        lease: timedelta,
+        retention: timedelta,
+        clock: Callable[[], datetime],
+        metrics: Metrics,
     ):
         self.store, self.routes, self.lease, self.retention = store, auditable(routes), lease, retention
         self.clock, self.metrics = clock, metrics
@@ -326,10 +368,22 @@ class AuditTarget(Target):
             raise TargetFailed(f"audit: the claim store did not answer ({exc}); nothing was reported") from exc
         for run in report.missed:
             logger.error(
-                "missed run %s of route %s at %s: %s", run.run_id, run.route, run.to_json()["schedule_time"], run.why,
-                extra={"fields": {"outcome": "missed", **run.to_json(), logs.LABELS: {"run_id": run.run_id, "route": run.route}}},
+                "missed run %s of route %s at %s: %s",
+                run.run_id,
+                run.route,
+                run.to_json()["schedule_time"],
+                run.why,
+                extra={
+                    "fields": {
+                        "outcome": "missed",
+                        **run.to_json(),
+                        logs.LABELS: {"run_id": run.run_id, "route": run.route},
+                    }
+                },
             )
             self.metrics.missed_runs.labels(run.route).inc()
         self.reports[request.run_id] = report
-        return (f"audit/{format_schedule_time(report.start)}/{format_schedule_time(report.end)}: "
-                f"{len(report.missed)} missed of {report.checked}")
+        return (
+            f"audit/{format_schedule_time(report.start)}/{format_schedule_time(report.end)}: "
+            f"{len(report.missed)} missed of {report.checked}"
+        )

@@ -21,12 +21,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-
 from runonce import errors
 from runonce.missed.audit import RangeRefused, ScheduledRun, auditable, body_sha256, catch_up_runs, scheduled_runs
+from runonce.routes import Route
 from runonce.run.delivery import format_schedule_time
 from runonce.run.runner import Runner, RunResult
-from runonce.routes import Route
 from runonce.settings import Settings
 from runonce.stores import RunStore, StoreUnavailable
 from runonce.targets import TargetContext, build_target
@@ -85,17 +84,25 @@ logger = logging.getLogger("runonce.catch_up")
 
 
 def runs_to_backfill(
-    name: str, route: Route, start: datetime, end: datetime, now: datetime,
+    name: str,
+    route: Route,
+    start: datetime,
+    end: datetime,
+    now: datetime,
 ) -> list[ScheduledRun]:
     """The fire times in [start, end), oldest first. Refuses a future end (those runs are
     Scheduler's to deliver) and an empty range."""
     if end > now:
-        raise RangeRefused("to", f"{format_schedule_time(end)} is in the future; runs after now are Scheduler's to deliver")
+        raise RangeRefused(
+            "to", f"{format_schedule_time(end)} is in the future; runs after now are Scheduler's to deliver"
+        )
     if start >= end:
         raise RangeRefused("from", "must be before --to")
     runs = scheduled_runs({name: route}, start, end)
     if not runs:
-        raise RangeRefused("from", f"route {name!r} has no fire time from {format_schedule_time(start)} to {format_schedule_time(end)}")
+        raise RangeRefused(
+            "from", f"route {name!r} has no fire time from {format_schedule_time(start)} to {format_schedule_time(end)}"
+        )
     return runs
 
 
@@ -108,14 +115,21 @@ async def run_one(runner: Runner, run: ScheduledRun, route: Route) -> Outcome:
     """`run` through the protocol with the body its Scheduler job sends. An explicit run of a past
     time (backfill, catch-up): the route's max_lateness_seconds does not stop it, its overlap does."""
     try:
-        return Outcome(run, result=await runner.run(run.delivery, dict(route.body), body_sha256(route.body), late_ok=True))
+        return Outcome(
+            run, result=await runner.run(run.delivery, dict(route.body), body_sha256(route.body), late_ok=True)
+        )
     except errors.DeliveryError as exc:
         return Outcome(run, error=exc)
 
 
 async def run_all(
-    runner: Runner, runs: list[ScheduledRun], route: Route, *, concurrency: int,
-    stop: asyncio.Event | None = None, done: Callable[[Outcome], None] | None = None,
+    runner: Runner,
+    runs: list[ScheduledRun],
+    route: Route,
+    *,
+    concurrency: int,
+    stop: asyncio.Event | None = None,
+    done: Callable[[Outcome], None] | None = None,
 ) -> list[Outcome]:
     """Every run through the protocol, started oldest first, at most `concurrency` at once; once
     `stop` is set no more start (they are `not_started`). In the order of `runs`."""
@@ -137,8 +151,14 @@ async def run_all(
 
 
 async def catch_up(
-    runner: Runner, store: RunStore, routes: dict[str, Route], at: datetime, now: datetime, *,
-    lease: timedelta, retention: timedelta,
+    runner: Runner,
+    store: RunStore,
+    routes: dict[str, Route],
+    at: datetime,
+    now: datetime,
+    *,
+    lease: timedelta,
+    retention: timedelta,
 ) -> list[Outcome]:
     """Apply every route's `catch_up` policy as of the audit's schedule time `at` (see
     `audit.catch_up_runs`): routes at once, a route's runs one after another, oldest first. One log
@@ -155,8 +175,11 @@ async def catch_up(
         for run in runs:
             outcome = await run_one(runner, run, route)
             logger.log(
-                logging.INFO if outcome.ok else logging.WARNING, "catch-up of missed run %s: %s", run.run_id,
-                outcome.outcome, extra={"fields": {**outcome.to_json(), "catch_up": True}},
+                logging.INFO if outcome.ok else logging.WARNING,
+                "catch-up of missed run %s: %s",
+                run.run_id,
+                outcome.outcome,
+                extra={"fields": {**outcome.to_json(), "catch_up": True}},
             )
             outcomes.append(outcome)
         return outcomes
@@ -189,7 +212,9 @@ async def local_runner(settings: Settings, routes: dict[str, Route], store: RunS
     targets = {name: build_target(route.target, context) for name, route in routes.items()}
     try:
         yield Runner(
-            store, targets, lease=timedelta(seconds=settings.lease_seconds),
+            store,
+            targets,
+            lease=timedelta(seconds=settings.lease_seconds),
             retention=timedelta(seconds=settings.retention_seconds),
             dispatch_timeout=timedelta(seconds=settings.dispatch_timeout_seconds),
         )

@@ -58,7 +58,8 @@ class Shutdown:
             deadline.reschedule(min(deadline.when() or cutoff, cutoff))  # sooner, never later
         logger.warning(
             "shutting down: refusing new deliveries (503), %d dispatch(es) in flight get %gs to finish",
-            len(self.deadlines), grace_seconds,
+            len(self.deadlines),
+            grace_seconds,
         )
 
     @asynccontextmanager

@@ -20,7 +20,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
@@ -60,8 +60,8 @@ Source = Literal["scheduler", "scheduler-forced", "tasks"]
 _RFC3339 = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})", re.ASCII
 )
-EARLIEST_SCHEDULE_TIME = datetime(1970, 1, 1, tzinfo=timezone.utc)
-LATEST_SCHEDULE_TIME = datetime(9999, 1, 1, tzinfo=timezone.utc)
+EARLIEST_SCHEDULE_TIME = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST_SCHEDULE_TIME = datetime(9999, 1, 1, tzinfo=UTC)
 """Schedule times outside [1970, 9999) are refused: nothing schedules there, and at datetime's own
 edges (years 1 and 9999) converting an offset to UTC overflows."""
 MAX_COUNTER = 2**63 - 1
@@ -128,7 +128,7 @@ class Delivery:
 
 def format_schedule_time(value: datetime) -> str:
     """UTC `YYYY-MM-DDTHH:MM:SS[.ffffff]Z`, the fraction only when non-zero."""
-    utc = value.astimezone(timezone.utc)
+    utc = value.astimezone(UTC)
     fraction = f".{utc.microsecond:06d}" if utc.microsecond else ""
     return utc.strftime("%Y-%m-%dT%H:%M:%S") + fraction + "Z"
 
@@ -143,7 +143,7 @@ def parse_rfc3339(text: str, field: str) -> datetime:
     if int(fraction[6:] or "0"):  # digits past the microsecond that are not all zero
         raise InvalidDelivery(field, "has sub-microsecond precision, which is not supported")
     if offset in ("Z", "z"):
-        tz = timezone.utc
+        tz = UTC
     else:
         sign = -1 if offset[0] == "-" else 1
         hours, minutes = int(offset[1:3]), int(offset[4:])
@@ -152,8 +152,14 @@ def parse_rfc3339(text: str, field: str) -> datetime:
         tz = timezone(sign * timedelta(hours=hours, minutes=minutes))
     try:
         value = datetime(
-            int(year), int(month), int(day), int(hour), int(minute), int(second),
-            int(fraction[:6].ljust(6, "0")), tzinfo=tz,
+            int(year),
+            int(month),
+            int(day),
+            int(hour),
+            int(minute),
+            int(second),
+            int(fraction[:6].ljust(6, "0")),
+            tzinfo=tz,
         )
     except ValueError as exc:  # month 13, Feb 30, second 60 (leap seconds are not schedulable)
         raise InvalidDelivery(field, f"is not a date and time that exists ({exc})") from exc
@@ -225,12 +231,16 @@ def parse_queue(value: str, namespace: tuple[str, str]) -> tuple[str, str, str]:
     if resource is None:
         if not re.match(QUEUE_PATTERN, value):
             raise InvalidDelivery(
-                TASKS_QUEUE, f"is neither a queue id ({QUEUE_PATTERN}) nor a queue's resource name "
+                TASKS_QUEUE,
+                f"is neither a queue id ({QUEUE_PATTERN}) nor a queue's resource name "
                 "(projects/PROJECT/locations/LOCATION/queues/QUEUE)",
             )
         return value, namespace[0], namespace[1]
     project, location, queue = resource.groups()
-    parts = (("project", project, PROJECT_PATTERN, namespace[0]), ("location", location, LOCATION_PATTERN, namespace[1]))
+    parts = (
+        ("project", project, PROJECT_PATTERN, namespace[0]),
+        ("location", location, LOCATION_PATTERN, namespace[1]),
+    )
     for part, named, pattern, given in (*parts, ("queue", queue, QUEUE_PATTERN, "")):
         if not re.match(pattern, named):
             raise InvalidDelivery(TASKS_QUEUE, f"the {part} in the queue's resource name does not match {pattern}")
@@ -269,8 +279,13 @@ def parse_delivery(
         if task is None:
             raise InvalidDelivery("X-CloudTasks-TaskName", "missing (Cloud Tasks sends it with every task)")
         return Delivery(
-            source="tasks", project=project, location=location, route=route,
-            job=queue, task=task, retry_count=_counter(headers, TASKS_RETRY_COUNT),
+            source="tasks",
+            project=project,
+            location=location,
+            route=route,
+            job=queue,
+            task=task,
+            retry_count=_counter(headers, TASKS_RETRY_COUNT),
             execution_count=_counter(headers, TASKS_EXECUTION_COUNT),
         )
     if job is None:
@@ -301,8 +316,12 @@ def parse_delivery(
     separate = policy.forced_runs == "separate"
     return Delivery(
         source="scheduler-forced" if forced and separate else "scheduler",
-        project=project, location=location, route=route, job=job,
-        schedule_time=schedule_time, may_be_forced_retry=separate and not forced,
+        project=project,
+        location=location,
+        route=route,
+        job=job,
+        schedule_time=schedule_time,
+        may_be_forced_retry=separate and not forced,
     )
 
 
@@ -319,8 +338,12 @@ def _snapped(
             f"missing, and the route's schedule {policy.schedule.text!r} has no fire time before {received_at:%Y-%m-%dT%H:%M:%SZ}",
         )
     return Delivery(
-        source="scheduler", project=project, location=location, route=route, job=job,
-        schedule_time=fire.astimezone(timezone.utc),
+        source="scheduler",
+        project=project,
+        location=location,
+        route=route,
+        job=job,
+        schedule_time=fire.astimezone(UTC),
     )
 
 

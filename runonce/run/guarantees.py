@@ -145,24 +145,36 @@ async def previous_state(
     """
     try:
         completed, unresolved = await asyncio.gather(
-            store.list(now, route=held.route, status=COMPLETED, limit=MAX_RECENT),  # pragma: no mutate - the limit bounds the cost only (MAX_RECENT)
-            store.list(now, route=held.route, status=IN_PROGRESS, limit=MAX_RECENT),  # pragma: no mutate - the limit bounds the cost only (MAX_RECENT)
+            store.list(
+                now, route=held.route, status=COMPLETED, limit=MAX_RECENT
+            ),  # pragma: no mutate - the limit bounds the cost only (MAX_RECENT)
+            store.list(
+                now, route=held.route, status=IN_PROGRESS, limit=MAX_RECENT
+            ),  # pragma: no mutate - the limit bounds the cost only (MAX_RECENT)
         )
     except StoreUnavailable as exc:
         return Previous.UNKNOWN, f"the claim store could not list the route's runs ({exc})"
     newest_claim = max((run.created_at for run in completed), default=None)
     since = newest_claim - CLOCK_SKEW if newest_claim is not None else None
     earlier: list[tuple[RunRecord, str | None]] = [
-        (run, None) for run in unresolved
-        if run.run_id != held.run_id and (since is None or run.updated_at >= since)
+        (run, None) for run in unresolved if run.run_id != held.run_id and (since is None or run.updated_at >= since)
     ]
     for run in sorted(completed, key=lambda run: run.updated_at, reverse=True):
         ran = run.target
-        if since is not None and run.updated_at >= since and ran and ran.get("resource") and ran.get("type") == target.type:
+        if (
+            since is not None
+            and run.updated_at >= since
+            and ran
+            and ran.get("resource")
+            and ran.get("type") == target.type
+        ):
             earlier.append((run, ran["resource"]))
     for run, resource in earlier:
         if resource is None and run.lease_expires > now:
-            return Previous.UNKNOWN, f"run {run.run_id} of the route is being dispatched now (its lease runs to {run.lease_expires:%Y-%m-%dT%H:%M:%SZ})"
+            return (
+                Previous.UNKNOWN,
+                f"run {run.run_id} of the route is being dispatched now (its lease runs to {run.lease_expires:%Y-%m-%dT%H:%M:%SZ})",
+            )
         try:
             if resource is None:
                 resource = await target.reconcile(_request_of(run))
@@ -182,7 +194,11 @@ async def previous_state(
 def _request_of(run: RunRecord) -> DispatchRequest:
     """What a reconciliation of `run` searches by (its run_id, bounded by its first claim)."""
     return DispatchRequest(
-        run_id=run.run_id, route=run.route, job=run.job, schedule_time=run.schedule_time, source=run.source,
+        run_id=run.run_id,
+        route=run.route,
+        job=run.job,
+        schedule_time=run.schedule_time,
+        source=run.source,
         created_at=run.created_at,
     )
 
@@ -204,7 +220,9 @@ async def check(
     previous, detail = await previous_state(store, target, held, clock())
     decision = overlap_decision(guard.overlap, previous)
     if decision == "skip":
-        raise Skip("overlap", f"the route's previous execution {detail} is still running (overlap: skip); not dispatched")
+        raise Skip(
+            "overlap", f"the route's previous execution {detail} is still running (overlap: skip); not dispatched"
+        )
     if decision == "wait":
         if previous is Previous.RUNNING:
             raise Wait(f"the route's previous execution {detail} is still running (overlap: wait)")

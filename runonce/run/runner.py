@@ -19,17 +19,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from functools import partial
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any, NoReturn
 
 from runonce import errors
+from runonce.metrics import Metrics
 from runonce.run import guarantees
 from runonce.run.admission import RouteLimits, Shutdown
 from runonce.run.delivery import Delivery
-from runonce.metrics import Metrics
 from runonce.stores import Claim, Decision, Fenced, Finish, NewRun, RunRecord, RunStore, StoreUnavailable
 from runonce.stores.base import COMPLETED, FAILED, IN_PROGRESS, SKIPPED
 from runonce.targets import (
@@ -51,15 +51,22 @@ ROUTE_BUSY_RETRY_AFTER_SECONDS = 5.0
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _new_run(delivery: Delivery, body_sha256: str) -> NewRun:
     return NewRun(
-        run_id=delivery.run_id, route=delivery.route, source=delivery.source, project=delivery.project,
-        location=delivery.location, job=delivery.job, schedule_time=delivery.schedule_time_text,
-        task=delivery.task, body_sha256=body_sha256,
-        task_retry_count=delivery.retry_count, task_execution_count=delivery.execution_count,
+        run_id=delivery.run_id,
+        route=delivery.route,
+        source=delivery.source,
+        project=delivery.project,
+        location=delivery.location,
+        job=delivery.job,
+        schedule_time=delivery.schedule_time_text,
+        task=delivery.task,
+        body_sha256=body_sha256,
+        task_retry_count=delivery.retry_count,
+        task_execution_count=delivery.execution_count,
     )
 
 
@@ -131,8 +138,10 @@ class Runner:
             return RunResult(SKIPPED if found.status == SKIPPED else "duplicate", found, replayed=True)
         if claim.decision is Decision.BUSY:
             raise errors.LeaseHeld(
-                attempt=found.attempts, lease_expires=found.lease_expires,
-                retry_after=(found.lease_expires - now).total_seconds(), **context,
+                attempt=found.attempts,
+                lease_expires=found.lease_expires,
+                retry_after=(found.lease_expires - now).total_seconds(),
+                **context,
             )
         if claim.decision is Decision.MISMATCH:
             raise errors.PayloadMismatch(recorded_sha256=found.body_sha256, body_sha256=body_sha256, **context)
@@ -179,7 +188,8 @@ class Runner:
             return claimed  # no force run, or one resolved for good: the delivery is the scheduled run
         logger.info(
             "run %s: force run %s for the same time is unresolved; this delivery is its retry",
-            delivery.run_id, forced.run_id,
+            delivery.run_id,
+            forced.run_id,
         )
         await self._undo(claimed, f"this delivery was a retry of force run {forced.run_id}")
         return await self._store_claim(_new_run(forced, body_sha256), now, {**context, "run_id": forced.run_id})
@@ -212,8 +222,12 @@ class Runner:
         held = claim.record
         unreleased = await self._give_back(claim, errors.RouteBusy.situation(held.route, limit))
         raise errors.RouteBusy(
-            limit, unreleased=unreleased, retry_after=ROUTE_BUSY_RETRY_AFTER_SECONDS, run_id=held.run_id,
-            route=held.route, target={"type": self.targets[held.route].type, "resource": None},
+            limit,
+            unreleased=unreleased,
+            retry_after=ROUTE_BUSY_RETRY_AFTER_SECONDS,
+            run_id=held.run_id,
+            route=held.route,
+            target={"type": self.targets[held.route].type, "resource": None},
         )
 
     async def _give_back(self, claim: Claim, reason: str) -> StoreUnavailable | None:
@@ -248,8 +262,14 @@ class Runner:
             guard = partial(guarantees.check, rules, held, target, self.store, self.clock)
 
         request = DispatchRequest(
-            run_id=held.run_id, route=held.route, job=held.job, schedule_time=held.schedule_time,
-            source=held.source, payload=payload, task=held.task, attempt=held.attempts,
+            run_id=held.run_id,
+            route=held.route,
+            job=held.job,
+            schedule_time=held.schedule_time,
+            source=held.source,
+            payload=payload,
+            task=held.task,
+            attempt=held.attempts,
             created_at=held.created_at,
         )
         previous = claim.previous
@@ -262,8 +282,12 @@ class Runner:
         except guarantees.Wait as wait:
             unreleased = await self._give_back(claim, wait.message)
             raise errors.PreviousRunning(
-                wait.message, unreleased=unreleased, retry_after=guarantees.WAIT_RETRY_AFTER_SECONDS,
-                run_id=held.run_id, route=held.route, target={"type": target.type, "resource": None},
+                wait.message,
+                unreleased=unreleased,
+                retry_after=guarantees.WAIT_RETRY_AFTER_SECONDS,
+                run_id=held.run_id,
+                route=held.route,
+                target={"type": target.type, "resource": None},
             ) from wait
         except TimeoutError as exc:
             step = "reconciliation" if must_reconcile else "dispatch"
@@ -292,8 +316,12 @@ class Runner:
             # and records the execution.
             logger.warning("run %s: dispatched as %s but the store did not record it", held.run_id, resource)
             raise errors.NotRecorded(
-                exc, lease_expires=held.lease_expires, retry_after=(held.lease_expires - self.clock()).total_seconds(),
-                run_id=held.run_id, route=held.route, target=done.target,
+                exc,
+                lease_expires=held.lease_expires,
+                retry_after=(held.lease_expires - self.clock()).total_seconds(),
+                run_id=held.run_id,
+                route=held.route,
+                target=done.target,
             ) from exc
         return RunResult("processed", record)
 
@@ -301,21 +329,30 @@ class Runner:
         """Record the run `skipped`: terminal, so every retry replays this answer."""
         held = claim.record
         try:
-            record = await self._finish(claim, Finish(status=SKIPPED, last_error=guarantees.skip_note(skip.reason, skip.message)))
+            record = await self._finish(
+                claim, Finish(status=SKIPPED, last_error=guarantees.skip_note(skip.reason, skip.message))
+            )
         except Fenced as exc:
             raise self._fenced(claim, exc) from exc
         except StoreUnavailable as exc:
             # Nothing was dispatched; the claim stays until its lease ends, then a retry decides again.
             raise errors.SkipNotRecorded(
-                skip.message, exc, lease_expires=held.lease_expires,
-                retry_after=(held.lease_expires - self.clock()).total_seconds(), run_id=held.run_id, route=held.route,
+                skip.message,
+                exc,
+                lease_expires=held.lease_expires,
+                retry_after=(held.lease_expires - self.clock()).total_seconds(),
+                run_id=held.run_id,
+                route=held.route,
             ) from exc
         logger.warning("run %s skipped (%s): %s", held.run_id, skip.reason, skip.message)
         self.metrics.runs_skipped.labels(held.route, skip.reason).inc()
         return RunResult(SKIPPED, record)
 
     async def _call_target(
-        self, target: Target, request: DispatchRequest, previous: RunRecord | None,
+        self,
+        target: Target,
+        request: DispatchRequest,
+        previous: RunRecord | None,
         guard: Callable[[], Awaitable[None]] | None = None,
     ) -> str:
         """Reconcile (when `previous` may have created something), else check the route's guard,
@@ -358,13 +395,17 @@ class Runner:
             unrecorded = exc
 
         context: dict[str, Any] = {
-            "run_id": held.run_id, "route": held.route, "target": {"type": target.type, "resource": None},
+            "run_id": held.run_id,
+            "route": held.route,
+            "target": {"type": target.type, "resource": None},
             "unrecorded": unrecorded,
         }
         if unknown:
             raise errors.DispatchUnknown(
-                message, lease_expires=held.lease_expires,
-                retry_after=(held.lease_expires - self.clock()).total_seconds(), **context,
+                message,
+                lease_expires=held.lease_expires,
+                retry_after=(held.lease_expires - self.clock()).total_seconds(),
+                **context,
             ) from (cause or outcome)
         if isinstance(outcome, TargetThrottled):
             retry_after = outcome.retry_after if outcome.retry_after is not None else THROTTLE_BACKOFF_SECONDS

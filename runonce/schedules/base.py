@@ -68,8 +68,12 @@ class DstFinding:
 
     def to_json(self) -> dict[str, object]:
         return {
-            "kind": self.kind, "date": self.date.isoformat(), "transition": self.at.isoformat(),
-            "local_times": self.local_times, "count": self.count, "effect": self.effect,
+            "kind": self.kind,
+            "date": self.date.isoformat(),
+            "transition": self.at.isoformat(),
+            "local_times": self.local_times,
+            "count": self.count,
+            "effect": self.effect,
         }
 
 
@@ -222,13 +226,21 @@ class WallSchedule(Schedule):
             elif kind == "skipped":
                 effect = "that run does not happen" if count == 1 else f"those {count} runs do not happen"
             elif self.rule.repeat_folded:
-                effect = "it runs twice, once per pass" if count == 1 else f"those {count} runs happen twice, once per pass"
+                effect = (
+                    "it runs twice, once per pass" if count == 1 else f"those {count} runs happen twice, once per pass"
+                )
             else:
                 effect = "runs only in the first pass, before the clocks go back"
-            findings.append(DstFinding(
-                kind=kind, zone=tl.zone.key, at=when,
-                local_times=[f"{wall_datetime(w):%H:%M}" for w in walls], count=count, effect=effect,
-            ))
+            findings.append(
+                DstFinding(
+                    kind=kind,
+                    zone=tl.zone.key,
+                    at=when,
+                    local_times=[f"{wall_datetime(w):%H:%M}" for w in walls],
+                    count=count,
+                    effect=effect,
+                )
+            )
         return findings
 
     def note(self, fire: datetime, zone: ZoneInfo) -> str | None:
@@ -237,8 +249,10 @@ class WallSchedule(Schedule):
         boundary, _ = tl.segment(t)
         if boundary.at == t and boundary.gap > 0 and self.rule.shift_skipped and self._skips_match(boundary):
             first = wall_datetime(self._matches_between(t + boundary.before, t + boundary.after)[0])
-            return (f"skipped local time: {first:%H:%M} does not exist on {first:%Y-%m-%d} "
-                    f"(clocks jump to {wall_datetime(t + boundary.after):%H:%M}); runs at the jump")
+            return (
+                f"skipped local time: {first:%H:%M} does not exist on {first:%Y-%m-%d} "
+                f"(clocks jump to {wall_datetime(t + boundary.after):%H:%M}); runs at the jump"
+            )
         wall = tl.wall(t)
         instants = tl.wall_instants(wall)
         if len(instants) == 2:
@@ -247,6 +261,8 @@ class WallSchedule(Schedule):
                 also = ", runs again in the second" if self.rule.repeat_folded else ", not repeated in the second"
             else:
                 also = ""
-            return (f"ambiguous local time: {wall_datetime(wall):%H:%M} occurs twice on "
-                    f"{wall_datetime(wall):%Y-%m-%d}; this is the {which} pass{also}")
+            return (
+                f"ambiguous local time: {wall_datetime(wall):%H:%M} occurs twice on "
+                f"{wall_datetime(wall):%Y-%m-%d}; this is the {which} pass{also}"
+            )
         return None

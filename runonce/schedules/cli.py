@@ -6,7 +6,7 @@ routes and settings, lives in `runonce/cli.py` and `runonce/lint.py`.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -65,8 +65,14 @@ def schedule() -> None:
 
 @schedule.command("next")
 @click.argument("expr", type=ScheduleType())
-@click.option("--tz", "zone", type=TimeZoneType(), default="UTC", show_default=True,
-              help="tz database zone the job runs in (the Job's timeZone).")
+@click.option(
+    "--tz",
+    "zone",
+    type=TimeZoneType(),
+    default="UTC",
+    show_default=True,
+    help="tz database zone the job runs in (the Job's timeZone).",
+)
 @click.option("--after", type=InstantType(), default=None, help="Start after this instant  [default: now]")
 @click.option("--count", type=click.IntRange(1, 10000), default=5, show_default=True)
 def schedule_next(expr: Schedule, zone: ZoneInfo, after: datetime | None, count: int) -> None:
@@ -75,10 +81,13 @@ def schedule_next(expr: Schedule, zone: ZoneInfo, after: datetime | None, count:
     A fire time at a skipped or ambiguous local time (DST) is flagged after `#`; fire times the
     clock skips and that do not run are listed on `#` lines of their own.
     """
-    start = after or datetime.now(timezone.utc)
+    start = after or datetime.now(UTC)
     if not expr.header_guaranteed:
-        click.echo(f"note: groc schedule; Cloud Scheduler does not guarantee X-CloudScheduler-ScheduleTime "
-                   f"for it ({expr.dst_rule_text})", err=True)
+        click.echo(
+            f"note: groc schedule; Cloud Scheduler does not guarantee X-CloudScheduler-ScheduleTime "
+            f"for it ({expr.dst_rule_text})",
+            err=True,
+        )
     shown, previous = 0, start
     for fire in expr.iter_after(start, zone):
         note = expr.note(fire, zone)

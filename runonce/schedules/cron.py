@@ -148,7 +148,10 @@ class CronSchedule(WallSchedule):
         super().__init__(text)
         parts = text.split()
         if len(parts) == 1 and parts[0].startswith("@"):
-            raise ScheduleError("schedule", f"{parts[0]!r}: macros are not supported by Cloud Scheduler; write 5 fields (e.g. '0 0 * * *')")
+            raise ScheduleError(
+                "schedule",
+                f"{parts[0]!r}: macros are not supported by Cloud Scheduler; write 5 fields (e.g. '0 0 * * *')",
+            )
         if len(parts) != 5:
             extra = " (no seconds or year field)" if len(parts) in (6, 7) else ""
             raise ScheduleError(
@@ -170,9 +173,8 @@ class CronSchedule(WallSchedule):
         self.day_and = self.dom_star or self.dow_star
         self.fixed_time = not minute.starts_with_star and not hour.starts_with_star
         self.rule = DstRule(shift_skipped=self.fixed_time, repeat_folded=not self.fixed_time)
-        self.star_step_day_field = (
-            (parts[2].startswith("*/") and not dow.starts_with_star)
-            or (parts[4].startswith("*/") and not dom.starts_with_star)
+        self.star_step_day_field = (parts[2].startswith("*/") and not dow.starts_with_star) or (
+            parts[4].startswith("*/") and not dom.starts_with_star
         )
         if self.day_and:
             longest = max(_LEAP_MONTH_DAYS[m - 1] for m in self.months)
@@ -184,10 +186,14 @@ class CronSchedule(WallSchedule):
     @property
     def dst_rule_text(self) -> str:  # type: ignore[override]
         if self.fixed_time:
-            return ("fixed-time unix-cron job: a fire time the clock skips runs once at the transition; "
-                    "one the clock shows twice runs once, in the first pass")
-        return ("wildcard unix-cron job (minute or hour starts with '*'): follows the wall clock; fire "
-                "times in a skipped interval do not run, those in a repeated interval run in both passes")
+            return (
+                "fixed-time unix-cron job: a fire time the clock skips runs once at the transition; "
+                "one the clock shows twice runs once, in the first pass"
+            )
+        return (
+            "wildcard unix-cron job (minute or hour starts with '*'): follows the wall clock; fire "
+            "times in a skipped interval do not run, those in a repeated interval run in both passes"
+        )
 
     def _days(self, year: int, month: int) -> list[int]:
         key = (year, month)

@@ -55,10 +55,22 @@ ALL_WEEKDAYS = frozenset(range(7))  # groc: Sunday = 0
 ALL_MONTHS = frozenset(range(1, 13))
 
 _WEEKDAYS = {"sun": 0, "mon": 1, "tue": 2, "wed": 3, "thu": 4, "fri": 5, "sat": 6}
-_MONTHS = {name: i + 1 for i, name in enumerate(
-    ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"])}
-_ORDINALS = {"1st": 1, "first": 1, "2nd": 2, "second": 2, "3rd": 3, "third": 3,
-             "4th": 4, "fourth": 4, "5th": 5, "fifth": 5}
+_MONTHS = {
+    name: i + 1
+    for i, name in enumerate(["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"])
+}
+_ORDINALS = {
+    "1st": 1,
+    "first": 1,
+    "2nd": 2,
+    "second": 2,
+    "3rd": 3,
+    "third": 3,
+    "4th": 4,
+    "fourth": 4,
+    "5th": 5,
+    "fifth": 5,
+}
 
 # The lexer's tokens (App Engine's Groc.g); at each position the longest match wins.
 _TOKENS: list[tuple[str, str]] = [
@@ -67,8 +79,11 @@ _TOKENS: list[tuple[str, str]] = [
     ("ORDINAL", r"1st|first|2nd|second|3rd|third|4th|fourth|5th|fifth"),
     ("DAY", r"day"),
     ("WEEKDAY", r"mon(?:day)?|tue(?:sday)?|wed(?:nesday)?|thu(?:rsday)?|fri(?:day)?|sat(?:urday)?|sun(?:day)?"),
-    ("MONTHNAME", r"jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|jun(?:e)?|jul(?:y)?|aug(?:ust)?"
-                  r"|sep(?:tember)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?"),
+    (
+        "MONTHNAME",
+        r"jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|jun(?:e)?|jul(?:y)?|aug(?:ust)?"
+        r"|sep(?:tember)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?",
+    ),
     ("MONTH", r"month"),
     ("QUARTER", r"quarter"),
     ("EVERY", r"every"),
@@ -107,7 +122,7 @@ def tokenize(text: str) -> list[Token]:
             if match and (best is None or len(match.group()) > len(best[1])):
                 best = (kind, match.group())
         if best is None:
-            raise ScheduleError("groc", f"unexpected {text[pos:pos + 12]!r} at character {pos + 1}")
+            raise ScheduleError("groc", f"unexpected {text[pos : pos + 12]!r} at character {pos + 1}")
         tokens.append(Token(best[0], best[1], pos))
         pos += len(best[1])
     tokens.append(Token("EOF", "", len(source)))
@@ -143,7 +158,7 @@ class _Parser:
 
     def fail(self, expected: str) -> ScheduleError:
         tok = self.tok
-        found = "the end" if tok.kind == "EOF" else repr(self.text[tok.pos:tok.pos + len(tok.text)])
+        found = "the end" if tok.kind == "EOF" else repr(self.text[tok.pos : tok.pos + len(tok.text)])
         return ScheduleError("groc", f"expected {expected} at character {tok.pos + 1}, found {found}")
 
     def take(self, kind: str, expected: str) -> Token:
@@ -157,9 +172,7 @@ class _Parser:
         first, second = self.tok, self.tokens[min(self.i + 1, len(self.tokens) - 1)]
         if first.kind == "EVERY" and second.kind == "NUMBER":
             self.interval()
-        elif first.kind == "EVERY" and second.kind in ("DAY", "WEEKDAY"):
-            self.specific()
-        elif first.kind in ("NUMBER", "ORDINAL"):
+        elif (first.kind == "EVERY" and second.kind in ("DAY", "WEEKDAY")) or first.kind in ("NUMBER", "ORDINAL"):
             self.specific()
         elif first.kind == "EVERY":
             self.i += 1
@@ -281,7 +294,10 @@ def parse_groc(text: str) -> Schedule:
         if weekdays and seconds > 86400:
             raise ScheduleError("groc", "'on <weekdays>' only works with intervals of 24 hours or less")
         if p.synchronized and (seconds > 86400 or 86400 % seconds):
-            raise ScheduleError("groc", f"'synchronized' needs an interval that divides 24 hours evenly; {p.interval} {p.period} does not")
+            raise ScheduleError(
+                "groc",
+                f"'synchronized' needs an interval that divides 24 hours evenly; {p.interval} {p.period} does not",
+            )
         start = end = None
         if p.synchronized:
             start, end = (0, 0), (23, 59)
@@ -296,7 +312,11 @@ def parse_groc(text: str) -> Schedule:
         if not any(min(p.monthdays) <= calendar.monthrange(2024, m)[1] for m in p.months):
             raise ScheduleError("groc", f"day {min(p.monthdays)} never occurs in the months named")
     return SpecificTimeSchedule(
-        text, frozenset(p.ordinals), frozenset(p.weekdays), frozenset(p.months), frozenset(p.monthdays),
+        text,
+        frozenset(p.ordinals),
+        frozenset(p.weekdays),
+        frozenset(p.months),
+        frozenset(p.monthdays),
         _hhmm(p.time),
     )
 
@@ -307,16 +327,25 @@ def _hhmm(text: str) -> tuple[int, int]:
 
 
 class SpecificTimeSchedule(WallSchedule):
-    """"first sunday of month 12:00", "every mon,wed 09:00", "1,15 of month 08:30"."""
+    """ "first sunday of month 12:00", "every mon,wed 09:00", "1,15 of month 08:30"."""
 
     kind = "groc"
     header_guaranteed = False
     rule = DstRule(shift_skipped=False, repeat_folded=True)
-    dst_rule_text = ("groc specific time: a local time the clock skips does not run that day; "
-                     "one the clock shows twice runs twice (both passes)")
+    dst_rule_text = (
+        "groc specific time: a local time the clock skips does not run that day; "
+        "one the clock shows twice runs twice (both passes)"
+    )
 
-    def __init__(self, text: str, ordinals: frozenset[int], weekdays: frozenset[int],
-                 months: frozenset[int], monthdays: frozenset[int], time: tuple[int, int]):
+    def __init__(
+        self,
+        text: str,
+        ordinals: frozenset[int],
+        weekdays: frozenset[int],
+        months: frozenset[int],
+        monthdays: frozenset[int],
+        time: tuple[int, int],
+    ):
         super().__init__(text)
         self.ordinals, self.weekdays, self.monthdays = ordinals, weekdays, monthdays
         self.months = sorted(months)
@@ -335,10 +364,14 @@ class SpecificTimeSchedule(WallSchedule):
                 found = sorted(d for d in self.monthdays if d <= last)
             else:
                 first = (first + 1) % 7  # calendar: Monday = 0; groc: Sunday = 0
-                found = sorted({
-                    day for ordinal in self.ordinals for weekday in self.weekdays
-                    if (day := (weekday - first) % 7 + 1 + 7 * (ordinal - 1)) <= last
-                })
+                found = sorted(
+                    {
+                        day
+                        for ordinal in self.ordinals
+                        for weekday in self.weekdays
+                        if (day := (weekday - first) % 7 + 1 + 7 * (ordinal - 1)) <= last
+                    }
+                )
             if len(self._cache) > 4096:
                 self._cache.clear()
             self._cache[key] = found
@@ -380,14 +413,22 @@ class SpecificTimeSchedule(WallSchedule):
 
 
 class IntervalSchedule(Schedule):
-    """"every 5 minutes", "every 2 hours from 08:00 to 18:00", "every 10 minutes synchronized",
+    """ "every 5 minutes", "every 2 hours from 08:00 to 18:00", "every 10 minutes synchronized",
     optionally "on mon,wed". A port of Google's `IntervalTimeSpecification` to instants."""
 
     kind = "groc"
     header_guaranteed = False
 
-    def __init__(self, text: str, seconds: int, weekdays: frozenset[int],
-                 start: tuple[int, int] | None, end: tuple[int, int] | None, *, synchronized: bool):
+    def __init__(
+        self,
+        text: str,
+        seconds: int,
+        weekdays: frozenset[int],
+        start: tuple[int, int] | None,
+        end: tuple[int, int] | None,
+        *,
+        synchronized: bool,
+    ):
         super().__init__(text)
         self.seconds = seconds
         self.weekdays = weekdays  # empty: every day
@@ -402,12 +443,16 @@ class IntervalSchedule(Schedule):
     @property
     def dst_rule_text(self) -> str:  # type: ignore[override]
         if self.plain:
-            return ("groc plain interval: elapsed time, DST has no effect (runonce's snap grid: "
-                    "multiples of the interval since 1970-01-01T00:00Z)")
-        return ("groc interval with a window: runs are spaced by elapsed time from the window start, "
-                "so a transition inside the window shifts the later runs' clock readings; a window "
-                "edge in a skipped interval moves to the first minute after it, one in a repeated "
-                "interval means its first pass")
+            return (
+                "groc plain interval: elapsed time, DST has no effect (runonce's snap grid: "
+                "multiples of the interval since 1970-01-01T00:00Z)"
+            )
+        return (
+            "groc interval with a window: runs are spaced by elapsed time from the window start, "
+            "so a transition inside the window shifts the later runs' clock readings; a window "
+            "edge in a skipped interval moves to the first minute after it, one in a repeated "
+            "interval means its first pass"
+        )
 
     # -- Google's helpers, on instants ----------------------------------------------------------
 
@@ -512,21 +557,30 @@ class IntervalSchedule(Schedule):
             lo, hi = sorted((tr.at + tr.before, tr.at + tr.after))
             start_wall = tl.wall(window_start)
             first = -(-(lo - start_wall) // self.seconds)
-            walls = [start_wall + k * self.seconds for k in range(max(first, 0), (hi - start_wall - 1) // self.seconds + 1)]
+            walls = [
+                start_wall + k * self.seconds for k in range(max(first, 0), (hi - start_wall - 1) // self.seconds + 1)
+            ]
             # The first grid point after the jump (weekdays aside: this describes the shift).
             after = window_start + -(-(tr.at - window_start) // self.seconds) * self.seconds
             if tr.gap > 0:
                 kind = "skipped"
-                effect = (f"runs count elapsed time from the window start, so the first run after the jump "
-                          f"is at {from_instant(after, tl.zone):%H:%M}")
+                effect = (
+                    f"runs count elapsed time from the window start, so the first run after the jump "
+                    f"is at {from_instant(after, tl.zone):%H:%M}"
+                )
             else:
                 kind = "repeated"
                 effect = "runs continue by elapsed time through both passes of the repeated hour"
-            findings.append(DstFinding(
-                kind=kind, zone=tl.zone.key, at=from_instant(tr.at, tl.zone),
-                local_times=[f"{wall_datetime(w):%H:%M}" for w in walls[:100]] or [f"{wall_datetime(lo):%H:%M}"],
-                count=max(len(walls), 1), effect=effect,
-            ))
+            findings.append(
+                DstFinding(
+                    kind=kind,
+                    zone=tl.zone.key,
+                    at=from_instant(tr.at, tl.zone),
+                    local_times=[f"{wall_datetime(w):%H:%M}" for w in walls[:100]] or [f"{wall_datetime(lo):%H:%M}"],
+                    count=max(len(walls), 1),
+                    effect=effect,
+                )
+            )
         return findings
 
     def note(self, fire: datetime, zone: ZoneInfo) -> str | None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import bisect
 import functools
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from runonce.schedules.errors import ScheduleError
@@ -60,7 +60,7 @@ def wall_datetime(wall: int) -> datetime:
 def to_instant(value: datetime) -> int:
     """Whole epoch seconds, rounded down (an aware datetime; naive means UTC)."""
     if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
+        value = value.replace(tzinfo=UTC)
     return int(value.timestamp() // 1)
 
 
@@ -99,8 +99,8 @@ class Timeline:
         if year in self._years or not MIN_YEAR <= year <= MAX_YEAR:
             return
         self._years.add(year)
-        start = int(datetime(year, 1, 1, tzinfo=timezone.utc).timestamp())
-        end = int(datetime(year + 1, 1, 1, tzinfo=timezone.utc).timestamp())
+        start = int(datetime(year, 1, 1, tzinfo=UTC).timestamp())
+        end = int(datetime(year + 1, 1, 1, tzinfo=UTC).timestamp())
         found = [Transition(start, self.offset(start - 1), self.offset(start))]
         previous_at, previous = start, found[0].after
         for at in range(start + _SAMPLE_STEP, end + _SAMPLE_STEP, _SAMPLE_STEP):
@@ -125,7 +125,7 @@ class Timeline:
                 self._trans[item.at] = item
 
     def _year_of(self, instant: int) -> int:
-        return max(MIN_YEAR, min(MAX_YEAR, datetime.fromtimestamp(instant, timezone.utc).year))
+        return max(MIN_YEAR, min(MAX_YEAR, datetime.fromtimestamp(instant, UTC).year))
 
     def segment(self, instant: int) -> tuple[Transition, int | None]:
         """The boundary at or before `instant` (its `after` is the offset in force) and the next

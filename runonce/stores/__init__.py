@@ -60,8 +60,10 @@ def _query(url: str, allowed: tuple[str, ...]) -> dict[str, str]:
     return params
 
 
-_SPANNER_PATH = re.compile(rf"spanner://projects/({names.PROJECT_ID})/instances/([a-z][a-z0-9-]*[a-z0-9])"
-                           r"/databases/([a-z][a-z0-9_-]*[a-z0-9])(\?.*)?")
+_SPANNER_PATH = re.compile(
+    rf"spanner://projects/({names.PROJECT_ID})/instances/([a-z][a-z0-9-]*[a-z0-9])"
+    r"/databases/([a-z][a-z0-9_-]*[a-z0-9])(\?.*)?"
+)
 _TABLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
 
 
@@ -92,10 +94,14 @@ def parse_redis_url(url: str) -> RedisURL:
     if not wait.isdigit() or int(wait) > 16:
         raise ValueError(f"wait_replicas must be an integer from 0 to 16, got {wait!r}")
     return RedisURL(
-        host=parts.hostname, port=port, db=int(db_text),
+        host=parts.hostname,
+        port=port,
+        db=int(db_text),
         username=unquote(parts.username) if parts.username else None,
         password=unquote(parts.password) if parts.password is not None else None,
-        tls=tls, ca_file=params.get("ca_file") or None, wait_replicas=int(wait),
+        tls=tls,
+        ca_file=params.get("ca_file") or None,
+        wait_replicas=int(wait),
     )
 
 

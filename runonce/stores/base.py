@@ -19,7 +19,7 @@ import enum
 import uuid
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from runonce.errors import RunonceError
@@ -102,7 +102,7 @@ class RunRecord:
 
 def rfc3339(value: datetime) -> str:
     """`2026-10-16T12:00:00.123456Z`: UTC, microseconds, fixed width (so text sorts as time)."""
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class Decision(enum.Enum):
@@ -171,13 +171,19 @@ def takeover_record(found: RunRecord, now: datetime, lease: timedelta, new: NewR
 
 
 def claimed_record(
-    found: RunRecord | None, decision: Decision, new: NewRun, now: datetime, lease: timedelta,
+    found: RunRecord | None,
+    decision: Decision,
+    new: NewRun,
+    now: datetime,
+    lease: timedelta,
     retention: timedelta,
 ) -> RunRecord:
     """The record a store writes for a CREATE or TAKEOVER decision."""
     if decision is Decision.CREATE:
         return fresh_record(new, now, lease, retention)
-    assert found is not None and decision is Decision.TAKEOVER  # pragma: no mutate - an assertion of what claimed_record's callers guarantee
+    assert (
+        found is not None and decision is Decision.TAKEOVER
+    )  # pragma: no mutate - an assertion of what claimed_record's callers guarantee
     return takeover_record(found, now, lease, new)
 
 
@@ -223,19 +229,16 @@ def holds(found: RunRecord | None, claim: Claim) -> bool:
 
 def releasable(found: RunRecord | None, now: datetime) -> bool:
     """An admin release applies only to a live lease on an unexpired in_progress run."""
-    return (
-        found is not None
-        and found.expire_at > now
-        and found.status == IN_PROGRESS
-        and found.lease_expires > now
-    )
+    return found is not None and found.expire_at > now and found.status == IN_PROGRESS and found.lease_expires > now
 
 
 def finished_record(held: RunRecord, finish: Finish, now: datetime) -> RunRecord:
     return replace(
         held,
         status=finish.status,
-        target=finish.target if finish.target is not None else held.target,  # pragma: no mutate - held.target is always None here: only completed records have a target, and they are never held
+        target=finish.target
+        if finish.target is not None
+        else held.target,  # pragma: no mutate - held.target is always None here: only completed records have a target, and they are never held
         last_error=finish.last_error,
         updated_at=now,
     )

@@ -25,13 +25,12 @@ import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import grpc
 from google.api_core import exceptions as gexc
-from google.api_core import gapic_v1
-from google.api_core import retry_async
+from google.api_core import gapic_v1, retry_async
 from google.cloud import firestore
 from google.cloud._helpers import _datetime_to_pb_timestamp
 from google.cloud.firestore_v1 import _helpers
@@ -60,11 +59,17 @@ _BatchGetResponse = rpc.BatchGetDocumentsResponse.pb()
 _COMMIT_TIMEOUT = 60.0
 _BATCH_GET_TIMEOUT = 300.0
 _COMMIT_RETRY = retry_async.AsyncRetry(
-    initial=0.1, maximum=60.0, multiplier=1.3, deadline=60.0,
+    initial=0.1,
+    maximum=60.0,
+    multiplier=1.3,
+    deadline=60.0,
     predicate=retry_async.if_exception_type(gexc.ResourceExhausted, gexc.ServiceUnavailable),
 )
 _BATCH_GET_RETRY = retry_async.AsyncRetry(
-    initial=0.1, maximum=60.0, multiplier=1.3, deadline=300.0,
+    initial=0.1,
+    maximum=60.0,
+    multiplier=1.3,
+    deadline=300.0,
     predicate=retry_async.if_exception_type(gexc.DeadlineExceeded, gexc.InternalServerError, gexc.ServiceUnavailable),
 )
 
@@ -169,7 +174,9 @@ class FirestoreStore(RunStore):
         if response is None or not response.HasField("found"):
             return None
         found = response.found  # decoded as DocumentSnapshot.to_dict() does (not on a fresh run's path)
-        return _from_doc(_helpers.decode_dict(found.fields, self._client)), found.update_time  # pragma: no mutate - the client decodes only references, which records never hold
+        return _from_doc(
+            _helpers.decode_dict(found.fields, self._client)
+        ), found.update_time  # pragma: no mutate - the client decodes only references, which records never hold
 
     async def _read_one(self, request: Any) -> Any:
         call = await self._batch_get_call(request)
@@ -234,13 +241,21 @@ def _encode(value_pb: Any, value: Any) -> None:
     own types directly, anything else through `encode_value` itself."""
     if value is None:
         value_pb.null_value = 0
-    elif type(value) is str:  # pragma: no mutate - encode_value (below) writes the same Value: this branch only saves CPU
+    elif (
+        type(value) is str
+    ):  # pragma: no mutate - encode_value (below) writes the same Value: this branch only saves CPU
         value_pb.string_value = value
-    elif type(value) is int:  # pragma: no mutate - encode_value (below) writes the same Value: this branch only saves CPU
+    elif (
+        type(value) is int
+    ):  # pragma: no mutate - encode_value (below) writes the same Value: this branch only saves CPU
         value_pb.integer_value = value
-    elif type(value) is datetime:  # pragma: no mutate - encode_value (below) writes the same Value: this branch only saves CPU
+    elif (
+        type(value) is datetime
+    ):  # pragma: no mutate - encode_value (below) writes the same Value: this branch only saves CPU
         value_pb.timestamp_value.CopyFrom(_datetime_to_pb_timestamp(value))
-    elif type(value) is dict:  # pragma: no mutate - encode_value (below) writes the same Value: this branch only saves CPU
+    elif (
+        type(value) is dict
+    ):  # pragma: no mutate - encode_value (below) writes the same Value: this branch only saves CPU
         value_pb.map_value.SetInParent()  # an empty map is still a map
         entries = value_pb.map_value.fields
         for key, item in value.items():
@@ -255,5 +270,5 @@ def _from_doc(doc: dict[str, Any] | None) -> RunRecord:
     for name in ("lease_expires", "expire_at", "created_at", "updated_at"):
         # DatetimeWithNanoseconds -> plain datetime, so records compare equal across stores
         value = values[name]
-        values[name] = datetime(*value.timetuple()[:6], value.microsecond, tzinfo=timezone.utc)
+        values[name] = datetime(*value.timetuple()[:6], value.microsecond, tzinfo=UTC)
     return RunRecord(**values)

@@ -138,19 +138,29 @@ class RedisStore(RunStore):
     def __init__(self, url: RedisURL, timeout_seconds: float):
         self.url = url
         self._timeout = timeout_seconds
-        tls = {"connection_class": aioredis.SSLConnection, "ssl_ca_certs": url.ca_file} if url.tls else {}  # pragma: no mutate - the tests have no TLS redis-server (rediss:// URLs are checked in test_store_new_backends)
+        tls = (
+            {"connection_class": aioredis.SSLConnection, "ssl_ca_certs": url.ca_file} if url.tls else {}
+        )  # pragma: no mutate - the tests have no TLS redis-server (rediss:// URLs are checked in test_store_new_backends)
         # A bounded pool that waits (up to the store timeout) for a free connection: a storm of
         # deliveries queues for the pool instead of failing with "too many connections".
         pool = aioredis.BlockingConnectionPool(
-            host=url.host, port=url.port,  # pragma: no mutate - redis-py's default host is the tests' own address
-            db=url.db, username=url.username, password=url.password,
+            host=url.host,
+            port=url.port,  # pragma: no mutate - redis-py's default host is the tests' own address
+            db=url.db,
+            username=url.username,
+            password=url.password,
             # Belt and braces: every call is also bounded by the store timeout (`_call`).
-            socket_timeout=timeout_seconds, socket_connect_timeout=timeout_seconds,  # pragma: no mutate - see above
-            max_connections=MAX_CONNECTIONS, timeout=timeout_seconds, **tls,  # pragma: no mutate - see above
+            socket_timeout=timeout_seconds,
+            socket_connect_timeout=timeout_seconds,  # pragma: no mutate - see above
+            max_connections=MAX_CONNECTIONS,
+            timeout=timeout_seconds,
+            **tls,  # pragma: no mutate - see above
         )
         # No silent resend: a claim resent after a lost reply would find its own write and answer
         # busy. A failed call is a 503, and Scheduler's retry is the resend.
-        self._client = aioredis.Redis(connection_pool=pool, retry=Retry(NoBackoff(), 0))  # pragma: no mutate - a resend shows only when a reply is lost, which a local server does not do
+        self._client = aioredis.Redis(
+            connection_pool=pool, retry=Retry(NoBackoff(), 0)
+        )  # pragma: no mutate - a resend shows only when a reply is lost, which a local server does not do
         self._claim = self._client.register_script(_CLAIM)
         self._finish = self._client.register_script(_FINISH)
         self._release = self._client.register_script(_RELEASE)
@@ -164,7 +174,9 @@ class RedisStore(RunStore):
     async def _call(self, op: str, coro: Any) -> Any:
         self.round_trips += 1
         try:
-            async with asyncio.timeout(self._timeout):  # pragma: no mutate - the sockets' own timeouts are the same: two bounds, one value
+            async with asyncio.timeout(
+                self._timeout
+            ):  # pragma: no mutate - the sockets' own timeouts are the same: two bounds, one value
                 return await coro
         except (TimeoutError, rexc.RedisError, OSError) as exc:
             raise StoreUnavailable(f"redis {op}: {type(exc).__name__}: {exc}") from exc
@@ -173,9 +185,13 @@ class RedisStore(RunStore):
         """Run a write script; with wait_replicas, WAIT on the same connection (one pipeline)."""
         if not self.url.wait_replicas:
             return await self._call(op, script(keys=[self._key(run_id)], args=args))
-        async with self._client.pipeline(transaction=False) as pipe:  # pragma: no mutate - inside MULTI, WAIT does not block: with a replica that lags, the write is refused (503), never relied on
+        async with (
+            self._client.pipeline(transaction=False) as pipe
+        ):  # pragma: no mutate - inside MULTI, WAIT does not block: with a replica that lags, the write is refused (503), never relied on
             pipe.eval(script.script, 1, self._key(run_id), *args)
-            pipe.wait(self.url.wait_replicas, max(1, int(self._timeout * 1000 / 2)))  # pragma: no mutate - how long to wait, within the store timeout
+            pipe.wait(
+                self.url.wait_replicas, max(1, int(self._timeout * 1000 / 2))
+            )  # pragma: no mutate - how long to wait, within the store timeout
             result, acked = await self._call(op, pipe.execute())
         if acked < self.url.wait_replicas:
             raise StoreUnavailable(
@@ -188,20 +204,32 @@ class RedisStore(RunStore):
 
     async def claim(self, new: NewRun, now: datetime, lease: timedelta, retention: timedelta) -> Claim:
         fresh = fresh_record(new, now, lease, retention)
-        ttl_ms = max(1, int(retention.total_seconds() * 1000))  # pragma: no mutate - max(): SET PX refuses 0; retention is hours
+        ttl_ms = max(
+            1, int(retention.total_seconds() * 1000)
+        )  # pragma: no mutate - max(): SET PX refuses 0; retention is hours
         args = [
-            rfc3339(now), new.body_sha256, _to_json(fresh), ttl_ms, new_attempt_id(), rfc3339(now + lease),
-            json.dumps(new.task_retry_count), json.dumps(new.task_execution_count),
+            rfc3339(now),
+            new.body_sha256,
+            _to_json(fresh),
+            ttl_ms,
+            new_attempt_id(),
+            rfc3339(now + lease),
+            json.dumps(new.task_retry_count),
+            json.dumps(new.task_execution_count),
         ]
         decision, record, previous = await self._write("claim", self._claim, new.run_id, args)
         return Claim(
-            Decision(decision.decode()), _from_json(record),
+            Decision(decision.decode()),
+            _from_json(record),
             previous=_from_json(previous) if previous else None,
         )
 
     async def finish(self, claim: Claim, finish: Finish, now: datetime) -> RunRecord:
         args = [
-            claim.record.attempt_id, finish.status, json.dumps(finish.target), json.dumps(finish.last_error),
+            claim.record.attempt_id,
+            finish.status,
+            json.dumps(finish.target),
+            json.dumps(finish.last_error),
             rfc3339(now),
         ]
         outcome, record = await self._write("finish", self._finish, claim.record.run_id, args)
@@ -221,7 +249,9 @@ class RedisStore(RunStore):
         async def scan() -> list[RunRecord]:
             records = []
             ours = KEY_PREFIX + "*"  # a shared instance has other keys too
-            async for key in self._client.scan_iter(match=ours, count=500):  # pragma: no mutate - count is a batch-size hint
+            async for key in self._client.scan_iter(
+                match=ours, count=500
+            ):  # pragma: no mutate - count is a batch-size hint
                 raw = await self._client.get(key)
                 if raw:
                     records.append(_from_json(raw))
@@ -229,7 +259,8 @@ class RedisStore(RunStore):
 
         records = await self._call("list", scan())
         live = [
-            r for r in records
+            r
+            for r in records
             if r.expire_at > now and (route is None or r.route == route) and (status is None or r.status == status)
         ]
         return sorted(live, key=lambda r: r.created_at, reverse=True)[:limit]
@@ -248,7 +279,9 @@ class RedisStore(RunStore):
         """Once per process: a Redis with a memory limit and any policy but `noeviction` drops keys
         when full, and every run key has a TTL (Memorystore's default, volatile-lru, evicts exactly those)."""
         try:
-            memory = await self._call("info", self._client.info("memory"))  # pragma: no mutate - a failure here is silent; INFO's sections are case-insensitive
+            memory = await self._call(
+                "info", self._client.info("memory")
+            )  # pragma: no mutate - a failure here is silent; INFO's sections are case-insensitive
         except StoreUnavailable:
             return  # INFO refused or failed: the ping itself answered, nothing more to tell
         policy = memory.get("maxmemory_policy")
@@ -256,7 +289,8 @@ class RedisStore(RunStore):
             logger.warning(
                 "redis maxmemory-policy is %s: when the instance is full it evicts run records and a retry "
                 "then dispatches the run again; set maxmemory-policy noeviction (a full instance then refuses "
-                "claims with 503)", policy,
+                "claims with 503)",
+                policy,
             )
 
     async def close(self) -> None:

@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from google.api_core import exceptions as gexc
@@ -87,7 +87,7 @@ def _from_row(row: list[Any]) -> RunRecord:
     values["target"] = json.loads(values["target"]) if values["target"] is not None else None
     for name in _TIME_COLUMNS:  # DatetimeWithNanoseconds -> datetime, so records compare equal across stores
         value = values[name]
-        values[name] = datetime(*value.timetuple()[:6], value.microsecond, tzinfo=timezone.utc)
+        values[name] = datetime(*value.timetuple()[:6], value.microsecond, tzinfo=UTC)
     return RunRecord(**values)
 
 
@@ -121,6 +121,7 @@ class SpannerStore(RunStore):
 
     async def _transaction(self, op: str, body: Callable[[Any], T]) -> T:
         """`body(txn)` in one read-write transaction; aborts are retried within the store timeout."""
+
         def attempt() -> T:
             deadline = time.monotonic() + self._timeout
             while True:
@@ -182,8 +183,12 @@ class SpannerStore(RunStore):
             " ORDER BY created_at DESC LIMIT @limit"
         )
         params = {"now": now, "route": route, "status": status, "limit": limit}
-        types = {"now": param_types.TIMESTAMP, "route": param_types.STRING, "status": param_types.STRING,
-                 "limit": param_types.INT64}
+        types = {
+            "now": param_types.TIMESTAMP,
+            "route": param_types.STRING,
+            "status": param_types.STRING,
+            "limit": param_types.INT64,
+        }
 
         def query() -> list[RunRecord]:
             with self._database.snapshot() as snapshot:
@@ -207,16 +212,21 @@ class SpannerStore(RunStore):
     def init(self, say: Callable[[str], None]) -> None:
         """Create the table with its row deletion policy, unless it exists (then change nothing)."""
         with self._database.snapshot() as snapshot:
-            rows = list(snapshot.execute_sql(
-                "SELECT ROW_DELETION_POLICY_EXPRESSION FROM INFORMATION_SCHEMA.TABLES"
-                " WHERE TABLE_SCHEMA = '' AND TABLE_NAME = @table",
-                params={"table": self.table}, param_types={"table": param_types.STRING},
-            ))
+            rows = list(
+                snapshot.execute_sql(
+                    "SELECT ROW_DELETION_POLICY_EXPRESSION FROM INFORMATION_SCHEMA.TABLES"
+                    " WHERE TABLE_SCHEMA = '' AND TABLE_NAME = @table",
+                    params={"table": self.table},
+                    param_types={"table": param_types.STRING},
+                )
+            )
         if rows:
             policy = rows[0][0]
             say(f"spanner table {self.table} exists (row deletion policy: {policy or 'none'}): nothing to do")
             if not policy:
-                say(f"  add it: ALTER TABLE {self.table} ADD ROW DELETION POLICY (OLDER_THAN(expire_at, INTERVAL 0 DAY))")
+                say(
+                    f"  add it: ALTER TABLE {self.table} ADD ROW DELETION POLICY (OLDER_THAN(expire_at, INTERVAL 0 DAY))"
+                )
             return
         self._database.update_ddl([DDL.format(table=self.table)]).result(timeout=300)
         say(f"spanner table {self.table} created, with a row deletion policy on expire_at")

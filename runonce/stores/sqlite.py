@@ -70,7 +70,9 @@ def _to_row(record: RunRecord) -> tuple[Any, ...]:
 
 
 def _from_row(row: sqlite3.Row) -> RunRecord:
-    values = dict(zip(_COLUMNS, row, strict=True))  # pragma: no mutate - rows come from SELECT of _COLUMNS: the lengths always match
+    values = dict(
+        zip(_COLUMNS, row, strict=True)
+    )  # pragma: no mutate - rows come from SELECT of _COLUMNS: the lengths always match
     values["target"] = json.loads(values["target"]) if values["target"] is not None else None
     for name in _TIME_COLUMNS:
         values[name] = datetime.fromisoformat(values[name])
@@ -79,7 +81,9 @@ def _from_row(row: sqlite3.Row) -> RunRecord:
 
 def _add_missing_columns(conn: sqlite3.Connection) -> None:
     """Files made before a column existed get it (NULL); CREATE TABLE IF NOT EXISTS would not."""
-    have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}  # pragma: no mutate - SQL keywords and pragma names are case-insensitive
+    have = {
+        row[1] for row in conn.execute("PRAGMA table_info(runs)")
+    }  # pragma: no mutate - SQL keywords and pragma names are case-insensitive
     for name in ("task_retry_count", "task_execution_count"):
         if name not in have:
             conn.execute(f"ALTER TABLE runs ADD COLUMN {name} INTEGER")
@@ -125,7 +129,9 @@ class SQLiteStore(RunStore):
     def __init__(self, path: str, timeout_seconds: float = 5.0):
         self.path = path
         self._timeout = timeout_seconds
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runonce-sqlite")  # pragma: no mutate - a thread's name shows only in a debugger
+        self._executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="runonce-sqlite"
+        )  # pragma: no mutate - a thread's name shows only in a debugger
         self._conn: sqlite3.Connection | None = None
 
     @classmethod
@@ -139,12 +145,15 @@ class SQLiteStore(RunStore):
             conn = sqlite3.connect(
                 self.path,
                 isolation_level=None,  # autocommit: each statement is its own transaction
-                timeout=self._timeout, check_same_thread=False,  # pragma: no mutate - busy_timeout is set right after; the connection is used on the store's one thread only
+                timeout=self._timeout,
+                check_same_thread=False,  # pragma: no mutate - busy_timeout is set right after; the connection is used on the store's one thread only
             )
             try:
                 conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
                 # FULL: a claim that was answered must survive a power cut, or the run could repeat.
-                conn.execute("PRAGMA synchronous = FULL")  # pragma: no mutate - SQL keywords and pragma names are case-insensitive
+                conn.execute(
+                    "PRAGMA synchronous = FULL"
+                )  # pragma: no mutate - SQL keywords and pragma names are case-insensitive
                 self._initialize(conn)
             except BaseException:
                 conn.close()
@@ -158,8 +167,12 @@ class SQLiteStore(RunStore):
         deadline = time.monotonic() + self._timeout
         while True:
             try:
-                if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":  # pragma: no mutate - asking for WAL again is harmless: its mutants only add a write
-                    conn.execute("PRAGMA journal_mode = WAL")  # pragma: no mutate - SQL keywords and pragma names are case-insensitive
+                if (
+                    conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal"
+                ):  # pragma: no mutate - asking for WAL again is harmless: its mutants only add a write
+                    conn.execute(
+                        "PRAGMA journal_mode = WAL"
+                    )  # pragma: no mutate - SQL keywords and pragma names are case-insensitive
                 conn.executescript(_SCHEMA)
                 _add_missing_columns(conn)
                 _allow_skipped(conn)
@@ -227,6 +240,7 @@ class SQLiteStore(RunStore):
                 self._conn.close()
                 self._conn = None  # pragma: no mutate - None or '': either is falsy, so the next call reconnects
 
-        await asyncio.get_running_loop().run_in_executor(self._executor, work)  # pragma: no mutate - check_same_thread=False: closing from another thread is the same
+        await asyncio.get_running_loop().run_in_executor(
+            self._executor, work
+        )  # pragma: no mutate - check_same_thread=False: closing from another thread is the same
         self._executor.shutdown(wait=True)  # pragma: no mutate - the executor has no queued work left at this point
-

@@ -33,7 +33,15 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
-from runonce.targets.base import DispatchRequest, Target, TargetError, TargetFailed, TargetOutcomeUnknown, TargetThrottled, parse_retry_after
+from runonce.targets.base import (
+    DispatchRequest,
+    Target,
+    TargetError,
+    TargetFailed,
+    TargetOutcomeUnknown,
+    TargetThrottled,
+    parse_retry_after,
+)
 from runonce.targets.google import (
     PROJECT,
     RUN_ID_LABEL,
@@ -82,19 +90,25 @@ def _check_query(query: Any) -> None:
     if not isinstance(query, dict) or not isinstance(query.get("query"), str) or not query["query"].strip():
         raise _config_error("configuration.query must be a mapping with the SQL text in 'query'")
     if query.get("useLegacySql") is True:
-        raise _config_error("configuration.query: legacy SQL takes no query parameters; runonce passes "
-                            "@run_id and @schedule_time, so use GoogleSQL (useLegacySql: false, the default here)")
+        raise _config_error(
+            "configuration.query: legacy SQL takes no query parameters; runonce passes "
+            "@run_id and @schedule_time, so use GoogleSQL (useLegacySql: false, the default here)"
+        )
     if query.get("parameterMode", "NAMED") != "NAMED":
-        raise _config_error("configuration.query: parameterMode must be NAMED (runonce adds named parameters; got {mode})",
-                            mode=query["parameterMode"])
+        raise _config_error(
+            "configuration.query: parameterMode must be NAMED (runonce adds named parameters; got {mode})",
+            mode=query["parameterMode"],
+        )
     parameters = query.get("queryParameters", [])
     if not isinstance(parameters, list) or not all(isinstance(p, dict) for p in parameters):
         raise _config_error("configuration.query.queryParameters must be a list of parameters")
     for parameter in parameters:
         name = parameter.get("name")
         if not name:
-            raise _config_error("configuration.query.queryParameters: a positional parameter (no name); "
-                                "runonce adds named ones, and BigQuery does not mix the two")
+            raise _config_error(
+                "configuration.query.queryParameters: a positional parameter (no name); "
+                "runonce adds named ones, and BigQuery does not mix the two"
+            )
         if name in RUN_PARAMETERS:
             raise _config_error("configuration.query.queryParameters: {name} is set by runonce", name=name)
 
@@ -111,16 +125,19 @@ class BigQueryJobTargetConfig(BaseModel):
     @classmethod
     def _project(cls, value: str) -> str:
         if not re.fullmatch(PROJECT, value, flags=re.ASCII):
-            raise _config_error("must be a project ID (6-30 characters of a-z 0-9 -, starting with a letter) "
-                                "or number (got {value})", value=value)
+            raise _config_error(
+                "must be a project ID (6-30 characters of a-z 0-9 -, starting with a letter) or number (got {value})",
+                value=value,
+            )
         return value
 
     @field_validator("location")
     @classmethod
     def _location(cls, value: str) -> str:
         if not re.fullmatch(LOCATION_PATTERN, value):
-            raise _config_error("must be a BigQuery location: US, EU, or a region such as us-central1 (got {value})",
-                                value=value)
+            raise _config_error(
+                "must be a BigQuery location: US, EU, or a region such as us-central1 (got {value})", value=value
+            )
         return value
 
     @field_validator("configuration")
@@ -128,7 +145,9 @@ class BigQueryJobTargetConfig(BaseModel):
     def _configuration(cls, value: dict[str, Any]) -> dict[str, Any]:
         kinds = [kind for kind in JOB_KINDS if kind in value]
         if len(kinds) != 1:
-            raise _config_error(f"must hold exactly one of query, load, extract, copy (got {', '.join(kinds) or 'none'})")
+            raise _config_error(
+                f"must hold exactly one of query, load, extract, copy (got {', '.join(kinds) or 'none'})"
+            )
         if not isinstance(value[kinds[0]], dict):
             raise _config_error(f"configuration.{kinds[0]} must be a mapping")
         if value.get("dryRun"):
@@ -152,8 +171,9 @@ def parse_resource(resource: str) -> tuple[str, str, str]:
 class BigQueryJobTarget(Target):
     type = "bigquery_job"
 
-    def __init__(self, config: BigQueryJobTargetConfig, http: httpx.AsyncClient, auth: GoogleAuth,
-                 endpoint: str | None = None):
+    def __init__(
+        self, config: BigQueryJobTargetConfig, http: httpx.AsyncClient, auth: GoogleAuth, endpoint: str | None = None
+    ):
         self.config = config
         self._http = http
         self._auth = auth
@@ -168,7 +188,11 @@ class BigQueryJobTarget(Target):
             query.setdefault("useLegacySql", False)
             query["parameterMode"] = "NAMED"
             query["queryParameters"] = [*query.get("queryParameters", []), *run_parameters(request)]
-        reference = {"projectId": self.config.project, "jobId": job_id_for(request.run_id), "location": self.config.location}
+        reference = {
+            "projectId": self.config.project,
+            "jobId": job_id_for(request.run_id),
+            "location": self.config.location,
+        }
         return {"jobReference": reference, "configuration": configuration}
 
     def _job_url(self, project: str, job_id: str | None = None) -> str:
@@ -178,7 +202,9 @@ class BigQueryJobTarget(Target):
         job_id = job_id_for(request.run_id)
         action = f"insert BigQuery job {self.config.project}:{self.config.location}.{job_id}"
         if request.payload:
-            raise TargetFailed(f"{action}: a bigquery_job route takes no delivery body (its job is the route's configuration)")
+            raise TargetFailed(
+                f"{action}: a bigquery_job route takes no delivery body (its job is the route's configuration)"
+            )
         response = await send_rest(
             self._http, self._auth, "POST", self._job_url(self.config.project), action, body=self.job(request)
         )
@@ -196,7 +222,11 @@ class BigQueryJobTarget(Target):
         action = f"get BigQuery job {self.config.project}:{self.config.location}.{job_id}"
         with reconciling(action):
             response = await send_rest(
-                self._http, self._auth, "GET", self._job_url(self.config.project, job_id), action,
+                self._http,
+                self._auth,
+                "GET",
+                self._job_url(self.config.project, job_id),
+                action,
                 params={"location": self.config.location},
             )
             if response.status_code == 404:

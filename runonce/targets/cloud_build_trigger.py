@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
-from datetime import timedelta, timezone
+from datetime import UTC, timedelta
 from typing import Any, Literal
 
 import httpx
@@ -23,7 +23,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_core import PydanticCustomError
 
 from runonce.targets.base import DispatchRequest, Target, TargetFailed, TargetOutcomeUnknown
-from runonce.targets.google import GoogleAuth, call_rest, read_state, reconciling, resource_parts, resource_pattern, rest_base_url
+from runonce.targets.google import (
+    GoogleAuth,
+    call_rest,
+    read_state,
+    reconciling,
+    resource_parts,
+    resource_pattern,
+    rest_base_url,
+)
 from runonce.targets.registry import Grant, TargetType
 
 logger = logging.getLogger("runonce.target.cloud_build_trigger")
@@ -94,7 +102,9 @@ class CloudBuildTriggerTargetConfig(BaseModel):
     @classmethod
     def _commit(cls, value: str | None) -> str | None:
         if value is not None and not re.fullmatch(r"[0-9a-f]{7,40}", value):
-            raise PydanticCustomError("commit", "must be a commit SHA (7-40 hex digits) (got {value})", {"value": repr(value)})
+            raise PydanticCustomError(
+                "commit", "must be a commit SHA (7-40 hex digits) (got {value})", {"value": repr(value)}
+            )
         return value
 
     @model_validator(mode="after")
@@ -163,7 +173,11 @@ class CloudBuildTriggerTarget(Target):
     async def dispatch(self, request: DispatchRequest) -> str:
         action = f"run {self.config.trigger}"
         operation = await call_rest(
-            self._http, self._auth, "POST", f"{self._base}/v1/{self.config.trigger}:run", action,
+            self._http,
+            self._auth,
+            "POST",
+            f"{self._base}/v1/{self.config.trigger}:run",
+            action,
             body=self.run_request(request),
         )
         build = (operation.get("metadata") or {}).get("build") or {}
@@ -185,17 +199,23 @@ class CloudBuildTriggerTarget(Target):
             trigger_id = await self._resolve_trigger_id()
         conditions = [f'trigger_id="{trigger_id}"']
         if request.created_at is not None:
-            since = (request.created_at - CLOCK_SKEW).astimezone(timezone.utc)
+            since = (request.created_at - CLOCK_SKEW).astimezone(UTC)
             conditions.append(f'create_time>="{since:%Y-%m-%dT%H:%M:%SZ}"')
         action = f"list builds of {self.config.trigger}"
         found: list[str] = []
         with reconciling(action):
             page_token: str | None = None
             for _ in range(MAX_PAGES):
-                params: dict[str, Any] = {"projectId": self._project, "filter": " AND ".join(conditions), "pageSize": 100}
+                params: dict[str, Any] = {
+                    "projectId": self._project,
+                    "filter": " AND ".join(conditions),
+                    "pageSize": 100,
+                }
                 if page_token:
                     params["pageToken"] = page_token
-                page = await call_rest(self._http, self._auth, "GET", f"{self._base}/v1/{parent}/builds", action, params=params)
+                page = await call_rest(
+                    self._http, self._auth, "GET", f"{self._base}/v1/{parent}/builds", action, params=params
+                )
                 for build in page.get("builds") or []:
                     if (build.get("substitutions") or {}).get(self.config.substitution) == request.run_id:
                         found.append(build.get("name") or f"{parent}/builds/{build.get('id')}")
@@ -238,14 +258,19 @@ TARGET = TargetType(
     name="cloud_build_trigger",
     config=CloudBuildTriggerTargetConfig,
     adapter=CloudBuildTriggerTarget,
-    build=lambda config, context, endpoint: CloudBuildTriggerTarget(config, context.http, context.google_auth, endpoint),
+    build=lambda config, context, endpoint: CloudBuildTriggerTarget(
+        config, context.http, context.google_auth, endpoint
+    ),
     endpoint="cloudbuild",
     resource_field="trigger",
     # triggers.run needs cloudbuild.builds.create, granted per project only (no per-trigger IAM);
     # get and list reconcile. The predefined roles/cloudbuild.builds.editor would also let runonce
     # edit and cancel any build (the deploy scripts offer it as an option).
     grants=(
-        Grant("runonceBuildRunner", on="project",
-              permissions=("cloudbuild.builds.create", "cloudbuild.builds.get", "cloudbuild.builds.list")),
+        Grant(
+            "runonceBuildRunner",
+            on="project",
+            permissions=("cloudbuild.builds.create", "cloudbuild.builds.get", "cloudbuild.builds.list"),
+        ),
     ),
 )

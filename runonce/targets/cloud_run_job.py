@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import httpx
@@ -31,7 +31,13 @@ DEFAULT_ENDPOINT = "https://run.googleapis.com"
 JOB_PATTERN = resource_pattern("jobs", r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?")
 EXECUTION_PATTERN = JOB_PATTERN.removesuffix("$") + r"/executions/[a-z0-9-]{1,63}$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
-RESERVED_ENV = {"CLOUD_RUN_JOB", "CLOUD_RUN_EXECUTION", "CLOUD_RUN_TASK_INDEX", "CLOUD_RUN_TASK_ATTEMPT", "CLOUD_RUN_TASK_COUNT"}
+RESERVED_ENV = {
+    "CLOUD_RUN_JOB",
+    "CLOUD_RUN_EXECUTION",
+    "CLOUD_RUN_TASK_INDEX",
+    "CLOUD_RUN_TASK_ATTEMPT",
+    "CLOUD_RUN_TASK_COUNT",
+}
 MAX_ENV_VALUE_BYTES = 32768
 CLOCK_SKEW = timedelta(minutes=10)
 """How far Google's createTime may lag our clock; executions older than the run's first claim by
@@ -159,7 +165,11 @@ class CloudRunJobTarget(Target):
                 if page_token:
                     params["pageToken"] = page_token
                 page = await call_rest(
-                    self._http, self._auth, "GET", f"{self._base}/v2/{self.config.job}/executions", action,
+                    self._http,
+                    self._auth,
+                    "GET",
+                    f"{self._base}/v2/{self.config.job}/executions",
+                    action,
                     params=params,
                 )
                 executions = page.get("executions") or []
@@ -198,7 +208,7 @@ def _created(execution: dict[str, Any]) -> datetime:
     try:
         return datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        return datetime.max.replace(tzinfo=timezone.utc)  # unknown: treat as recent
+        return datetime.max.replace(tzinfo=UTC)  # unknown: treat as recent
 
 
 TARGET = TargetType(

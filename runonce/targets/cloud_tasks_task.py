@@ -23,7 +23,7 @@ from __future__ import annotations
 import base64
 import logging
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -81,8 +81,11 @@ class OidcTokenConfig(BaseModel):
     @classmethod
     def _email(cls, value: str) -> str:
         if not re.fullmatch(SERVICE_ACCOUNT, value, flags=re.ASCII):
-            raise _error("service_account", "must be a service account's email, NAME@PROJECT.iam.gserviceaccount.com "
-                         "(got {value})", value=value)
+            raise _error(
+                "service_account",
+                "must be a service account's email, NAME@PROJECT.iam.gserviceaccount.com (got {value})",
+                value=value,
+            )
         return value
 
 
@@ -108,11 +111,18 @@ class CloudTasksHttpRequestConfig(BaseModel):
     @classmethod
     def _method(cls, value: str) -> str:
         if value not in HTTP_METHODS:
-            raise _error("http_method", "must be POST, PUT or PATCH, in capitals as Cloud Tasks' HttpMethod (got {value})",
-                         value=value)
+            raise _error(
+                "http_method",
+                "must be POST, PUT or PATCH, in capitals as Cloud Tasks' HttpMethod (got {value})",
+                value=value,
+            )
         if value not in BODY_METHODS:
-            raise _error("http_method", "must be POST, PUT or PATCH: the run travels as the request body, and Cloud "
-                         "Tasks sends a body with no other method (got {value})", value=value)
+            raise _error(
+                "http_method",
+                "must be POST, PUT or PATCH: the run travels as the request body, and Cloud "
+                "Tasks sends a body with no other method (got {value})",
+                value=value,
+            )
         return value
 
     @field_validator("headers")
@@ -121,13 +131,18 @@ class CloudTasksHttpRequestConfig(BaseModel):
         for name, value in headers.items():
             lower = name.lower()
             if not re.fullmatch(HEADER_NAME, name, flags=re.ASCII):
-                raise _error("header", "header name {name} is not an HTTP token (letters, digits, !#$%&'*+.^_`|~-)",
-                             name=name)
+                raise _error(
+                    "header", "header name {name} is not an HTTP token (letters, digits, !#$%&'*+.^_`|~-)", name=name
+                )
             if lower in SET_BY_RUNONCE:
                 raise _error("header", "header {name} is set by runonce (run_id, application/json)", name=name)
             if lower in REPLACED_BY_CLOUD_TASKS or lower.startswith(GOOGLE_PREFIXES):
-                raise _error("header", "header {name} is set by Cloud Tasks (Host, Content-Length, User-Agent, "
-                             "X-Google-*, X-AppEngine-*, X-CloudTasks-*)", name=name)
+                raise _error(
+                    "header",
+                    "header {name} is set by Cloud Tasks (Host, Content-Length, User-Agent, "
+                    "X-Google-*, X-AppEngine-*, X-CloudTasks-*)",
+                    name=name,
+                )
             if not isinstance(value, str) or re.search(r"[\x00-\x08\x0a-\x1f\x7f]", value):
                 raise _error("header", "header {name}: the value holds a control character", name=name)
         size = sum(len(name.encode()) + len(value.encode()) for name, value in headers.items())
@@ -193,7 +208,11 @@ class CloudTasksTaskTarget(Target):
         name = self.task_name(request.run_id)
         action = f"create task {name}"
         response = await send_rest(
-            self._http, self._auth, "POST", f"{self._base}/v2/{self.config.queue}/tasks", action,
+            self._http,
+            self._auth,
+            "POST",
+            f"{self._base}/v2/{self.config.queue}/tasks",
+            action,
             body={"task": self.task(request)},
         )
         if response.status_code == 409 and _status(response) == "ALREADY_EXISTS":
@@ -212,7 +231,7 @@ class CloudTasksTaskTarget(Target):
         with reconciling(f"get task {name}"):
             if await self._exists(name):
                 return name
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         if request.created_at is not None and now < request.created_at + NAME_MEMORY - CLOCK_SKEW:
             return None  # never created, or ended so recently that a re-send is answered ALREADY_EXISTS
         first = "at an unknown time" if request.created_at is None else f"at {request.created_at:%Y-%m-%dT%H:%M:%SZ}"
@@ -258,6 +277,8 @@ TARGET = TargetType(
         # The enqueuer role cannot read tasks: tasks.get reconciles and reads the state.
         Grant("roles/cloudtasks.viewer", on="tasks-queue"),
         # Creating a task that carries an OIDC token needs actAs on its account.
-        Grant("roles/iam.serviceAccountUser", on="service-account", field="http_request.oidc_token.service_account_email"),
+        Grant(
+            "roles/iam.serviceAccountUser", on="service-account", field="http_request.oidc_token.service_account_email"
+        ),
     ),
 )

@@ -37,7 +37,14 @@ import httpx
 from pydantic_core import PydanticCustomError
 
 from runonce import names
-from runonce.targets.base import NOTHING_SENT, TargetError, TargetFailed, TargetOutcomeUnknown, TargetThrottled, parse_retry_after
+from runonce.targets.base import (
+    NOTHING_SENT,
+    TargetError,
+    TargetFailed,
+    TargetOutcomeUnknown,
+    TargetThrottled,
+    parse_retry_after,
+)
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
@@ -93,8 +100,10 @@ def resource_name_problem(name: str, collection: str, resource_id: str, id_rule:
         return f"must be a {singular}'s full name, projects/PROJECT/locations/LOCATION/{collection}/{singular.upper()} (got {name!r})"
     project, location, resource = parts[1::2]
     if not re.fullmatch(PROJECT, project, flags=re.ASCII):
-        return (f"the project {project!r} is not a project ID (6-30 characters of a-z 0-9 -, starting with a "
-                "letter, optionally domain-scoped as example.com:my-project) or number")
+        return (
+            f"the project {project!r} is not a project ID (6-30 characters of a-z 0-9 -, starting with a "
+            "letter, optionally domain-scoped as example.com:my-project) or number"
+        )
     if not re.fullmatch(LOCATION, location, flags=re.ASCII):
         return f"the location {location!r} is not a location (e.g. us-central1)"
     if not re.fullmatch(resource_id, resource, flags=re.ASCII):
@@ -261,7 +270,9 @@ def outcome_for_grpc_error(action: str, exc: Any) -> TargetError:
     if code in _SERVER_ERROR_CODES:
         if details or any(marker in message for marker in _NEVER_CONNECTED):
             return TargetFailed(detail)
-        return TargetOutcomeUnknown(f"{detail} (no status details from the API: the connection may have broken after sending)")
+        return TargetOutcomeUnknown(
+            f"{detail} (no status details from the API: the connection may have broken after sending)"
+        )
     return TargetFailed(detail)
 
 
@@ -305,9 +316,7 @@ def reconciling(action: str) -> AbstractContextManager[None]:
     return reading(action, "cannot tell whether this run already started")
 
 
-async def read_state(
-    http: httpx.AsyncClient, auth: GoogleAuth, url: str, resource: str
-) -> dict[str, Any] | None:
+async def read_state(http: httpx.AsyncClient, auth: GoogleAuth, url: str, resource: str) -> dict[str, Any] | None:
     """GET an execution (REST) to read its state: the resource, or None when it no longer exists.
     Any other failure is `TargetOutcomeUnknown`."""
     action = f"get {resource}"
@@ -331,9 +340,7 @@ async def send_rest(
     """One authenticated call to a Google REST API; the answer whatever its status."""
     with translated(action):
         token = await auth.access_token()
-        return await http.request(
-            method, url, json=body, params=params, headers={"Authorization": f"Bearer {token}"}
-        )
+        return await http.request(method, url, json=body, params=params, headers={"Authorization": f"Bearer {token}"})
 
 
 def json_of(action: str, response: httpx.Response) -> dict[str, Any]:

@@ -64,7 +64,10 @@ def _timeout(timeouts: Mapping[str, float | None]) -> aiohttp.ClientTimeout:
     """httpx's timeouts in aiohttp's terms (table above); unbounded where httpx's are."""
     connect, pool = timeouts.get("connect"), timeouts.get("pool")
     return aiohttp.ClientTimeout(
-        connect=None if connect is None or pool is None else connect + pool,  # pragma: no mutate - `and` fails only on a half-set timeout, which no runonce client makes
+        connect=None
+        if connect is None or pool is None
+        else connect
+        + pool,  # pragma: no mutate - `and` fails only on a half-set timeout, which no runonce client makes
         sock_read=timeouts.get("read"),
     )
 
@@ -91,7 +94,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             auto_decompress=False,  # httpx decodes, as with its own transport
             cookie_jar=aiohttp.DummyCookieJar(),  # pragma: no mutate - httpx keeps the client's cookies; a second jar only holds memory
             # httpcore read header lines up to 100 KiB; aiohttp's default stops at 8 KiB
-            max_field_size=MAX_HEADER_BYTES, max_headers=MAX_HEADERS,
+            max_field_size=MAX_HEADER_BYTES,
+            max_headers=MAX_HEADERS,
         )
         return self._session
 

@@ -53,7 +53,10 @@ class WorkflowsTargetConfig(BaseModel):
     @classmethod
     def _workflow(cls, value: str) -> str:
         problem = resource_name_problem(
-            value, "workflows", WORKFLOW_ID, "workflow ID must be 1-64 characters of A-Z a-z 0-9 _ -, starting with a letter"
+            value,
+            "workflows",
+            WORKFLOW_ID,
+            "workflow ID must be 1-64 characters of A-Z a-z 0-9 _ -, starting with a letter",
         )
         if problem:
             raise PydanticCustomError("resource_name", "{problem}", {"problem": problem})

@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from runonce.missed.audit import AUDIT_ROUTE, AuditTarget
 from runonce.logs import JsonFormatter
 from runonce.metrics import Metrics
+from runonce.missed.audit import AUDIT_ROUTE, AuditTarget
 from runonce.routes import parse_routes
 from runonce.stores.memory import MemoryStore
 from runonce.targets import DispatchRequest
@@ -21,14 +21,32 @@ from runonce.targets import DispatchRequest
 def missed_run_lines(caplog: pytest.LogCaptureFixture) -> list[dict]:
     """The lines of one audit at 12:00 over route `etl` (every 5 minutes) with an empty store: 11:45
     and 11:50 are missed."""
-    routes = parse_routes("routes: {etl: {target: {type: log}, job: etl-job, schedule: '*/5 * * * *', "
-                          "namespace: {project: proj-1, location: us-central1}}}", "test")
-    now = datetime(2026, 3, 8, 12, 0, 30, tzinfo=timezone.utc)
-    audit = AuditTarget(MemoryStore(), routes, lease=timedelta(seconds=300), retention=timedelta(days=1),
-                        clock=lambda: now, metrics=Metrics())
+    routes = parse_routes(
+        "routes: {etl: {target: {type: log}, job: etl-job, schedule: '*/5 * * * *', "
+        "namespace: {project: proj-1, location: us-central1}}}",
+        "test",
+    )
+    now = datetime(2026, 3, 8, 12, 0, 30, tzinfo=UTC)
+    audit = AuditTarget(
+        MemoryStore(),
+        routes,
+        lease=timedelta(seconds=300),
+        retention=timedelta(days=1),
+        clock=lambda: now,
+        metrics=Metrics(),
+    )
     with caplog.at_level(logging.ERROR, logger="runonce.audit"):
-        asyncio.run(audit.dispatch(DispatchRequest(run_id="a" * 64, route=AUDIT_ROUTE, job="runonce-audit",
-                                                   schedule_time="2026-03-08T12:00:00Z", source="scheduler")))
+        asyncio.run(
+            audit.dispatch(
+                DispatchRequest(
+                    run_id="a" * 64,
+                    route=AUDIT_ROUTE,
+                    job="runonce-audit",
+                    schedule_time="2026-03-08T12:00:00Z",
+                    source="scheduler",
+                )
+            )
+        )
     return [json.loads(JsonFormatter().format(record)) for record in caplog.records]
 
 

@@ -26,10 +26,31 @@ def ensure_base_image() -> str:
     if image_exists(BASE_IMAGE):
         return BASE_IMAGE
     with tempfile.TemporaryDirectory(prefix="runonce-rootfs-") as rootfs:
-        run([tool("debootstrap"), "--variant=minbase", "--include=python3,python3-venv,ca-certificates",
-             "bookworm", rootfs, "http://deb.debian.org/debian"], timeout=900)
-        run(["bash", "-o", "pipefail", "-c", 'tar -C "$1" -c . | "$2" import - "$3" >/dev/null', "import",
-             rootfs, tool("podman"), BASE_IMAGE], timeout=600)
+        run(
+            [
+                tool("debootstrap"),
+                "--variant=minbase",
+                "--include=python3,python3-venv,ca-certificates",
+                "bookworm",
+                rootfs,
+                "http://deb.debian.org/debian",
+            ],
+            timeout=900,
+        )
+        run(
+            [
+                "bash",
+                "-o",
+                "pipefail",
+                "-c",
+                'tar -C "$1" -c . | "$2" import - "$3" >/dev/null',
+                "import",
+                rootfs,
+                tool("podman"),
+                BASE_IMAGE,
+            ],
+            timeout=600,
+        )
     return BASE_IMAGE
 
 
@@ -42,9 +63,22 @@ def build(tag: str, context: Path = REPO) -> str:
     """Build `context` (the repository by default) on the bootstrapped base; podman's log, which
     says which steps came from the cache."""
     base = ensure_base_image()
-    result = run([tool("podman"), "build", "--isolation=chroot", "--network=host",
-                  "-v", "/etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro",
-                  "--build-arg", f"PYTHON_IMAGE={base}", "-t", tag, str(context)], timeout=900)
+    result = run(
+        [
+            tool("podman"),
+            "build",
+            "--isolation=chroot",
+            "--network=host",
+            "-v",
+            "/etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro",
+            "--build-arg",
+            f"PYTHON_IMAGE={base}",
+            "-t",
+            tag,
+            str(context),
+        ],
+        timeout=900,
+    )
     return result.stdout + result.stderr
 
 

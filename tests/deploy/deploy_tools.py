@@ -46,8 +46,9 @@ def provider_version(lib: Path) -> str:
     return json.loads((lib.parent / "package.json").read_text())["cdktf"]["provider"]["version"]
 
 
-def run(args: list[str], *, cwd: Path = REPO, env: dict[str, str] | None = None, timeout: float = 600,
-        check: bool = True) -> subprocess.CompletedProcess[str]:
+def run(
+    args: list[str], *, cwd: Path = REPO, env: dict[str, str] | None = None, timeout: float = 600, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     """Run a command, capture its output, and on failure raise with everything it printed."""
     result = subprocess.run(args, cwd=cwd, env=env, text=True, capture_output=True, timeout=timeout)
     if check and result.returncode != 0:

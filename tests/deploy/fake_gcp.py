@@ -18,7 +18,7 @@ import re
 import threading
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -176,8 +176,12 @@ class FakeGoogle:
         if method_id == "cloudresourcemanager.projects.get":
             if rparts[1] != s.project_id:
                 raise NotFound(f"project {rparts[1]}")
-            return {"projectId": s.project_id, "projectNumber": s.project_number, "lifecycleState": "ACTIVE",
-                    "name": s.project_id}
+            return {
+                "projectId": s.project_id,
+                "projectNumber": s.project_number,
+                "lifecycleState": "ACTIVE",
+                "name": s.project_id,
+            }
         if method_id == "serviceusage.services.get":
             # Container Analysis off: `artifacts docker images describe` then reads only the tag.
             state = "DISABLED" if parts[-1] == "containeranalysis.googleapis.com" else "ENABLED"
@@ -216,8 +220,13 @@ class FakeGoogle:
             return s.service_accounts[rparts[3]]
         if method_id == "iam.projects.serviceAccounts.create":
             email = f"{body['accountId']}@{rparts[1]}.iam.gserviceaccount.com"
-            account = {"name": f"projects/{rparts[1]}/serviceAccounts/{email}", "projectId": rparts[1], "email": email,
-                       "uniqueId": str(uuid.uuid4().int)[:21], **body.get("serviceAccount", {})}
+            account = {
+                "name": f"projects/{rparts[1]}/serviceAccounts/{email}",
+                "projectId": rparts[1],
+                "email": email,
+                "uniqueId": str(uuid.uuid4().int)[:21],
+                **body.get("serviceAccount", {}),
+            }
             s.service_accounts[email] = account
             return account
 
@@ -231,8 +240,13 @@ class FakeGoogle:
             return {"name": f"{name}/operations/{uuid.uuid4().hex}", "done": True, "response": s.databases[name]}
         if method_id == "firestore.projects.databases.collectionGroups.fields.list":
             group = rparts[5]
-            return {"fields": [f for name, f in s.fields.items()
-                               if (group == "-" or f"/collectionGroups/{group}/" in name) and "ttlConfig" in f]}
+            return {
+                "fields": [
+                    f
+                    for name, f in s.fields.items()
+                    if (group == "-" or f"/collectionGroups/{group}/" in name) and "ttlConfig" in f
+                ]
+            }
         if method_id == "firestore.projects.databases.collectionGroups.fields.get":
             return s.fields.get(rel, {"name": rel, "indexConfig": {"usesAncestorConfig": True}})
         if method_id == "firestore.projects.databases.collectionGroups.fields.patch":
@@ -262,8 +276,12 @@ class FakeGoogle:
             name = body["name"]
             if not name.startswith(rel + "/"):
                 raise Violation(f"job name {name!r} is not under {rel}")
-            s.jobs[name] = {**body, "state": "ENABLED", "userUpdateTime": "2026-11-30T00:00:00Z",
-                            "scheduleTime": NEXT_SCHEDULE_TIME}
+            s.jobs[name] = {
+                **body,
+                "state": "ENABLED",
+                "userUpdateTime": "2026-11-30T00:00:00Z",
+                "scheduleTime": NEXT_SCHEDULE_TIME,
+            }
             return s.jobs[name]
         if method_id == "cloudscheduler.projects.locations.jobs.delete":
             if s.jobs.pop(rel.removesuffix(":delete"), None) is None:
@@ -307,21 +325,24 @@ class FakeGoogle:
             metric = copy.deepcopy(body)
             metric.setdefault("metricDescriptor", {}).update(
                 name=f"projects/{s.project_id}/metricDescriptors/logging.googleapis.com/user/{body['name']}",
-                type=f"logging.googleapis.com/user/{body['name']}")
+                type=f"logging.googleapis.com/user/{body['name']}",
+            )
             s.log_metrics[name] = metric
             return metric
         if method_id == "monitoring.projects.alertPolicies.list":
             wanted = query.get("filter", [""])[0]
             match = re.fullmatch(r'displayName\s*=\s*"([^"]*)"', wanted) if wanted else None
             if wanted and match is None:
-                raise Violation(f"this fake filters alert policies by displayName=\"...\" only, got {wanted!r}")
-            found = [p for name, p in s.alert_policies.items() if name.startswith(rel + "/")
-                     and (match is None or p["displayName"] == match.group(1))]
+                raise Violation(f'this fake filters alert policies by displayName="..." only, got {wanted!r}')
+            found = [
+                p
+                for name, p in s.alert_policies.items()
+                if name.startswith(rel + "/") and (match is None or p["displayName"] == match.group(1))
+            ]
             return {"alertPolicies": found, "totalSize": len(found)} if found else {}
         if method_id == "monitoring.projects.alertPolicies.create":
             name = f"{rel}/{uuid.uuid4().int % 10**19}"  # rel: projects/P/alertPolicies
-            policy = {**copy.deepcopy(body), "name": name,
-                      "creationRecord": {"mutateTime": "2026-11-30T00:00:00Z"}}
+            policy = {**copy.deepcopy(body), "name": name, "creationRecord": {"mutateTime": "2026-11-30T00:00:00Z"}}
             for condition in policy.get("conditions", []):
                 condition["name"] = f"{name}/conditions/{uuid.uuid4().int % 10**19}"
             s.alert_policies[name] = policy
@@ -331,8 +352,11 @@ class FakeGoogle:
                 raise NotFound(rel)
             if query.get("updateMask"):
                 return _patch(s.alert_policies, rel, body, query)
-            s.alert_policies[rel] = {**copy.deepcopy(body), "name": rel,
-                                     "creationRecord": s.alert_policies[rel]["creationRecord"]}
+            s.alert_policies[rel] = {
+                **copy.deepcopy(body),
+                "name": rel,
+                "creationRecord": s.alert_policies[rel]["creationRecord"],
+            }
             return s.alert_policies[rel]
         raise Violation(f"{method_id}: valid, but this fake does not implement it")
 
@@ -344,19 +368,27 @@ class FakeGoogle:
         token = target["oidcToken"]
         headers = {
             **target.get("headers", {}),
-            "Authorization": "Bearer " + oidc.sign(self.key, oidc.claims(
-                audience=token.get("audience") or target["uri"], email=token["serviceAccountEmail"])),
+            "Authorization": "Bearer "
+            + oidc.sign(
+                self.key,
+                oidc.claims(audience=token.get("audience") or target["uri"], email=token["serviceAccountEmail"]),
+            ),
             "X-CloudScheduler-JobName": job["name"].rsplit("/", 1)[-1],
             "X-CloudScheduler-ScheduleTime": job["scheduleTime"],
             "User-Agent": "Google-Cloud-Scheduler",
         }
         try:
-            answer = httpx.request(target.get("httpMethod", "POST"), target["uri"], headers=headers,
-                                   content=base64.b64decode(target.get("body", "")), timeout=60)
+            answer = httpx.request(
+                target.get("httpMethod", "POST"),
+                target["uri"],
+                headers=headers,
+                content=base64.b64decode(target.get("body", "")),
+                timeout=60,
+            )
             code = 0 if answer.is_success else GRPC_CODE.get(answer.status_code, 2)
         except httpx.HTTPError:
             code = 14
-        job["lastAttemptTime"] = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        job["lastAttemptTime"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         job["status"] = {"code": code} if code else {}
 
     def _policy(self, path: str) -> dict:
@@ -368,8 +400,9 @@ class FakeGoogle:
         previous = self.state.services.get(name)
         generation = (previous["metadata"]["generation"] + 1) if previous else 1
         revision = f"{name}-{generation:05d}-abc"
-        service["metadata"].update({"generation": generation, "uid": str(uuid.uuid4()),
-                                    "namespace": self.state.project_number})
+        service["metadata"].update(
+            {"generation": generation, "uid": str(uuid.uuid4()), "namespace": self.state.project_number}
+        )
         service["status"] = {
             "observedGeneration": generation,
             "conditions": [{"type": t, "status": "True"} for t in ("Ready", "ConfigurationsReady", "RoutesReady")],

@@ -48,7 +48,9 @@ def _parse_attrs(source: str, attrs: str, functions: dict[str, int]) -> Block:
         if len(nested) != 1:
             raise ValueError(f"cannot tell the nested block of {name!r} from {value!r}")
         start = functions[nested[0]]
-        block.blocks[name] = _parse_attrs(source, _attrs_object(source, source.index("const attrs = ", start)), functions)
+        block.blocks[name] = _parse_attrs(
+            source, _attrs_object(source, source.index("const attrs = ", start)), functions
+        )
     return block
 
 

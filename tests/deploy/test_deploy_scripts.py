@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -14,8 +13,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fake_gcp import Captured, FakeGoogle
 from deploy_tools import REPO, tool
+from fake_gcp import Captured, FakeGoogle
 
 from runonce.routes import parse_routes
 from tests.support import oidc
@@ -90,14 +89,28 @@ def deploy(fake: FakeGoogle, tmp_path: Path):
         "CLOUDSDK_PROXY_PORT": str(fake.port),
         "PYTHON": shutil.which("python3") or "python3",
     }
-    for api in ("cloudscheduler", "iam", "cloudresourcemanager", "firestore", "run", "serviceusage", "artifactregistry", "spanner",
-                "cloudtasks", "logging", "monitoring"):
+    for api in (
+        "cloudscheduler",
+        "iam",
+        "cloudresourcemanager",
+        "firestore",
+        "run",
+        "serviceusage",
+        "artifactregistry",
+        "spanner",
+        "cloudtasks",
+        "logging",
+        "monitoring",
+    ):
         env[f"CLOUDSDK_API_ENDPOINT_OVERRIDES_{api.upper()}"] = f"http://{api}.fake.invalid/"
 
     def run(script: str, *args: str, extra_env: dict[str, str] | None = None, expect: int = 0):
         result = subprocess.run(
-            ["bash", str(DEPLOY / script), *args], env={**env, **(extra_env or {})},
-            capture_output=True, text=True, timeout=300,
+            ["bash", str(DEPLOY / script), *args],
+            env={**env, **(extra_env or {})},
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         assert result.returncode == expect, f"{script} exited {result.returncode}:\n{result.stderr}"
         return result
@@ -106,18 +119,23 @@ def deploy(fake: FakeGoogle, tmp_path: Path):
 
 
 def policy_bindings(request: Captured) -> list[tuple[str, tuple[str, ...], str | None]]:
-    return [(b["role"], tuple(b["members"]), (b.get("condition") or {}).get("expression"))
-            for b in request.body["policy"]["bindings"]]
+    return [
+        (b["role"], tuple(b["members"]), (b.get("condition") or {}).get("expression"))
+        for b in request.body["policy"]["bindings"]
+    ]
 
 
 # --- lint, help and bad input ------------------------------------------------------------------
 
+
 def test_shellcheck_finds_nothing() -> None:
     scripts = [str(p) for p in sorted(DEPLOY.glob("*.sh"))] + [str(DEPLOY / "lib" / "common.sh")]
-    result = subprocess.run([tool("shellcheck"), "-x", "-P", "SCRIPTDIR", *scripts, str(REPO / ".ci" / "deploy-checks")],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [tool("shellcheck"), "-x", "-P", "SCRIPTDIR", *scripts, str(REPO / ".ci" / "deploy-checks")],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout
-
 
 
 @pytest.mark.parametrize("script", ["setup.sh", "deploy-service.sh", "scheduler-job.sh", "audit-job.sh"])
@@ -135,57 +153,277 @@ def test_help_documents_every_flag_the_script_parses(deploy, script: str) -> Non
     ("script", "args", "message"),
     [
         ("setup.sh", ["--region", REGION], "missing --project (or PROJECT_ID)"),
-        ("deploy-service.sh", ["--project", PROJECT, "--region", REGION, "--routes-file", "/nonexistent"],
-         "missing --image (or IMAGE)"),
-        ("scheduler-job.sh", ["--project", PROJECT, "--location", REGION, "--job", "j", "--route", "etl",
-                              "--schedule", "0 3 * * * *"], "--schedule must be a unix-cron expression with 5 fields"),
-        ("scheduler-job.sh", ["--project", PROJECT, "--location", REGION, "--job", "j", "--route", "etl",
-                              "--schedule", "0 3 * * *", "--retry-count", "2"],
-         "retries span 60 s, less than the lease + attempt deadline = 360 s"),
-        ("scheduler-job.sh", ["--project", PROJECT, "--location", REGION, "--job", "j", "--route", "etl",
-                              "--schedule", "0 3 * * *", "--attempt-deadline", "30"],
-         "--attempt-deadline (30) must be at least the dispatch timeout + 15 = 45 s"),
-        ("scheduler-job.sh", ["--project", PROJECT, "--location", REGION, "--job", "j", "--route", "etl",
-                              "--schedule", "0 3 * * *", "--body", "[1]"], "--body must be a JSON object"),
-        ("setup.sh", ["--project", PROJECT, "--region", REGION, "--routes-file", "ROUTES", "--bogus"],
-         "unknown argument '--bogus'"),
-        ("scheduler-job.sh", ["--project", PROJECT, "--location", REGION, "--job", "j", "--route", "etl",
-                              "--schedule", "0 3 * * *", "--retention-seconds", "900"],
-         "--retention-seconds (900) must exceed the longest retry window (960 s: 5 retries"),
-        ("deploy-service.sh", ["--project", PROJECT, "--region", REGION, "--image", IMAGE, "--routes-file", "ROUTES",
-                               "--firestore-database", 'x"\nRUNONCE_AUTH: none'],
-         "--firestore-database must be (default) or 4-63 lower-case letters"),
-        ("deploy-service.sh", ["--project", "My Project", "--region", REGION, "--image", IMAGE, "--routes-file", "ROUTES"],
-         "--project must be a project ID"),
-        ("deploy-service.sh", ["--project", PROJECT, "--region", REGION, "--image", "docker.io/me/runonce:1",
-                               "--routes-file", "ROUTES"], "--image must be in Artifact Registry"),
-        ("deploy-service.sh", ["--project", PROJECT, "--region", REGION, "--image", IMAGE, "--routes-file", "ROUTES",
-                               "--lease-seconds", "40"],
-         "--lease-seconds (40) must be at least --dispatch-timeout-seconds (30) + 2 x the store timeout (5) + 1 = 41"),
-        ("scheduler-job.sh", ["--project", PROJECT, "--location", REGION, "--job", "j", "--route", "etl",
-                              "--schedule", "0 3 * * *", "--lease-seconds", "100", "--dispatch-timeout-seconds", "95"],
-         "--lease-seconds (100) must be at least --dispatch-timeout-seconds (95) + 2 x the store timeout (5) + 1 = 106"),
-        ("setup.sh", ["--project", PROJECT, "--region", REGION, "--routes-file", "ROUTES",
-                      "--store", "spanner://projects/demo-project/instances/i1"], "--store must be firestore, spanner://projects/P/instances/I/databases/D[?table=T] or redis://"),
-        ("deploy-service.sh", ["--project", PROJECT, "--region", REGION, "--image", IMAGE, "--routes-file", "ROUTES",
-                               "--store", "mysql://db/runs"], "--store must be firestore, spanner://"),
-        ("deploy-service.sh", ["--project", PROJECT, "--region", REGION, "--image", IMAGE, "--routes-file", "ROUTES",
-                               "--store", "rediss://10.0.0.3:6378/0?ca_file=/etc/ca.pem"],
-         "--store redis://... needs --network: Cloud Run reaches Memorystore only through Direct VPC egress"),
-        ("deploy-service.sh", ["--project", PROJECT, "--region", REGION, "--image", IMAGE, "--routes-file", "ROUTES",
-                               "--subnet", "runonce"], "--subnet needs --network (Direct VPC egress)"),
-        ("audit-job.sh", ["--project", PROJECT, "--region", REGION, "--notification-channels", "email:me@x.com"],
-         "--notification-channels must be comma-separated projects/P/notificationChannels/ID"),
-        ("scheduler-job.sh", ["--project", PROJECT, "--location", REGION, "--job", "j", "--path", "/v1/audit:run?x=1",
-                              "--schedule", "0 3 * * *"], "--path must be a runonce path such as /v1/audit:run"),
-        ("deploy-service.sh", ["--project", PROJECT, "--region", REGION, "--image", IMAGE, "--routes-file", "ROUTES",
-                               "--admin-callers", "runonce-auditor"], "--admin-callers must be comma-separated email addresses"),
+        (
+            "deploy-service.sh",
+            ["--project", PROJECT, "--region", REGION, "--routes-file", "/nonexistent"],
+            "missing --image (or IMAGE)",
+        ),
+        (
+            "scheduler-job.sh",
+            ["--project", PROJECT, "--location", REGION, "--job", "j", "--route", "etl", "--schedule", "0 3 * * * *"],
+            "--schedule must be a unix-cron expression with 5 fields",
+        ),
+        (
+            "scheduler-job.sh",
+            [
+                "--project",
+                PROJECT,
+                "--location",
+                REGION,
+                "--job",
+                "j",
+                "--route",
+                "etl",
+                "--schedule",
+                "0 3 * * *",
+                "--retry-count",
+                "2",
+            ],
+            "retries span 60 s, less than the lease + attempt deadline = 360 s",
+        ),
+        (
+            "scheduler-job.sh",
+            [
+                "--project",
+                PROJECT,
+                "--location",
+                REGION,
+                "--job",
+                "j",
+                "--route",
+                "etl",
+                "--schedule",
+                "0 3 * * *",
+                "--attempt-deadline",
+                "30",
+            ],
+            "--attempt-deadline (30) must be at least the dispatch timeout + 15 = 45 s",
+        ),
+        (
+            "scheduler-job.sh",
+            [
+                "--project",
+                PROJECT,
+                "--location",
+                REGION,
+                "--job",
+                "j",
+                "--route",
+                "etl",
+                "--schedule",
+                "0 3 * * *",
+                "--body",
+                "[1]",
+            ],
+            "--body must be a JSON object",
+        ),
+        (
+            "setup.sh",
+            ["--project", PROJECT, "--region", REGION, "--routes-file", "ROUTES", "--bogus"],
+            "unknown argument '--bogus'",
+        ),
+        (
+            "scheduler-job.sh",
+            [
+                "--project",
+                PROJECT,
+                "--location",
+                REGION,
+                "--job",
+                "j",
+                "--route",
+                "etl",
+                "--schedule",
+                "0 3 * * *",
+                "--retention-seconds",
+                "900",
+            ],
+            "--retention-seconds (900) must exceed the longest retry window (960 s: 5 retries",
+        ),
+        (
+            "deploy-service.sh",
+            [
+                "--project",
+                PROJECT,
+                "--region",
+                REGION,
+                "--image",
+                IMAGE,
+                "--routes-file",
+                "ROUTES",
+                "--firestore-database",
+                'x"\nRUNONCE_AUTH: none',
+            ],
+            "--firestore-database must be (default) or 4-63 lower-case letters",
+        ),
+        (
+            "deploy-service.sh",
+            ["--project", "My Project", "--region", REGION, "--image", IMAGE, "--routes-file", "ROUTES"],
+            "--project must be a project ID",
+        ),
+        (
+            "deploy-service.sh",
+            ["--project", PROJECT, "--region", REGION, "--image", "docker.io/me/runonce:1", "--routes-file", "ROUTES"],
+            "--image must be in Artifact Registry",
+        ),
+        (
+            "deploy-service.sh",
+            [
+                "--project",
+                PROJECT,
+                "--region",
+                REGION,
+                "--image",
+                IMAGE,
+                "--routes-file",
+                "ROUTES",
+                "--lease-seconds",
+                "40",
+            ],
+            "--lease-seconds (40) must be at least --dispatch-timeout-seconds (30) + 2 x the store timeout (5) + 1 = 41",
+        ),
+        (
+            "scheduler-job.sh",
+            [
+                "--project",
+                PROJECT,
+                "--location",
+                REGION,
+                "--job",
+                "j",
+                "--route",
+                "etl",
+                "--schedule",
+                "0 3 * * *",
+                "--lease-seconds",
+                "100",
+                "--dispatch-timeout-seconds",
+                "95",
+            ],
+            "--lease-seconds (100) must be at least --dispatch-timeout-seconds (95) + 2 x the store timeout (5) + 1 = 106",
+        ),
+        (
+            "setup.sh",
+            [
+                "--project",
+                PROJECT,
+                "--region",
+                REGION,
+                "--routes-file",
+                "ROUTES",
+                "--store",
+                "spanner://projects/demo-project/instances/i1",
+            ],
+            "--store must be firestore, spanner://projects/P/instances/I/databases/D[?table=T] or redis://",
+        ),
+        (
+            "deploy-service.sh",
+            [
+                "--project",
+                PROJECT,
+                "--region",
+                REGION,
+                "--image",
+                IMAGE,
+                "--routes-file",
+                "ROUTES",
+                "--store",
+                "mysql://db/runs",
+            ],
+            "--store must be firestore, spanner://",
+        ),
+        (
+            "deploy-service.sh",
+            [
+                "--project",
+                PROJECT,
+                "--region",
+                REGION,
+                "--image",
+                IMAGE,
+                "--routes-file",
+                "ROUTES",
+                "--store",
+                "rediss://10.0.0.3:6378/0?ca_file=/etc/ca.pem",
+            ],
+            "--store redis://... needs --network: Cloud Run reaches Memorystore only through Direct VPC egress",
+        ),
+        (
+            "deploy-service.sh",
+            [
+                "--project",
+                PROJECT,
+                "--region",
+                REGION,
+                "--image",
+                IMAGE,
+                "--routes-file",
+                "ROUTES",
+                "--subnet",
+                "runonce",
+            ],
+            "--subnet needs --network (Direct VPC egress)",
+        ),
+        (
+            "audit-job.sh",
+            ["--project", PROJECT, "--region", REGION, "--notification-channels", "email:me@x.com"],
+            "--notification-channels must be comma-separated projects/P/notificationChannels/ID",
+        ),
+        (
+            "scheduler-job.sh",
+            [
+                "--project",
+                PROJECT,
+                "--location",
+                REGION,
+                "--job",
+                "j",
+                "--path",
+                "/v1/audit:run?x=1",
+                "--schedule",
+                "0 3 * * *",
+            ],
+            "--path must be a runonce path such as /v1/audit:run",
+        ),
+        (
+            "deploy-service.sh",
+            [
+                "--project",
+                PROJECT,
+                "--region",
+                REGION,
+                "--image",
+                IMAGE,
+                "--routes-file",
+                "ROUTES",
+                "--admin-callers",
+                "runonce-auditor",
+            ],
+            "--admin-callers must be comma-separated email addresses",
+        ),
     ],
-    ids=["missing-project", "missing-image", "six-field-cron", "retries-shorter-than-lease", "short-deadline",
-         "body-not-object", "unknown-flag", "retention-below-longest-window", "database-with-yaml",
-         "project-not-an-id", "tag-outside-artifact-registry", "deploy-lease-rule", "job-lease-rule",
-         "spanner-url-without-database", "unknown-store", "redis-without-network", "subnet-without-network",
-         "audit-channel-not-a-name", "path-with-a-query", "admin-caller-not-an-email"],
+    ids=[
+        "missing-project",
+        "missing-image",
+        "six-field-cron",
+        "retries-shorter-than-lease",
+        "short-deadline",
+        "body-not-object",
+        "unknown-flag",
+        "retention-below-longest-window",
+        "database-with-yaml",
+        "project-not-an-id",
+        "tag-outside-artifact-registry",
+        "deploy-lease-rule",
+        "job-lease-rule",
+        "spanner-url-without-database",
+        "unknown-store",
+        "redis-without-network",
+        "subnet-without-network",
+        "audit-channel-not-a-name",
+        "path-with-a-query",
+        "admin-caller-not-an-email",
+    ],
 )
 def test_bad_input_exits_2_with_a_precise_message_and_touches_nothing(
     deploy, fake: FakeGoogle, routes_file: Path, script: str, args: list[str], message: str
@@ -223,7 +461,9 @@ def test_env_file_carries_any_value_escaped(deploy, fake: FakeGoogle, tmp_path: 
     routes = tmp_path / "routes.yaml"
     text = 'routes:\n  demo:\n    target: {type: log}\n    # a "quoted": comment\\n\n'
     routes.write_text(text)
-    deploy("deploy-service.sh", "--project", PROJECT, "--region", REGION, "--image", IMAGE, "--routes-file", str(routes))
+    deploy(
+        "deploy-service.sh", "--project", PROJECT, "--region", REGION, "--image", IMAGE, "--routes-file", str(routes)
+    )
     (create,) = fake.find("run.namespaces.services.create")
     assert _env(create.body)["RUNONCE_ROUTES"] == text
 
@@ -238,12 +478,22 @@ def test_bad_routes_file_is_refused_before_any_change(deploy, fake: FakeGoogle, 
 
 # --- setup.sh ------------------------------------------------------------------------------------
 
+
 def test_setup_creates_accounts_store_ttl_and_least_privilege_grants_then_changes_nothing(
     deploy, fake: FakeGoogle, routes_file: Path
 ) -> None:
-    args = ["--project", PROJECT, "--region", REGION, "--routes-file", str(routes_file),
-            "--trigger-service-account", f"builder@cb-proj.iam.gserviceaccount.com",
-            "--downstream-service", f"projects/{PROJECT}/locations/{REGION}/services/hooks"]
+    args = [
+        "--project",
+        PROJECT,
+        "--region",
+        REGION,
+        "--routes-file",
+        str(routes_file),
+        "--trigger-service-account",
+        "builder@cb-proj.iam.gserviceaccount.com",
+        "--downstream-service",
+        f"projects/{PROJECT}/locations/{REGION}/services/hooks",
+    ]
     deploy("setup.sh", *args)
 
     created = [r.body for r in fake.find("iam.projects.serviceAccounts.create")]
@@ -267,22 +517,28 @@ def test_setup_creates_accounts_store_ttl_and_least_privilege_grants_then_change
     member = f"serviceAccount:{RUNTIME}"
     assert grants == {
         f"v1/projects/{PROJECT}": [
-            ("roles/datastore.user", (member,), f'resource.name == "projects/{PROJECT}/databases/(default)"')],
+            ("roles/datastore.user", (member,), f'resource.name == "projects/{PROJECT}/databases/(default)"')
+        ],
         "v1/projects/wf-proj": [("roles/workflows.invoker", (member,), None)],
         "v1/projects/cb-proj": [("projects/cb-proj/roles/runonceBuildRunner", (member,), None)],
         "v1/projects/bq-proj": [("roles/bigquery.jobUser", (member,), None)],
         f"v1/projects/{PROJECT}/locations/{REGION}/jobs/batch": [
             ("roles/run.jobsExecutorWithOverrides", (member,), None),
-            (f"projects/{PROJECT}/roles/runonceExecutionReader", (member,), None)],
+            (f"projects/{PROJECT}/roles/runonceExecutionReader", (member,), None),
+        ],
         "v1/projects/cb-proj/serviceAccounts/builder@cb-proj.iam.gserviceaccount.com": [
-            ("roles/iam.serviceAccountUser", (member,), None)],
+            ("roles/iam.serviceAccountUser", (member,), None)
+        ],
         f"v1/projects/{PROJECT}/locations/{REGION}/services/hooks": [("roles/run.invoker", (member,), None)],
     }
 
     # Custom roles, in the project of what they are granted on, with exactly what runonce needs.
     assert {name: sorted(role["includedPermissions"]) for name, role in fake.state.roles.items()} == {
         "projects/cb-proj/roles/runonceBuildRunner": [
-            "cloudbuild.builds.create", "cloudbuild.builds.get", "cloudbuild.builds.list"],
+            "cloudbuild.builds.create",
+            "cloudbuild.builds.get",
+            "cloudbuild.builds.list",
+        ],
         f"projects/{PROJECT}/roles/runonceExecutionReader": ["run.executions.get", "run.executions.list"],
     }
 
@@ -308,11 +564,16 @@ def test_setup_grants_a_cloud_tasks_route_on_its_queue_and_actas_on_its_oidc_acc
     common = ["--project", PROJECT, "--region", REGION, "--routes-file", str(routes)]
     deploy("setup.sh", *common)
     member = f"serviceAccount:{RUNTIME}"
-    grants = {r.path.split(":")[0]: policy_bindings(r) for r in fake.mutations() if r.method_id.endswith("setIamPolicy")}
-    assert grants[f"v2/{queue}"] == [("roles/cloudtasks.enqueuer", (member,), None),
-                                     ("roles/cloudtasks.viewer", (member,), None)]
+    grants = {
+        r.path.split(":")[0]: policy_bindings(r) for r in fake.mutations() if r.method_id.endswith("setIamPolicy")
+    }
+    assert grants[f"v2/{queue}"] == [
+        ("roles/cloudtasks.enqueuer", (member,), None),
+        ("roles/cloudtasks.viewer", (member,), None),
+    ]
     assert grants[f"v1/projects/tq-proj/serviceAccounts/{token_account}"] == [
-        ("roles/iam.serviceAccountUser", (member,), None)]
+        ("roles/iam.serviceAccountUser", (member,), None)
+    ]
     assert len(grants) == 3  # and the claim store's; nothing on the project of the queue
     fake.requests.clear()
     deploy("setup.sh", *common)
@@ -320,8 +581,17 @@ def test_setup_grants_a_cloud_tasks_route_on_its_queue_and_actas_on_its_oidc_acc
 
 
 def test_setup_can_grant_the_predefined_cloud_build_role(deploy, fake: FakeGoogle, routes_file: Path) -> None:
-    deploy("setup.sh", "--project", PROJECT, "--region", REGION, "--routes-file", str(routes_file),
-           "--cloud-build-role", "predefined")
+    deploy(
+        "setup.sh",
+        "--project",
+        PROJECT,
+        "--region",
+        REGION,
+        "--routes-file",
+        str(routes_file),
+        "--cloud-build-role",
+        "predefined",
+    )
     (write,) = [r for r in fake.mutations() if r.path == "v1/projects/cb-proj:setIamPolicy"]
     assert [role for role, _, _ in policy_bindings(write)] == ["roles/cloudbuild.builds.editor"]
     assert "projects/cb-proj/roles/runonceBuildRunner" not in fake.state.roles
@@ -339,7 +609,8 @@ def test_setup_with_no_optional_lists_and_a_new_database_replaces_the_stale_cond
     deploy("setup.sh", *common, "--firestore-database", "runs-b")
     policy = fake.state.policies[f"v1/projects/{PROJECT}"]
     assert [(b["role"], b["condition"]["expression"]) for b in policy["bindings"]] == [
-        ("roles/datastore.user", f'resource.name == "projects/{PROJECT}/databases/runs-b"')]
+        ("roles/datastore.user", f'resource.name == "projects/{PROJECT}/databases/runs-b"')
+    ]
     fake.requests.clear()
     deploy("setup.sh", *common, "--firestore-database", "runs-b")
     assert fake.mutations() == []
@@ -350,13 +621,26 @@ def test_setup_with_spanner_grants_database_user_on_that_database_only_and_no_fi
 ) -> None:
     routes = tmp_path / "routes.yaml"
     routes.write_text("routes:\n  demo:\n    target: {type: log}\n")
-    args = ["--project", PROJECT, "--region", REGION, "--routes-file", str(routes),
-            "--store", "spanner://projects/store-proj/instances/claims/databases/runs?table=my_runs"]
+    args = [
+        "--project",
+        PROJECT,
+        "--region",
+        REGION,
+        "--routes-file",
+        str(routes),
+        "--store",
+        "spanner://projects/store-proj/instances/claims/databases/runs?table=my_runs",
+    ]
     result = deploy("setup.sh", *args)
     assert not [r for r in fake.requests if r.api == "firestore"]
-    grants = {r.path.split(":")[0]: policy_bindings(r) for r in fake.mutations() if r.method_id.endswith("setIamPolicy")}
-    assert grants == {"v1/projects/store-proj/instances/claims/databases/runs": [
-        ("roles/spanner.databaseUser", (f"serviceAccount:{RUNTIME}",), None)]}
+    grants = {
+        r.path.split(":")[0]: policy_bindings(r) for r in fake.mutations() if r.method_id.endswith("setIamPolicy")
+    }
+    assert grants == {
+        "v1/projects/store-proj/instances/claims/databases/runs": [
+            ("roles/spanner.databaseUser", (f"serviceAccount:{RUNTIME}",), None)
+        ]
+    }
     assert "runonce store init" in result.stderr
     fake.requests.clear()
     deploy("setup.sh", *args)
@@ -364,6 +648,7 @@ def test_setup_with_spanner_grants_database_user_on_that_database_only_and_no_fi
 
 
 # --- deploy-service.sh -----------------------------------------------------------------------------
+
 
 def _env(service: dict) -> dict[str, str]:
     (container,) = service["spec"]["template"]["spec"]["containers"]
@@ -409,13 +694,22 @@ def test_deploy_service_is_private_runs_as_runtime_account_with_routes_as_config
     # The routes reach the service unchanged, and runonce's own parser accepts them (every
     # target type).
     assert yaml.safe_load(env["RUNONCE_ROUTES"]) == yaml.safe_load(ROUTES_YAML)
-    assert set(parse_routes(env["RUNONCE_ROUTES"], "RUNONCE_ROUTES")) == {"etl", "batch", "build", "hook", "demo", "rollup"}
+    assert set(parse_routes(env["RUNONCE_ROUTES"], "RUNONCE_ROUTES")) == {
+        "etl",
+        "batch",
+        "build",
+        "hook",
+        "demo",
+        "rollup",
+    }
 
     # No public access: the only IAM write grants run.invoker to the invoker account.
     writes = [r for r in fake.mutations() if r.method_id.endswith("setIamPolicy")]
     assert [(r.path, policy_bindings(r)) for r in writes] == [
-        (f"v1/projects/{PROJECT}/locations/{REGION}/services/runonce:setIamPolicy",
-         [("roles/run.invoker", (f"serviceAccount:{INVOKER}",), None)]),
+        (
+            f"v1/projects/{PROJECT}/locations/{REGION}/services/runonce:setIamPolicy",
+            [("roles/run.invoker", (f"serviceAccount:{INVOKER}",), None)],
+        ),
     ]
     assert "allUsers" not in json.dumps([r.body for r in fake.requests])
 
@@ -439,8 +733,22 @@ def test_deploy_service_is_private_runs_as_runtime_account_with_routes_as_config
 
 # --- scheduler-job.sh ------------------------------------------------------------------------------
 
-JOB_ARGS = ["--project", PROJECT, "--location", REGION, "--job", "nightly-etl", "--route", "etl",
-            "--schedule", "0 3 * * *", "--time-zone", "Europe/Paris", "--body", '{"mode": "full"}']
+JOB_ARGS = [
+    "--project",
+    PROJECT,
+    "--location",
+    REGION,
+    "--job",
+    "nightly-etl",
+    "--route",
+    "etl",
+    "--schedule",
+    "0 3 * * *",
+    "--time-zone",
+    "Europe/Paris",
+    "--body",
+    '{"mode": "full"}',
+]
 
 
 def test_scheduler_job_calls_the_route_with_oidc_and_lease_consistent_retries(deploy, fake: FakeGoogle) -> None:
@@ -453,8 +761,11 @@ def test_scheduler_job_calls_the_route_with_oidc_and_lease_consistent_retries(de
     assert job["timeZone"] == "Europe/Paris"
     assert job["attemptDeadline"] == "60s"
     assert job["retryConfig"] == {
-        "retryCount": 5, "minBackoffDuration": "20s", "maxBackoffDuration": "300s",
-        "maxDoublings": 4, "maxRetryDuration": "0s",
+        "retryCount": 5,
+        "minBackoffDuration": "20s",
+        "maxBackoffDuration": "300s",
+        "maxDoublings": 4,
+        "maxRetryDuration": "0s",
     }
     target = job["httpTarget"]
     assert target["uri"] == f"{URL}/v1/routes/etl:run?project={PROJECT}&location={REGION}"
@@ -488,8 +799,21 @@ def test_the_three_scripts_from_zero_to_a_scheduler_job(deploy, fake: FakeGoogle
     common = ["--project", PROJECT, "--region", REGION]
     deploy("setup.sh", *common, "--routes-file", str(routes_file))
     url = deploy("deploy-service.sh", *common, "--image", IMAGE, "--routes-file", str(routes_file)).stdout.strip()
-    deploy("scheduler-job.sh", "--project", PROJECT, "--location", REGION, "--job", "demo-every-5-min",
-           "--route", "demo", "--schedule", "*/5 * * * *", "--service-url", url)
+    deploy(
+        "scheduler-job.sh",
+        "--project",
+        PROJECT,
+        "--location",
+        REGION,
+        "--job",
+        "demo-every-5-min",
+        "--route",
+        "demo",
+        "--schedule",
+        "*/5 * * * *",
+        "--service-url",
+        url,
+    )
     job = fake.state.jobs[f"projects/{PROJECT}/locations/{REGION}/jobs/demo-every-5-min"]
     assert job["httpTarget"]["uri"].startswith(fake.state.services["runonce"]["status"]["url"] + "/v1/routes/demo:run")
     service_policy = fake.state.policies[f"v1/projects/{PROJECT}/locations/{REGION}/services/runonce"]
@@ -499,15 +823,31 @@ def test_the_three_scripts_from_zero_to_a_scheduler_job(deploy, fake: FakeGoogle
 def test_deploy_with_cloud_run_iam_grants_only_the_self_check_before_deploying(
     deploy, fake: FakeGoogle, routes_file: Path
 ) -> None:
-    deploy("deploy-service.sh", "--project", PROJECT, "--region", REGION, "--image", IMAGE,
-           "--routes-file", str(routes_file), "--auth", "cloud_run_iam")
+    deploy(
+        "deploy-service.sh",
+        "--project",
+        PROJECT,
+        "--region",
+        REGION,
+        "--image",
+        IMAGE,
+        "--routes-file",
+        str(routes_file),
+        "--auth",
+        "cloud_run_iam",
+    )
     role = f"projects/{PROJECT}/roles/runonceServiceSelfCheck"
     assert sorted(fake.state.roles[role]["includedPermissions"]) == ["run.services.get", "run.services.getIamPolicy"]
     order = [r.method_id for r in fake.mutations()]
     assert order.index("cloudresourcemanager.projects.setIamPolicy") < order.index("run.namespaces.services.create")
     (grant,) = fake.find("cloudresourcemanager.projects.setIamPolicy")
     assert policy_bindings(grant) == [
-        (role, (f"serviceAccount:{RUNTIME}",), f'resource.name == "projects/{PROJECT}/locations/{REGION}/services/runonce"')]
+        (
+            role,
+            (f"serviceAccount:{RUNTIME}",),
+            f'resource.name == "projects/{PROJECT}/locations/{REGION}/services/runonce"',
+        )
+    ]
     (create,) = fake.find("run.namespaces.services.create")
     assert _env(create.body)["RUNONCE_AUTH"] == "cloud_run_iam"
 
@@ -546,19 +886,40 @@ def smoke(deploy, fake: FakeGoogle, url: str, expect: int):
     # gcloud mints the identity token through google-auth's own session, which reads the standard
     # proxy variables rather than gcloud's proxy settings; runonce itself is reached directly.
     proxy = f"http://127.0.0.1:{fake.port}"
-    extra = {"CLOUDSDK_API_ENDPOINT_OVERRIDES_IAMCREDENTIALS": "http://iamcredentials.fake.invalid/",
-             "RUNONCE": str(REPO / ".venv" / "bin" / "runonce"), "HTTP_PROXY": proxy, "http_proxy": proxy,
-             "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
-    return deploy("smoke.sh", "--project", PROJECT, "--region", REGION, "--service-url", url, "--wait-seconds", "10",
-                  extra_env=extra, expect=expect)
+    extra = {
+        "CLOUDSDK_API_ENDPOINT_OVERRIDES_IAMCREDENTIALS": "http://iamcredentials.fake.invalid/",
+        "RUNONCE": str(REPO / ".venv" / "bin" / "runonce"),
+        "HTTP_PROXY": proxy,
+        "http_proxy": proxy,
+        "NO_PROXY": "127.0.0.1",
+        "no_proxy": "127.0.0.1",
+    }
+    return deploy(
+        "smoke.sh",
+        "--project",
+        PROJECT,
+        "--region",
+        REGION,
+        "--service-url",
+        url,
+        "--wait-seconds",
+        "10",
+        extra_env=extra,
+        expect=expect,
+    )
 
 
-def test_smoke_proves_token_one_run_and_a_duplicate_then_deletes_its_job(deploy, fake: FakeGoogle, runonce_service) -> None:
+def test_smoke_proves_token_one_run_and_a_duplicate_then_deletes_its_job(
+    deploy, fake: FakeGoogle, runonce_service
+) -> None:
     url = runonce_service()
     result = smoke(deploy, fake, url, expect=0)
     lines = result.stdout.splitlines()
     assert [line.split(":")[0] for line in lines] == [
-        "ok    token accepted", "ok    one run recorded", "ok    second delivery a duplicate"], result.stdout
+        "ok    token accepted",
+        "ok    one run recorded",
+        "ok    second delivery a duplicate",
+    ], result.stdout
     (create,) = fake.find("cloudscheduler.projects.locations.jobs.create")
     assert create.body["httpTarget"]["uri"] == f"{url}/v1/routes/demo:run?project={PROJECT}&location={REGION}"
     assert create.body["httpTarget"]["oidcToken"] == {"serviceAccountEmail": INVOKER, "audience": url}
@@ -578,14 +939,23 @@ def test_setup_brings_a_custom_role_with_other_permissions_back_to_exactly_its_o
     deploy, fake: FakeGoogle, tmp_path: Path
 ) -> None:
     routes = tmp_path / "routes.yaml"
-    routes.write_text("routes:\n  build:\n    target: {type: cloud_build_trigger, trigger: projects/cb-proj/locations/global/triggers/t}\n")
+    routes.write_text(
+        "routes:\n  build:\n    target: {type: cloud_build_trigger, trigger: projects/cb-proj/locations/global/triggers/t}\n"
+    )
     name = "projects/cb-proj/roles/runonceBuildRunner"
-    fake.state.roles[name] = {"name": name, "title": "old", "etag": "BwX=",
-                              "includedPermissions": ["cloudbuild.builds.create", "cloudbuild.builds.update"]}
+    fake.state.roles[name] = {
+        "name": name,
+        "title": "old",
+        "etag": "BwX=",
+        "includedPermissions": ["cloudbuild.builds.create", "cloudbuild.builds.update"],
+    }
     deploy("setup.sh", "--project", PROJECT, "--region", REGION, "--routes-file", str(routes))
     (patch,) = fake.find("iam.projects.roles.patch")
     assert sorted(fake.state.roles[name]["includedPermissions"]) == [
-        "cloudbuild.builds.create", "cloudbuild.builds.get", "cloudbuild.builds.list"]
+        "cloudbuild.builds.create",
+        "cloudbuild.builds.get",
+        "cloudbuild.builds.list",
+    ]
 
 
 def test_the_scripts_lease_rule_uses_the_services_own_numbers() -> None:
@@ -604,14 +974,31 @@ def test_deploy_service_passes_a_redis_store_through_with_direct_vpc_egress(
     deploy, fake: FakeGoogle, routes_file: Path
 ) -> None:
     store = "rediss://10.0.0.3:6378/0?ca_file=/etc/runonce/redis-ca/ca.pem"
-    deploy("deploy-service.sh", "--project", PROJECT, "--region", REGION, "--image", IMAGE,
-           "--routes-file", str(routes_file), "--store", store, "--network", "default", "--subnet", "runonce")
+    deploy(
+        "deploy-service.sh",
+        "--project",
+        PROJECT,
+        "--region",
+        REGION,
+        "--image",
+        IMAGE,
+        "--routes-file",
+        str(routes_file),
+        "--store",
+        store,
+        "--network",
+        "default",
+        "--subnet",
+        "runonce",
+    )
     (create,) = fake.find("run.namespaces.services.create")
     env = _env(create.body)
     assert env["RUNONCE_STORE"] == store
     assert not [name for name in env if name.startswith("RUNONCE_FIRESTORE_")]
     annotations = create.body["spec"]["template"]["metadata"]["annotations"]
-    assert json.loads(annotations["run.googleapis.com/network-interfaces"]) == [{"network": "default", "subnetwork": "runonce"}]
+    assert json.loads(annotations["run.googleapis.com/network-interfaces"]) == [
+        {"network": "default", "subnetwork": "runonce"}
+    ]
     assert annotations["run.googleapis.com/vpc-access-egress"] == "private-ranges-only"
 
 
@@ -619,8 +1006,19 @@ def test_deploy_service_passes_a_spanner_store_through_without_vpc_egress(
     deploy, fake: FakeGoogle, routes_file: Path
 ) -> None:
     store = f"spanner://projects/{PROJECT}/instances/claims/databases/runs"
-    deploy("deploy-service.sh", "--project", PROJECT, "--region", REGION, "--image", IMAGE,
-           "--routes-file", str(routes_file), "--store", store)
+    deploy(
+        "deploy-service.sh",
+        "--project",
+        PROJECT,
+        "--region",
+        REGION,
+        "--image",
+        IMAGE,
+        "--routes-file",
+        str(routes_file),
+        "--store",
+        store,
+    )
     (create,) = fake.find("run.namespaces.services.create")
     assert _env(create.body)["RUNONCE_STORE"] == store
     assert "run.googleapis.com/network-interfaces" not in create.body["spec"]["template"]["metadata"]["annotations"]
@@ -642,17 +1040,30 @@ def _terraform_missed_runs_filter(service: str) -> str:
 def test_audit_job_creates_the_auditor_its_job_the_metric_and_the_alert_as_terraform_does_then_changes_nothing(
     deploy, fake: FakeGoogle, routes_file: Path
 ) -> None:
-    deploy("deploy-service.sh", *AUDIT_ARGS, "--image", IMAGE, "--routes-file", str(routes_file), "--admin-callers", AUDITOR)
+    deploy(
+        "deploy-service.sh",
+        *AUDIT_ARGS,
+        "--image",
+        IMAGE,
+        "--routes-file",
+        str(routes_file),
+        "--admin-callers",
+        AUDITOR,
+    )
     env = _env(fake.state.services["runonce"])
     assert env["RUNONCE_ADMIN_CALLERS"] == AUDITOR
     fake.requests.clear()
-    result = deploy("audit-job.sh", *AUDIT_ARGS, "--notification-channels", f"projects/{PROJECT}/notificationChannels/42")
+    result = deploy(
+        "audit-job.sh", *AUDIT_ARGS, "--notification-channels", f"projects/{PROJECT}/notificationChannels/42"
+    )
     assert f"--admin-callers {AUDITOR}" in result.stderr
 
     (account,) = fake.find("iam.projects.serviceAccounts.create")
     assert account.body["accountId"] == "runonce-auditor"
     (grant,) = fake.find("run.projects.locations.services.setIamPolicy")
-    assert policy_bindings(grant) == [("roles/run.invoker", (f"serviceAccount:{INVOKER}", f"serviceAccount:{AUDITOR}"), None)]
+    assert policy_bindings(grant) == [
+        ("roles/run.invoker", (f"serviceAccount:{INVOKER}", f"serviceAccount:{AUDITOR}"), None)
+    ]
 
     (create,) = fake.find("cloudscheduler.projects.locations.jobs.create")
     job = create.body
@@ -663,8 +1074,13 @@ def test_audit_job_creates_the_auditor_its_job_the_metric_and_the_alert_as_terra
     assert (target["httpMethod"], target["headers"]) == ("POST", {"Content-Type": "application/json"})
     assert target["oidcToken"] == {"serviceAccountEmail": AUDITOR, "audience": URL}
     assert json.loads(base64.b64decode(target["body"])) == {"since": "10m"}
-    assert job["retryConfig"] == {"retryCount": 5, "minBackoffDuration": "20s", "maxBackoffDuration": "300s",
-                                  "maxDoublings": 4, "maxRetryDuration": "0s"}
+    assert job["retryConfig"] == {
+        "retryCount": 5,
+        "minBackoffDuration": "20s",
+        "maxBackoffDuration": "300s",
+        "maxDoublings": 4,
+        "maxRetryDuration": "0s",
+    }
 
     (metric,) = fake.find("logging.projects.metrics.create")
     assert metric.path == f"v2/projects/{PROJECT}/metrics"
@@ -685,7 +1101,12 @@ def test_audit_job_creates_the_auditor_its_job_the_metric_and_the_alert_as_terra
     assert threshold["aggregations"][0]["groupByFields"] == ["metric.label.route"]
 
     assert [r.method_id.rsplit(".", 1)[-1] for r in fake.mutations()] == [
-        "create", "setIamPolicy", "create", "create", "create"]
+        "create",
+        "setIamPolicy",
+        "create",
+        "create",
+        "create",
+    ]
     fake.requests.clear()
     deploy("audit-job.sh", *AUDIT_ARGS, "--notification-channels", f"projects/{PROJECT}/notificationChannels/42")
     assert fake.mutations() == [], "a second run must change nothing"
@@ -700,7 +1121,9 @@ def test_audit_job_brings_a_changed_metric_and_policy_back_without_a_second_poli
     fake.requests.clear()
     deploy("audit-job.sh", *AUDIT_ARGS, "--notification-channels", f"projects/{PROJECT}/notificationChannels/7")
     assert sorted(r.method_id for r in fake.mutations()) == [
-        "logging.projects.metrics.update", "monitoring.projects.alertPolicies.patch"]
+        "logging.projects.metrics.update",
+        "monitoring.projects.alertPolicies.patch",
+    ]
     assert fake.state.log_metrics[metric_name]["filter"].strip() == _terraform_missed_runs_filter("runonce").strip()
     (policy,) = fake.state.alert_policies.values()
     assert (policy["name"], policy["combiner"]) == (policy_name, "OR")
@@ -723,7 +1146,7 @@ def test_the_scripts_missed_runs_filter_matches_the_line_the_audit_logs(deploy, 
 
 def test_audit_job_refuses_to_choose_between_two_policies_of_its_name(deploy, fake: FakeGoogle) -> None:
     deploy("audit-job.sh", *AUDIT_ARGS)
-    (name, policy), = fake.state.alert_policies.items()
+    ((name, policy),) = fake.state.alert_policies.items()
     fake.state.alert_policies[name + "0"] = {**policy, "name": name + "0", "combiner": "AND"}
     fake.requests.clear()
     result = deploy("audit-job.sh", *AUDIT_ARGS, expect=1)

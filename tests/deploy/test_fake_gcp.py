@@ -23,8 +23,9 @@ def fake() -> Iterator[FakeGoogle]:
 
 
 def send(fake: FakeGoogle, api: str, method: str, path: str, body: object = None) -> httpx.Response:
-    return httpx.request(method, f"http://127.0.0.1:{fake.port}/{path}", json=body,
-                         headers={"Host": f"{api}.fake.invalid"}, timeout=10)
+    return httpx.request(
+        method, f"http://127.0.0.1:{fake.port}/{path}", json=body, headers={"Host": f"{api}.fake.invalid"}, timeout=10
+    )
 
 
 def test_a_valid_request_records_nothing(fake: FakeGoogle) -> None:
@@ -32,16 +33,35 @@ def test_a_valid_request_records_nothing(fake: FakeGoogle) -> None:
     assert answer.status_code == 200 and fake.violations == []
 
 
-@pytest.mark.parametrize(("api", "method", "path", "body", "violation"), [
-    ("cloudscheduler", "POST", JOBS, {**JOB, "state": "ENABLED"}, "Job.state: output-only field in a request"),
-    ("cloudscheduler", "POST", JOBS, {**JOB, "httpTarget": {**JOB["httpTarget"], "body": "not base64!"}},
-     "Job.httpTarget.body: 'not base64!' is not base64"),
-    ("firestore", "POST", "v1/projects/demo-project/databases/(default)/documents:batchGet",
-     {"documents": [], "readTime": "2026-10-16 12:00"}, "readTime: '2026-10-16 12:00' is not an RFC 3339 timestamp"),
-    ("cloudscheduler", "GET", f"{JOBS}/j?view=FULL", None,
-     "cloudscheduler.projects.locations.jobs.get: query parameter 'view' is not one the method lists"),
-    ("cloudscheduler", "POST", JOBS, {**JOB, "colour": "blue"}, "Job: unknown field 'colour'"),
-], ids=["output-only", "bad-base64", "not-rfc3339", "unknown-query-parameter", "unknown-field"])
+@pytest.mark.parametrize(
+    ("api", "method", "path", "body", "violation"),
+    [
+        ("cloudscheduler", "POST", JOBS, {**JOB, "state": "ENABLED"}, "Job.state: output-only field in a request"),
+        (
+            "cloudscheduler",
+            "POST",
+            JOBS,
+            {**JOB, "httpTarget": {**JOB["httpTarget"], "body": "not base64!"}},
+            "Job.httpTarget.body: 'not base64!' is not base64",
+        ),
+        (
+            "firestore",
+            "POST",
+            "v1/projects/demo-project/databases/(default)/documents:batchGet",
+            {"documents": [], "readTime": "2026-10-16 12:00"},
+            "readTime: '2026-10-16 12:00' is not an RFC 3339 timestamp",
+        ),
+        (
+            "cloudscheduler",
+            "GET",
+            f"{JOBS}/j?view=FULL",
+            None,
+            "cloudscheduler.projects.locations.jobs.get: query parameter 'view' is not one the method lists",
+        ),
+        ("cloudscheduler", "POST", JOBS, {**JOB, "colour": "blue"}, "Job: unknown field 'colour'"),
+    ],
+    ids=["output-only", "bad-base64", "not-rfc3339", "unknown-query-parameter", "unknown-field"],
+)
 def test_each_contract_check_records_a_violation_and_answers_400(
     fake: FakeGoogle, api: str, method: str, path: str, body: object, violation: str
 ) -> None:

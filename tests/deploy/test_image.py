@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import uuid
-import re
 from collections.abc import Iterator
 
 import httpx
@@ -65,7 +65,9 @@ def container(image: str) -> Iterator[tuple[str, int]]:
         remove_container(name)
 
 
-def test_a_readme_or_code_change_reuses_the_dependency_layer(image: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_a_readme_or_code_change_reuses_the_dependency_layer(
+    image: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     """The same build context with the README and a module changed: podman takes every step up to
     the dependency install from its cache, and rebuilds only runonce itself."""
     context = tmp_path_factory.mktemp("context")
@@ -75,7 +77,9 @@ def test_a_readme_or_code_change_reuses_the_dependency_layer(image: str, tmp_pat
     shutil.copytree(REPO / "runonce", context / "runonce", ignore=shutil.ignore_patterns("__pycache__"))
     change = uuid.uuid4().hex  # new on every run, so the later steps cannot come from an earlier run's cache
     (context / "README.md").write_text((REPO / "README.md").read_text() + f"\nA change {change}.\n")
-    (context / "runonce" / "logs.py").write_text((REPO / "runonce" / "logs.py").read_text() + f"\n# a change {change}\n")
+    (context / "runonce" / "logs.py").write_text(
+        (REPO / "runonce" / "logs.py").read_text() + f"\n# a change {change}\n"
+    )
     log = build("localhost/runonce:layer-test", context)
     steps = re.split(r"^(?:\[\d+/\d+\] )?STEP \d+/\d+: ", log, flags=re.MULTILINE)
     install = next(step for step in steps if step.startswith("RUN") and "--require-hashes" in step)
@@ -96,10 +100,25 @@ def test_final_image_has_no_pip_build_tools_or_caches(image: str) -> None:
     script = (
         "for p in /opt/venv/bin/pip /opt/venv/bin/pip3 /root/.cache/pip /src /usr/bin/gcc /usr/bin/cc; do"
         " test -e $p && echo present: $p; done;"
-        " /opt/venv/bin/python -c 'import importlib.util as u; print(\"pip importable\" if u.find_spec(\"pip\") else \"\")'"
+        ' /opt/venv/bin/python -c \'import importlib.util as u; print("pip importable" if u.find_spec("pip") else "")\''
     )
-    result = run([tool("podman"), "run", "--rm", "--runtime=runc", "--ulimit", "nofile=1024:1024",
-                  "--ulimit", "nproc=1000:1000", "--entrypoint", "sh", image, "-c", script])
+    result = run(
+        [
+            tool("podman"),
+            "run",
+            "--rm",
+            "--runtime=runc",
+            "--ulimit",
+            "nofile=1024:1024",
+            "--ulimit",
+            "nproc=1000:1000",
+            "--entrypoint",
+            "sh",
+            image,
+            "-c",
+            script,
+        ]
+    )
     assert result.stdout.strip() == ""
 
 
@@ -114,8 +133,23 @@ def test_every_module_serve_imports_is_precompiled_in_the_image(image: str) -> N
         "missing = [f for f in sources if not os.path.exists(importlib.util.cache_from_source(f))]\n"
         "print(len(sources), missing)"
     )
-    result = run([tool("podman"), "run", "--rm", "--runtime=runc", "--ulimit", "nofile=1024:1024",
-                  "--ulimit", "nproc=1000:1000", "--entrypoint", "python3", image, "-c", script])
+    result = run(
+        [
+            tool("podman"),
+            "run",
+            "--rm",
+            "--runtime=runc",
+            "--ulimit",
+            "nofile=1024:1024",
+            "--ulimit",
+            "nproc=1000:1000",
+            "--entrypoint",
+            "python3",
+            image,
+            "-c",
+            script,
+        ]
+    )
     count, missing = result.stdout.split(" ", 1)
     assert int(count) > 500 and missing.strip() == "[]", result.stdout
 

@@ -21,8 +21,9 @@ def pins(path: Path) -> dict[str, str]:
 
 
 def test_the_locks_match_pyproject_toml() -> None:
-    result = subprocess.run([sys.executable, str(REPO / "requirements" / "stamp.py"), "--check"],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, str(REPO / "requirements" / "stamp.py"), "--check"], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -33,9 +34,10 @@ def test_a_dependency_added_without_relocking_fails_loudly_with_the_fix(tmp_path
     for name in ("pyproject.toml", "requirements/stamp.py", "requirements/test.txt", "requirements/runtime.txt"):
         shutil.copy(REPO / name, copy / name)
     pyproject = copy / "pyproject.toml"
-    pyproject.write_text(pyproject.read_text().replace('test = [\n', 'test = [\n    "hypothesis>=6",\n', 1))
-    result = subprocess.run([sys.executable, str(copy / "requirements" / "stamp.py"), "--check"],
-                            capture_output=True, text=True)
+    pyproject.write_text(pyproject.read_text().replace("test = [\n", 'test = [\n    "hypothesis>=6",\n', 1))
+    result = subprocess.run(
+        [sys.executable, str(copy / "requirements" / "stamp.py"), "--check"], capture_output=True, text=True
+    )
     assert result.returncode == 1
     assert result.stderr.strip() == (
         "error: requirements/test.txt, requirements/runtime.txt do not match pyproject.toml's dependencies: "

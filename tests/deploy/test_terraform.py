@@ -8,12 +8,13 @@ import os
 import re
 import shutil
 import sys
+from datetime import UTC
 from pathlib import Path
 
 import pytest
+from deploy_tools import REPO, provider_lib, provider_version, run, tool
 from hcl_tree import META_ARGUMENTS, blocks, is_block, items, string, unquote
 from provider_schema import Block, provider_schema, schema
-from deploy_tools import REPO, provider_lib, provider_version, run, tool
 
 from runonce.scheduler_retry import RetryConfig, retry_window
 from runonce.targets import TARGET_TYPES
@@ -42,6 +43,7 @@ def test_every_tf_file_parses_with_python_hcl2(hcl_trees: dict[str, dict]) -> No
 
 
 # --- names against the provider schema -------------------------------------------------------
+
 
 def _check_body(body: dict, spec: Block, where: str, errors: list[str], *, top: bool) -> None:
     for key, value in items(body):
@@ -118,8 +120,12 @@ def test_references_name_declared_things(hcl_trees: dict[str, dict], provider: s
     trees = module_trees(hcl_trees)
     declared_vars = {name for t in trees for name, _, _ in blocks(t, "variable")}
     declared_locals = {key for t in trees for entry in t.get("locals", []) for key, _ in items(entry)}
-    declared = {(kind, f"{type_name}.{name}") for t in trees for kind in ("resource", "data")
-                for type_name, name, _ in blocks(t, kind)}
+    declared = {
+        (kind, f"{type_name}.{name}")
+        for t in trees
+        for kind in ("resource", "data")
+        for type_name, name, _ in blocks(t, kind)
+    }
     text = json.dumps(trees)
     errors = []
     for var in set(re.findall(r"\bvar\.(\w+)", text)) - declared_vars:
@@ -141,7 +147,7 @@ def test_example_passes_only_and_all_required_module_variables(hcl_trees: dict[s
     variables = {name: body for t in module_trees(hcl_trees) for name, _, body in blocks(t, "variable")}
     required = {name for name, body in variables.items() if "default" not in body}
     example = hcl_trees["terraform/examples/basic/main.tf"]
-    (name, _, call), = blocks(example, "module")
+    ((name, _, call),) = blocks(example, "module")
     assert string(call["source"]) == "../.."
     arguments = {key for key, _ in items(call)} - {"source"}
     assert arguments - set(variables) == set(), "the example passes arguments the module does not declare"
@@ -157,6 +163,7 @@ def test_every_variable_and_output_is_typed_and_described(hcl_trees: dict[str, d
 
 
 # --- what the module must contain -----------------------------------------------------------
+
 
 def _resources(hcl_trees: dict[str, dict]) -> dict[str, dict]:
     return {f"{t}.{n}": body for tree in module_trees(hcl_trees) for t, n, body in blocks(tree, "resource")}
@@ -191,7 +198,9 @@ def test_the_lowest_schema_checked_is_the_lowest_version_allowed(hcl_trees: dict
     assert newest >= lowest
 
 
-def test_firestore_database_outlives_destroy_without_blocking_it_and_ttl_is_on_expire_at(hcl_trees: dict[str, dict]) -> None:
+def test_firestore_database_outlives_destroy_without_blocking_it_and_ttl_is_on_expire_at(
+    hcl_trees: dict[str, dict],
+) -> None:
     """`terraform destroy` (as examples/basic invites) must plan: no prevent_destroy. The records stay:
     the database is abandoned, not deleted, and Firestore's delete protection is on."""
     resources = _resources(hcl_trees)
@@ -231,12 +240,20 @@ def test_custom_roles_hold_only_what_runonce_calls(hcl_trees: dict[str, dict]) -
     service and policy. The same permissions as the target registry's (runonce/targets), which
     deploy/lib/routes_iam.py is held to as well (tests/targets/test_registry.py)."""
     resources = _resources(hcl_trees)
-    roles = {string(body["role_id"]): [string(p) for p in body["permissions"]] for address, body in resources.items()
-             if address.startswith("google_project_iam_custom_role.")}
-    assert roles == {**{role: list(permissions) for role, permissions in custom_roles().items()},
-                     "runonceServiceSelfCheck": ["run.services.get", "run.services.getIamPolicy"]}
+    roles = {
+        string(body["role_id"]): [string(p) for p in body["permissions"]]
+        for address, body in resources.items()
+        if address.startswith("google_project_iam_custom_role.")
+    }
+    assert roles == {
+        **{role: list(permissions) for role, permissions in custom_roles().items()},
+        "runonceServiceSelfCheck": ["run.services.get", "run.services.getIamPolicy"],
+    }
     build = resources["google_project_iam_member.runtime_cloudbuild"]
-    assert "google_project_iam_custom_role.build_runner" in build["role"] and "roles/cloudbuild.builds.editor" in build["role"]
+    assert (
+        "google_project_iam_custom_role.build_runner" in build["role"]
+        and "roles/cloudbuild.builds.editor" in build["role"]
+    )
 
 
 def test_terraform_takes_every_registered_target_type_and_grants_its_roles() -> None:
@@ -250,7 +267,9 @@ def test_terraform_takes_every_registered_target_type_and_grants_its_roles() -> 
     grants_text = "\n".join((TERRAFORM / name).read_text() for name in ("iam.tf", "rules.tf"))
     for name, entry in TARGET_TYPES.items():
         if entry.resource_field is not None:
-            assert re.search(rf'"{name}" \? can\(regex\("[^"]+", route\.target\.{entry.resource_field}\)\)', variables), name
+            assert re.search(
+                rf'"{name}" \? can\(regex\("[^"]+", route\.target\.{entry.resource_field}\)\)', variables
+            ), name
         for grant in entry.grants:
             if not grant.permissions:
                 assert f'"{grant.role}"' in grants_text, f"{name}: terraform grants no {grant.role}"
@@ -269,7 +288,11 @@ def test_scheduler_jobs_carry_oidc_token_retry_config_and_namespace(hcl_trees: d
     )
     retry = job["retry_config"][0]
     assert set(k for k, _ in items(retry)) == {
-        "retry_count", "min_backoff_duration", "max_backoff_duration", "max_doublings", "max_retry_duration",
+        "retry_count",
+        "min_backoff_duration",
+        "max_backoff_duration",
+        "max_doublings",
+        "max_retry_duration",
     }
 
 
@@ -278,14 +301,28 @@ def test_scheduler_jobs_carry_oidc_token_retry_config_and_namespace(hcl_trees: d
 ROUTES = {
     "etl": {"target": {"type": "workflows", "workflow": "projects/wf-proj/locations/europe-west1/workflows/etl"}},
     "batch": {"target": {"type": "cloud_run_job", "job": "projects/job-proj/locations/europe-west1/jobs/batch"}},
-    "build": {"target": {"type": "cloud_build_trigger", "trigger": "projects/cb-proj/locations/global/triggers/nightly"}},
-    "hook": {"target": {"type": "http", "url": "https://hooks.example.com/run", "audience": "https://hooks.example.com"}},
+    "build": {
+        "target": {"type": "cloud_build_trigger", "trigger": "projects/cb-proj/locations/global/triggers/nightly"}
+    },
+    "hook": {
+        "target": {"type": "http", "url": "https://hooks.example.com/run", "audience": "https://hooks.example.com"}
+    },
     "demo": {"target": {"type": "log"}},
-    "rollup": {"target": {"type": "bigquery_job", "project": "bq-proj", "location": "US",
-                          "configuration": {"query": {"query": "SELECT 1"}}}},
+    "rollup": {
+        "target": {
+            "type": "bigquery_job",
+            "project": "bq-proj",
+            "location": "US",
+            "configuration": {"query": {"query": "SELECT 1"}},
+        }
+    },
 }
-BASE_VARS = {"project_id": "my-project", "region": "europe-west1", "image": "example.com/runonce@sha256:" + "a" * 64,
-             "routes": ROUTES}
+BASE_VARS = {
+    "project_id": "my-project",
+    "region": "europe-west1",
+    "image": "example.com/runonce@sha256:" + "a" * 64,
+    "routes": ROUTES,
+}
 
 
 @pytest.fixture(scope="module")
@@ -294,8 +331,19 @@ def rules_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("rules")
     shutil.copy(TERRAFORM / "variables.tf", directory)
     shutil.copy(TERRAFORM / "rules.tf", directory)
-    outputs = ["retry_window_seconds", "retry_window_longest_seconds", "workflow_projects", "run_job_grants", "build_projects", "bigquery_projects", "scheduler_region",
-               "spanner_ddl", "spanner_store_url", "tasks_queue_grants", "task_token_accounts"]
+    outputs = [
+        "retry_window_seconds",
+        "retry_window_longest_seconds",
+        "workflow_projects",
+        "run_job_grants",
+        "build_projects",
+        "bigquery_projects",
+        "scheduler_region",
+        "spanner_ddl",
+        "spanner_store_url",
+        "tasks_queue_grants",
+        "task_token_accounts",
+    ]
     (directory / "outputs.tf").write_text(
         "".join(f'output "{name}" {{\n  value = local.{name}\n}}\n' for name in outputs)
     )
@@ -308,9 +356,18 @@ def evaluate(directory: Path, tmp_path: Path, variables: dict, *, check: bool = 
     var_file.write_text(json.dumps(variables))
     state = tmp_path / "terraform.tfstate"
     result = run(
-        [tool("terraform"), "apply", "-auto-approve", "-input=false", "-no-color",
-         f"-var-file={var_file}", f"-state={state}"],
-        cwd=directory, env=TF_ENV, check=check,
+        [
+            tool("terraform"),
+            "apply",
+            "-auto-approve",
+            "-input=false",
+            "-no-color",
+            f"-var-file={var_file}",
+            f"-state={state}",
+        ],
+        cwd=directory,
+        env=TF_ENV,
+        check=check,
     )
     if not check:
         return result
@@ -319,7 +376,9 @@ def evaluate(directory: Path, tmp_path: Path, variables: dict, *, check: bool = 
 
 
 def test_default_job_settings_satisfy_the_retry_rule(rules_module: Path, tmp_path: Path) -> None:
-    outputs = evaluate(rules_module, tmp_path, {**BASE_VARS, "jobs": {"nightly": {"route": "etl", "schedule": "0 3 * * *"}}})
+    outputs = evaluate(
+        rules_module, tmp_path, {**BASE_VARS, "jobs": {"nightly": {"route": "etl", "schedule": "0 3 * * *"}}}
+    )
     # 20 + 40 + 80 + 160 + 300 (capped): retries still arrive 10 minutes after a dead attempt,
     # past the 300 s lease plus the 60 s attempt deadline.
     assert outputs["retry_window_seconds"] == {"nightly": 600}
@@ -342,18 +401,34 @@ def test_terraform_retry_window_is_app_scheduler_retry(rules_module: Path, tmp_p
     """rules.tf computes Scheduler's retry window in HCL; runonce/scheduler_retry.py is the one
     implementation lint and the deploy scripts run, and this holds the two together."""
     jobs = {
-        name: {"route": "etl", "schedule": "0 3 * * *", "attempt_deadline_seconds": deadline,
-               "retry": {"retry_count": count, "min_backoff_seconds": low, "max_backoff_seconds": high,
-                         "max_doublings": doublings, "max_retry_duration_seconds": duration}}
+        name: {
+            "route": "etl",
+            "schedule": "0 3 * * *",
+            "attempt_deadline_seconds": deadline,
+            "retry": {
+                "retry_count": count,
+                "min_backoff_seconds": low,
+                "max_backoff_seconds": high,
+                "max_doublings": doublings,
+                "max_retry_duration_seconds": duration,
+            },
+        }
         for name, (deadline, count, low, high, doublings, duration) in RETRY_TABLE.items()
     }
-    variables = {**BASE_VARS, "jobs": jobs, "lease_seconds": 12, "dispatch_timeout_seconds": 1,
-                 "retention_seconds": 10**7}
+    variables = {
+        **BASE_VARS,
+        "jobs": jobs,
+        "lease_seconds": 12,
+        "dispatch_timeout_seconds": 1,
+        "retention_seconds": 10**7,
+    }
     outputs = evaluate(rules_module, tmp_path, variables)
     for name, (deadline, count, low, high, doublings, duration) in RETRY_TABLE.items():
         window = retry_window(RetryConfig(count, low, high, doublings, duration, deadline))
         assert (outputs["retry_window_seconds"][name], outputs["retry_window_longest_seconds"][name]) == (
-            window.shortest, window.longest), name
+            window.shortest,
+            window.longest,
+        ), name
 
 
 def test_grants_follow_the_routes_targets(rules_module: Path, tmp_path: Path) -> None:
@@ -364,21 +439,34 @@ def test_grants_follow_the_routes_targets(rules_module: Path, tmp_path: Path) ->
     job = {"project": "job-proj", "location": "europe-west1", "name": "batch"}
     assert outputs["run_job_grants"] == {
         "projects/job-proj/locations/europe-west1/jobs/batch roles/run.jobsExecutorWithOverrides": {
-            "job": job, "role": "roles/run.jobsExecutorWithOverrides"},
+            "job": job,
+            "role": "roles/run.jobsExecutorWithOverrides",
+        },
         "projects/job-proj/locations/europe-west1/jobs/batch projects/job-proj/roles/runonceExecutionReader": {
-            "job": job, "role": "projects/job-proj/roles/runonceExecutionReader"},
+            "job": job,
+            "role": "projects/job-proj/roles/runonceExecutionReader",
+        },
     }
 
 
-def test_cloud_tasks_routes_grant_on_their_queue_and_actas_on_their_oidc_accounts(rules_module: Path, tmp_path: Path) -> None:
+def test_cloud_tasks_routes_grant_on_their_queue_and_actas_on_their_oidc_accounts(
+    rules_module: Path, tmp_path: Path
+) -> None:
     """As deploy/lib/routes_iam.py grants them: enqueuer and viewer on each queue (once however many
     routes use it), serviceAccountUser on each oidc_token account."""
     queue = "projects/tq-proj/locations/europe-west1/queues/exports"
     account = "export-invoker@tq-proj.iam.gserviceaccount.com"
     routes = {
-        "export": {"target": {"type": "cloud_tasks_task", "queue": queue,
-                              "http_request": {"url": "https://x.a.run.app/run", "oidc_token": {"service_account_email": account}}}},
-        "plain": {"target": {"type": "cloud_tasks_task", "queue": queue, "http_request": {"url": "https://y.a.run.app/run"}}},
+        "export": {
+            "target": {
+                "type": "cloud_tasks_task",
+                "queue": queue,
+                "http_request": {"url": "https://x.a.run.app/run", "oidc_token": {"service_account_email": account}},
+            }
+        },
+        "plain": {
+            "target": {"type": "cloud_tasks_task", "queue": queue, "http_request": {"url": "https://y.a.run.app/run"}}
+        },
     }
     outputs = evaluate(rules_module, tmp_path, {**BASE_VARS, "routes": {**ROUTES, **routes}})
     where = {"project": "tq-proj", "location": "europe-west1", "name": "exports"}
@@ -392,7 +480,8 @@ def test_cloud_tasks_routes_grant_on_their_queue_and_actas_on_their_oidc_account
     from routes_iam import grants
 
     expected = [
-        ("roles/cloudtasks.enqueuer", "tasks-queue", queue), ("roles/cloudtasks.viewer", "tasks-queue", queue),
+        ("roles/cloudtasks.enqueuer", "tasks-queue", queue),
+        ("roles/cloudtasks.viewer", "tasks-queue", queue),
         ("roles/iam.serviceAccountUser", "service-account", account),
     ]
     assert grants({"routes": routes}, "routes") == expected
@@ -402,38 +491,91 @@ def test_cloud_tasks_routes_grant_on_their_queue_and_actas_on_their_oidc_account
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"jobs": {"nightly": {"route": "etl", "schedule": "0 3 * * *", "retry": {"retry_count": 2}}}},
-         "jobs.nightly: retries span 60 s, less than lease_seconds + attempt_deadline_seconds = 360 s"),
-        ({"jobs": {"nightly": {"route": "etl", "schedule": "0 3 * * *", "attempt_deadline_seconds": 30}}},
-         "jobs.nightly: attempt_deadline_seconds (30) must be at least dispatch_timeout_seconds + 15 = 45"),
-        ({"jobs": {"nightly": {"route": "nope", "schedule": "0 3 * * *"}}},
-         'jobs.nightly: route "nope" is not in routes'),
-        ({"retention_seconds": 3600, "jobs": {"n": {"route": "etl", "schedule": "0 3 * * *",
-          "retry": {"min_backoff_seconds": 600, "max_backoff_seconds": 3600}}}},
-         "jobs.n: retention_seconds (3600) must exceed the longest retry window (11760 s"),
-        ({"dispatch_timeout_seconds": 290}, "lease_seconds (300) must be at least dispatch_timeout_seconds (290) + 2 x the store timeout (5) + 1 = 301"),
+        (
+            {"jobs": {"nightly": {"route": "etl", "schedule": "0 3 * * *", "retry": {"retry_count": 2}}}},
+            "jobs.nightly: retries span 60 s, less than lease_seconds + attempt_deadline_seconds = 360 s",
+        ),
+        (
+            {"jobs": {"nightly": {"route": "etl", "schedule": "0 3 * * *", "attempt_deadline_seconds": 30}}},
+            "jobs.nightly: attempt_deadline_seconds (30) must be at least dispatch_timeout_seconds + 15 = 45",
+        ),
+        (
+            {"jobs": {"nightly": {"route": "nope", "schedule": "0 3 * * *"}}},
+            'jobs.nightly: route "nope" is not in routes',
+        ),
+        (
+            {
+                "retention_seconds": 3600,
+                "jobs": {
+                    "n": {
+                        "route": "etl",
+                        "schedule": "0 3 * * *",
+                        "retry": {"min_backoff_seconds": 600, "max_backoff_seconds": 3600},
+                    }
+                },
+            },
+            "jobs.n: retention_seconds (3600) must exceed the longest retry window (11760 s",
+        ),
+        (
+            {"dispatch_timeout_seconds": 290},
+            "lease_seconds (300) must be at least dispatch_timeout_seconds (290) + 2 x the store timeout (5) + 1 = 301",
+        ),
         ({"region": "us-central1-a"}, "region must be a Google Cloud region"),
         ({"image": "europe-west1-docker.pkg.dev/p/runonce/runonce:0.1.0"}, "image must name a digest"),
         ({"routes": {"Bad Name": {"target": {"type": "log"}}}}, "every route name must be 1-63 lower-case"),
         ({"routes": {"x": {"target": {"type": "ftp"}}}}, "Every route needs target.type, one of"),
         ({"routes": {"x": {"target": {"type": "cloud_run_job", "job": "batch"}}}}, "cloud_run_job needs job"),
-        ({"routes": {"x": {"target": {"type": "cloud_tasks_task", "queue": "exports"}}}}, "cloud_tasks_task needs queue"),
+        (
+            {"routes": {"x": {"target": {"type": "cloud_tasks_task", "queue": "exports"}}}},
+            "cloud_tasks_task needs queue",
+        ),
         ({"jobs": {"nightly": {"route": "etl", "schedule": "  "}}}, "must be a non-empty unix-cron expression"),
-        ({"jobs": {"nightly": {"route": "etl", "schedule": "0 0 3 * * *"}}}, "must be a non-empty unix-cron expression"),
+        (
+            {"jobs": {"nightly": {"route": "etl", "schedule": "0 0 3 * * *"}}},
+            "must be a non-empty unix-cron expression",
+        ),
         ({"jobs": {"nightly": {"route": "etl", "schedule": "0 3 * * *", "body": "[1]"}}}, "body must be a JSON object"),
-        ({"store": "redis"}, 'store = "redis" needs network: Cloud Run reaches Memorystore only through Direct VPC egress'),
-        ({"store": "redis", "network": "default", "create_redis_instance": False},
-         'store = "redis" with create_redis_instance = false needs redis_url = "redis://HOST:PORT/DB"'),
+        (
+            {"store": "redis"},
+            'store = "redis" needs network: Cloud Run reaches Memorystore only through Direct VPC egress',
+        ),
+        (
+            {"store": "redis", "network": "default", "create_redis_instance": False},
+            'store = "redis" with create_redis_instance = false needs redis_url = "redis://HOST:PORT/DB"',
+        ),
         ({"subnetwork": "runonce"}, "subnetwork is set but network is not"),
-        ({"store": "redis", "network": "default", "service_name": "r" * 41},
-         "the Memorystore instance is named after service_name, which must then be at most 40 characters (it has 41)"),
+        (
+            {"store": "redis", "network": "default", "service_name": "r" * 41},
+            "the Memorystore instance is named after service_name, which must then be at most 40 characters (it has 41)",
+        ),
         ({"store": "mysql"}, "store must be one of: firestore, spanner, redis."),
-        ({"store": "redis", "network": "default", "redis_transit_encryption_mode": "ON"},
-         "redis_transit_encryption_mode must be SERVER_AUTHENTICATION or DISABLED."),
+        (
+            {"store": "redis", "network": "default", "redis_transit_encryption_mode": "ON"},
+            "redis_transit_encryption_mode must be SERVER_AUTHENTICATION or DISABLED.",
+        ),
     ],
-    ids=["short-retries", "short-deadline", "unknown-route", "retention", "timeout-vs-lease", "zone-not-region", "image-by-tag",
-         "route-name", "target-type", "job-name-format", "queue-name-format", "empty-schedule", "six-field-cron", "body-not-object",
-         "redis-without-network", "redis-without-url", "subnetwork-without-network", "redis-instance-name", "unknown-store", "redis-tls-mode"],
+    ids=[
+        "short-retries",
+        "short-deadline",
+        "unknown-route",
+        "retention",
+        "timeout-vs-lease",
+        "zone-not-region",
+        "image-by-tag",
+        "route-name",
+        "target-type",
+        "job-name-format",
+        "queue-name-format",
+        "empty-schedule",
+        "six-field-cron",
+        "body-not-object",
+        "redis-without-network",
+        "redis-without-url",
+        "subnetwork-without-network",
+        "redis-instance-name",
+        "unknown-store",
+        "redis-tls-mode",
+    ],
 )
 def test_broken_configuration_stops_the_plan_with_a_precise_message(
     rules_module: Path, tmp_path: Path, change: dict, message: str
@@ -441,28 +583,51 @@ def test_broken_configuration_stops_the_plan_with_a_precise_message(
     result = evaluate(rules_module, tmp_path, {**BASE_VARS, **change}, check=False)
     assert result.returncode != 0
     assert message in " ".join(result.stderr.split()), result.stderr
-    assert not (tmp_path / "terraform.tfstate").exists() or "terraform_data" not in (tmp_path / "terraform.tfstate").read_text()
+    assert (
+        not (tmp_path / "terraform.tfstate").exists()
+        or "terraform_data" not in (tmp_path / "terraform.tfstate").read_text()
+    )
 
 
-def test_spanner_database_ddl_is_the_stores_ddl_and_its_url_opens_that_table(rules_module: Path, tmp_path: Path) -> None:
+def test_spanner_database_ddl_is_the_stores_ddl_and_its_url_opens_that_table(
+    rules_module: Path, tmp_path: Path
+) -> None:
     """Terraform's database carries exactly the table `runonce store init` creates (the row deletion
     policy included), and RUNONCE_STORE names that instance, database and table."""
     from runonce.stores import parse_spanner_url
     from runonce.stores.spanner import DDL
 
-    outputs = evaluate(rules_module, tmp_path, {**BASE_VARS, "store": "spanner", "spanner_instance": "claims",
-                                               "spanner_database": "runs-db", "spanner_table": "my_runs"})
+    outputs = evaluate(
+        rules_module,
+        tmp_path,
+        {
+            **BASE_VARS,
+            "store": "spanner",
+            "spanner_instance": "claims",
+            "spanner_database": "runs-db",
+            "spanner_table": "my_runs",
+        },
+    )
     assert outputs["spanner_ddl"] == DDL.format(table="my_runs")
     url = parse_spanner_url(outputs["spanner_store_url"])
     assert (url.project, url.instance, url.database, url.table) == ("my-project", "claims", "runs-db", "my_runs")
 
 
-@pytest.mark.parametrize("change", [
-    {"store": "redis", "network": "default"},
-    {"store": "redis", "network": "projects/net-proj/global/networks/shared", "subnetwork": "runonce",
-     "create_redis_instance": False, "redis_url": "redis://10.0.0.3:6379/0"},
-    {"store": "spanner", "create_spanner_instance": False, "create_spanner_database": False},
-], ids=["redis-created", "redis-existing", "spanner-existing"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"store": "redis", "network": "default"},
+        {
+            "store": "redis",
+            "network": "projects/net-proj/global/networks/shared",
+            "subnetwork": "runonce",
+            "create_redis_instance": False,
+            "redis_url": "redis://10.0.0.3:6379/0",
+        },
+        {"store": "spanner", "create_spanner_instance": False, "create_spanner_database": False},
+    ],
+    ids=["redis-created", "redis-existing", "spanner-existing"],
+)
 def test_complete_store_settings_pass_the_rules(rules_module: Path, tmp_path: Path, change: dict) -> None:
     evaluate(rules_module, tmp_path, {**BASE_VARS, **change})
 
@@ -486,8 +651,11 @@ def test_store_choice_wires_database_grant_vpc_egress_and_env(hcl_trees: dict[st
     content = vpc["content"][0]
     assert string(content["egress"]) == "PRIVATE_RANGES_ONLY"
     assert content["network_interfaces"][0]["network"] == "${vpc_access.value}"
-    for address in ("google_firestore_database.this", "google_firestore_field.expire_at_ttl",
-                    "google_project_iam_member.runtime_datastore"):
+    for address in (
+        "google_firestore_database.this",
+        "google_firestore_field.expire_at_ttl",
+        "google_project_iam_member.runtime_datastore",
+    ):
         assert 'var.store == "firestore"' in resources[address]["count"], address
     main = hcl_trees["terraform/main.tf"]["locals"][0]
     assert main["runonce_env"].count("RUNONCE_STORE") == 1 and "local.store_url" in main["runonce_env"]
@@ -495,10 +663,21 @@ def test_store_choice_wires_database_grant_vpc_egress_and_env(hcl_trees: dict[st
 
 # --- checkov -----------------------------------------------------------------------------------
 
+
 def checkov(directory: Path) -> dict:
     result = run(
-        [tool("checkov/bin/checkov"), "-d", str(directory), "--framework", "terraform", "--skip-download",
-         "--external-checks-dir", str(CHECKS_DIR), "-o", "json"],
+        [
+            tool("checkov/bin/checkov"),
+            "-d",
+            str(directory),
+            "--framework",
+            "terraform",
+            "--skip-download",
+            "--external-checks-dir",
+            str(CHECKS_DIR),
+            "-o",
+            "json",
+        ],
         check=False,
     )
     if result.returncode not in (0, 1):
@@ -544,6 +723,7 @@ def test_the_lease_rule_uses_the_services_own_numbers() -> None:
 
 # --- the missed-runs audit (terraform/audit.tf) ------------------------------------------------
 
+
 def _locals(hcl_trees: dict[str, dict]) -> dict:
     return {key: value for t in module_trees(hcl_trees) for entry in t.get("locals", []) for key, value in items(entry)}
 
@@ -551,7 +731,7 @@ def _locals(hcl_trees: dict[str, dict]) -> dict:
 def test_the_audit_job_calls_the_audit_every_10_minutes_as_an_admin_caller(hcl_trees: dict[str, dict]) -> None:
     """Its body's `since` is its own period (each fire time reported by one audit), with runonce's
     parser; the auditor is the one admin caller added, and may invoke the service."""
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from runonce.missed.audit import DEFAULT_SINCE, audit_since
     from runonce.schedules import get_zone, parse_schedule
@@ -559,23 +739,35 @@ def test_the_audit_job_calls_the_audit_every_10_minutes_as_an_admin_caller(hcl_t
     resources, local = _resources(hcl_trees), _locals(hcl_trees)
     job = resources["google_cloud_scheduler_job.audit"]
     target = job["http_target"][0]
-    assert string(target["uri"]) == "${local.service_url}/v1/audit:run?project=${var.project_id}&location=${local.scheduler_region}"
+    assert (
+        string(target["uri"])
+        == "${local.service_url}/v1/audit:run?project=${var.project_id}&location=${local.scheduler_region}"
+    )
     assert target["body"] == "${base64encode(local.audit_body)}"
     assert target["oidc_token"][0]["service_account_email"] == "${google_service_account.auditor[0].email}"
     assert string(local["audit_schedule"]) == "*/10 * * * *" and string(job["time_zone"]) == "Etc/UTC"
-    since = re.fullmatch(r'\$\{jsonencode\(\{since = "(\w+)"\}\)\}', local["audit_body"].replace("\n", "").replace("  ", " "))
+    since = re.fullmatch(
+        r'\$\{jsonencode\(\{since = "(\w+)"\}\)\}', local["audit_body"].replace("\n", "").replace("  ", " ")
+    )
     assert since is not None, local["audit_body"]
-    first = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    fires = [parse_schedule("*/10 * * * *").next_after(first + timedelta(minutes=m), get_zone("Etc/UTC")) for m in (0, 10)]
+    first = datetime(2026, 1, 1, tzinfo=UTC)
+    fires = [
+        parse_schedule("*/10 * * * *").next_after(first + timedelta(minutes=m), get_zone("Etc/UTC")) for m in (0, 10)
+    ]
     assert audit_since({"since": since.group(1)}) == fires[1] - fires[0] == DEFAULT_SINCE
     assert "google_service_account.auditor[0].email" in local["admin_callers"]
     main = (TERRAFORM / "main.tf").read_text()
     assert 'RUNONCE_ADMIN_CALLERS            = join(",", local.admin_callers)' in main
     grant = resources["google_cloud_run_v2_service_iam_member.auditor"]
-    assert string(grant["role"]) == "roles/run.invoker" and grant["member"] == "${google_service_account.auditor[0].member}"
+    assert (
+        string(grant["role"]) == "roles/run.invoker"
+        and grant["member"] == "${google_service_account.auditor[0].member}"
+    )
 
 
-def test_the_audit_jobs_retry_settings_satisfy_the_retry_rule(hcl_trees: dict[str, dict], rules_module: Path, tmp_path: Path) -> None:
+def test_the_audit_jobs_retry_settings_satisfy_the_retry_rule(
+    hcl_trees: dict[str, dict], rules_module: Path, tmp_path: Path
+) -> None:
     """The same rule as every job's (rules.tf), with its attempt deadline the request timeout."""
     retry = {k: int(v) for k, v in items(_locals(hcl_trees)["audit_retry"])}
     job = {"route": "etl", "schedule": "*/10 * * * *", "attempt_deadline_seconds": 120, "retry": retry}
@@ -593,7 +785,10 @@ def test_the_missed_runs_metric_counts_the_line_the_audit_logs(hcl_trees: dict[s
     local = _locals(hcl_trees)
     terms = [line.strip() for line in local["missed_runs_log_filter"].splitlines() if "=" in line]  # not <<-EOT
     assert [term.split("=")[0] for term in terms] == [
-        "resource.type", "resource.labels.service_name", "severity", "jsonPayload.outcome",
+        "resource.type",
+        "resource.labels.service_name",
+        "severity",
+        "jsonPayload.outcome",
     ]
     assert unmet_terms(terms, entries[0]) == []
     metric = _resources(hcl_trees)["google_logging_metric.missed_runs"]

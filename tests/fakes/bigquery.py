@@ -40,14 +40,24 @@ REASONS = {
     "DEADLINE_EXCEEDED": ("backendError", "global"),
     "UNIMPLEMENTED": ("notImplemented", "global"),
 }
-STATUS_OF_HTTP = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
-                  409: "ALREADY_EXISTS", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE",
-                  504: "DEADLINE_EXCEEDED"}
+STATUS_OF_HTTP = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    409: "ALREADY_EXISTS",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
 JOB_KINDS = ("query", "load", "extract", "copy")
 _JOB_ID = re.compile(r"^[A-Za-z0-9_-]{1,1024}$")
 _LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
-_TIMESTAMP = re.compile(r"^\d{4}-\d{1,2}-\d{1,2}([T ]\d{1,2}:\d{2}:\d{2}(\.\d{1,6})?)?( ?(Z|UTC|[+-]\d{1,2}(:\d{2})?))?$")
+_TIMESTAMP = re.compile(
+    r"^\d{4}-\d{1,2}-\d{1,2}([T ]\d{1,2}:\d{2}:\d{2}(\.\d{1,6})?)?( ?(Z|UTC|[+-]\d{1,2}(:\d{2})?))?$"
+)
 
 
 class FakeBigQuery(FakeRestApi):
@@ -74,8 +84,10 @@ class FakeBigQuery(FakeRestApi):
     def add_unrelated_jobs(self, project: str, count: int) -> None:
         """Jobs of other runs and other tools, so a lookup must find the run's own."""
         for _ in range(count):
-            body = {"jobReference": {"projectId": project, "jobId": f"bquxjob_{uuid.uuid4().hex}", "location": "US"},
-                    "configuration": {"query": {"query": "SELECT 1", "useLegacySql": False}}}
+            body = {
+                "jobReference": {"projectId": project, "jobId": f"bquxjob_{uuid.uuid4().hex}", "location": "US"},
+                "configuration": {"query": {"query": "SELECT 1", "useLegacySql": False}},
+            }
             self._insert(project, body, record=False)
 
     # --- the API ----------------------------------------------------------------------------------
@@ -92,9 +104,14 @@ class FakeBigQuery(FakeRestApi):
         """BigQuery's error shape; a scripted `http_status` (403 rateLimitExceeded) sets the code."""
         status = status or (step.status if step else None) or _http_status(code)
         reason, domain = REASONS.get(code, ("invalid", "global"))
-        body = {"error": {"code": status, "message": message,
-                          "errors": [{"message": message, "domain": domain, "reason": reason}],
-                          "status": STATUS_OF_HTTP.get(status, code)}}
+        body = {
+            "error": {
+                "code": status,
+                "message": message,
+                "errors": [{"message": message, "domain": domain, "reason": reason}],
+                "status": STATUS_OF_HTTP.get(status, code),
+            }
+        }
         headers = {"Retry-After": step.retry_after} if step and step.retry_after else {}
         return Reply(status, body, headers)
 
@@ -103,11 +120,17 @@ class FakeBigQuery(FakeRestApi):
         job_id = reference.get("jobId") or f"job_{uuid.uuid4().hex}"
         location = reference.get("location") or "US"
         if reference.get("projectId", project) != project:
-            raise ApiError("INVALID_ARGUMENT", f"Project ID in the job reference ({reference['projectId']}) does not "
-                                               f"match the project of the request ({project})")
+            raise ApiError(
+                "INVALID_ARGUMENT",
+                f"Project ID in the job reference ({reference['projectId']}) does not "
+                f"match the project of the request ({project})",
+            )
         if not _JOB_ID.match(job_id):
-            raise ApiError("INVALID_ARGUMENT", f"Invalid job ID \"{job_id}\". Job IDs must be alphanumeric (plus "
-                                               "underscores and dashes) and must be at most 1024 characters long.")
+            raise ApiError(
+                "INVALID_ARGUMENT",
+                f'Invalid job ID "{job_id}". Job IDs must be alphanumeric (plus '
+                "underscores and dashes) and must be at most 1024 characters long.",
+            )
         configuration = body.get("configuration") or {}
         _check_configuration(configuration)
         with self.lock:
@@ -160,8 +183,11 @@ def _check_configuration(configuration: dict[str, Any]) -> None:
         raise ApiError("INVALID_ARGUMENT", "Exactly one of query, load, extract or copy must be specified")
     for key, value in (configuration.get("labels") or {}).items():
         if not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(value):
-            raise ApiError("INVALID_ARGUMENT", f"Label {key}:{value} is invalid: keys and values may contain only "
-                                               "lowercase letters, numbers, underscores and dashes, at most 63 characters")
+            raise ApiError(
+                "INVALID_ARGUMENT",
+                f"Label {key}:{value} is invalid: keys and values may contain only "
+                "lowercase letters, numbers, underscores and dashes, at most 63 characters",
+            )
     query = configuration.get("query")
     if query is None:
         return
@@ -175,4 +201,6 @@ def _check_configuration(configuration: dict[str, Any]) -> None:
         kind = (parameter.get("parameterType") or {}).get("type")
         value = (parameter.get("parameterValue") or {}).get("value")
         if kind == "TIMESTAMP" and value is not None and not _TIMESTAMP.match(value):
-            raise ApiError("INVALID_ARGUMENT", f"Invalid TIMESTAMP value for parameter {parameter.get('name')}: {value}")
+            raise ApiError(
+                "INVALID_ARGUMENT", f"Invalid TIMESTAMP value for parameter {parameter.get('name')}: {value}"
+            )

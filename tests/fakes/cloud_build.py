@@ -79,12 +79,16 @@ class FakeCloudBuild(FakeRestApi):
         source = body.get("source") or {}
         revisions = [k for k in ("branchName", "tagName", "commitSha") if k in source]
         if len(revisions) > 1:
-            raise ApiError("INVALID_ARGUMENT", f"only one of branchName, tagName, commitSha may be set, got {revisions}")
+            raise ApiError(
+                "INVALID_ARGUMENT", f"only one of branchName, tagName, commitSha may be set, got {revisions}"
+            )
         substitutions = source.get("substitutions") or {}
         for key in substitutions:
             if not re.fullmatch(r"_[A-Z0-9_]+", key):
-                raise ApiError("INVALID_ARGUMENT", f"invalid substitution key {key!r}: user-defined substitutions must "
-                                                   "match ^_[A-Z0-9_]+$")
+                raise ApiError(
+                    "INVALID_ARGUMENT",
+                    f"invalid substitution key {key!r}: user-defined substitutions must match ^_[A-Z0-9_]+$",
+                )
         build_id = str(uuid.uuid4())
         build = {
             "id": build_id,
@@ -97,10 +101,15 @@ class FakeCloudBuild(FakeRestApi):
         }
         with self.lock:
             self.builds.append(build)
-        self.record_created(RUN, build["name"], substitutions.get(self.token_substitution), {"build": build, "body": body})
+        self.record_created(
+            RUN, build["name"], substitutions.get(self.token_substitution), {"build": build, "body": body}
+        )
         return {
             "name": f"projects/{project}/locations/{location}/operations/{build_id}",
-            "metadata": {"@type": "type.googleapis.com/google.devtools.cloudbuild.v1.BuildOperationMetadata", "build": build},
+            "metadata": {
+                "@type": "type.googleapis.com/google.devtools.cloudbuild.v1.BuildOperationMetadata",
+                "build": build,
+            },
         }
 
     def set_status(self, name: str, status: str) -> None:
@@ -126,11 +135,17 @@ class FakeCloudBuild(FakeRestApi):
         with self.lock:
             for _ in range(count):
                 build_id = str(uuid.uuid4())
-                self.builds.append({
-                    "id": build_id, "name": f"projects/{project}/locations/{location}/builds/{build_id}",
-                    "projectId": project, "buildTriggerId": trigger["id"], "status": "SUCCESS",
-                    "createTime": now_rfc3339(), "substitutions": {self.token_substitution: uuid.uuid4().hex},
-                })
+                self.builds.append(
+                    {
+                        "id": build_id,
+                        "name": f"projects/{project}/locations/{location}/builds/{build_id}",
+                        "projectId": project,
+                        "buildTriggerId": trigger["id"],
+                        "status": "SUCCESS",
+                        "createTime": now_rfc3339(),
+                        "substitutions": {self.token_substitution: uuid.uuid4().hex},
+                    }
+                )
 
     def _list(self, parent: str, query: dict[str, list[str]]) -> dict[str, Any]:
         trigger_id, since = None, None
@@ -145,7 +160,8 @@ class FakeCloudBuild(FakeRestApi):
                 since = _time(match.group(4))
         with self.lock:
             builds = [
-                b for b in reversed(self.builds)
+                b
+                for b in reversed(self.builds)
                 if b["name"].startswith(parent + "/builds/")
                 and (trigger_id is None or b["buildTriggerId"] == trigger_id)
                 and (since is None or _time(b["createTime"]) >= since)

@@ -42,8 +42,11 @@ class FakeCloudRun(FakeRestApi):
     def add_job(self, name: str, containers: list[str] | None = None, env: dict[str, str] | None = None) -> None:
         template = {
             "containers": [
-                {"name": c, "image": f"us-docker.pkg.dev/cloudrun/container/{c}:latest",
-                 "env": [{"name": k, "value": v} for k, v in (env or {}).items()]}
+                {
+                    "name": c,
+                    "image": f"us-docker.pkg.dev/cloudrun/container/{c}:latest",
+                    "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
+                }
                 for c in (containers or ["job"])
             ],
             "maxRetries": 3,
@@ -55,8 +58,11 @@ class FakeCloudRun(FakeRestApi):
     def add_unrelated_executions(self, job: str, count: int) -> None:
         """Executions of other runs (another token), so reconciliation has to page and match."""
         for _ in range(count):
-            self._create_execution(job, {"containerOverrides": [{"env": [{"name": self.token_env, "value": uuid.uuid4().hex}]}]},
-                                   record=False)
+            self._create_execution(
+                job,
+                {"containerOverrides": [{"env": [{"name": self.token_env, "value": uuid.uuid4().hex}]}]},
+                record=False,
+            )
 
     def handle(self, method_id: str, params: dict[str, str], request: Request) -> dict[str, Any]:
         if method_id == RUN:
@@ -72,8 +78,11 @@ class FakeCloudRun(FakeRestApi):
         job = self.jobs.get(name)
         if job is None:
             short, region = name.split("/")[-1], name.split("/")[3]
-            raise ApiError("NOT_FOUND", f"Resource '{short}' of kind 'JOB' in region '{region}' in project "
-                                        f"'{name.split('/')[1]}' does not exist.")
+            raise ApiError(
+                "NOT_FOUND",
+                f"Resource '{short}' of kind 'JOB' in region '{region}' in project "
+                f"'{name.split('/')[1]}' does not exist.",
+            )
         return job
 
     def _run(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -98,7 +107,9 @@ class FakeCloudRun(FakeRestApi):
                 elif len(containers) == 1:
                     container = containers[0]
                 else:
-                    raise ApiError("INVALID_ARGUMENT", "container overrides must name the container of a multi-container job")
+                    raise ApiError(
+                        "INVALID_ARGUMENT", "container overrides must name the container of a multi-container job"
+                    )
                 for var in override.get("env") or []:
                     if not var.get("name"):
                         raise ApiError("INVALID_ARGUMENT", "env var name must not be empty")
@@ -131,7 +142,9 @@ class FakeCloudRun(FakeRestApi):
             self.executions.append(execution)
         if record:
             env = {v["name"]: v.get("value") for c in template["containers"] for v in c.get("env", [])}
-            self.record_created(RUN, execution["name"], env.get(self.token_env), {"execution": execution, "overrides": overrides})
+            self.record_created(
+                RUN, execution["name"], env.get(self.token_env), {"execution": execution, "overrides": overrides}
+            )
         return execution
 
     def finish(self, name: str, outcome: str = "succeeded") -> None:

@@ -80,8 +80,17 @@ class FakeGoogleApi:
         with self.lock:
             self._script.setdefault(method, deque()).extend(step for _ in range(times))
 
-    def fail(self, method: str, code: str, message: str, *, times: int = 1, http_status: int | None = None,
-             retry_after: str | None = None, retry_delay: float | None = None) -> None:
+    def fail(
+        self,
+        method: str,
+        code: str,
+        message: str,
+        *,
+        times: int = 1,
+        http_status: int | None = None,
+        retry_after: str | None = None,
+        retry_delay: float | None = None,
+    ) -> None:
         self._push(method, Step("fail", code, message, retry_after, retry_delay, http_status=http_status), times)
 
     def drop_after_create(self, method: str) -> None:

@@ -58,8 +58,10 @@ class LoopbackServer:
                     self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                     self.close_connection = True
                     return
-                payload = b"" if reply.body is None else (
-                    reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
+                payload = (
+                    b""
+                    if reply.body is None
+                    else (reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode())
                 )
                 try:
                     self.send_response(reply.status)

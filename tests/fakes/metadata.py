@@ -69,7 +69,11 @@ class FakeMetadataServer:
         if path == "/computeMetadata/v1/universe/universe-domain":
             return Reply(200, b"googleapis.com", {**headers, "Content-Type": "text/plain"})
         if path == "/computeMetadata/v1/instance/service-accounts/default/":
-            info = {"aliases": ["default"], "email": SERVICE_ACCOUNT, "scopes": ["https://www.googleapis.com/auth/cloud-platform"]}
+            info = {
+                "aliases": ["default"],
+                "email": SERVICE_ACCOUNT,
+                "scopes": ["https://www.googleapis.com/auth/cloud-platform"],
+            }
             return Reply(200, info, headers)
         if path == "/computeMetadata/v1/instance/service-accounts/default/token":
             token = f"ya29.fake-{next(self._counter)}"

@@ -5,7 +5,7 @@ document and its bearer token against the fake metadata server, then handled by 
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from tests.support.discovery import Discovery, Violation
@@ -17,7 +17,7 @@ from .metadata import FakeMetadataServer
 
 def now_rfc3339() -> str:
     """Google's timestamp form, nanoseconds included."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond:06d}123Z"
 
 

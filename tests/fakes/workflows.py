@@ -52,7 +52,9 @@ def _output_only() -> tuple[str, ...]:
 
 def _patterns() -> dict[str, str]:
     doc = load_document("workflowexecutions.v1")
-    methods = doc["resources"]["projects"]["resources"]["locations"]["resources"]["workflows"]["resources"]["executions"]["methods"]
+    methods = doc["resources"]["projects"]["resources"]["locations"]["resources"]["workflows"]["resources"][
+        "executions"
+    ]["methods"]
     return {
         CREATE: methods["create"]["parameters"]["parent"]["pattern"],
         LIST: methods["list"]["parameters"]["parent"]["pattern"],
@@ -85,8 +87,10 @@ class FakeWorkflows(FakeGoogleApi):
     def add_unrelated_executions(self, workflow: str, count: int) -> None:
         for _ in range(count):
             token = uuid.uuid4().hex + uuid.uuid4().hex
-            self._store(workflow, types.Execution(argument=json.dumps({"idempotency_key": token}),
-                                                   labels={"runonce-run-id": token[:63]}))
+            self._store(
+                workflow,
+                types.Execution(argument=json.dumps({"idempotency_key": token}), labels={"runonce-run-id": token[:63]}),
+            )
 
     def finish(self, name: str, state: str = "SUCCEEDED") -> None:
         """The execution ends (SUCCEEDED, FAILED, CANCELLED), or moves to any other `State`."""
@@ -108,14 +112,20 @@ class FakeWorkflows(FakeGoogleApi):
     # --- server and relay ---
     async def _start(self) -> int:
         self._server = grpc.aio.server()
-        handlers = grpc.method_handlers_generic_handler(SERVICE, {
-            CREATE: grpc.unary_unary_rpc_method_handler(
-                self._create, types.CreateExecutionRequest.deserialize, types.Execution.serialize),
-            LIST: grpc.unary_unary_rpc_method_handler(
-                self._list, types.ListExecutionsRequest.deserialize, types.ListExecutionsResponse.serialize),
-            GET: grpc.unary_unary_rpc_method_handler(
-                self._get, types.GetExecutionRequest.deserialize, types.Execution.serialize),
-        })
+        handlers = grpc.method_handlers_generic_handler(
+            SERVICE,
+            {
+                CREATE: grpc.unary_unary_rpc_method_handler(
+                    self._create, types.CreateExecutionRequest.deserialize, types.Execution.serialize
+                ),
+                LIST: grpc.unary_unary_rpc_method_handler(
+                    self._list, types.ListExecutionsRequest.deserialize, types.ListExecutionsResponse.serialize
+                ),
+                GET: grpc.unary_unary_rpc_method_handler(
+                    self._get, types.GetExecutionRequest.deserialize, types.Execution.serialize
+                ),
+            },
+        )
         self._server.add_generic_rpc_handlers((handlers,))
         self._backend_port = self._server.add_insecure_port("127.0.0.1:0")
         await self._server.start()
@@ -204,7 +214,9 @@ class FakeWorkflows(FakeGoogleApi):
             if name not in self.workflows:
                 raise _Abort("NOT_FOUND", f"Resource '{name}' was not found")
 
-    async def _create(self, request: types.CreateExecutionRequest, context: grpc.aio.ServicerContext) -> types.Execution:
+    async def _create(
+        self, request: types.CreateExecutionRequest, context: grpc.aio.ServicerContext
+    ) -> types.Execution:
         def handle() -> types.Execution:
             self._check_name(CREATE, request.parent)
             self._workflow(request.parent)
@@ -249,7 +261,9 @@ class FakeWorkflows(FakeGoogleApi):
             self.executions.append(stored)
         return stored
 
-    async def _list(self, request: types.ListExecutionsRequest, context: grpc.aio.ServicerContext) -> types.ListExecutionsResponse:
+    async def _list(
+        self, request: types.ListExecutionsRequest, context: grpc.aio.ServicerContext
+    ) -> types.ListExecutionsResponse:
         def handle() -> types.ListExecutionsResponse:
             self._check_name(LIST, request.parent)
             self._workflow(request.parent)
@@ -275,8 +289,12 @@ class FakeWorkflows(FakeGoogleApi):
     def _view(execution: types.Execution, full: bool) -> types.Execution:
         if full:
             return execution
-        return types.Execution(name=execution.name, start_time=execution.start_time, state=execution.state,
-                               workflow_revision_id=execution.workflow_revision_id)
+        return types.Execution(
+            name=execution.name,
+            start_time=execution.start_time,
+            state=execution.state,
+            workflow_revision_id=execution.workflow_revision_id,
+        )
 
     async def _get(self, request: types.GetExecutionRequest, context: grpc.aio.ServicerContext) -> types.Execution:
         def handle() -> types.Execution:

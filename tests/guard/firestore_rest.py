@@ -86,10 +86,17 @@ class FirestoreRest:
         declared = method.spec.get("parameters", {})
         path = re.sub(r"\{\+?([A-Za-z0-9_]+)\}", lambda m: str(args[m.group(1)]), method.spec["path"])
         query = {k: v for k, v in args.items() if declared.get(k, {}).get("location") == "query"}
-        response = httpx.request(method.http_method, self.base + path, params=query, json=args.get("body"),
-                                 headers={"Authorization": "Bearer owner"}, timeout=10)
+        response = httpx.request(
+            method.http_method,
+            self.base + path,
+            params=query,
+            json=args.get("body"),
+            headers={"Authorization": "Bearer owner"},
+            timeout=10,
+        )
         self.calls.append((method.id.rsplit(".", 1)[1], response.status_code))
         if response.status_code >= 400:
-            raise WorkflowError({"code": response.status_code, "message": response.text, "body": response.json(),
-                                 "tags": ["HttpError"]})
+            raise WorkflowError(
+                {"code": response.status_code, "message": response.text, "body": response.json(), "tags": ["HttpError"]}
+            )
         return response.json()

@@ -61,8 +61,9 @@ def main() -> int:
                     side_effect(step)
         else:
             wrapper = Path(sys.executable).parent / "runonce-guard"
-            code = subprocess.call([str(wrapper), "run", "--step", f"s{step}", "--",
-                                    sys.executable, __file__, "step", str(step)])
+            code = subprocess.call(
+                [str(wrapper), "run", "--step", f"s{step}", "--", sys.executable, __file__, "step", str(step)]
+            )
             if code != 0:
                 return code
         chaos(step, "crash_after")

@@ -48,8 +48,9 @@ def test_non_zero_exit_is_passed_on_and_releases_the_step(job_env, tmp_path: Pat
     status = json.loads(guard(job_env, "status", "--step", "load").stdout)
     assert status["status"] == "failed" and status["last_error"] == "_Exited: command exited with 3"
 
-    retry = guard(job_env | {"CLOUD_RUN_TASK_ATTEMPT": "1"}, "run", "--step", "load", "--on-busy", "raise", "--",
-                  *effect(log))
+    retry = guard(
+        job_env | {"CLOUD_RUN_TASK_ATTEMPT": "1"}, "run", "--step", "load", "--on-busy", "raise", "--", *effect(log)
+    )
     assert retry.returncode == 0, retry.stderr
     assert log.read_text() == "0\n1\n"
 
@@ -99,8 +100,9 @@ time.sleep(60)
 def test_sigterm_and_sigint_are_forwarded_to_the_command(job_env, tmp_path: Path) -> None:
     for step, sig in (("term", signal.SIGTERM), ("int", signal.SIGINT)):
         ready = tmp_path / f"{step}.ready"
-        proc = subprocess.Popen([WRAPPER, "run", "--step", step, "--", sys.executable, "-c", TRAPPING_JOB, str(ready)],
-                                env=job_env)
+        proc = subprocess.Popen(
+            [WRAPPER, "run", "--step", step, "--", sys.executable, "-c", TRAPPING_JOB, str(ready)], env=job_env
+        )
         wait_for(ready.exists, 30, "trapping job", proc)
         proc.send_signal(sig)  # to the wrapper only, as Cloud Run signals the container's PID 1
         assert proc.wait(30) == 42

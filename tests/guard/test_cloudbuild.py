@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -25,19 +25,36 @@ from tests.support.stores import FIRESTORE_PROJECT
 BUILD = yaml.safe_load((Path(__file__).resolve().parents[2] / "guard" / "cloudbuild" / "cloudbuild.yaml").read_text())
 STEP = BUILD["steps"][0]
 # Cloud Build's built-in substitutions (https://cloud.google.com/build/docs/configuring-builds/substitute-variable-values)
-BUILT_IN = {"PROJECT_ID", "PROJECT_NUMBER", "BUILD_ID", "LOCATION", "TRIGGER_NAME", "COMMIT_SHA", "SHORT_SHA",
-            "REVISION_ID", "REPO_NAME", "REPO_FULL_NAME", "BRANCH_NAME", "TAG_NAME", "REF_NAME", "TRIGGER_BUILD_CONFIG_PATH",
-            "SERVICE_ACCOUNT_EMAIL", "SERVICE_ACCOUNT"}
+BUILT_IN = {
+    "PROJECT_ID",
+    "PROJECT_NUMBER",
+    "BUILD_ID",
+    "LOCATION",
+    "TRIGGER_NAME",
+    "COMMIT_SHA",
+    "SHORT_SHA",
+    "REVISION_ID",
+    "REPO_NAME",
+    "REPO_FULL_NAME",
+    "BRANCH_NAME",
+    "TAG_NAME",
+    "REF_NAME",
+    "TRIGGER_BUILD_CONFIG_PATH",
+    "SERVICE_ACCOUNT_EMAIL",
+    "SERVICE_ACCOUNT",
+}
 SUBSTITUTION = re.compile(r"\$(\$|\{([A-Za-z0-9_]+)\}|([A-Za-z0-9_]+))")
 
 
 def substitute(text: str, values: dict[str, str]) -> str:
     """Cloud Build's substitution: `$$` is a literal `$`; `$NAME` / `${NAME}` must be known."""
+
     def one(match: re.Match[str]) -> str:
         if match.group(1) == "$":
             return "$"
         key = match.group(2) or match.group(3)
         return values[key]
+
     return SUBSTITUTION.sub(one, text)
 
 
@@ -81,8 +98,14 @@ class CheckingForwarder:
         except Violation as violation:
             self.violations.append(str(violation))
             return Reply(400, {"error": {"code": 400, "message": str(violation)}})
-        response = httpx.request(verb, self.emulator + request.path, params=request.query, json=body,
-                                 headers={"Authorization": "Bearer owner"}, timeout=10)
+        response = httpx.request(
+            verb,
+            self.emulator + request.path,
+            params=request.query,
+            json=body,
+            headers={"Authorization": "Bearer owner"},
+            timeout=10,
+        )
         self.calls.append((method, response.status_code))
         return Reply(response.status_code, response.json())
 
@@ -97,11 +120,19 @@ def build_step(firestore_emulator, collection: str, run_id: str, job_env):
     def run(command: list[str], idempotency_key: str = run_id, step: str = "deploy", build_id: str = "b-1"):
         values = {"_IDEMPOTENCY_KEY": idempotency_key, "PROJECT_ID": FIRESTORE_PROJECT, "BUILD_ID": build_id}
         env = dict(substitute(item, values).split("=", 1) for item in STEP["env"])
-        env |= {"RUNONCE_STEP": step, "RUNONCE_COLLECTION": collection, "BUILD_ID": build_id,
-                "RUNONCE_FIRESTORE_API": forwarder.url, "RUNONCE_ACCESS_TOKEN": "owner",  # local runs only
-                "PATH": job_env["PATH"], "FIRESTORE_EMULATOR_HOST": firestore_emulator.host}
+        env |= {
+            "RUNONCE_STEP": step,
+            "RUNONCE_COLLECTION": collection,
+            "BUILD_ID": build_id,
+            "RUNONCE_FIRESTORE_API": forwarder.url,
+            "RUNONCE_ACCESS_TOKEN": "owner",  # local runs only
+            "PATH": job_env["PATH"],
+            "FIRESTORE_EMULATOR_HOST": firestore_emulator.host,
+        }
         script = substitute(STEP["args"][1], values)
-        return subprocess.run([sys.executable, "-c", script, *command], env=env, capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-c", script, *command], env=env, capture_output=True, text=True, timeout=60
+        )
 
     run.forwarder = forwarder  # type: ignore[attr-defined]
     yield run
@@ -112,7 +143,7 @@ def build_step(firestore_emulator, collection: str, run_id: str, job_env):
 def record(collection: str, run_id: str, step: str = "deploy"):
     store = FirestoreStepStore(project=FIRESTORE_PROJECT, collection=collection)
     try:
-        return store.get(StepKey(run_id, step, "-"), datetime.now(timezone.utc))
+        return store.get(StepKey(run_id, step, "-"), datetime.now(UTC))
     finally:
         store.close()
 
@@ -125,12 +156,21 @@ def test_runs_once_then_skips(build_step, collection: str, run_id: str, tmp_path
     retry = build_step(deploy, build_id="b-2")
     assert retry.returncode == 0 and "already done" in retry.stdout
     assert effects.read_text() == "deployed\n"
-    assert build_step.forwarder.calls == [("createDocument", 200), ("commit", 200), ("createDocument", 409), ("get", 200)]
+    assert build_step.forwarder.calls == [
+        ("createDocument", 200),
+        ("commit", 200),
+        ("createDocument", 409),
+        ("get", 200),
+    ]
     done = record(collection, run_id)
-    assert done is not None and done.status == "completed" and done.attempt_id == "b-1" and done.holder == "cloudbuild/b-1"
+    assert (
+        done is not None and done.status == "completed" and done.attempt_id == "b-1" and done.holder == "cloudbuild/b-1"
+    )
 
 
-def test_failed_command_passes_its_code_and_a_retried_build_runs_it_again(build_step, collection: str, run_id: str) -> None:
+def test_failed_command_passes_its_code_and_a_retried_build_runs_it_again(
+    build_step, collection: str, run_id: str
+) -> None:
     failed = build_step(["sh", "-c", "exit 3"])
     assert failed.returncode == 3
     released = record(collection, run_id)
@@ -141,9 +181,11 @@ def test_failed_command_passes_its_code_and_a_retried_build_runs_it_again(build_
     assert done is not None and done.status == "completed" and done.attempts == 2 and done.attempt_id == "b-2"
 
 
-def test_in_progress_elsewhere_exits_75_without_running(build_step, collection: str, run_id: str, tmp_path: Path) -> None:
+def test_in_progress_elsewhere_exits_75_without_running(
+    build_step, collection: str, run_id: str, tmp_path: Path
+) -> None:
     store = FirestoreStepStore(project=FIRESTORE_PROJECT, collection=collection)
-    store.claim(StepKey(run_id, "deploy", "-"), datetime.now(timezone.utc), timedelta(minutes=5), timedelta(days=1), "job")
+    store.claim(StepKey(run_id, "deploy", "-"), datetime.now(UTC), timedelta(minutes=5), timedelta(days=1), "job")
     store.close()
     busy = build_step(["sh", "-c", f"touch {tmp_path / 'ran'}"])
     assert busy.returncode == 75 and "is in progress in job" in busy.stderr

@@ -16,10 +16,16 @@ def test_clean_install_of_the_guard_runs_the_wrapper_and_the_library(job_env, tm
     shutil.copytree(GUARD, source, ignore=shutil.ignore_patterns("*.egg-info", "build", "__pycache__"))
     venv.create(tmp_path / "venv", with_pip=True)
     python = tmp_path / "venv" / "bin" / "python"
-    installed = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(source)],
-                               capture_output=True, text=True, timeout=600)
+    installed = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(source)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert installed.returncode == 0, installed.stderr
-    names = subprocess.run([str(python), "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True).stdout.lower()
+    names = subprocess.run(
+        [str(python), "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True
+    ).stdout.lower()
     assert "runonce-guard==0.1.0" in names
     assert not any(name in names for name in ("fastapi", "uvicorn", "starlette", "\nrunonce=="))
 
@@ -32,6 +38,8 @@ def test_clean_install_of_the_guard_runs_the_wrapper_and_the_library(job_env, tm
     assert log.read_text() == "once\n"
 
     job = "from runonce_guard import once\nprint(once('export')(lambda: 'ran')())\n"
-    library = subprocess.run([str(python), "-c", job], env=job_env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    library = subprocess.run(
+        [str(python), "-c", job], env=job_env, capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
     assert library.returncode == 0, library.stderr
     assert library.stdout.strip() == "None"  # done by the wrapper (no result recorded): skipped, not run

@@ -36,14 +36,24 @@ def test_each_step_side_effect_happens_once_across_task_retries(mode: str, job_e
         effects, chaos_file = tmp_path / f"effects-{run}", tmp_path / f"chaos-{run}"
         for task in ("0", "1"):
             env = job_env | {
-                "IDEMPOTENCY_KEY": run_id, "CLOUD_RUN_TASK_INDEX": task, "RUNONCE_LEASE_SECONDS": "1",
-                "SIM_STEPS": str(STEPS), "SIM_EFFECTS": str(effects), "SIM_CHAOS_FILE": str(chaos_file),
+                "IDEMPOTENCY_KEY": run_id,
+                "CLOUD_RUN_TASK_INDEX": task,
+                "RUNONCE_LEASE_SECONDS": "1",
+                "SIM_STEPS": str(STEPS),
+                "SIM_EFFECTS": str(effects),
+                "SIM_CHAOS_FILE": str(chaos_file),
             }
             for attempt in range(MAX_ATTEMPTS):
                 chaos = None if rng.random() < 0.35 else {"step": rng.randrange(STEPS), "where": rng.choice(WHERE)}
                 chaos_file.write_text(json.dumps(chaos))
-                done = subprocess.run([sys.executable, str(SIM_JOB), mode], start_new_session=True, timeout=120,
-                                      env=env | {"CLOUD_RUN_TASK_ATTEMPT": str(attempt)}, capture_output=True, text=True)
+                done = subprocess.run(
+                    [sys.executable, str(SIM_JOB), mode],
+                    start_new_session=True,
+                    timeout=120,
+                    env=env | {"CLOUD_RUN_TASK_ATTEMPT": str(attempt)},
+                    capture_output=True,
+                    text=True,
+                )
                 if done.returncode == 0:
                     break
                 failures[chaos["where"] if chaos else f"exit {done.returncode}"] += 1

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import timedelta
+from datetime import UTC, timedelta
 from pathlib import Path
 
 import pytest
@@ -102,16 +102,14 @@ def test_retry_after_an_exception_runs_the_step_again(make_guard, run_id: str) -
 def test_outcome_unknown_exception_keeps_the_claim_until_the_lease_ends(make_guard, run_id: str) -> None:
     clock = Clock()
     guard = make_guard(clock=clock)
-    with pytest.raises(TimeoutError):
-        with guard.once("publish", unknown=(TimeoutError,)):
-            raise TimeoutError("publish call timed out")
+    with pytest.raises(TimeoutError), guard.once("publish", unknown=(TimeoutError,)):
+        raise TimeoutError("publish call timed out")
     record = guard.store.get(StepKey(run_id, "publish", "0"), clock())
     assert record is not None and record.status == "in_progress"
     assert record.last_error == "TimeoutError: publish call timed out"
 
-    with pytest.raises(StepInProgress, match="lease until"):
-        with guard.once("publish", on_busy="raise"):
-            pytest.fail("ran while the unknown attempt's lease was live")
+    with pytest.raises(StepInProgress, match="lease until"), guard.once("publish", on_busy="raise"):
+        pytest.fail("ran while the unknown attempt's lease was live")
 
     clock.advance(guard.settings.lease_seconds + 1)
     with guard.once("publish", on_busy="raise") as step:
@@ -121,13 +119,12 @@ def test_outcome_unknown_exception_keeps_the_claim_until_the_lease_ends(make_gua
 def test_stale_attempt_cannot_record_completion(make_guard, run_id: str) -> None:
     clock = Clock()
     stale, fresh = make_guard(clock=clock), make_guard(clock=clock)
-    with pytest.raises(Fenced, match="held by attempt"):
-        with stale.once("charge") as old:
-            old.set_result("stale")
-            clock.advance(stale.settings.lease_seconds + 1)  # old attempt hangs past its lease
-            with fresh.once("charge") as new:
-                assert new.recovering and new.attempts == 2
-                new.set_result("fresh")
+    with pytest.raises(Fenced, match="held by attempt"), stale.once("charge") as old:
+        old.set_result("stale")
+        clock.advance(stale.settings.lease_seconds + 1)  # old attempt hangs past its lease
+        with fresh.once("charge") as new:
+            assert new.recovering and new.attempts == 2
+            new.set_result("fresh")
     record = fresh.store.get(StepKey(run_id, "charge", "0"), clock())
     assert record is not None and record.status == "completed" and record.result_value() == "fresh"
     assert record.attempt_id != old.record.attempt_id  # type: ignore[union-attr]
@@ -136,11 +133,10 @@ def test_stale_attempt_cannot_record_completion(make_guard, run_id: str) -> None
 def test_stale_attempt_failing_does_not_release_the_new_attempts_claim(make_guard, run_id: str) -> None:
     clock = Clock()
     stale, fresh = make_guard(clock=clock), make_guard(clock=clock)
-    with pytest.raises(RuntimeError) as raised:
-        with stale.once("charge"):
-            clock.advance(stale.settings.lease_seconds + 1)
-            taken = fresh.once("charge").__enter__()
-            raise RuntimeError("old attempt fails late")
+    with pytest.raises(RuntimeError) as raised, stale.once("charge"):
+        clock.advance(stale.settings.lease_seconds + 1)
+        taken = fresh.once("charge").__enter__()
+        raise RuntimeError("old attempt fails late")
     assert "held by attempt" in raised.value.__notes__[0]
     record = fresh.store.get(StepKey(run_id, "charge", "0"), clock())
     assert record is not None and record.status == "in_progress" and record.attempt_id == taken.record.attempt_id
@@ -149,7 +145,9 @@ def test_stale_attempt_failing_does_not_release_the_new_attempts_claim(make_guar
 def test_no_run_id_is_a_clear_error_and_nothing_runs(make_guard, job_env: dict[str, str]) -> None:
     env = {k: v for k, v in job_env.items() if k != "IDEMPOTENCY_KEY"}
     ran: list[int] = []
-    with pytest.raises(NotStartedByRunonce, match=r"no run_id in \$IDEMPOTENCY_KEY, so this job was not started by runonce"):
+    with pytest.raises(
+        NotStartedByRunonce, match=r"no run_id in \$IDEMPOTENCY_KEY, so this job was not started by runonce"
+    ):
         make_guard(environ=env).once("export")(lambda: ran.append(1))()
     assert ran == []
 
@@ -171,9 +169,14 @@ def test_run_id_env_is_configurable_and_task_index_is_part_of_the_key(make_guard
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"step": "a/b"}, "step 'a/b': must match"), ({"step": "x", "task": "two"}, "task 'two'"),
-     ({"step": "x", "on_busy": "skip"}, "on_busy 'skip'"), ({"step": "x", "run_id": "a/b"}, "run_id 'a/b'"),
-     ({"step": "x", "lease_seconds": 0}, "lease_seconds 0"), ({"step": "x", "wait_seconds": -1}, "wait_seconds -1")],
+    [
+        ({"step": "a/b"}, "step 'a/b': must match"),
+        ({"step": "x", "task": "two"}, "task 'two'"),
+        ({"step": "x", "on_busy": "skip"}, "on_busy 'skip'"),
+        ({"step": "x", "run_id": "a/b"}, "run_id 'a/b'"),
+        ({"step": "x", "lease_seconds": 0}, "lease_seconds 0"),
+        ({"step": "x", "wait_seconds": -1}, "wait_seconds -1"),
+    ],
 )
 def test_bad_arguments_fail_before_anything_runs(make_guard, kwargs: dict, message: str) -> None:
     with pytest.raises(GuardConfigError, match=message):
@@ -199,7 +202,9 @@ print(charge())
 """
 
 
-def test_kill_9_inside_a_step_then_the_next_attempt_runs_it_after_the_lease(job_env, tmp_path: Path, run_id: str) -> None:
+def test_kill_9_inside_a_step_then_the_next_attempt_runs_it_after_the_lease(
+    job_env, tmp_path: Path, run_id: str
+) -> None:
     log = tmp_path / "side-effects.log"
     env = job_env | {"RUNONCE_LEASE_SECONDS": "3"}
     first = subprocess.Popen([sys.executable, "-c", KILLABLE_JOB, str(log), "hang"], env=env)
@@ -208,30 +213,35 @@ def test_kill_9_inside_a_step_then_the_next_attempt_runs_it_after_the_lease(job_
     first.wait()
 
     started = time.monotonic()
-    retry = subprocess.run([sys.executable, "-c", KILLABLE_JOB, str(log), "finish"], env=env,
-                           capture_output=True, text=True, timeout=60)
+    retry = subprocess.run(
+        [sys.executable, "-c", KILLABLE_JOB, str(log), "finish"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert retry.returncode == 0, retry.stderr
     assert retry.stdout.strip() == "{'charged': True}"
     assert time.monotonic() - started >= 1.0  # it waited for the dead attempt's lease
     assert log.read_text() == "start\nstart\ndone\n"
 
-    again = subprocess.run([sys.executable, "-c", KILLABLE_JOB, str(log), "finish"], env=env,
-                           capture_output=True, text=True, timeout=60)
+    again = subprocess.run(
+        [sys.executable, "-c", KILLABLE_JOB, str(log), "finish"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert again.returncode == 0 and again.stdout.strip() == "{'charged': True}"
     assert log.read_text() == "start\nstart\ndone\n"  # replayed, not re-run
 
     store = FirestoreStepStore(project=FIRESTORE_PROJECT, collection=env["RUNONCE_FIRESTORE_STEPS_COLLECTION"])
-    from datetime import datetime, timezone
-    record = store.get(StepKey(run_id, "charge", "0"), datetime.now(timezone.utc))
+    from datetime import datetime
+
+    record = store.get(StepKey(run_id, "charge", "0"), datetime.now(UTC))
     store.close()
     assert record is not None and record.attempts == 2 and record.status == "completed"
     assert record.lease_expires - record.created_at < timedelta(seconds=10)  # the takeover's own lease
 
 
 def test_the_library_imports_neither_app_nor_the_web_stack(job_env) -> None:
-    probe = "import sys, runonce_guard, runonce_guard.cli; import runonce_guard.stores.firestore; " \
-            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('app', 'fastapi', 'uvicorn', 'starlette')); " \
-            "print(bad)"
+    probe = (
+        "import sys, runonce_guard, runonce_guard.cli; import runonce_guard.stores.firestore; "
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('app', 'fastapi', 'uvicorn', 'starlette')); "
+        "print(bad)"
+    )
     done = subprocess.run([sys.executable, "-c", probe], env=job_env, capture_output=True, text=True, cwd="/")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
@@ -271,9 +281,8 @@ def test_a_live_attempt_keeps_its_step_past_the_lease_by_renewing_it(make_guard,
     with holder.once("long-export", lease_seconds=lease) as step:
         first_lease = step.record.lease_expires  # type: ignore[union-attr]
         time.sleep(lease * 2.25)  # past two leases: without renewal another attempt could take over now
-        with pytest.raises(StepInProgress):
-            with other.once("long-export", lease_seconds=lease, on_busy="raise"):
-                pytest.fail("took over a step whose attempt is alive")
+        with pytest.raises(StepInProgress), other.once("long-export", lease_seconds=lease, on_busy="raise"):
+            pytest.fail("took over a step whose attempt is alive")
         assert step.record.lease_expires > first_lease  # type: ignore[union-attr]
     done = other.store.get(StepKey(run_id, "long-export", "0"), other.clock())
     assert done is not None and done.status == "completed" and done.attempts == 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import fields
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -15,23 +15,46 @@ from runonce.stores import base as server
 from runonce_guard import GuardSettings
 from runonce_guard import rules as guard
 
-NOW = datetime(2026, 10, 16, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 10, 16, 12, 0, tzinfo=UTC)
 OFFSETS = [timedelta(seconds=s) for s in (-3600, -1, 0, 1, 3600)]  # before, at and after `now`
 STATUSES = ["in_progress", "completed", "failed"]
 
 
-def server_record(status: str, lease_expires: datetime, expire_at: datetime, attempt_id: str = "a1") -> server.RunRecord:
+def server_record(
+    status: str, lease_expires: datetime, expire_at: datetime, attempt_id: str = "a1"
+) -> server.RunRecord:
     return server.RunRecord(
-        run_id="r", status=status, attempt_id=attempt_id, attempts=1, lease_expires=lease_expires,  # type: ignore[arg-type]
-        expire_at=expire_at, created_at=NOW - timedelta(hours=2), updated_at=NOW, route="x", source="scheduler",
-        project="p", location="l", job="j", schedule_time=None, task=None, body_sha256="same",
+        run_id="r",
+        status=status,
+        attempt_id=attempt_id,
+        attempts=1,
+        lease_expires=lease_expires,  # type: ignore[arg-type]
+        expire_at=expire_at,
+        created_at=NOW - timedelta(hours=2),
+        updated_at=NOW,
+        route="x",
+        source="scheduler",
+        project="p",
+        location="l",
+        job="j",
+        schedule_time=None,
+        task=None,
+        body_sha256="same",
     )
 
 
 def guard_record(status: str, lease_expires: datetime, expire_at: datetime, attempt_id: str = "a1") -> guard.StepRecord:
     return guard.StepRecord(
-        run_id="r", step="s", task="0", status=status, attempt_id=attempt_id, attempts=1,  # type: ignore[arg-type]
-        lease_expires=lease_expires, expire_at=expire_at, created_at=NOW - timedelta(hours=2), updated_at=NOW,
+        run_id="r",
+        step="s",
+        task="0",
+        status=status,
+        attempt_id=attempt_id,
+        attempts=1,  # type: ignore[arg-type]
+        lease_expires=lease_expires,
+        expire_at=expire_at,
+        created_at=NOW - timedelta(hours=2),
+        updated_at=NOW,
     )
 
 
@@ -47,8 +70,17 @@ def _id(situation) -> str:
 
 @pytest.mark.parametrize("situation", SITUATIONS, ids=_id)
 def test_guard_decides_as_the_server_does(situation) -> None:
-    new = server.NewRun(run_id="r", route="x", source="scheduler", project="p", location="l", job="j",
-                        schedule_time=None, task=None, body_sha256="same")
+    new = server.NewRun(
+        run_id="r",
+        route="x",
+        source="scheduler",
+        project="p",
+        location="l",
+        job="j",
+        schedule_time=None,
+        task=None,
+        body_sha256="same",
+    )
     if situation is None:
         found_server, found_guard = None, None
     else:
@@ -74,20 +106,30 @@ def test_shared_settings_have_the_servers_names_and_defaults() -> None:
     for name in shared:
         assert name in Settings.model_fields, f"RUNONCE_{name.upper()} is not a server setting"
         assert getattr(GuardSettings(), name) == getattr(server_defaults, name), name
-    guard_settings = GuardSettings.from_env({"RUNONCE_LEASE_SECONDS": "60", "RUNONCE_RETENTION_SECONDS": "7200",
-                                             "RUNONCE_FIRESTORE_PROJECT": "p", "RUNONCE_STORE_TIMEOUT_SECONDS": "2"})
-    server_settings = Settings(store="firestore", lease_seconds=60, retention_seconds=7200, firestore_project="p",
-                               store_timeout_seconds=2)
+    guard_settings = GuardSettings.from_env(
+        {
+            "RUNONCE_LEASE_SECONDS": "60",
+            "RUNONCE_RETENTION_SECONDS": "7200",
+            "RUNONCE_FIRESTORE_PROJECT": "p",
+            "RUNONCE_STORE_TIMEOUT_SECONDS": "2",
+        }
+    )
+    server_settings = Settings(
+        store="firestore", lease_seconds=60, retention_seconds=7200, firestore_project="p", store_timeout_seconds=2
+    )
     for name in shared:
         assert getattr(guard_settings, name) == getattr(server_settings, name), name
     assert GuardSettings().firestore_steps_collection != server_defaults.firestore_collection  # apart from runs
 
 
-@pytest.mark.parametrize(("env", "message"), [
-    ({"RUNONCE_LEASE_SECONDS": "0"}, "RUNONCE_LEASE_SECONDS: must be greater than 0"),
-    ({"RUNONCE_RETENTION_SECONDS": "a day"}, "RUNONCE_RETENTION_SECONDS: 'a day' is not a number"),
-    ({"RUNONCE_STORE": "sqlite:///x.db"}, "RUNONCE_STORE: 'sqlite:///x.db' is not a store the guard can use"),
-])
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"RUNONCE_LEASE_SECONDS": "0"}, "RUNONCE_LEASE_SECONDS: must be greater than 0"),
+        ({"RUNONCE_RETENTION_SECONDS": "a day"}, "RUNONCE_RETENTION_SECONDS: 'a day' is not a number"),
+        ({"RUNONCE_STORE": "sqlite:///x.db"}, "RUNONCE_STORE: 'sqlite:///x.db' is not a store the guard can use"),
+    ],
+)
 def test_bad_settings_name_the_variable(env: dict[str, str], message: str) -> None:
     from runonce_guard import GuardConfigError
 

@@ -30,7 +30,11 @@ def make_store(request: pytest.FixtureRequest):
         request.getfixturevalue("firestore_emulator")
 
     def make() -> StepStore:
-        store = shared if request.param == "memory" else FirestoreStepStore(project=FIRESTORE_PROJECT, collection=collection)
+        store = (
+            shared
+            if request.param == "memory"
+            else FirestoreStepStore(project=FIRESTORE_PROJECT, collection=collection)
+        )
         opened.append(store)
         return store
 

@@ -6,7 +6,7 @@ guard reads."""
 from __future__ import annotations
 
 import copy
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +44,9 @@ def assigned_literals(workflow: dict[str, Any]) -> dict[str, Any]:
     """Maps assigned as literals in a subworkflow (`- claim: {fields: …}`), to check bodies given as `${claim}`."""
     literals: dict[str, Any] = {}
     for step in workflow.get("steps", []):
-        (_name, body), = step.items()
+        ((_name, body),) = step.items()
         for item in body.get("assign", []) if isinstance(body, dict) else []:
-            (target, value), = item.items()
+            ((target, value),) = item.items()
             if isinstance(value, dict) and "." not in target:
                 literals[target] = value
     return literals
@@ -83,14 +83,31 @@ def test_every_connector_call_is_allowed_by_the_firestore_discovery_document() -
     assert check_workflow_file(EXAMPLE) == 4
 
 
-@pytest.mark.parametrize(("mutate", "message"), [
-    (lambda c: c["runonce_once"]["steps"][0]["init"]["assign"][-1]["claim"]["fields"]["status"].update(
-        {"stringvalue": "x"}), "unknown field 'stringvalue'"),
-    (lambda c: c["runonce_once"]["steps"][1]["create"]["try"]["args"].update({"documentID": "x"}), "unknown argument 'documentID'"),
-    (lambda c: c["runonce_once"]["steps"][1]["create"]["try"]["args"].pop("collectionId"), "required argument 'collectionId'"),
-    (lambda c: c["runonce_once"]["steps"][1]["create"]["try"].update({"call": CONNECTOR + "projects.databases.documents.insert"}),
-     "no method firestore.projects.databases.documents.insert"),
-])
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (
+            lambda c: c["runonce_once"]["steps"][0]["init"]["assign"][-1]["claim"]["fields"]["status"].update(
+                {"stringvalue": "x"}
+            ),
+            "unknown field 'stringvalue'",
+        ),
+        (
+            lambda c: c["runonce_once"]["steps"][1]["create"]["try"]["args"].update({"documentID": "x"}),
+            "unknown argument 'documentID'",
+        ),
+        (
+            lambda c: c["runonce_once"]["steps"][1]["create"]["try"]["args"].pop("collectionId"),
+            "required argument 'collectionId'",
+        ),
+        (
+            lambda c: c["runonce_once"]["steps"][1]["create"]["try"].update(
+                {"call": CONNECTOR + "projects.databases.documents.insert"}
+            ),
+            "no method firestore.projects.databases.documents.insert",
+        ),
+    ],
+)
 def test_the_discovery_check_rejects_a_broken_call(mutate, message: str) -> None:
     broken = copy.deepcopy(LIBRARY)
     mutate(broken)
@@ -101,7 +118,7 @@ def test_the_discovery_check_rejects_a_broken_call(mutate, message: str) -> None
 @pytest.fixture
 def workflows(firestore_emulator, collection: str):
     """Runs subworkflows of a source file as executions would: each call is a new execution id."""
-    rest, clock = FirestoreRest(firestore_emulator.host), Clock(datetime.now(timezone.utc).timestamp())
+    rest, clock = FirestoreRest(firestore_emulator.host), Clock(datetime.now(UTC).timestamp())
     http_calls: list[dict[str, Any]] = []
     state = {"executions": 0, "http_fails": 0}
 
@@ -116,8 +133,11 @@ def workflows(firestore_emulator, collection: str):
 
     def run(name: str, source: dict[str, Any] = LIBRARY, **args: Any) -> Any:
         state["executions"] += 1
-        env = {"GOOGLE_CLOUD_WORKFLOW_EXECUTION_ID": f"exec-{state['executions']}",
-               "GOOGLE_CLOUD_WORKFLOW_ID": "publish", "GOOGLE_CLOUD_PROJECT_ID": FIRESTORE_PROJECT}
+        env = {
+            "GOOGLE_CLOUD_WORKFLOW_EXECUTION_ID": f"exec-{state['executions']}",
+            "GOOGLE_CLOUD_WORKFLOW_ID": "publish",
+            "GOOGLE_CLOUD_PROJECT_ID": FIRESTORE_PROJECT,
+        }
         if name == "runonce_once":
             args = {"project": FIRESTORE_PROJECT, "collection": collection, **args}
         return Interpreter(source, calls, env, clock).run(name, args)
@@ -129,7 +149,7 @@ def workflows(firestore_emulator, collection: str):
 def python_guard_record(collection: str, run_id: str, step: str):
     store = FirestoreStepStore(project=FIRESTORE_PROJECT, collection=collection)
     try:
-        return store.get(StepKey(run_id, step, "-"), datetime.now(timezone.utc))
+        return store.get(StepKey(run_id, step, "-"), datetime.now(UTC))
     finally:
         store.close()
 
@@ -146,7 +166,12 @@ def test_claim_then_in_progress_then_done_then_skip(workflows, collection: str, 
     skip = workflows("runonce_once", run_id=run_id, step="publish")
     assert skip["run"] is False and skip["result"] == '{"published":3}'
     assert [c for c in workflows.rest.calls] == [
-        ("createDocument", 200), ("createDocument", 409), ("get", 200), ("commit", 200), ("createDocument", 409), ("get", 200),
+        ("createDocument", 200),
+        ("createDocument", 409),
+        ("get", 200),
+        ("commit", 200),
+        ("createDocument", 409),
+        ("get", 200),
     ]
     record = python_guard_record(collection, run_id, "publish")  # the Python guard reads the same document
     assert record is not None and record.status == "completed" and record.result_value() == {"published": 3}
@@ -188,7 +213,7 @@ def test_example_workflow_publishes_once_per_run_id(workflows, run_id: str) -> N
 
 def test_a_step_the_python_guard_holds_is_in_progress_for_the_workflow(workflows, collection: str, run_id: str) -> None:
     store = FirestoreStepStore(project=FIRESTORE_PROJECT, collection=collection)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
 
     claim = store.claim(StepKey(run_id, "publish", "-"), now, timedelta(minutes=5), timedelta(days=1), holder=None)
     with pytest.raises(WorkflowError) as busy:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
@@ -57,7 +57,7 @@ def to_map(value: Any) -> Any:
 
 
 def _time_format(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _time_parse(text: str) -> float:
@@ -73,12 +73,21 @@ def _map_get(m: Any, keys: Any) -> Any:
 
 
 class Interpreter:
-    def __init__(self, source: dict[str, Any], calls: Callable[[str, dict[str, Any]], Any],
-                 env: dict[str, str], now: Callable[[], float]):
+    def __init__(
+        self,
+        source: dict[str, Any],
+        calls: Callable[[str, dict[str, Any]], Any],
+        env: dict[str, str],
+        now: Callable[[], float],
+    ):
         self.source, self.calls, self.env = source, calls, env
         self.functions = {
-            "true": True, "false": False, "null": None,
-            "int": int, "string": str, "default": lambda v, d: d if v is None else v,
+            "true": True,
+            "false": False,
+            "null": None,
+            "int": int,
+            "string": str,
+            "default": lambda v, d: d if v is None else v,
             "_if": lambda c, a, b: a if c else b,
             "sys": SimpleNamespace(now=now, get_env=lambda name: env.get(name)),
             "time": SimpleNamespace(format=_time_format, parse=_time_parse),
@@ -91,7 +100,7 @@ class Interpreter:
         scope: dict[str, Any] = {}
         for param in spec.get("params", []):
             if isinstance(param, dict):
-                (key, default), = param.items()
+                ((key, default),) = param.items()
                 scope[key] = to_map(args.get(key, default))
             else:
                 if param not in args and name != "main":
@@ -130,7 +139,7 @@ class Interpreter:
 
     def _steps(self, steps: list[dict[str, Any]], scope: dict[str, Any]) -> None:
         for step in steps:
-            (_name, body), = step.items()
+            ((_name, body),) = step.items()
             self._body(body, scope)
 
     def _body(self, body: dict[str, Any], scope: dict[str, Any]) -> None:
@@ -141,7 +150,7 @@ class Interpreter:
             self._try(body, scope)
         elif "assign" in body:
             for item in body["assign"]:
-                (target, raw), = item.items()
+                ((target, raw),) = item.items()
                 self._assign(scope, target, self.value(raw, scope))
         elif "call" in body:
             result = self._call(body["call"], self.value(body.get("args", {}), scope))

@@ -3,9 +3,8 @@ party saw, not over the code's own view). `world.covered` counts what the histor
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from runonce.api.answers import ANSWERS
 from runonce.run.guarantees import skip_reason
@@ -45,7 +44,9 @@ def check(world: World, records: list[RunRecord]) -> list[str]:
         for run_id, executions in downstream.executions.items():
             if len(executions) > 1:
                 origins = ", ".join(f"{o}@{t:.2f}" for _, t, o in executions)
-                violations.append(f"I1 run {run_id[:8]} on {downstream.route}: {len(executions)} executions ({origins})")
+                violations.append(
+                    f"I1 run {run_id[:8]} on {downstream.route}: {len(executions)} executions ({origins})"
+                )
 
     # I2: an execution that was failing and is still retried after the faults stopped (and every
     # lease they left ran out) ends with a 200. A lone 409 after that point can only come from a
@@ -57,10 +58,16 @@ def check(world: World, records: list[RunRecord]) -> list[str]:
     # was sent with a 0.4 s deadline).
     settled = config.quiet_at + config.lease + 2 * config.max_skew + config.dispatch_timeout + config.store_timeout
     for outcome in outcomes.values():
-        answered_late = {i for i, (_, a) in enumerate(outcome.attempts) if a is None and _answered_past_a_short_deadline(world, outcome, i)}
+        answered_late = {
+            i
+            for i, (_, a) in enumerate(outcome.attempts)
+            if a is None and _answered_past_a_short_deadline(world, outcome, i)
+        }
         world.covered["attempts past a short deadline, answered 200 or waiting (I2)"] += len(answered_late)
         relevant = [
-            (t, a) for i, (t, a) in enumerate(outcome.attempts) if not _excused(world, outcome, a) and i not in answered_late
+            (t, a)
+            for i, (t, a) in enumerate(outcome.attempts)
+            if not _excused(world, outcome, a) and i not in answered_late
         ]
         late = [a for t, a in relevant if t >= settled]
         failing = any(a is None or not a.ok for _, a in relevant)
@@ -98,11 +105,17 @@ def check(world: World, records: list[RunRecord]) -> list[str]:
         expected = SKIPPED if answer.status == "skipped" else COMPLETED
         if record is None or record.status != expected:
             state = record.status if record else "no record"
-            violations.append(f"I5 {answer.execution} was told {answer.status} for run {answer.body.get('run_id', '')[:8]}, record: {state}")
+            violations.append(
+                f"I5 {answer.execution} was told {answer.status} for run {answer.body.get('run_id', '')[:8]}, record: {state}"
+            )
         elif answer.status == "skipped" and answer.body.get("reason") != skip_reason(record)[0]:
-            violations.append(f"I5 {answer.execution} was told skipped ({answer.body.get('reason')}), record: {record.last_error}")
+            violations.append(
+                f"I5 {answer.execution} was told skipped ({answer.body.get('reason')}), record: {record.last_error}"
+            )
         elif "target" in answer.body and answer.body["target"] != record.target:
-            violations.append(f"I5 {answer.execution} was told target {answer.body['target']}, record has {record.target}")
+            violations.append(
+                f"I5 {answer.execution} was told target {answer.body['target']}, record has {record.target}"
+            )
     violations += _guarantees(world, records)
     violations += _catch_ups(world, by_id)
     return violations
@@ -116,14 +129,18 @@ def _guarantees(world: World, records: list[RunRecord]) -> list[str]:
     # Scheduler job still runs (Scheduler never has two executions of a job outstanding; runs of
     # different jobs on one route may race, by design).
     for route in OVERLAP:
-        started = [(t, run_id, origin.split(".")[0], resource)
-                   for run_id, executions in world.downstreams[route].executions.items()
-                   for resource, t, origin in executions]
+        started = [
+            (t, run_id, origin.split(".")[0], resource)
+            for run_id, executions in world.downstreams[route].executions.items()
+            for resource, t, origin in executions
+        ]
         ends = world.downstreams[route].ends
         for t, run_id, job, resource in started:
             for other_t, other_run, other_job, other in started:
                 if job == other_job and other_run != run_id and other_t <= t < ends[other]:
-                    violations.append(f"I6 {resource} of {job} started at {t:.2f} while {other} ran ({other_t:.2f}-{ends[other]:.2f})")
+                    violations.append(
+                        f"I6 {resource} of {job} started at {t:.2f} while {other} ran ({other_t:.2f}-{ends[other]:.2f})"
+                    )
     for record in records:
         world.covered[f"runs {record.status}"] += 1
         if record.status == SKIPPED:
@@ -131,7 +148,9 @@ def _guarantees(world: World, records: list[RunRecord]) -> list[str]:
             # I7: a skipped run started nothing.
             found = sum(len(d.executions.get(record.run_id, ())) for d in world.downstreams.values())
             if found:
-                violations.append(f"I7 run {record.run_id[:8]} is skipped ({record.last_error}) yet has {found} execution(s)")
+                violations.append(
+                    f"I7 run {record.run_id[:8]} is skipped ({record.last_error}) yet has {found} execution(s)"
+                )
     # I8: on the lateness route, a run starts only if its first claim was in time, and is skipped
     # as late only if it was not.
     limit = timedelta(seconds=config.max_lateness)
@@ -159,8 +178,11 @@ def _catch_ups(world: World, by_id: dict[str, RunRecord]) -> list[str]:
     scheduled = {e.id: e.key for sequence in config.jobs for e in sequence if not e.forced}
     # Answers that completed a fire time's own run: Scheduler's deliveries and catch-ups.
     done = [
-        (scheduled.get(a.execution), a) for a in world.answers
-        if a.ok and a.status in ("processed", "duplicate") and not _for_a_force_run(a, by_id)
+        (scheduled.get(a.execution), a)
+        for a in world.answers
+        if a.ok
+        and a.status in ("processed", "duplicate")
+        and not _for_a_force_run(a, by_id)
         and (a.execution in scheduled or a.execution.startswith("c"))
     ]
     for run in world.caught_up:
@@ -173,20 +195,35 @@ def _catch_ups(world: World, by_id: dict[str, RunRecord]) -> list[str]:
             if scheduled.get(other.execution) != key or _for_a_force_run(other, by_id):
                 continue
             if other.body.get("run_id", run.run_id) != run.run_id:
-                violations.append(f"I9 {name} ran {run.time} as {run.run_id[:8]}, Scheduler's {other.execution} as {other.body['run_id'][:8]}")
-            world.covered["catch-up runs racing a Scheduler attempt"] += other.sent <= answer.answered and answer.sent <= other.answered
+                violations.append(
+                    f"I9 {name} ran {run.time} as {run.run_id[:8]}, Scheduler's {other.execution} as {other.body['run_id'][:8]}"
+                )
+            world.covered["catch-up runs racing a Scheduler attempt"] += (
+                other.sent <= answer.answered and answer.sent <= other.answered
+            )
         world.covered["catch-up runs while Scheduler retries"] += any(
-            o.execution.key == key and o.attempts and o.attempts[0][0] < answer.sent < o.attempts[-1][0] for o in world.outcomes.values()
+            o.execution.key == key and o.attempts and o.attempts[0][0] < answer.sent < o.attempts[-1][0]
+            for o in world.outcomes.values()
         )
         # I10: a fire time completed before this run began is replayed: the answer is a duplicate
         # and nothing starts, whatever run_id it was keyed as.
-        if any(a.answered <= answer.sent and (done_key == key or a.body.get("run_id") == run.run_id) for done_key, a in done):
+        if any(
+            a.answered <= answer.sent and (done_key == key or a.body.get("run_id") == run.run_id)
+            for done_key, a in done
+        ):
             world.covered["catch-up runs of a completed run"] += 1
             run_ids = {run.run_id, answer.body.get("run_id", run.run_id)}
-            started = [t for d in world.downstreams.values() for run_id in run_ids
-                       for _, t, origin in d.executions.get(run_id, ()) if origin == name and answer.sent <= t <= answer.answered]
+            started = [
+                t
+                for d in world.downstreams.values()
+                for run_id in run_ids
+                for _, t, origin in d.executions.get(run_id, ())
+                if origin == name and answer.sent <= t <= answer.answered
+            ]
             if started or (answer.ok and answer.status != "duplicate"):
-                violations.append(f"I10 {name} of completed run {run.run_id[:8]} ({run.time}) answered {answer.status}, {len(started)} execution(s) started")
+                violations.append(
+                    f"I10 {name} of completed run {run.run_id[:8]} ({run.time}) answered {answer.status}, {len(started)} execution(s) started"
+                )
         # I11: right after a crash-free run, no claim is held beyond a lease from then, and a 200
         # left the run it answered for finished.
         for record in run.records:
@@ -194,7 +231,9 @@ def _catch_ups(world: World, by_id: dict[str, RunRecord]) -> list[str]:
                 continue
             until = record.lease_expires - (T0 + timedelta(seconds=answer.answered))
             if until > lease or (answer.ok and answer.body.get("run_id") == record.run_id):
-                violations.append(f"I11 {name} of {run.time} answered {answer.code} {answer.status}, left run {record.run_id[:8]} in_progress for {until}")
+                violations.append(
+                    f"I11 {name} of {run.time} answered {answer.code} {answer.status}, left run {record.run_id[:8]} in_progress for {until}"
+                )
     return violations
 
 
@@ -215,8 +254,10 @@ def _raced_its_twin(world: World, answer: Answer) -> bool:
     run's key beside reading the force run's record, protocol._claim), which the overlap check
     cannot tell from a run being dispatched (seed 70000719: the force run's last retry)."""
     return answer.status in ("in_progress", "waiting") and any(
-        other is not answer and other.execution == answer.execution
-        and other.sent <= answer.answered and answer.sent <= other.answered
+        other is not answer
+        and other.execution == answer.execution
+        and other.sent <= answer.answered
+        and answer.sent <= other.answered
         for other in world.answers
     )
 
@@ -236,7 +277,8 @@ def _excused(world: World, outcome: Outcome, answer: Answer | None) -> bool:
     """A 409 that is no failure of runonce's: a refused force run, a wait for good reason, or a
     race with the attempt's own twin."""
     return answer is not None and (
-        answer.status == "forced_run_refused" or _waited_for_good_reason(world, outcome, answer)
+        answer.status == "forced_run_refused"
+        or _waited_for_good_reason(world, outcome, answer)
         or _raced_its_twin(world, answer)
     )
 
@@ -254,12 +296,18 @@ def _waited_for_good_reason(world: World, outcome: Outcome, answer: Answer | Non
         for executions in downstream.executions.values()
         for resource, started, _ in executions
     )
-    return running or any(
-        other.execution.key != outcome.execution.key and other.execution.route == outcome.execution.route
-        and any(since <= sent <= answer.answered for sent, _ in other.attempts)
-        for other in world.outcomes.values()
-    ) or any(  # a catch-up or backfill of another fire time, on the same route
-        run.catch_up.route == outcome.execution.route and run.time != outcome.execution.key[1]
-        and since <= run.answer.sent <= answer.answered
-        for run in world.caught_up
+    return (
+        running
+        or any(
+            other.execution.key != outcome.execution.key
+            and other.execution.route == outcome.execution.route
+            and any(since <= sent <= answer.answered for sent, _ in other.attempts)
+            for other in world.outcomes.values()
+        )
+        or any(  # a catch-up or backfill of another fire time, on the same route
+            run.catch_up.route == outcome.execution.route
+            and run.time != outcome.execution.key[1]
+            and since <= run.answer.sent <= answer.answered
+            for run in world.caught_up
+        )
     )

@@ -1,8 +1,8 @@
 """Run many histories within a budget, shrink a failing one, print the figures.
 
-    RUNONCE_SIM_SEED=N            first seed (default: fixed, so CI is reproducible)
-    RUNONCE_SIM_HISTORIES=N       histories per store (default below)
-    RUNONCE_SIM_SECONDS=S         stop a store's histories after S seconds of wall time
+RUNONCE_SIM_SEED=N            first seed (default: fixed, so CI is reproducible)
+RUNONCE_SIM_HISTORIES=N       histories per store (default below)
+RUNONCE_SIM_SECONDS=S         stop a store's histories after S seconds of wall time
 """
 
 from __future__ import annotations
@@ -92,11 +92,15 @@ def shrink(report: Report) -> Report:
 
 def replay_command(report: Report) -> str:
     faults = json.dumps(report.faults, sort_keys=True)
-    return f".venv/bin/python -m tests.sim --store {report.config.store} --seed {report.config.seed} --faults '{faults}'"
+    return (
+        f".venv/bin/python -m tests.sim --store {report.config.store} --seed {report.config.seed} --faults '{faults}'"
+    )
 
 
 def describe(report: Report) -> list[str]:
-    lines = [f"  seed {report.config.seed} ({report.config.store}): {len(report.violations)} violation(s) with faults {report.faults}"]
+    lines = [
+        f"  seed {report.config.seed} ({report.config.store}): {len(report.violations)} violation(s) with faults {report.faults}"
+    ]
     lines += [f"    {v}" for v in report.violations[:5]]
     lines.append(f"    replay: {replay_command(report)}")
     return lines

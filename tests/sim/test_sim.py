@@ -55,10 +55,15 @@ def test_simulation_on_redis(redis_server, monkeypatch: pytest.MonkeyPatch, caps
 
 
 def test_a_seed_replays_the_same_history() -> None:
-    config = next(c for c in map(lambda seed: draw_config(seed, "sqlite"), range(20261016, 20261116)) if c.fault_rate >= 0.3)
+    config = next(
+        c for c in map(lambda seed: draw_config(seed, "sqlite"), range(20261016, 20261116)) if c.fault_rate >= 0.3
+    )
     first, again = run_history(config), run_history(config)
     assert (first.faults, first.answers, first.crashes, first.violations) == (
-        again.faults, again.answers, again.crashes, again.violations,
+        again.faults,
+        again.answers,
+        again.crashes,
+        again.violations,
     )
     assert first.faults  # this seed injects faults
     assert run_history(config, first.faults).faults == first.faults  # replaying its faults: the same
@@ -128,13 +133,24 @@ WAITS_PAST_THE_WINDOW = [
 # run (README, Force runs) and waited for that execution; the last retry processed past the deadline.
 PROCESSED_PAST_THE_DEADLINE = [
     (53004771, {"claim:a0ff263a:1": "crash_after"}),
-    (57005603, {
-        "claim:2d9b0c4a:1": "crash_after", "claim:561ea58c:6": "commit_lose_answer", "claim:5cd497e7:1": "crash_before",
-        "dispatch:5cd497e7:1": "crash_after", "finish:561ea58c:3": "crash_before", "finish:d4d150c7:1": "fail_before_commit",
-        "get:2c22622a:2": "commit_then_timeout", "get:d4d150c7:3": "crash_before", "list:ovs:2": "commit_lose_answer",
-        "list:ovs:4": "commit_lose_answer", "reconcile:d4d150c7:2": "crash_after", "release:2d9b0c4a:1": "crash_before",
-        "release:561ea58c:2": "crash_after",
-    }),
+    (
+        57005603,
+        {
+            "claim:2d9b0c4a:1": "crash_after",
+            "claim:561ea58c:6": "commit_lose_answer",
+            "claim:5cd497e7:1": "crash_before",
+            "dispatch:5cd497e7:1": "crash_after",
+            "finish:561ea58c:3": "crash_before",
+            "finish:d4d150c7:1": "fail_before_commit",
+            "get:2c22622a:2": "commit_then_timeout",
+            "get:d4d150c7:3": "crash_before",
+            "list:ovs:2": "commit_lose_answer",
+            "list:ovs:4": "commit_lose_answer",
+            "reconcile:d4d150c7:2": "crash_after",
+            "release:2d9b0c4a:1": "crash_before",
+            "release:561ea58c:2": "crash_after",
+        },
+    ),
 ]
 
 
@@ -142,8 +158,12 @@ def test_a_wait_while_its_own_twin_claims_the_scheduled_runs_key_is_no_failure()
     """Seed 70000719: the force run's last retry arrived twice; one copy claimed the scheduled
     run's key (to learn whether it retries the force run), the other saw that live claim and
     answered 409 `waiting`; Scheduler gave up, and the scheduled execution then ran the force run."""
-    faults = {"claim:c15496e3:1": "crash_after", "get:0a02e4ee:1": "crash_after", "list:ovs:1": "commit_then_timeout",
-              "reconcile:54ea8f77:1": "cannot_tell"}
+    faults = {
+        "claim:c15496e3:1": "crash_after",
+        "get:0a02e4ee:1": "crash_after",
+        "list:ovs:1": "commit_then_timeout",
+        "reconcile:54ea8f77:1": "cannot_tell",
+    }
     assert run_history(draw_config(70000719, "memory"), faults).violations == []
 
 

@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import httpx
@@ -37,12 +37,12 @@ from httpx._transports import default as httpx_default
 
 from runonce import errors
 from runonce.api.answers import render
+from runonce.api.main import create_app
 from runonce.missed.audit import ScheduledRun, scheduled_delivery
 from runonce.missed.backfill import run_one
-from runonce.run.delivery import parse_delivery, parse_namespace
-from runonce.api.main import create_app
-from runonce.run.runner import Runner
 from runonce.routes import load_routes
+from runonce.run.delivery import parse_delivery, parse_namespace
+from runonce.run.runner import Runner
 from runonce.schedules import get_zone
 from runonce.settings import LEASE_MARGIN_SECONDS, Settings
 from runonce.stores import Claim, Fenced, Finish, NewRun, RunRecord, RunStore, StoreUnavailable
@@ -55,7 +55,7 @@ from .check import check
 from .vloop import InlineExecutor, VirtualTimeLoop
 
 T = TypeVar("T")
-T0 = datetime(2026, 10, 16, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 10, 16, 12, 0, tzinfo=UTC)
 SIM_WORKFLOW = "projects/sim-project/locations/us-central1/workflows/sim"
 NAMESPACE = "project=sim-project&location=us-central1"
 QUERY = {"project": ["sim-project"], "location": ["us-central1"]}
@@ -78,8 +78,14 @@ OVERLAP = {"ovs": "skip", "ovw": "wait"}
 max_lateness_seconds (`lat`); issue 13."""
 STORE_FAULTS = ("fail_before_commit", "commit_lose_answer", "commit_then_timeout", "crash_before", "crash_after")
 DISPATCH_FAULTS = (
-    "fail_before_send", "throttled", "unknown_after_create", "raise_after_create", "hang", "lose_response",
-    "crash_before", "crash_after",
+    "fail_before_send",
+    "throttled",
+    "unknown_after_create",
+    "raise_after_create",
+    "hang",
+    "lose_response",
+    "crash_before",
+    "crash_after",
 )
 RECONCILE_FAULTS = ("cannot_tell", "hang", "crash_before", "crash_after")
 STATE_FAULTS = ("cannot_tell", "hang", "crash_before", "crash_after")
@@ -173,14 +179,21 @@ class Config:
         routes["lat"]["max_lateness_seconds"] = self.max_lateness
         for catch_up in self.catch_ups:  # the fields a route's fire times need a run_id (issue 13 §3)
             routes[catch_up.route].update(
-                job=catch_up.job, schedule="* * * * *", body=BODY,
+                job=catch_up.job,
+                schedule="* * * * *",
+                body=BODY,
                 namespace={"project": QUERY["project"][0], "location": QUERY["location"][0]},
             )
         routes = {"routes": routes}
         return Settings(
-            routes=json.dumps(routes), auth="none", store="sqlite:///unused.db", lease_seconds=self.lease,
-            retention_seconds=self.retention, dispatch_timeout_seconds=self.dispatch_timeout,
-            store_timeout_seconds=self.store_timeout, forced_run_tolerance_seconds=self.tolerance,
+            routes=json.dumps(routes),
+            auth="none",
+            store="sqlite:///unused.db",
+            lease_seconds=self.lease,
+            retention_seconds=self.retention,
+            dispatch_timeout_seconds=self.dispatch_timeout,
+            store_timeout_seconds=self.store_timeout,
+            forced_run_tolerance_seconds=self.tolerance,
         )
 
 
@@ -192,14 +205,19 @@ def draw_config(seed: int, store: str) -> Config:
     lag = rng.uniform(0, store_timeout)
     # The settings rule (runonce/settings.py, which refuses less): lease covers the dispatch, the store
     # calls around it and its margin; here also both clocks' skew and a downstream that acts late (lag).
-    lease = dispatch_timeout + 2 * store_timeout + 2 * max_skew + lag + LEASE_MARGIN_SECONDS + rng.choice([0.0, 0.5, 2.0])
+    lease = (
+        dispatch_timeout + 2 * store_timeout + 2 * max_skew + lag + LEASE_MARGIN_SECONDS + rng.choice([0.0, 0.5, 2.0])
+    )
     tolerance = rng.choice([2.0, 5.0])
     attempt_deadline = rng.choice([dispatch_timeout * 0.8, dispatch_timeout + 2 * store_timeout + 0.5, 15.0])
 
     def retry() -> Retry:
         return Retry(
-            count=rng.randint(1, 5), min_backoff=rng.uniform(0.2, 3.0), max_backoff=rng.choice([5.0, 10.0, 20.0]),
-            max_doublings=rng.randint(0, 4), max_duration=rng.choice([0.0, 10.0, 30.0, 60.0, 120.0]),
+            count=rng.randint(1, 5),
+            min_backoff=rng.uniform(0.2, 3.0),
+            max_backoff=rng.choice([5.0, 10.0, 20.0]),
+            max_doublings=rng.randint(0, 4),
+            max_duration=rng.choice([0.0, 10.0, 30.0, 60.0, 120.0]),
         )
 
     run_length = rng.choice([10.0, 60.0, 200.0])
@@ -228,11 +246,26 @@ def draw_config(seed: int, store: str) -> Config:
         tasks.append(Execution(f"t{t}", "tsk", headers, rng.uniform(0, 60.0), ("exports", name), tasks=True))
     return Config(
         catch_ups=draw_catch_ups(seed, jobs),
-        seed=seed, store=store, instances=rng.randint(1, 3), max_skew=max_skew, store_timeout=store_timeout,
-        dispatch_timeout=dispatch_timeout, lag=lag, lease=lease, retention=100_000.0, tolerance=tolerance,
-        attempt_deadline=attempt_deadline, scheduler=retry(), tasks=retry(),
-        fault_rate=rng.choice([0.05, 0.15, 0.3]), quiet_at=rng.uniform(10.0, 100.0), web=rng.random() < 0.2,
-        jobs=tuple(jobs), task_executions=tuple(tasks), run_length=run_length, max_lateness=max_lateness,
+        seed=seed,
+        store=store,
+        instances=rng.randint(1, 3),
+        max_skew=max_skew,
+        store_timeout=store_timeout,
+        dispatch_timeout=dispatch_timeout,
+        lag=lag,
+        lease=lease,
+        retention=100_000.0,
+        tolerance=tolerance,
+        attempt_deadline=attempt_deadline,
+        scheduler=retry(),
+        tasks=retry(),
+        fault_rate=rng.choice([0.05, 0.15, 0.3]),
+        quiet_at=rng.uniform(10.0, 100.0),
+        web=rng.random() < 0.2,
+        jobs=tuple(jobs),
+        task_executions=tuple(tasks),
+        run_length=run_length,
+        max_lateness=max_lateness,
     )
 
 
@@ -254,7 +287,9 @@ def draw_catch_ups(seed: int, jobs: list[tuple[Execution, ...]]) -> tuple[CatchU
         times = tuple(sorted(times)) if rng.random() < 0.8 else times  # a catch-up of `all` is oldest first
         first = min(e.start for e in sequence if e.key[1] == min(times) and not e.forced)
         fired = (datetime.fromisoformat(min(times)) - T0).total_seconds()  # a past time: not before it fired
-        start = max(fired, first + rng.choice([-1.0, 0.0, 0.0, 2.0, 10.0, 40.0]) + rng.uniform(0, rng.choice([0.3, 2.0])))
+        start = max(
+            fired, first + rng.choice([-1.0, 0.0, 0.0, 2.0, 10.0, 40.0]) + rng.uniform(0, rng.choice([0.3, 2.0]))
+        )
         again = rng.choice([None, 0.0, rng.uniform(0, 60.0)]) if rng.random() < 0.5 else None
         found.append(CatchUp(f"c{n}", sequence[0].route, sequence[0].key[0], times, start, again))
     return tuple(found)
@@ -341,9 +376,12 @@ class Instance:
             self.app = create_app(settings, store=self.store, targets=targets, clock=self.clock)
         else:  # the Runner as create_app's lifespan builds it
             self.runner = Runner(
-                self.store, targets, lease=timedelta(seconds=settings.lease_seconds),
+                self.store,
+                targets,
+                lease=timedelta(seconds=settings.lease_seconds),
                 retention=timedelta(seconds=settings.retention_seconds),
-                dispatch_timeout=timedelta(seconds=settings.dispatch_timeout_seconds), clock=self.clock,
+                dispatch_timeout=timedelta(seconds=settings.dispatch_timeout_seconds),
+                clock=self.clock,
                 guards=world.guards,
             )
 
@@ -387,7 +425,10 @@ class Instance:
         try:
             namespace = parse_namespace(QUERY, None)
             delivery = parse_delivery(
-                route, headers, namespace, received_at=self.clock(),
+                route,
+                headers,
+                namespace,
+                received_at=self.clock(),
                 forced_run_tolerance=timedelta(seconds=self.world.settings.forced_run_tolerance_seconds),
                 policy=self.world.policies[route],
             )
@@ -404,7 +445,9 @@ class Instance:
         delivery `audit.scheduled_delivery` builds (Scheduler's run_id), answered as the API would."""
         world = self.world
         route = world.routes[catch_up.route]
-        run = ScheduledRun(scheduled_delivery(catch_up.route, route, datetime.fromisoformat(time)), get_zone(route.time_zone))
+        run = ScheduledRun(
+            scheduled_delivery(catch_up.route, route, datetime.fromisoformat(time)), get_zone(route.time_zone)
+        )
         runner = self.app.state.runner if world.config.web else self.runner
         world.caught_up_runs.add(run.run_id)
         started = world.loop.time()
@@ -480,7 +523,9 @@ class FaultyStore(RunStore):
         )
         if self.landed and lost:
             outcome = result.decision.value if isinstance(result, Claim) else result
-            self.world.violations.append(f"I2 {op} of run {run_id[:8]}: its own write landed, yet it reported {outcome}")
+            self.world.violations.append(
+                f"I2 {op} of run {run_id[:8]}: its own write landed, yet it reported {outcome}"
+            )
 
     async def claim(self, new: NewRun, now: datetime, lease: timedelta, retention: timedelta) -> Claim:
         return await self._call("claim", new.run_id, lambda: self.inner.claim(new, now, lease, retention))
@@ -497,7 +542,9 @@ class FaultyStore(RunStore):
     async def load(self, run_id: str) -> tuple[RunRecord, Any] | None:  # unused: every operation above is wrapped
         return await self.inner.load(run_id)
 
-    async def list(self, now: datetime, route: str | None = None, status: RunStatus | None = None, limit: int = 50) -> list[RunRecord]:
+    async def list(
+        self, now: datetime, route: str | None = None, status: RunStatus | None = None, limit: int = 50
+    ) -> list[RunRecord]:
         # On the delivery path since overlap (issue 13): faults as any store call, keyed by route.
         return await self._call("list", route or "-", lambda: self.inner.list(now, route, status, limit))
 
@@ -665,7 +712,9 @@ class World:
             return open_store(server_store_url(self.config.store), timeout_seconds=self.config.store_timeout)
         from runonce.stores.firestore import FirestoreStore
 
-        store = FirestoreStore(project="runonce-sim", collection=self._collection, timeout_seconds=self.config.store_timeout)
+        store = FirestoreStore(
+            project="runonce-sim", collection=self._collection, timeout_seconds=self.config.store_timeout
+        )
         _arm_lost_commit(store)
         return store
 
@@ -796,7 +845,9 @@ class World:
         self.slots = [None] * self.config.instances
         for slot in range(self.config.instances):
             await self.start_instance(slot)
-        parties = [self.run_job(seq) for seq in self.config.jobs] + [self.run_task(t) for t in self.config.task_executions]
+        parties = [self.run_job(seq) for seq in self.config.jobs] + [
+            self.run_task(t) for t in self.config.task_executions
+        ]
         parties += [self.run_catch_up(c) for c in self.config.catch_ups]
         await asyncio.gather(*parties)
         for _ in range(10_000):  # let every attempt still running (not crashed) finish
@@ -850,8 +901,10 @@ async def wipe_server_store(store: str) -> None:
 
     spanner = open_store(url)
     await asyncio.get_running_loop().run_in_executor(
-        None, lambda: spanner._database.run_in_transaction(  # type: ignore[attr-defined]
-            lambda txn: txn.execute_update(f"DELETE FROM {spanner.table} WHERE TRUE"))  # type: ignore[attr-defined]
+        None,
+        lambda: spanner._database.run_in_transaction(  # type: ignore[attr-defined]
+            lambda txn: txn.execute_update(f"DELETE FROM {spanner.table} WHERE TRUE")
+        ),  # type: ignore[attr-defined]
     )
     await spanner.close()
 
@@ -881,9 +934,6 @@ def _arm_lost_commit(store: Any) -> None:
 
     store._commit_call = commit
     store._sim_owner = owner
-
-
-
 
 
 @dataclass
@@ -930,4 +980,3 @@ def run_history(config: Config, faults: dict[str, str] | None = None) -> Report:
 
 
 _SSL = ssl.create_default_context()
-

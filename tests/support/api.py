@@ -45,5 +45,8 @@ async def open_api(clock: Clock) -> AsyncIterator[Harness]:
     settings = Settings(routes=ROUTES, auth="none", store="sqlite:///unused.db")
     app = create_app(settings, store=store, targets={"etl": target, "bare": target}, clock=clock)
     transport = httpx.ASGITransport(app=app)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport, base_url="http://runonce") as client:
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://runonce") as client,
+    ):
         yield Harness(client, store, target, clock)

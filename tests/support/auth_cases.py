@@ -74,27 +74,35 @@ REJECTED: dict[str, tuple[Case, int, str]] = {
     "unknown-signing-key": (Case(lambda g, r: bearer(token(r))), 401, "Could not verify token signature"),
     "unknown-kid": (
         Case(lambda g, r: bearer(oidc.sign(g, oidc.claims(audience=AUDIENCE, email=SCHEDULER), kid="no-such-kid"))),
-        401, "not one of Google's current signing keys",
+        401,
+        "not one of Google's current signing keys",
     ),
     "tampered-payload": (
         Case(lambda g, r: bearer(oidc.tampered(token(g, email=STRANGER), email=SCHEDULER))),
-        401, "Could not verify token signature",
+        401,
+        "Could not verify token signature",
     ),
     "alg-none": (
         Case(lambda g, r: bearer(oidc.unsigned(oidc.claims(audience=AUDIENCE, email=SCHEDULER), g.kid))),
-        401, "alg 'none'",
+        401,
+        "alg 'none'",
     ),
     "alg-unknown": (  # named, not echoed: the header is the caller's text
-        Case(lambda g, r: bearer(oidc.unsigned(oidc.claims(audience=AUDIENCE, email=SCHEDULER), g.kid, alg="X<script>"))),
-        401, "signed with an unknown alg; Google ID tokens are RS256",
+        Case(
+            lambda g, r: bearer(oidc.unsigned(oidc.claims(audience=AUDIENCE, email=SCHEDULER), g.kid, alg="X<script>"))
+        ),
+        401,
+        "signed with an unknown alg; Google ID tokens are RS256",
     ),
     "hs256-with-public-key": (
         Case(lambda g, r: bearer(oidc.hs256(oidc.claims(audience=AUDIENCE, email=SCHEDULER), g.public_pem, g.kid))),
-        401, "alg 'HS256'",
+        401,
+        "alg 'HS256'",
     ),
     "hs256-with-certificate": (
         Case(lambda g, r: bearer(oidc.hs256(oidc.claims(audience=AUDIENCE, email=SCHEDULER), g.cert_pem, g.kid))),
-        401, "alg 'HS256'",
+        401,
+        "alg 'HS256'",
     ),
     "email-not-verified": (Case(lambda g, r: bearer(token(g, email_verified=False))), 401, "not verified"),
     "email-verified-missing": (Case(lambda g, r: bearer(token(g, email_verified=None))), 401, "not verified"),
@@ -105,24 +113,38 @@ REJECTED: dict[str, tuple[Case, int, str]] = {
     "bearer-empty": (Case(lambda g, r: {"Authorization": "Bearer"}), 401, "must be 'Bearer <ID token>'"),
     "basic-scheme": (Case(lambda g, r: {"Authorization": "Basic dXNlcjpwYXNz"}), 401, "must be 'Bearer <ID token>'"),
     "token-in-query-string": (
-        Case(lambda g, r: {}, params=lambda g: {"access_token": token(g)}), 401, "no bearer token",
+        Case(lambda g, r: {}, params=lambda g: {"access_token": token(g)}),
+        401,
+        "no bearer token",
     ),
     "x-serverless-loses-to-bad-authorization": (
         Case(lambda g, r: {**bearer("garbage"), "X-Serverless-Authorization": f"Bearer {token(g)}"}),
-        401, "not a JWT",
+        401,
+        "not a JWT",
     ),
     "signature-removed-by-cloud-run": (
         Case(lambda g, r: {"X-Serverless-Authorization": f"Bearer {oidc.signature_removed(token(g))}"}),
-        401, "removed the signature",
+        401,
+        "removed the signature",
     ),
     "scheduler-headers-only": (
-        Case(lambda g, r: {"X-CloudScheduler": "true", "User-Agent": "Google-Cloud-Scheduler"}), 401, "no bearer token",
+        Case(lambda g, r: {"X-CloudScheduler": "true", "User-Agent": "Google-Cloud-Scheduler"}),
+        401,
+        "no bearer token",
     ),
-    "caller-not-allowed": (Case(lambda g, r: bearer(token(g, email=STRANGER))), 403, f"caller {STRANGER} is not allowed"),
+    "caller-not-allowed": (
+        Case(lambda g, r: bearer(token(g, email=STRANGER))),
+        403,
+        f"caller {STRANGER} is not allowed",
+    ),
     "allowed-email-on-the-wrong-route": (
-        Case(lambda g, r: bearer(token(g, email=BILLING))), 403, "allows 1 other caller(s)",
+        Case(lambda g, r: bearer(token(g, email=BILLING))),
+        403,
+        "allows 1 other caller(s)",
     ),
     "global-caller-on-a-route-with-its-own-list": (
-        Case(lambda g, r: bearer(token(g)), route="billing"), 403, f"caller {SCHEDULER} is not allowed on route 'billing'",
+        Case(lambda g, r: bearer(token(g)), route="billing"),
+        403,
+        f"caller {SCHEDULER} is not allowed on route 'billing'",
     ),
 }

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.procs import REPO, FirestoreEmulator, listening, free_port, wait_for
+from tests.support.procs import REPO, FirestoreEmulator, free_port, listening, wait_for
 
 SPANNER_PROJECT = "runonce-test"
 SPANNER_INSTANCE = "runonce"
@@ -47,8 +47,10 @@ def start_redis(log_dir: Path, port: int | None = None) -> Server:
     port = port or free_port()
     log = log_dir / f"redis-{port}.log"
     # --dir: a replica's full sync writes an RDB file even with --save "": keep it out of the repo.
-    proc = _spawn([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                   "--dir", str(log_dir)], log)
+    proc = _spawn(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(log_dir)],
+        log,
+    )
     server = Server(proc, port, log)
     try:
         wait_for(lambda: listening(port), 20, "redis-server", proc, log)
@@ -105,7 +107,11 @@ def create_spanner_database(name: str) -> str:
 def run_store_init(url: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "RUNONCE_STORE": url}
     done = subprocess.run(
-        [sys.executable, "-m", "runonce.cli", "store", "init"], cwd=REPO, env=env, capture_output=True, text=True,
+        [sys.executable, "-m", "runonce.cli", "store", "init"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=120,
     )
     if done.returncode != 0:

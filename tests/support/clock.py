@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
-START = datetime(2026, 10, 16, 12, 0, 0, tzinfo=timezone.utc)
+START = datetime(2026, 10, 16, 12, 0, 0, tzinfo=UTC)
 
 
 class Clock:

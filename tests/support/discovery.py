@@ -53,9 +53,7 @@ class Method:
 
 
 _DURATION = re.compile(r"^-?[0-9]+(\.[0-9]{1,9})?s$")
-_DATETIME = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.\d{1,9})?(?:Z|[+-](\d{2}):(\d{2}))$"
-)
+_DATETIME = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.\d{1,9})?(?:Z|[+-](\d{2}):(\d{2}))$")
 _BASE64 = re.compile(r"^[A-Za-z0-9+/_-]*={0,2}$")
 
 
@@ -119,7 +117,9 @@ class Discovery:
                 Method(
                     id=spec["id"],
                     http_method=spec["httpMethod"],
-                    flat=_template_regex(self.doc.get("servicePath", "") + spec.get("flatPath", spec["path"]), plus=False),
+                    flat=_template_regex(
+                        self.doc.get("servicePath", "") + spec.get("flatPath", spec["path"]), plus=False
+                    ),
                     path=_template_regex(self.doc.get("servicePath", "") + spec["path"], plus=True),
                     spec=spec,
                 )
@@ -130,9 +130,7 @@ class Discovery:
     def method(self, method_id: str) -> Method:
         return next(m for m in self.methods if m.id == method_id)
 
-    def match(
-        self, http_method: str, path: str, query: dict[str, list[str]], body: Any
-    ) -> tuple[str, dict[str, str]]:
+    def match(self, http_method: str, path: str, query: dict[str, list[str]], body: Any) -> tuple[str, dict[str, str]]:
         """The method id and path parameters of a request, or `Violation`."""
         path = path.lstrip("/")
         candidates = [m for m in self.methods if m.flat.match(path)]
@@ -141,7 +139,9 @@ class Discovery:
         chosen = [m for m in candidates if m.http_method == http_method]
         if not chosen:
             allowed = sorted({m.http_method for m in candidates})
-            raise Violation(f"{http_method} /{path}: no such method in {self.name} (wrong HTTP method: the API allows {allowed})")
+            raise Violation(
+                f"{http_method} /{path}: no such method in {self.name} (wrong HTTP method: the API allows {allowed})"
+            )
         method = chosen[0]
         params = method.path.match(path).groupdict()  # type: ignore[union-attr]
         declared = method.spec.get("parameters", {})
@@ -227,7 +227,9 @@ class Discovery:
             if "enum" in schema and value not in schema["enum"]:
                 raise Violation(f"{where}: {value!r} is not one of {schema['enum']}")
         elif kind == "integer":  # proto3 JSON also accepts an integer as a string of digits
-            if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value))):
+            if isinstance(value, bool) or not (
+                isinstance(value, int) or (isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value))
+            ):
                 raise Violation(f"{where}: expected an integer, got {value!r}")
         elif kind == "number":
             if isinstance(value, bool) or not isinstance(value, (int, float)):

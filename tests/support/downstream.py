@@ -46,8 +46,9 @@ class Downstream:
                     downstream.calls[self.path] += 1
                     downstream.keys.setdefault(self.path, []).append(key or "")
                     downstream.bodies.setdefault(self.path, []).append(body)
-                    downstream.received.append({"path": self.path, "key": key, "authorization": authorization,
-                                                "claims": claims, "body": body})
+                    downstream.received.append(
+                        {"path": self.path, "key": key, "authorization": authorization, "claims": claims, "body": body}
+                    )
                     status, delay, retry_after = downstream.behaviour.get(self.path, (200, 0.0, None))
                     downstream.active += 1
                     downstream.max_active = max(downstream.max_active, downstream.active)

@@ -26,7 +26,11 @@ def run_oracle(cases: list[dict]) -> list[dict]:
         raise RuntimeError(INSTALL)
     lines = "\n".join(json.dumps(case) for case in cases) + "\n"
     proc = subprocess.run(
-        [sys.executable, __file__], input=lines, capture_output=True, text=True, timeout=600,
+        [sys.executable, __file__],
+        input=lines,
+        capture_output=True,
+        text=True,
+        timeout=600,
         env={**os.environ, "APPENGINE_SDK": SDK},
     )
     if proc.returncode != 0:

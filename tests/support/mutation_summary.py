@@ -20,23 +20,63 @@ from collections import Counter
 from fnmatch import fnmatch
 from pathlib import Path
 
-EXIT_STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", None: "not checked",
-               34: "skipped", 36: "timeout", -24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout",
-               37: "caught by type check"}
+EXIT_STATUS = {
+    1: "killed",
+    3: "killed",
+    0: "survived",
+    5: "no tests",
+    33: "no tests",
+    None: "not checked",
+    34: "skipped",
+    36: "timeout",
+    -24: "timeout",
+    24: "timeout",
+    152: "timeout",
+    255: "timeout",
+    37: "caught by type check",
+}
 """mutmut 3's exit codes (mutmut.stats.status_by_exit_code); anything else is "suspicious"."""
 
 MESSAGE_ARG = {
     # callable name -> index of the positional argument that is the human-readable message
-    "InvalidDelivery": 1, "ForcedRunRefused": 1, "_rejected": 0, "ConfigError": 0, "ValueError": 0,
-    "TargetOutcomeUnknown": 0, "TargetFailed": 0, "TargetThrottled": 0, "StoreUnavailable": 0,
-    "CertsUnavailable": 0, "RuntimeError": 0, "__init__": 0,  # super().__init__(message) of our exceptions
-    "Invalid": 0, "PayloadTooLarge": 0, "Unauthenticated": 0, "Forbidden": 0, "NotFound": 0, "InProgress": 0,
-    "PayloadMismatch": 0, "Throttled": 0, "Failed": 0, "Unavailable": 0, "OutcomeUnknown": 0,
+    "InvalidDelivery": 1,
+    "ForcedRunRefused": 1,
+    "_rejected": 0,
+    "ConfigError": 0,
+    "ValueError": 0,
+    "TargetOutcomeUnknown": 0,
+    "TargetFailed": 0,
+    "TargetThrottled": 0,
+    "StoreUnavailable": 0,
+    "CertsUnavailable": 0,
+    "RuntimeError": 0,
+    "__init__": 0,  # super().__init__(message) of our exceptions
+    "Invalid": 0,
+    "PayloadTooLarge": 0,
+    "Unauthenticated": 0,
+    "Forbidden": 0,
+    "NotFound": 0,
+    "InProgress": 0,
+    "PayloadMismatch": 0,
+    "Throttled": 0,
+    "Failed": 0,
+    "Unavailable": 0,
+    "OutcomeUnknown": 0,
 }
 MESSAGE_KEYWORDS = {"message", "reason"}
 LOG_OBJECTS = {"logger", "logging"}
 MESSAGE_VARIABLES = {
-    "message", "note", "store_note", "claim_note", "hint", "display", "step", "limit", "holder", "reason", "fields",
+    "message",
+    "note",
+    "store_note",
+    "claim_note",
+    "hint",
+    "display",
+    "step",
+    "limit",
+    "holder",
+    "reason",
+    "fields",
 }
 """Local variables that only ever feed a message (checked by reading each module's uses)."""
 
@@ -75,8 +115,10 @@ class _Messages(ast.NodeTransformer):
 
 def _is_log_call(statement: ast.stmt) -> bool:
     return (
-        isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)
-        and isinstance(statement.value.func, ast.Attribute) and isinstance(statement.value.func.value, ast.Name)
+        isinstance(statement, ast.Expr)
+        and isinstance(statement.value, ast.Call)
+        and isinstance(statement.value.func, ast.Attribute)
+        and isinstance(statement.value.func.value, ast.Name)
         and statement.value.func.value.id in LOG_OBJECTS
     )
 
@@ -126,10 +168,14 @@ def main(argv: list[str]) -> int:
         counts = Counter(status.values())
         killed = [k for k, s in status.items() if s in ("killed", "timeout")]
         row = {
-            "module": relative, "mutants": len(codes), "killed": len(killed),
+            "module": relative,
+            "mutants": len(codes),
+            "killed": len(killed),
             "killed msg": sum(1 for k in killed if kinds[k] == "message"),
-            "survived": len(survived), "survived msg": sum(1 for k in survived if kinds[k] == "message"),
-            "no tests": counts["no tests"], "not checked": counts["not checked"],
+            "survived": len(survived),
+            "survived msg": sum(1 for k in survived if kinds[k] == "message"),
+            "no tests": counts["no tests"],
+            "not checked": counts["not checked"],
         }
         rows.append(row)
         totals.update({k: v for k, v in row.items() if k != "module"})
@@ -142,9 +188,11 @@ def main(argv: list[str]) -> int:
     killed = totals["killed"] - totals["killed msg"]
     survived = totals["survived"] - totals["survived msg"]
     if killed + survived:
-        print(f"\nbehaviour-changing mutants killed by in-process tests: {killed}/{killed + survived} = "
-              f"{100 * killed / (killed + survived):.1f}%; message-only mutants apart: {totals['killed msg']} killed, "
-              f"{totals['survived msg']} survived; 'no tests': code no in-process test reaches")
+        print(
+            f"\nbehaviour-changing mutants killed by in-process tests: {killed}/{killed + survived} = "
+            f"{100 * killed / (killed + survived):.1f}%; message-only mutants apart: {totals['killed msg']} killed, "
+            f"{totals['survived msg']} survived; 'no tests': code no in-process test reaches"
+        )
     if "--list" in argv:
         for key, kind in survivors:
             if kind == "behaviour":

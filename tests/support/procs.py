@@ -70,15 +70,31 @@ class ServerProcess:
         self.stop(signal.SIGKILL)
 
 
-def start_server(env: dict[str, str], log_dir: Path, *, workers: int = 1, extra_args: list[str] | None = None,
-                 port: int | None = None) -> ServerProcess:
+def start_server(
+    env: dict[str, str],
+    log_dir: Path,
+    *,
+    workers: int = 1,
+    extra_args: list[str] | None = None,
+    port: int | None = None,
+) -> ServerProcess:
     """Start `runonce serve` with exactly `env` on top of PATH/HOME-style basics; wait for /healthz.
     `port`: one chosen before (e.g. to put the URL in the env as the audience), else a free one."""
     port = port or free_port()
     log = log_dir / f"runonce-{port}.log"
     base = {k: v for k, v in os.environ.items() if not k.startswith("RUNONCE_")}
     full_env = {**base, **env}
-    args = [sys.executable, "-m", "runonce.cli", "serve", "--port", str(port), "--workers", str(workers), *(extra_args or [])]
+    args = [
+        sys.executable,
+        "-m",
+        "runonce.cli",
+        "serve",
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        *(extra_args or []),
+    ]
     with log.open("wb") as out:
         proc = subprocess.Popen(args, cwd=REPO, env=full_env, stdout=out, stderr=subprocess.STDOUT)
     server = ServerProcess(proc, port, log, full_env)
@@ -136,7 +152,9 @@ def start_firestore_emulator(log_dir: Path) -> FirestoreEmulator:
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [gcloud, "emulators", "firestore", "start", f"--host-port=127.0.0.1:{port}", "--quiet"],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     emulator = FirestoreEmulator(proc, port, log)
     try:

@@ -3,7 +3,7 @@ they use, a store that fails on command and a target handler that raises."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from runonce.run.delivery import Delivery
 from runonce.stores import Claim, NewRun, RunStore, StoreUnavailable
@@ -12,18 +12,29 @@ from runonce.targets import DispatchRequest
 
 LEASE = timedelta(seconds=300)
 RETENTION = timedelta(days=1)
-T0 = datetime(2026, 10, 16, 12, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 10, 16, 12, 0, 0, tzinfo=UTC)
 DELIVERY = Delivery(
-    source="scheduler", project="proj-1", location="us-central1", route="etl", job="nightly",
-    schedule_time=datetime(2026, 10, 16, 12, 0, tzinfo=timezone.utc),
+    source="scheduler",
+    project="proj-1",
+    location="us-central1",
+    route="etl",
+    job="nightly",
+    schedule_time=datetime(2026, 10, 16, 12, 0, tzinfo=UTC),
 )
 BODY = "0" * 64
 
 
 def new_run(run_id: str = "a" * 64, body: str = "b" * 64, route: str = "etl") -> NewRun:
     return NewRun(
-        run_id=run_id, route=route, source="scheduler", project="proj-1", location="us-central1",
-        job="nightly", schedule_time="2026-10-16T12:00:00Z", task=None, body_sha256=body,
+        run_id=run_id,
+        route=route,
+        source="scheduler",
+        project="proj-1",
+        location="us-central1",
+        job="nightly",
+        schedule_time="2026-10-16T12:00:00Z",
+        task=None,
+        body_sha256=body,
     )
 
 
@@ -33,6 +44,7 @@ async def claim(store: RunStore, now: datetime = T0, run: NewRun | None = None) 
 
 def raising(exc: Exception):
     """A scripted target's handler that fails the dispatch with `exc`."""
+
     async def handler(request: DispatchRequest) -> str:
         raise exc
 

@@ -41,7 +41,9 @@ def start_tasks_emulator(log_dir: Path, max_retries: int = 5) -> TasksEmulator:
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [str(EMULATOR), "start", "--port", str(port), "--max-retries", str(max_retries)],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     emulator = TasksEmulator(proc, port, log)
     try:

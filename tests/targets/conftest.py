@@ -4,7 +4,6 @@ against every adapter through the `adapter` fixture."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -37,7 +36,11 @@ def fakes(metadata: FakeMetadataServer) -> Iterator[dict[str, FakeGoogleApi]]:
     cloud_run.add_job(JOB)
     cloud_build = FakeCloudBuild(metadata)
     cloud_build.add_trigger(TRIGGER)
-    all_fakes: dict[str, FakeGoogleApi] = {"workflows": workflows, "cloud_run_job": cloud_run, "cloud_build_trigger": cloud_build}
+    all_fakes: dict[str, FakeGoogleApi] = {
+        "workflows": workflows,
+        "cloud_run_job": cloud_run,
+        "cloud_build_trigger": cloud_build,
+    }
     yield all_fakes
     for fake in all_fakes.values():
         fake.close()  # type: ignore[attr-defined]
@@ -63,5 +66,3 @@ def adapter(request: pytest.FixtureRequest, fakes) -> Iterator[Adapter]:
     yield adapter
     assert fake.violations == [], f"requests Google's API would reject: {fake.violations}"
     assert fake.pending_steps() == 0, "a scripted misbehaviour was never triggered"
-
-

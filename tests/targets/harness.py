@@ -13,7 +13,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +50,12 @@ class Adapter:
 def request_for(name: str, payload: dict | None = None) -> DispatchRequest:
     """A run of its own for each `name`, as an adapter receives it."""
     return DispatchRequest(
-        run_id=hashlib.sha256(name.encode()).hexdigest(), route="r", job="nightly-job",
-        schedule_time="2026-10-16T12:00:00Z", source="scheduler", payload=payload or {},
+        run_id=hashlib.sha256(name.encode()).hexdigest(),
+        route="r",
+        job="nightly-job",
+        schedule_time="2026-10-16T12:00:00Z",
+        source="scheduler",
+        payload=payload or {},
     )
 
 
@@ -59,17 +63,31 @@ def routes_config() -> dict[str, Any]:
     namespace = {"project": PROJECT, "location": LOCATION}
     return {
         "routes": {
-            "etl": {"target": {"type": "workflows", "workflow": WORKFLOW, "argument": {"mode": "full"},
-                               "labels": {"team": "data"}}, "namespace": namespace},
+            "etl": {
+                "target": {
+                    "type": "workflows",
+                    "workflow": WORKFLOW,
+                    "argument": {"mode": "full"},
+                    "labels": {"team": "data"},
+                },
+                "namespace": namespace,
+            },
             "nightly": {"target": {"type": "cloud_run_job", "job": JOB, "args": ["--all"]}, "namespace": namespace},
-            "build": {"target": {"type": "cloud_build_trigger", "trigger": TRIGGER, "branch": "main"},
-                      "namespace": namespace},
+            "build": {
+                "target": {"type": "cloud_build_trigger", "trigger": TRIGGER, "branch": "main"},
+                "namespace": namespace,
+            },
         }
     }
 
 
-def server_env(tmp_path: Path, metadata: FakeMetadataServer, fakes: dict[str, Any], routes: dict[str, Any] | None = None,
-               db: str = "runonce.db") -> dict[str, str]:
+def server_env(
+    tmp_path: Path,
+    metadata: FakeMetadataServer,
+    fakes: dict[str, Any],
+    routes: dict[str, Any] | None = None,
+    db: str = "runonce.db",
+) -> dict[str, str]:
     routes_file = tmp_path / "routes.json"
     routes_file.write_text(json.dumps(routes or routes_config()))
     gcloud_config = tmp_path / "gcloud"
@@ -95,12 +113,19 @@ _schedule_counter = iter(range(10**6))
 
 def new_schedule_time() -> str:
     """A schedule time no other test uses: every test delivers its own run."""
-    base = datetime(2026, 10, 16, tzinfo=timezone.utc) + timedelta(minutes=next(_schedule_counter))
+    base = datetime(2026, 10, 16, tzinfo=UTC) + timedelta(minutes=next(_schedule_counter))
     return base.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def deliver(base_url: str, route: str, schedule_time: str, *, job: str = "nightly-job", body: Any = None,
-            client: httpx.Client | None = None) -> httpx.Response:
+def deliver(
+    base_url: str,
+    route: str,
+    schedule_time: str,
+    *,
+    job: str = "nightly-job",
+    body: Any = None,
+    client: httpx.Client | None = None,
+) -> httpx.Response:
     """POST a delivery as Cloud Scheduler would."""
     headers = {"X-CloudScheduler-JobName": job, "X-CloudScheduler-ScheduleTime": schedule_time}
     url = f"{base_url}/v1/routes/{route}:run"
@@ -133,7 +158,7 @@ def run_record(base_url: str, run_id: str) -> dict[str, Any]:
 def wait_for_lease_expiry(record: dict[str, Any]) -> None:
     """Sleep until the record's lease has run out (the test's one unavoidable wait)."""
     expires = datetime.fromisoformat(record["lease_expires"].replace("Z", "+00:00"))
-    left = (expires - datetime.now(timezone.utc)).total_seconds()
+    left = (expires - datetime.now(UTC)).total_seconds()
     if left > 0:
         time.sleep(left + 0.2)
 

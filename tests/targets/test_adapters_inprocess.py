@@ -28,8 +28,9 @@ async def http() -> AsyncIterator[httpx.AsyncClient]:
 
 async def test_cloud_run_reconciles_by_listing_the_job_executions(http, metadata, fakes) -> None:
     fake = fakes["cloud_run_job"]
-    target = CloudRunJobTarget(CloudRunJobTargetConfig(type="cloud_run_job", job=JOB), http,
-                               MetadataTokenAuth(metadata.host), fake.url)
+    target = CloudRunJobTarget(
+        CloudRunJobTargetConfig(type="cloud_run_job", job=JOB), http, MetadataTokenAuth(metadata.host), fake.url
+    )
     request = request_for("listed")
     created = await target.dispatch(request)
     lists = fake.calls[EXECUTIONS_LIST]
@@ -42,8 +43,10 @@ async def test_cloud_run_reconciles_by_listing_the_job_executions(http, metadata
 async def test_cloud_build_payload_must_be_substitutions(http, metadata, fakes) -> None:
     fake = fakes["cloud_build_trigger"]
     target = CloudBuildTriggerTarget(
-        CloudBuildTriggerTargetConfig(type="cloud_build_trigger", trigger=TRIGGER), http,
-        MetadataTokenAuth(metadata.host), fake.url,
+        CloudBuildTriggerTargetConfig(type="cloud_build_trigger", trigger=TRIGGER),
+        http,
+        MetadataTokenAuth(metadata.host),
+        fake.url,
     )
     request = request_for("bad-payload", {"mode": "full"})
     with pytest.raises(TargetFailed, match="payload field 'mode'"):
@@ -60,8 +63,10 @@ async def test_cloud_build_payload_must_be_substitutions(http, metadata, fakes) 
 async def test_cloud_build_trigger_by_name_is_resolved_once(http, metadata, fakes) -> None:
     fake = fakes["cloud_build_trigger"]
     target = CloudBuildTriggerTarget(
-        CloudBuildTriggerTargetConfig(type="cloud_build_trigger", trigger=TRIGGER), http,
-        MetadataTokenAuth(metadata.host), fake.url,
+        CloudBuildTriggerTargetConfig(type="cloud_build_trigger", trigger=TRIGGER),
+        http,
+        MetadataTokenAuth(metadata.host),
+        fake.url,
     )
     gets = fake.calls[GET_TRIGGER]
     for name in ("first", "second"):
@@ -73,8 +78,9 @@ async def test_cloud_build_trigger_by_name_is_resolved_once(http, metadata, fake
 
 async def test_workflows_argument_over_the_api_limit_creates_nothing(metadata, fakes) -> None:
     fake = fakes["workflows"]
-    target = WorkflowsTarget(WorkflowsTargetConfig(type="workflows", workflow=WORKFLOW),
-                             MetadataTokenAuth(metadata.host), fake.url)
+    target = WorkflowsTarget(
+        WorkflowsTargetConfig(type="workflows", workflow=WORKFLOW), MetadataTokenAuth(metadata.host), fake.url
+    )
     request = request_for("huge", {"blob": "x" * 33000})
     creates = fake.calls[CREATE]
     try:

@@ -36,10 +36,16 @@ async def http() -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
-def target_for(bigquery: FakeBigQuery, http: httpx.AsyncClient, metadata: FakeMetadataServer,
-               configuration: dict[str, Any] | None = None, location: str = "US") -> BigQueryJobTarget:
-    config = BigQueryJobTargetConfig(type="bigquery_job", project=PROJECT, location=location,
-                                     configuration=configuration or QUERY)
+def target_for(
+    bigquery: FakeBigQuery,
+    http: httpx.AsyncClient,
+    metadata: FakeMetadataServer,
+    configuration: dict[str, Any] | None = None,
+    location: str = "US",
+) -> BigQueryJobTarget:
+    config = BigQueryJobTargetConfig(
+        type="bigquery_job", project=PROJECT, location=location, configuration=configuration or QUERY
+    )
     return BigQueryJobTarget(config, http, MetadataTokenAuth(metadata.host), bigquery.url)
 
 
@@ -48,8 +54,14 @@ _runs = iter(range(10**6))
 
 def new_request(schedule_time: str | None = "2026-10-16T03:00:00Z", payload: dict | None = None) -> DispatchRequest:
     run_id = hashlib.sha256(f"bigquery-run-{next(_runs)}".encode()).hexdigest()
-    return DispatchRequest(run_id=run_id, route="rollup", job="nightly-job", schedule_time=schedule_time,
-                           source="scheduler", payload=payload or {})
+    return DispatchRequest(
+        run_id=run_id,
+        route="rollup",
+        job="nightly-job",
+        schedule_time=schedule_time,
+        source="scheduler",
+        payload=payload or {},
+    )
 
 
 # --- what a route may say ------------------------------------------------------------------------
@@ -57,7 +69,9 @@ def new_request(schedule_time: str | None = "2026-10-16T03:00:00Z", payload: dic
 
 def error_of(target: dict[str, Any]) -> str:
     with pytest.raises(ConfigError) as caught:
-        parse_routes(json.dumps({"routes": {"r": {"target": {"type": "bigquery_job", **target}}}}), "routes file r.yaml")
+        parse_routes(
+            json.dumps({"routes": {"r": {"target": {"type": "bigquery_job", **target}}}}), "routes file r.yaml"
+        )
     return str(caught.value)
 
 
@@ -73,14 +87,42 @@ VALID = {"project": PROJECT, "location": "US", "configuration": QUERY}
         ({"configuration": {**QUERY, "copy": {}}}, "exactly one of query, load, extract, copy (got query, copy)"),
         ({"configuration": {"query": "SELECT 1"}}, "configuration.query must be a mapping"),
         ({"configuration": {"query": {"query": " "}}}, "the SQL text in 'query'"),
-        ({"configuration": {"query": {**QUERY["query"], "useLegacySql": True}}}, "legacy SQL takes no query parameters"),
-        ({"configuration": {"query": {**QUERY["query"], "parameterMode": "POSITIONAL"}}},
-         "parameterMode must be NAMED"),
-        ({"configuration": {"query": {**QUERY["query"], "queryParameters": [
-            {"parameterType": {"type": "INT64"}, "parameterValue": {"value": "1"}}]}}}, "a positional parameter"),
-        ({"configuration": {"query": {**QUERY["query"], "queryParameters": [
-            {"name": "schedule_time", "parameterType": {"type": "STRING"}, "parameterValue": {"value": "x"}}]}}},
-         "'schedule_time' is set by runonce"),
+        (
+            {"configuration": {"query": {**QUERY["query"], "useLegacySql": True}}},
+            "legacy SQL takes no query parameters",
+        ),
+        (
+            {"configuration": {"query": {**QUERY["query"], "parameterMode": "POSITIONAL"}}},
+            "parameterMode must be NAMED",
+        ),
+        (
+            {
+                "configuration": {
+                    "query": {
+                        **QUERY["query"],
+                        "queryParameters": [{"parameterType": {"type": "INT64"}, "parameterValue": {"value": "1"}}],
+                    }
+                }
+            },
+            "a positional parameter",
+        ),
+        (
+            {
+                "configuration": {
+                    "query": {
+                        **QUERY["query"],
+                        "queryParameters": [
+                            {
+                                "name": "schedule_time",
+                                "parameterType": {"type": "STRING"},
+                                "parameterValue": {"value": "x"},
+                            }
+                        ],
+                    }
+                }
+            },
+            "'schedule_time' is set by runonce",
+        ),
         ({"configuration": {**QUERY, "dryRun": True}}, "dryRun creates no job"),
         ({"configuration": {**QUERY, "labels": {"runonce-run-id": "x"}}}, "label 'runonce-run-id' is set by runonce"),
         ({"configuration": {**QUERY, "labels": {"Team": "x"}}}, "label key 'Team'"),
@@ -98,8 +140,10 @@ def test_each_mistake_in_a_route_is_named(change: dict[str, Any], expected: str)
 
 def test_load_extract_and_copy_jobs_are_accepted() -> None:
     for kind in ("load", "extract", "copy"):
-        routes = parse_routes(json.dumps({"routes": {"r": {"target": {**VALID, "type": "bigquery_job",
-                                                                     "configuration": {kind: {}}}}}}), "r.yaml")
+        routes = parse_routes(
+            json.dumps({"routes": {"r": {"target": {**VALID, "type": "bigquery_job", "configuration": {kind: {}}}}}}),
+            "r.yaml",
+        )
         assert kind in routes["r"].target.configuration
 
 
@@ -114,9 +158,15 @@ def test_the_job_id_is_the_run_id_and_stays_a_valid_bigquery_id() -> None:
 
 
 async def test_a_query_job_carries_the_id_label_and_named_parameters(bigquery, http, metadata) -> None:
-    configuration = {"query": {**QUERY["query"], "queryParameters": [
-        {"name": "region", "parameterType": {"type": "STRING"}, "parameterValue": {"value": "eu"}}]},
-        "labels": {"team": "data"}}
+    configuration = {
+        "query": {
+            **QUERY["query"],
+            "queryParameters": [
+                {"name": "region", "parameterType": {"type": "STRING"}, "parameterValue": {"value": "eu"}}
+            ],
+        },
+        "labels": {"team": "data"},
+    }
     target = target_for(bigquery, http, metadata, configuration, location="EU")
     request = new_request()
     resource = await target.dispatch(request)
@@ -130,7 +180,11 @@ async def test_a_query_job_carries_the_id_label_and_named_parameters(bigquery, h
     assert query["queryParameters"] == [
         {"name": "region", "parameterType": {"type": "STRING"}, "parameterValue": {"value": "eu"}},
         {"name": "run_id", "parameterType": {"type": "STRING"}, "parameterValue": {"value": request.run_id}},
-        {"name": "schedule_time", "parameterType": {"type": "TIMESTAMP"}, "parameterValue": {"value": "2026-10-16T03:00:00Z"}},
+        {
+            "name": "schedule_time",
+            "parameterType": {"type": "TIMESTAMP"},
+            "parameterValue": {"value": "2026-10-16T03:00:00Z"},
+        },
     ]
     # The route's configuration is a template: one run's additions never leak into the next.
     assert target.config.configuration == configuration
@@ -142,13 +196,19 @@ async def test_a_run_without_a_schedule_time_passes_a_null_timestamp(bigquery, h
     request = new_request(schedule_time=None)
     await target.dispatch(request)
     [created] = [c for c in bigquery.created if c.token == request.run_id]
-    [parameter] = [p for p in created.data["body"]["configuration"]["query"]["queryParameters"] if p["name"] == "schedule_time"]
+    [parameter] = [
+        p for p in created.data["body"]["configuration"]["query"]["queryParameters"] if p["name"] == "schedule_time"
+    ]
     assert parameter == {"name": "schedule_time", "parameterType": {"type": "TIMESTAMP"}, "parameterValue": {}}
 
 
 async def test_a_load_job_gets_the_label_and_no_parameters(bigquery, http, metadata) -> None:
-    load = {"load": {"sourceUris": ["gs://bucket/day/*.csv"],
-                     "destinationTable": {"projectId": PROJECT, "datasetId": "raw", "tableId": "events"}}}
+    load = {
+        "load": {
+            "sourceUris": ["gs://bucket/day/*.csv"],
+            "destinationTable": {"projectId": PROJECT, "datasetId": "raw", "tableId": "events"},
+        }
+    }
     target = target_for(bigquery, http, metadata, load)
     request = new_request()
     await target.dispatch(request)
@@ -251,7 +311,9 @@ async def test_a_domain_scoped_project_parses_back() -> None:
     ],
 )
 async def test_each_answer_of_insert_is_its_outcome(bigquery, http, metadata, code: str, http_status, outcome) -> None:
-    bigquery.fail(INSERT, code, f"the API says {code}", http_status=http_status, retry_after="9" if http_status else None)
+    bigquery.fail(
+        INSERT, code, f"the API says {code}", http_status=http_status, retry_after="9" if http_status else None
+    )
     request = new_request()
     with pytest.raises(outcome) as caught:
         await target_for(bigquery, http, metadata).dispatch(request)
@@ -264,13 +326,18 @@ async def test_each_answer_of_insert_is_its_outcome(bigquery, http, metadata, co
 
 async def test_quota_exceeded_is_a_refusal_not_a_throttle(bigquery, http, metadata) -> None:
     """Only rateLimitExceeded asks for a slower retry; a 403 accessDenied is a refusal."""
-    bigquery.fail(INSERT, "PERMISSION_DENIED", "Access Denied: Project runonce-test: User does not have "
-                                               "bigquery.jobs.create permission")
+    bigquery.fail(
+        INSERT,
+        "PERMISSION_DENIED",
+        "Access Denied: Project runonce-test: User does not have bigquery.jobs.create permission",
+    )
     with pytest.raises(TargetFailed, match="bigquery.jobs.create"):
         await target_for(bigquery, http, metadata).dispatch(new_request())
 
 
-async def test_an_answer_lost_after_the_insert_is_unknown_and_the_retry_is_the_same_job(bigquery, http, metadata) -> None:
+async def test_an_answer_lost_after_the_insert_is_unknown_and_the_retry_is_the_same_job(
+    bigquery, http, metadata
+) -> None:
     target = target_for(bigquery, http, metadata)
     request = new_request()
     bigquery.drop_after_create(INSERT)

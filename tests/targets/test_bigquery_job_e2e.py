@@ -27,12 +27,23 @@ from .harness import (
 pytestmark = pytest.mark.e2e
 
 ROUTE = "rollup"
-ROUTES = {"routes": {ROUTE: {
-    "target": {"type": "bigquery_job", "project": PROJECT, "location": "EU",
-               "configuration": {"query": {"query": "MERGE d USING s ON d.day = DATE(@schedule_time) "
-                                                    "WHEN NOT MATCHED THEN INSERT ROW"}}},
-    "namespace": {"project": PROJECT, "location": "europe-west1"},
-}}}
+ROUTES = {
+    "routes": {
+        ROUTE: {
+            "target": {
+                "type": "bigquery_job",
+                "project": PROJECT,
+                "location": "EU",
+                "configuration": {
+                    "query": {
+                        "query": "MERGE d USING s ON d.day = DATE(@schedule_time) WHEN NOT MATCHED THEN INSERT ROW"
+                    }
+                },
+            },
+            "namespace": {"project": PROJECT, "location": "europe-west1"},
+        }
+    }
+}
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +84,9 @@ def test_a_run_inserts_one_job_with_its_id_and_replays(server, bigquery) -> None
     assert body["status"] == "processed"
     assert body["target"] == {"type": "bigquery_job", "resource": f"{PROJECT}:EU.runonce_{run_id}"}
     [created] = [c for c in bigquery.created if c.token == run_id]
-    parameters = {p["name"]: p["parameterValue"] for p in created.data["body"]["configuration"]["query"]["queryParameters"]}
+    parameters = {
+        p["name"]: p["parameterValue"] for p in created.data["body"]["configuration"]["query"]["queryParameters"]
+    }
     assert parameters == {"run_id": {"value": run_id}, "schedule_time": {"value": when}}
     assert created.data["body"]["configuration"]["labels"] == {"runonce-run-id": run_id[:63]}
 
@@ -103,7 +116,9 @@ def test_a_lost_answer_is_one_job_answered_200_on_the_retry(server, bigquery, fa
     elif failure == "timeout":
         bigquery.hang_after_create(INSERT, 3.5)  # past the 2 s dispatch timeout
     else:
-        bigquery.fail_after_create(INSERT, "INTERNAL", "An internal error occurred and the request could not be completed.")
+        bigquery.fail_after_create(
+            INSERT, "INTERNAL", "An internal error occurred and the request could not be completed."
+        )
     when = new_schedule_time()
     response = deliver(server.url, ROUTE, when)
     assert response.status_code == 504, response.text

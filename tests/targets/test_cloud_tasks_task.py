@@ -7,7 +7,7 @@ import base64
 import hashlib
 import json
 from collections.abc import AsyncIterator, Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -49,16 +49,24 @@ def config(**http_request: object) -> CloudTasksTaskTargetConfig:
     )
 
 
-def target_for(fake: FakeCloudTasks, http: httpx.AsyncClient, auth: GoogleAuth, **http_request: object) -> CloudTasksTaskTarget:
+def target_for(
+    fake: FakeCloudTasks, http: httpx.AsyncClient, auth: GoogleAuth, **http_request: object
+) -> CloudTasksTaskTarget:
     return CloudTasksTaskTarget(config(**http_request), http, auth, fake.url)
 
 
-def request_for(name: str, *, payload: dict | None = None, task: str | None = None,
-                created_at: datetime | None = None) -> DispatchRequest:
+def request_for(
+    name: str, *, payload: dict | None = None, task: str | None = None, created_at: datetime | None = None
+) -> DispatchRequest:
     return DispatchRequest(
-        run_id=hashlib.sha256(name.encode()).hexdigest(), route="exports", job="nightly-export",
-        schedule_time="2026-10-16T12:00:00Z", source="scheduler", payload=payload or {}, task=task,
-        created_at=created_at or datetime.now(timezone.utc),
+        run_id=hashlib.sha256(name.encode()).hexdigest(),
+        route="exports",
+        job="nightly-export",
+        schedule_time="2026-10-16T12:00:00Z",
+        source="scheduler",
+        payload=payload or {},
+        task=task,
+        created_at=created_at or datetime.now(UTC),
     )
 
 
@@ -66,8 +74,13 @@ def request_for(name: str, *, payload: dict | None = None, task: str | None = No
 
 
 async def test_the_task_carries_the_run_as_the_http_target_sends_it(fake, http, auth) -> None:
-    target = target_for(fake, http, auth, headers={"X-Team": "data"},
-                        oidc_token={"service_account_email": SERVICE_ACCOUNT, "audience": "https://export.example.com"})
+    target = target_for(
+        fake,
+        http,
+        auth,
+        headers={"X-Team": "data"},
+        oidc_token={"service_account_email": SERVICE_ACCOUNT, "audience": "https://export.example.com"},
+    )
     request = request_for("sent", payload={"mode": "full", "n": 3})
     name = await target.dispatch(request)
 
@@ -75,10 +88,19 @@ async def test_the_task_carries_the_run_as_the_http_target_sends_it(fake, http, 
     assert fake.created_for(request.run_id) == [name]
     delivered = fake.delivered(name)
     assert delivered["method"] == "POST" and delivered["url"] == URL
-    assert delivered["headers"] == {"X-Team": "data", "Idempotency-Key": request.run_id, "Content-Type": "application/json"}
+    assert delivered["headers"] == {
+        "X-Team": "data",
+        "Idempotency-Key": request.run_id,
+        "Content-Type": "application/json",
+    }
     assert delivered["oidcToken"] == {"serviceAccountEmail": SERVICE_ACCOUNT, "audience": "https://export.example.com"}
-    assert delivered["body"] == {"run_id": request.run_id, "job": "nightly-export", "schedule_time": "2026-10-16T12:00:00Z",
-                                 "source": "scheduler", "payload": {"mode": "full", "n": 3}}
+    assert delivered["body"] == {
+        "run_id": request.run_id,
+        "job": "nightly-export",
+        "schedule_time": "2026-10-16T12:00:00Z",
+        "source": "scheduler",
+        "payload": {"mode": "full", "n": 3},
+    }
 
 
 async def test_the_body_is_byte_for_byte_the_http_targets(fake, http, auth) -> None:
@@ -150,9 +172,16 @@ async def test_a_409_that_is_not_already_exists_is_a_refusal(fake, http, auth) -
 
 @pytest.mark.parametrize(
     ("code", "outcome"),
-    [("RESOURCE_EXHAUSTED", TargetThrottled), ("INVALID_ARGUMENT", TargetFailed), ("PERMISSION_DENIED", TargetFailed),
-     ("FAILED_PRECONDITION", TargetFailed), ("NOT_FOUND", TargetFailed), ("UNAVAILABLE", TargetOutcomeUnknown),
-     ("INTERNAL", TargetOutcomeUnknown), ("DEADLINE_EXCEEDED", TargetOutcomeUnknown)],
+    [
+        ("RESOURCE_EXHAUSTED", TargetThrottled),
+        ("INVALID_ARGUMENT", TargetFailed),
+        ("PERMISSION_DENIED", TargetFailed),
+        ("FAILED_PRECONDITION", TargetFailed),
+        ("NOT_FOUND", TargetFailed),
+        ("UNAVAILABLE", TargetOutcomeUnknown),
+        ("INTERNAL", TargetOutcomeUnknown),
+        ("DEADLINE_EXCEEDED", TargetOutcomeUnknown),
+    ],
 )
 async def test_error_classes(fake, http, auth, code: str, outcome: type) -> None:
     fake.fail(CREATE, code, f"the API's words for {code}", retry_after="9" if code == "RESOURCE_EXHAUSTED" else None)
@@ -175,7 +204,9 @@ async def test_google_is_the_default_endpoint_and_a_refused_connection_sends_not
     assert seen == [f"https://cloudtasks.googleapis.com/v2/{QUEUE}/tasks"]
 
     closed = CloudTasksTaskTarget(config(), http, auth, f"http://127.0.0.1:{free_port()}")
-    with pytest.raises(TargetFailed, match=f"^create task {QUEUE}/tasks/[0-9a-f]{{64}}: could not connect, nothing was sent"):
+    with pytest.raises(
+        TargetFailed, match=f"^create task {QUEUE}/tasks/[0-9a-f]{{64}}: could not connect, nothing was sent"
+    ):
         await closed.dispatch(request)
     with pytest.raises(TargetOutcomeUnknown, match=f"get task {QUEUE}/tasks/[0-9a-f]{{64}}: could not connect"):
         await closed.reconcile(request)
@@ -183,8 +214,13 @@ async def test_google_is_the_default_endpoint_and_a_refused_connection_sends_not
 
 async def test_a_missing_queue_is_a_refusal_with_the_apis_message(fake, http, auth) -> None:
     target = CloudTasksTaskTarget(
-        CloudTasksTaskTargetConfig(type="cloud_tasks_task", queue=QUEUE.replace("exports", "gone"),
-                                   http_request={"url": URL}), http, auth, fake.url)
+        CloudTasksTaskTargetConfig(
+            type="cloud_tasks_task", queue=QUEUE.replace("exports", "gone"), http_request={"url": URL}
+        ),
+        http,
+        auth,
+        fake.url,
+    )
     with pytest.raises(TargetFailed, match="HTTP 404 NOT_FOUND: Queue does not exist"):
         await target.dispatch(request_for("no-queue"))
 
@@ -208,18 +244,20 @@ async def test_reconcile_past_the_name_memory_cannot_tell(fake, http, auth) -> N
     """A run first claimed more than ~50 minutes ago whose task is not in the queue: it may have run
     and been forgotten, so a re-send could run it twice. Never dispatched blind."""
     target = target_for(fake, http, auth)
-    claimed = datetime.now(timezone.utc) - timedelta(minutes=51)
+    claimed = datetime.now(UTC) - timedelta(minutes=51)
     old = request_for("old", created_at=claimed)
-    with pytest.raises(TargetOutcomeUnknown, match="cannot tell whether this run already started: task .* is not in the queue"
-                       ) as raised:
+    with pytest.raises(
+        TargetOutcomeUnknown, match="cannot tell whether this run already started: task .* is not in the queue"
+    ) as raised:
         await target.reconcile(old)
     assert raised.value.message.endswith(
         f"the run was first claimed at {claimed:%Y-%m-%dT%H:%M:%SZ}, so a task it created may have run and been deleted "
-        "longer ago than Cloud Tasks remembers its name (about an hour); a re-send could run it twice")
+        "longer ago than Cloud Tasks remembers its name (about an hour); a re-send could run it twice"
+    )
     unknown_age = DispatchRequest(**{**old.__dict__, "created_at": None})
     with pytest.raises(TargetOutcomeUnknown, match="first claimed at an unknown time"):
         await target.reconcile(unknown_age)
-    recent = request_for("recent", created_at=datetime.now(timezone.utc) - timedelta(minutes=49))
+    recent = request_for("recent", created_at=datetime.now(UTC) - timedelta(minutes=49))
     assert await target.reconcile(recent) is None
     # A task still queued is found whatever the run's age (tasks may wait in a queue for days).
     name = await target.dispatch(old)
@@ -231,8 +269,10 @@ async def test_reconcile_failures_keep_the_claim(fake, http, auth) -> None:
     request = request_for("denied")
     with pytest.raises(TargetOutcomeUnknown, match="cannot tell whether this run already started") as raised:
         await target_for(fake, http, auth).reconcile(request)
-    assert raised.value.message.endswith(f"get task {QUEUE}/tasks/{request.run_id}: HTTP 403 PERMISSION_DENIED: "
-                                         "The principal does not have cloudtasks.tasks.get")
+    assert raised.value.message.endswith(
+        f"get task {QUEUE}/tasks/{request.run_id}: HTTP 403 PERMISSION_DENIED: "
+        "The principal does not have cloudtasks.tasks.get"
+    )
 
 
 async def test_is_running_while_queued_and_done_once_deleted(fake, http, auth) -> None:
@@ -277,16 +317,21 @@ def test_defaults() -> None:
     ("fields", "expected"),
     [
         ({"queue": "exports"}, "must be a queue's full name, projects/PROJECT/locations/LOCATION/queues/QUEUE"),
-        ({"queue": "projects/runonce-test/locations/us-central1/queues/ex_ports"},
-         "the queue ID 'ex_ports' must be 1-100 characters of A-Z a-z 0-9 -"),
+        (
+            {"queue": "projects/runonce-test/locations/us-central1/queues/ex_ports"},
+            "the queue ID 'ex_ports' must be 1-100 characters of A-Z a-z 0-9 -",
+        ),
         ({"queue": f"projects/runonce-test/locations/us-central1/queues/{'q' * 101}"}, "must be 1-100 characters"),
         ({"queue": "projects/Runonce/locations/us-central1/queues/q"}, "the project 'Runonce' is not a project ID"),
         ({"url": "ftp://example.com/x"}, "must be an http:// or https:// URL with a host (got 'ftp://example.com/x')"),
         ({"url": "https:///path"}, "must be an http:// or https:// URL with a host"),
         ({"url": "https://example.com/a b"}, "must be an http:// or https:// URL with a host"),
         ({"url": "https://example.com/" + "x" * 2070}, "is longer than Cloud Tasks' 2083 characters"),
-        ({"http_method": "GET"}, "must be POST, PUT or PATCH: the run travels as the request body, and Cloud Tasks "
-                                 "sends a body with no other method (got 'GET')"),
+        (
+            {"http_method": "GET"},
+            "must be POST, PUT or PATCH: the run travels as the request body, and Cloud Tasks "
+            "sends a body with no other method (got 'GET')",
+        ),
         ({"http_method": "DELETE"}, "must be POST, PUT or PATCH: the run travels"),
         ({"http_method": "post"}, "must be POST, PUT or PATCH, in capitals as Cloud Tasks' HttpMethod (got 'post')"),
         ({"headers": {"Idempotency-Key": "x"}}, "header 'Idempotency-Key' is set by runonce"),
@@ -299,8 +344,10 @@ def test_defaults() -> None:
         ({"headers": {"Bad Name": "x"}}, "header name 'Bad Name' is not an HTTP token"),
         ({"headers": {"X-A": "line\nbreak"}}, "header 'X-A': the value holds a control character"),
         ({"headers": {"X-Big": "x" * 82000}}, "Cloud Tasks takes less than 80 KB"),
-        ({"headers": {"Authorization": "Bearer x"}, "oidc_token": {"service_account_email": SERVICE_ACCOUNT}},
-         "header Authorization: Cloud Tasks sets it from oidc_token"),
+        (
+            {"headers": {"Authorization": "Bearer x"}, "oidc_token": {"service_account_email": SERVICE_ACCOUNT}},
+            "header Authorization: Cloud Tasks sets it from oidc_token",
+        ),
         ({"oidc_token": {"service_account_email": "someone@example.com"}}, "must be a service account's email"),
         ({"oidc_token": {"service_account_email": SERVICE_ACCOUNT, "audience": ""}}, "at least 1 character"),
         ({"oidc_token": {"email": SERVICE_ACCOUNT}}, "Extra inputs are not permitted"),

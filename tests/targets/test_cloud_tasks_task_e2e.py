@@ -42,8 +42,11 @@ def tasks(metadata: FakeMetadataServer) -> Iterator[FakeCloudTasks]:
 
 
 def env_for(tmp: Path, metadata: FakeMetadataServer, fakes: dict, tasks: FakeCloudTasks) -> dict[str, str]:
-    target = {"type": "cloud_tasks_task", "queue": QUEUE,
-              "http_request": {"url": URL, "headers": {"X-Team": "data"}, "oidc_token": {"service_account_email": INVOKER}}}
+    target = {
+        "type": "cloud_tasks_task",
+        "queue": QUEUE,
+        "http_request": {"url": URL, "headers": {"X-Team": "data"}, "oidc_token": {"service_account_email": INVOKER}},
+    }
     routes = {"routes": {ROUTE: {"target": target, "namespace": {"project": PROJECT, "location": LOCATION}}}}
     return {**server_env(tmp, metadata, fakes, routes), "RUNONCE_CLOUDTASKS_ENDPOINT": tasks.url}
 
@@ -73,8 +76,13 @@ def test_one_task_carries_the_run_and_the_retry_replays(server, tasks: FakeCloud
     delivered = tasks.delivered(body["target"]["resource"])
     assert delivered["headers"] == {"X-Team": "data", "Idempotency-Key": run_id, "Content-Type": "application/json"}
     assert delivered["oidcToken"] == {"serviceAccountEmail": INVOKER}
-    assert delivered["body"] == {"run_id": run_id, "job": "nightly-job", "schedule_time": when, "source": "scheduler",
-                                 "payload": {"mode": "full"}}
+    assert delivered["body"] == {
+        "run_id": run_id,
+        "job": "nightly-job",
+        "schedule_time": when,
+        "source": "scheduler",
+        "payload": {"mode": "full"},
+    }
     assert run_record(server.url, run_id)["status"] == "completed"
 
     again = deliver(server.url, ROUTE, when, body={"mode": "full"})
@@ -112,12 +120,14 @@ def test_throttled_releases_the_claim_with_retry_after(server, tasks: FakeCloudT
     ("code", "message"),
     [
         ("INVALID_ARGUMENT", "Task size too large"),
-        ("PERMISSION_DENIED", "The principal (user or service account) lacks IAM permission \"cloudtasks.tasks.create\""),
+        ("PERMISSION_DENIED", 'The principal (user or service account) lacks IAM permission "cloudtasks.tasks.create"'),
         ("NOT_FOUND", "Queue does not exist."),
         ("FAILED_PRECONDITION", "The queue is being deleted."),
     ],
 )
-def test_refusals_release_the_claim_with_the_apis_message(server, tasks: FakeCloudTasks, code: str, message: str) -> None:
+def test_refusals_release_the_claim_with_the_apis_message(
+    server, tasks: FakeCloudTasks, code: str, message: str
+) -> None:
     tasks.fail(CREATE, code, message)
     when = new_schedule_time()
     response = deliver(server.url, ROUTE, when)
@@ -134,8 +144,9 @@ def test_refusals_release_the_claim_with_the_apis_message(server, tasks: FakeClo
 
 
 @pytest.mark.parametrize(("code", "created"), [("UNAVAILABLE", True), ("INTERNAL", False)])
-def test_a_5xx_keeps_the_claim_and_the_retry_after_the_lease_ends_with_one_task(server, tasks, code: str,
-                                                                                 created: bool) -> None:
+def test_a_5xx_keeps_the_claim_and_the_retry_after_the_lease_ends_with_one_task(
+    server, tasks, code: str, created: bool
+) -> None:
     """A 5xx does not prove nothing was created: 504 `unknown`, the claim kept. After the lease the
     retry reads the task: found (the API had created it) or not (re-sent). One task either way."""
     if created:
@@ -207,7 +218,7 @@ def test_a_failed_reconciliation_never_dispatches(server, tasks: FakeCloudTasks)
     creates = tasks.calls[CREATE]
 
     wait_for_lease_expiry(run_record(server.url, run_id))
-    tasks.fail(GET, "PERMISSION_DENIED", "The principal lacks IAM permission \"cloudtasks.tasks.get\"")
+    tasks.fail(GET, "PERMISSION_DENIED", 'The principal lacks IAM permission "cloudtasks.tasks.get"')
     blocked = deliver(server.url, ROUTE, when)
     assert (blocked.status_code, blocked.json()["status"]) == (504, "unknown"), blocked.text
     assert "cannot tell whether this run already started" in blocked.json()["error"]["message"]

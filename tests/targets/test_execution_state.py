@@ -17,9 +17,8 @@ from runonce.targets.cloud_run_job import CloudRunJobTarget, CloudRunJobTargetCo
 from runonce.targets.workflows import WorkflowsTarget, WorkflowsTargetConfig
 from tests.fakes.cloud_build import GET_BUILD
 from tests.fakes.cloud_run import GET as GET_EXECUTION
-from tests.fakes.workflows import GET as GET_WORKFLOW_EXECUTION
-
 from tests.fakes.metadata import MetadataTokenAuth
+from tests.fakes.workflows import GET as GET_WORKFLOW_EXECUTION
 
 from .harness import JOB, PROJECT, TRIGGER, WORKFLOW, request_for
 
@@ -30,7 +29,9 @@ class Case:
     fake: Any
     get: str  # the fake's name for the state read
     gone: str  # a well-formed name of an execution that does not exist
-    states: list[tuple[Callable[[Any, str], None], bool | None]]  # move the execution, then: running? (None: cannot tell)
+    states: list[
+        tuple[Callable[[Any, str], None], bool | None]
+    ]  # move the execution, then: running? (None: cannot tell)
 
 
 @pytest.fixture(params=["workflows", "cloud_run_job", "cloud_build_trigger"])
@@ -77,7 +78,9 @@ async def test_an_execution_runs_until_it_is_done(case: Case) -> None:
     for move, running in case.states:
         move(case.fake, resource)
         if running is None:
-            with pytest.raises(TargetOutcomeUnknown, match=f"^get {resource}: (state UNAVAILABLE|status STATUS_UNKNOWN)$"):
+            with pytest.raises(
+                TargetOutcomeUnknown, match=f"^get {resource}: (state UNAVAILABLE|status STATUS_UNKNOWN)$"
+            ):
                 await case.target.is_running(resource)
         else:
             assert await case.target.is_running(resource) is running

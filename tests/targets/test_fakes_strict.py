@@ -44,8 +44,11 @@ def task(**http_request: object) -> dict:
 def test_an_output_only_field_marked_read_only_is_refused_by_the_live_fake(fakes) -> None:
     fake: FakeCloudRun = fakes["cloud_run_job"]
     parent = JOB.rsplit("/jobs/", 1)[0]
-    response = httpx.post(f"{fake.url}/v2/{parent}/jobs", params={"jobId": "j-1"},
-                          json={"uid": "0f2c", "template": {"template": {"containers": [{"image": "x"}]}}})
+    response = httpx.post(
+        f"{fake.url}/v2/{parent}/jobs",
+        params={"jobId": "j-1"},
+        json={"uid": "0f2c", "template": {"template": {"containers": [{"image": "x"}]}}},
+    )
     assert response.status_code == 400
     assert fake.take_violations() == ["GoogleCloudRunV2Job.uid: output-only field in a request"]
 
@@ -70,14 +73,26 @@ def test_the_workflows_fake_takes_its_output_only_fields_from_the_discovery_docu
 
 @pytest.mark.parametrize(
     "when",
-    ["2026-13-01T00:00:00Z", "2026-02-30T00:00:00Z", "2026-10-16T24:00:00Z", "2026-10-16T12:00:00",
-     "2026-10-16 12:00:00Z", "2026-10-16T12:00:00+25:00", "1760616000", "2026-10-16T12:00:00.1234567890Z"],
+    [
+        "2026-13-01T00:00:00Z",
+        "2026-02-30T00:00:00Z",
+        "2026-10-16T24:00:00Z",
+        "2026-10-16T12:00:00",
+        "2026-10-16 12:00:00Z",
+        "2026-10-16T12:00:00+25:00",
+        "1760616000",
+        "2026-10-16T12:00:00.1234567890Z",
+    ],
 )
 def test_a_timestamp_that_is_not_rfc3339_is_refused(when: str) -> None:
-    assert "is not an RFC 3339 timestamp" in refused("cloudtasks.v2", "POST", TASKS_PARENT, {"task": {"scheduleTime": when}})
+    assert "is not an RFC 3339 timestamp" in refused(
+        "cloudtasks.v2", "POST", TASKS_PARENT, {"task": {"scheduleTime": when}}
+    )
 
 
-@pytest.mark.parametrize("when", ["2026-10-16T12:00:00Z", "2026-10-16T05:00:00.123456789-07:00", "2026-12-31T23:59:60Z"])
+@pytest.mark.parametrize(
+    "when", ["2026-10-16T12:00:00Z", "2026-10-16T05:00:00.123456789-07:00", "2026-12-31T23:59:60Z"]
+)
 def test_rfc3339_timestamps_are_accepted(when: str) -> None:
     assert accepted("cloudtasks.v2", "POST", TASKS_PARENT, {"task": {"scheduleTime": when}})
 
@@ -115,7 +130,7 @@ def test_base64_in_either_alphabet_is_accepted(body: str) -> None:
 
 # -- the fixture -----------------------------------------------------------------------------------
 
-INNER = '''
+INNER = """
 import pytest
 
 from tests.fakes.google_api import FakeGoogleApi
@@ -132,15 +147,30 @@ def test_records_a_violation(fake):
 
 def test_starts_clean(fake):
     assert fake.violations == []
-'''
+"""
 
 
 def test_a_recorded_violation_fails_its_test_and_the_next_test_starts_clean(tmp_path: Path) -> None:
     (tmp_path / "test_inner.py").write_text(textwrap.dedent(INNER))
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider", "-q", "--rootdir", str(tmp_path),
-         str(tmp_path / "test_inner.py")],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "tests.conftest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--rootdir",
+            str(tmp_path),
+            str(tmp_path / "test_inner.py"),
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert "2 passed, 1 error" in result.stdout, result.stdout + result.stderr  # the call passed, its teardown failed
     assert "ERROR at teardown of test_records_a_violation" in result.stdout

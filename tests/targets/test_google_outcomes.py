@@ -21,7 +21,9 @@ from runonce.targets.google import (
 )
 
 
-def google_error(status: int, code: str, message: str, details: list | None = None, headers: dict | None = None) -> httpx.Response:
+def google_error(
+    status: int, code: str, message: str, details: list | None = None, headers: dict | None = None
+) -> httpx.Response:
     body = {"error": {"code": status, "message": message, "status": code, "details": details or []}}
     return httpx.Response(status, content=json.dumps(body), headers=headers or {})
 
@@ -43,7 +45,9 @@ def google_error(status: int, code: str, message: str, details: list | None = No
     ],
 )
 def test_rest_answers(status: int, code: str, outcome: type) -> None:
-    result = outcome_for_response("run projects/p/locations/l/jobs/j", google_error(status, code, "the API's own words"))
+    result = outcome_for_response(
+        "run projects/p/locations/l/jobs/j", google_error(status, code, "the API's own words")
+    )
     assert type(result) is outcome
     assert "the API's own words" in result.message
     assert result.message.startswith(f"run projects/p/locations/l/jobs/j: HTTP {status}")
@@ -51,9 +55,15 @@ def test_rest_answers(status: int, code: str, outcome: type) -> None:
 
 def test_rest_throttle_delay_from_retry_after_or_retry_info() -> None:
     header = outcome_for_response("x", google_error(429, "RESOURCE_EXHAUSTED", "slow", headers={"Retry-After": "12"}))
-    info = outcome_for_response("x", google_error(
-        429, "RESOURCE_EXHAUSTED", "slow", [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "30s"}]
-    ))
+    info = outcome_for_response(
+        "x",
+        google_error(
+            429,
+            "RESOURCE_EXHAUSTED",
+            "slow",
+            [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "30s"}],
+        ),
+    )
     neither = outcome_for_response("x", google_error(429, "RESOURCE_EXHAUSTED", "slow"))
     assert (header.retry_after, info.retry_after, neither.retry_after) == (12, 30, None)
 
@@ -92,11 +102,23 @@ def _grpc_error(cls: type, message: str, details: list | None = None) -> api_exc
 @pytest.mark.parametrize(
     ("exc", "outcome"),
     [
-        (_grpc_error(api_exceptions.ResourceExhausted, "quota", [error_details_pb2.ErrorInfo(reason="RATE")]), TargetThrottled),
-        (_grpc_error(api_exceptions.ServiceUnavailable, "down", [error_details_pb2.ErrorInfo(reason="X")]), TargetFailed),
-        (_grpc_error(api_exceptions.InternalServerError, "oops", [error_details_pb2.ErrorInfo(reason="X")]), TargetFailed),
+        (
+            _grpc_error(api_exceptions.ResourceExhausted, "quota", [error_details_pb2.ErrorInfo(reason="RATE")]),
+            TargetThrottled,
+        ),
+        (
+            _grpc_error(api_exceptions.ServiceUnavailable, "down", [error_details_pb2.ErrorInfo(reason="X")]),
+            TargetFailed,
+        ),
+        (
+            _grpc_error(api_exceptions.InternalServerError, "oops", [error_details_pb2.ErrorInfo(reason="X")]),
+            TargetFailed,
+        ),
         (_grpc_error(api_exceptions.ServiceUnavailable, "Socket closed"), TargetOutcomeUnknown),
-        (_grpc_error(api_exceptions.ServiceUnavailable, "failed to connect to all addresses; last error: refused"), TargetFailed),
+        (
+            _grpc_error(api_exceptions.ServiceUnavailable, "failed to connect to all addresses; last error: refused"),
+            TargetFailed,
+        ),
         (_grpc_error(api_exceptions.DeadlineExceeded, "Deadline Exceeded"), TargetOutcomeUnknown),
         (_grpc_error(api_exceptions.Cancelled, "cancelled"), TargetOutcomeUnknown),
         (_grpc_error(api_exceptions.PermissionDenied, "Permission 'workflows.executions.create' denied"), TargetFailed),
@@ -111,8 +133,11 @@ def test_grpc_errors(exc: api_exceptions.GoogleAPICallError, outcome: type) -> N
 
 
 def test_grpc_throttle_delay_from_retry_info() -> None:
-    exc = _grpc_error(api_exceptions.ResourceExhausted, "quota",
-                      [error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=9))])
+    exc = _grpc_error(
+        api_exceptions.ResourceExhausted,
+        "quota",
+        [error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=9))],
+    )
     assert outcome_for_grpc_error("x", exc).retry_after == 9
 
 

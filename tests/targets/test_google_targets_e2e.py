@@ -93,8 +93,10 @@ async def test_duplicate_storm_creates_one_execution(server, adapter: Adapter) -
     adapter.fake.create_delay = 0.3  # the API takes a moment: the storm overlaps the dispatch
     responses = await storm(server.url, adapter.route, new_schedule_time(), 50)
     statuses, run_id = answers(responses), responses[0].json()["run_id"]
-    print(f"\n{adapter.type}: 50 concurrent deliveries -> {dict(statuses)}; "
-          f"executions created: {len(adapter.executions_for(run_id))}")
+    print(
+        f"\n{adapter.type}: 50 concurrent deliveries -> {dict(statuses)}; "
+        f"executions created: {len(adapter.executions_for(run_id))}"
+    )
     assert statuses["200 processed"] == 1
     assert set(statuses) <= {"200 processed", "200 duplicate", "409 in_progress"}
     assert all(int(r.headers["Retry-After"]) >= 1 for r in responses if r.status_code == 409)
@@ -131,7 +133,9 @@ def test_throttled_releases_the_claim_with_retry_after(server, adapter: Adapter)
         ("NOT_FOUND", "Resource 'nightly' was not found"),
     ],
 )
-def test_api_refusals_release_the_claim_with_the_apis_message(server, adapter: Adapter, code: str, message: str) -> None:
+def test_api_refusals_release_the_claim_with_the_apis_message(
+    server, adapter: Adapter, code: str, message: str
+) -> None:
     adapter.fake.fail(adapter.create, code, message)
     when = new_schedule_time()
     response = deliver(server.url, adapter.route, when)
@@ -157,7 +161,9 @@ def test_ambiguous_outcomes_keep_the_claim(server, adapter: Adapter, failure: st
     elif failure == "reset":
         adapter.fake.drop_after_create(adapter.create)
     else:
-        adapter.fake.fail_after_create(adapter.create, "DEADLINE_EXCEEDED", "Deadline expired before operation could complete.")
+        adapter.fake.fail_after_create(
+            adapter.create, "DEADLINE_EXCEEDED", "Deadline expired before operation could complete."
+        )
     when = new_schedule_time()
     response = deliver(server.url, adapter.route, when)
     assert response.status_code == 504, response.text

@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +129,7 @@ def test_a_state_read_that_fails_waits_for_both_policies(guarded, adapter: Adapt
 
 
 def _ago(seconds: float) -> str:
-    return (datetime.now(timezone.utc) - timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return (datetime.now(UTC) - timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def test_a_late_run_is_skipped_and_its_retries_replay_the_skip(guarded, fakes) -> None:
@@ -139,7 +139,10 @@ def test_a_late_run_is_skipped_and_its_retries_replay_the_skip(guarded, fakes) -
     assert late.status_code == 200, late.text
     body = late.json()
     assert (body["status"], body["reason"]) == ("skipped", "late")
-    assert f"after its schedule time {when}" in body["message"] and f"max_lateness_seconds ({MAX_LATENESS})" in body["message"]
+    assert (
+        f"after its schedule time {when}" in body["message"]
+        and f"max_lateness_seconds ({MAX_LATENESS})" in body["message"]
+    )
     assert workflows.created_for(body["run_id"]) == []
     assert run_record(guarded.url, body["run_id"])["status"] == "skipped"
     assert access_line(guarded, body["run_id"], "skipped")["reason"] == "late"
@@ -165,14 +168,27 @@ def test_skipped_runs_are_counted_by_route_and_reason(guarded) -> None:
 @pytest.mark.parametrize(("target", "policy"), [("http", "skip"), ("log", "wait")])
 def test_overlap_on_a_target_that_cannot_read_state_stops_start_up(tmp_path: Path, target: str, policy: str) -> None:
     block = {"type": "log"} if target == "log" else {"type": "http", "url": "https://example.test/run"}
-    routes = {"routes": {"pinger": {"target": block, "overlap": policy,
-                                    "namespace": {"project": PROJECT, "location": LOCATION}}}}
+    routes = {
+        "routes": {
+            "pinger": {"target": block, "overlap": policy, "namespace": {"project": PROJECT, "location": LOCATION}}
+        }
+    }
     routes_file = tmp_path / "routes.json"
     routes_file.write_text(json.dumps(routes))
-    env = {"RUNONCE_AUTH": "none", "RUNONCE_STORE": f"sqlite:///{tmp_path / 'r.db'}", "RUNONCE_ROUTES_FILE": str(routes_file),
-           "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-m", "runonce.cli", "serve", "--port", "0"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=60)
+    env = {
+        "RUNONCE_AUTH": "none",
+        "RUNONCE_STORE": f"sqlite:///{tmp_path / 'r.db'}",
+        "RUNONCE_ROUTES_FILE": str(routes_file),
+        "PATH": "/usr/bin:/bin",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "runonce.cli", "serve", "--port", "0"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode != 0
     output = done.stdout + done.stderr
     assert f"routes file {routes_file}: route 'pinger': overlap '{policy}'" in output

@@ -3,7 +3,6 @@ that the downstream verifies, and fetches a new one only when the cached one is 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,6 +23,7 @@ IDENTITY = "/computeMetadata/v1/instance/service-accounts/default/identity"
 @pytest.fixture(scope="module")
 def downstream(metadata: FakeMetadataServer) -> Iterator[Downstream]:
     """A Cloud Run service that requires a Google ID token for its URL on /secure and dedupes nothing itself."""
+
     def authorize(path: str, authorization: str | None) -> Any:
         return metadata.verify_id_token(authorization, AUDIENCE) if path == "/secure" else None
 
@@ -35,10 +35,15 @@ def downstream(metadata: FakeMetadataServer) -> Iterator[Downstream]:
 def proxy(tmp_path_factory, metadata, fakes, downstream: Downstream) -> Iterator[ServerProcess]:
     tmp = tmp_path_factory.mktemp("runonce-http")
     namespace = {"project": "runonce-test", "location": "us-central1"}
-    routes = {"routes": {
-        "report": {"target": {"type": "http", "url": f"{downstream.url}/secure", "audience": AUDIENCE}, "namespace": namespace},
-        "open": {"target": {"type": "http", "url": f"{downstream.url}/open"}, "namespace": namespace},
-    }}
+    routes = {
+        "routes": {
+            "report": {
+                "target": {"type": "http", "url": f"{downstream.url}/secure", "audience": AUDIENCE},
+                "namespace": namespace,
+            },
+            "open": {"target": {"type": "http", "url": f"{downstream.url}/open"}, "namespace": namespace},
+        }
+    }
     server = start_server(server_env(tmp, metadata, fakes, routes), tmp)
     yield server
     server.stop()

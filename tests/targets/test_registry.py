@@ -19,11 +19,12 @@ from runonce.targets.google import GoogleAuth
 from tests.support.procs import REPO
 from tests.support.target_grants import custom_roles, registry_grants
 
+
 def readme_examples() -> dict[str, dict]:
     """The target block of each YAML example in the README's Targets section, by type: every
     registered type must have one, and each must be a valid route."""
     readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Targets"):]
+    section = readme[readme.index("## Targets") :]
     section = section[: section.index("\n## ", 1)]
     examples: dict[str, dict] = {}
     for block in re.findall(r"```yaml\n(.*?)```", section, flags=re.S):
@@ -55,7 +56,7 @@ async def test_a_route_of_each_type_builds_its_adapter_with_its_endpoint(name: s
     entry = TARGET_TYPES[name]
     override = f"http://127.0.0.1:9/{name}"
     async with httpx.AsyncClient() as http:
-        context = TargetContext(http=http, google_auth=GoogleAuth(), endpoints={e: override for e in ENDPOINTS})
+        context = TargetContext(http=http, google_auth=GoogleAuth(), endpoints=dict.fromkeys(ENDPOINTS, override))
         target = build_target(route.target, context)
         try:
             assert type(target) is entry.adapter
@@ -135,8 +136,11 @@ def test_routes_iam_declares_what_the_registry_declares() -> None:
 def test_routes_iam_prints_the_registry_grants_for_a_route_of_every_type(capsys) -> None:
     routes = {name: {"target": target} for name, target in EXAMPLE_TARGETS.items()}
     lines = routes_iam().grants({"routes": routes}, "test")
-    definitions = {role.rsplit("/", 1)[1]: tuple(permissions.split(",")) for role, kind, permissions in lines
-                   if kind == "custom-role"}
+    definitions = {
+        role.rsplit("/", 1)[1]: tuple(permissions.split(","))
+        for role, kind, permissions in lines
+        if kind == "custom-role"
+    }
     assert [line for line in lines if line[1] != "custom-role"] == registry_grants(routes)
     assert definitions == custom_roles()
 
@@ -144,7 +148,7 @@ def test_routes_iam_prints_the_registry_grants_for_a_route_of_every_type(capsys)
 def readme_iam_rows() -> dict[str, str]:
     """The IAM table's rows for target types, by type (`runtime account, `TYPE` routes …`)."""
     readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("### IAM per target"):]
+    section = readme[readme.index("### IAM per target") :]
     section = section[: section.index("\n\n", section.index("|"))]
     rows = {}
     for line in section.splitlines():

@@ -43,47 +43,87 @@ def test_valid_configs_load() -> None:
 @pytest.mark.parametrize(
     ("target", "expected"),
     [
-        ("{type: workflows, workflow: etl}",
-         "field 'target.workflow': must be a workflow's full name, projects/PROJECT/locations/LOCATION/workflows/WORKFLOW (got 'etl')"),
-        ("{type: workflows, workflow: projects/My_Project/locations/us-central1/workflows/etl}",
-         "field 'target.workflow': the project 'My_Project' is not a project ID (6-30 characters of a-z 0-9 -, "
-         "starting with a letter, optionally domain-scoped as example.com:my-project) or number"),
-        ("{type: workflows, workflow: projects/my-project/locations/US/workflows/etl}",
-         "field 'target.workflow': the location 'US' is not a location (e.g. us-central1)"),
-        ("{type: workflows, workflow: projects/my-project/locations/us-central1/workflows/9etl}",
-         "field 'target.workflow': the workflow ID '9etl' must be 1-64 characters of A-Z a-z 0-9 _ -, starting with a letter"),
-        ("{type: workflows, workflow: projects/my-project/regions/us-central1/workflows/etl}",
-         "field 'target.workflow': must be a workflow's full name, projects/PROJECT/locations/LOCATION/workflows/WORKFLOW"),
-        (f"{{type: workflows, workflow: {WORKFLOW}, labels: {{Team: x}}}}",
-         "field 'target.labels': label key 'Team': 1-63 characters of a-z 0-9 _ -, starting with a letter"),
-        (f"{{type: workflows, workflow: {WORKFLOW}, labels: {{team: Data}}}}",
-         "field 'target.labels': label 'team': value 'Data' must be at most 63 characters of a-z 0-9 _ -"),
-        (f"{{type: workflows, workflow: {WORKFLOW}, labels: {{runonce-run-id: x}}}}",
-         "field 'target.labels': label 'runonce-run-id' is set by runonce itself"),
-        (f"{{type: workflows, workflow: {WORKFLOW}, key_field: runonce}}",
-         "field 'target.key_field': must be an identifier"),
-        (f"{{type: workflows, workflow: {WORKFLOW}, call_log_level: VERBOSE}}",
-         "field 'target.call_log_level': Input should be 'LOG_ALL_CALLS', 'LOG_ERRORS_ONLY' or 'LOG_NONE'"),
-        (f"{{type: workflows, workflow: {WORKFLOW}, argumnet: {{}}}}",
-         "field 'target.argumnet': Extra inputs are not permitted"),
-        ("{type: cloud_run_job, job: projects/my-project/jobs/nightly}",
-         "field 'target.job': must be a job's full name, projects/PROJECT/locations/LOCATION/jobs/JOB"),
-        (f"{{type: cloud_run_job, job: {JOB}, env_var: CLOUD_RUN_EXECUTION}}",
-         "field 'target.env_var': must be an env var name"),
-        (f"{{type: cloud_run_job, job: {JOB}, timeout: 10m}}",
-         "field 'target.timeout': must be a duration in seconds like '600s' (got '10m')"),
-        (f"{{type: cloud_run_job, job: {JOB}, task_count: 0}}",
-         "field 'target.task_count': Input should be greater than or equal to 1"),
-        (f"{{type: cloud_build_trigger, trigger: {TRIGGER}, substitution: IDEMPOTENCY_KEY}}",
-         "field 'target.substitution': substitution 'IDEMPOTENCY_KEY' must match ^_[A-Z0-9_]+$"),
-        (f"{{type: cloud_build_trigger, trigger: {TRIGGER}, substitutions: {{_lower: x}}}}",
-         "field 'target.substitutions': substitution '_lower' must match ^_[A-Z0-9_]+$"),
-        (f"{{type: cloud_build_trigger, trigger: {TRIGGER}, branch: main, tag: v1}}",
-         "set at most one of branch, tag and commit (got branch, tag)"),
-        ("{type: cloud_build_trigger, trigger: projects/my-project/triggers/x}",
-         "field 'target.trigger': must be a trigger's full name"),
-        ("{type: http, url: 'https://x.example.com', audience: ''}",
-         "field 'target.audience': String should have at least 1 character"),
+        (
+            "{type: workflows, workflow: etl}",
+            "field 'target.workflow': must be a workflow's full name, projects/PROJECT/locations/LOCATION/workflows/WORKFLOW (got 'etl')",
+        ),
+        (
+            "{type: workflows, workflow: projects/My_Project/locations/us-central1/workflows/etl}",
+            "field 'target.workflow': the project 'My_Project' is not a project ID (6-30 characters of a-z 0-9 -, "
+            "starting with a letter, optionally domain-scoped as example.com:my-project) or number",
+        ),
+        (
+            "{type: workflows, workflow: projects/my-project/locations/US/workflows/etl}",
+            "field 'target.workflow': the location 'US' is not a location (e.g. us-central1)",
+        ),
+        (
+            "{type: workflows, workflow: projects/my-project/locations/us-central1/workflows/9etl}",
+            "field 'target.workflow': the workflow ID '9etl' must be 1-64 characters of A-Z a-z 0-9 _ -, starting with a letter",
+        ),
+        (
+            "{type: workflows, workflow: projects/my-project/regions/us-central1/workflows/etl}",
+            "field 'target.workflow': must be a workflow's full name, projects/PROJECT/locations/LOCATION/workflows/WORKFLOW",
+        ),
+        (
+            f"{{type: workflows, workflow: {WORKFLOW}, labels: {{Team: x}}}}",
+            "field 'target.labels': label key 'Team': 1-63 characters of a-z 0-9 _ -, starting with a letter",
+        ),
+        (
+            f"{{type: workflows, workflow: {WORKFLOW}, labels: {{team: Data}}}}",
+            "field 'target.labels': label 'team': value 'Data' must be at most 63 characters of a-z 0-9 _ -",
+        ),
+        (
+            f"{{type: workflows, workflow: {WORKFLOW}, labels: {{runonce-run-id: x}}}}",
+            "field 'target.labels': label 'runonce-run-id' is set by runonce itself",
+        ),
+        (
+            f"{{type: workflows, workflow: {WORKFLOW}, key_field: runonce}}",
+            "field 'target.key_field': must be an identifier",
+        ),
+        (
+            f"{{type: workflows, workflow: {WORKFLOW}, call_log_level: VERBOSE}}",
+            "field 'target.call_log_level': Input should be 'LOG_ALL_CALLS', 'LOG_ERRORS_ONLY' or 'LOG_NONE'",
+        ),
+        (
+            f"{{type: workflows, workflow: {WORKFLOW}, argumnet: {{}}}}",
+            "field 'target.argumnet': Extra inputs are not permitted",
+        ),
+        (
+            "{type: cloud_run_job, job: projects/my-project/jobs/nightly}",
+            "field 'target.job': must be a job's full name, projects/PROJECT/locations/LOCATION/jobs/JOB",
+        ),
+        (
+            f"{{type: cloud_run_job, job: {JOB}, env_var: CLOUD_RUN_EXECUTION}}",
+            "field 'target.env_var': must be an env var name",
+        ),
+        (
+            f"{{type: cloud_run_job, job: {JOB}, timeout: 10m}}",
+            "field 'target.timeout': must be a duration in seconds like '600s' (got '10m')",
+        ),
+        (
+            f"{{type: cloud_run_job, job: {JOB}, task_count: 0}}",
+            "field 'target.task_count': Input should be greater than or equal to 1",
+        ),
+        (
+            f"{{type: cloud_build_trigger, trigger: {TRIGGER}, substitution: IDEMPOTENCY_KEY}}",
+            "field 'target.substitution': substitution 'IDEMPOTENCY_KEY' must match ^_[A-Z0-9_]+$",
+        ),
+        (
+            f"{{type: cloud_build_trigger, trigger: {TRIGGER}, substitutions: {{_lower: x}}}}",
+            "field 'target.substitutions': substitution '_lower' must match ^_[A-Z0-9_]+$",
+        ),
+        (
+            f"{{type: cloud_build_trigger, trigger: {TRIGGER}, branch: main, tag: v1}}",
+            "set at most one of branch, tag and commit (got branch, tag)",
+        ),
+        (
+            "{type: cloud_build_trigger, trigger: projects/my-project/triggers/x}",
+            "field 'target.trigger': must be a trigger's full name",
+        ),
+        (
+            "{type: http, url: 'https://x.example.com', audience: ''}",
+            "field 'target.audience': String should have at least 1 character",
+        ),
     ],
 )
 def test_each_mistake_is_named(target: str, expected: str) -> None:
@@ -100,7 +140,9 @@ def test_endpoint_overrides_must_be_urls(value: str) -> None:
 
 
 def test_endpoint_overrides_accept_plaintext_and_tls() -> None:
-    settings = load_settings(workflows_endpoint="http://127.0.0.1:8085", cloudbuild_endpoint="https://cloudbuild.googleapis.com")
+    settings = load_settings(
+        workflows_endpoint="http://127.0.0.1:8085", cloudbuild_endpoint="https://cloudbuild.googleapis.com"
+    )
     assert settings.workflows_endpoint == "http://127.0.0.1:8085"
 
 
@@ -111,7 +153,7 @@ def test_readme_documents_every_target_type() -> None:
     from tests.support.procs import REPO
 
     readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Targets"):]
+    section = readme[readme.index("## Targets") :]
     union = get_args(get_args(TargetConfig)[0])
     for config in union:
         target_type = get_args(config.model_fields["type"].annotation)[0]

@@ -11,16 +11,16 @@ import json
 import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
 import pytest
 
+from runonce import tls
 from runonce.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown
 from runonce.targets.base import NOTHING_SENT
 from runonce.targets.http import HttpTarget, HttpTargetConfig
-from runonce import tls
 from runonce.targets.transport import AiohttpTransport, target_client
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -74,6 +74,7 @@ def answering(status: int = 200, body: bytes = b'{"ok":true}', headers: str = ""
                 await writer.drain()
         except asyncio.IncompleteReadError:
             pass
+
     return handle
 
 
@@ -108,8 +109,11 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
 
 async def test_the_request_arrives_as_httpx_built_it(client: httpx.AsyncClient) -> None:
     async with Server(answering()) as server:
-        answer = await client.post(f"{server.url}/run?x=1", content=b'{"a":1}',
-                                   headers={"Idempotency-Key": "k" * 64, "Content-Type": "application/json"})
+        answer = await client.post(
+            f"{server.url}/run?x=1",
+            content=b'{"a":1}',
+            headers={"Idempotency-Key": "k" * 64, "Content-Type": "application/json"},
+        )
         await client.get(f"{server.url}/state")
     assert answer.status_code == 200 and answer.json() == {"ok": True} and answer.reason_phrase == "Whatever"
     assert answer.http_version == "HTTP/1.1"
@@ -155,7 +159,9 @@ async def test_a_pool_without_a_connection_limit_opens_as_many_as_requests_in_fl
     """httpx.Limits(max_connections=None) means no limit, not one connection."""
     both_arrived = asyncio.Event()
 
-    async def answer_once_both_arrived(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def answer_once_both_arrived(
+        server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         await server.read_request(reader)
         if server.connections == 2:
             both_arrived.set()
@@ -177,23 +183,38 @@ def _certificate_authority(tmp_path: Path) -> tuple[Path, ssl.SSLContext]:
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
 
     def issue(subject: str, key, issuer: x509.Name, signer, ca: bool) -> x509.Certificate:
         builder = (
-            x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-            .issuer_name(issuer).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - timedelta(hours=1)).not_valid_after(now + timedelta(hours=1))
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+            .issuer_name(issuer)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - timedelta(hours=1))
+            .not_valid_after(now + timedelta(hours=1))
             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
         )
         if ca:
-            builder = builder.add_extension(x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False, data_encipherment=False,
-                key_agreement=False, key_cert_sign=True, crl_sign=True, encipher_only=False, decipher_only=False,
-            ), critical=True)
+            builder = builder.add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
         else:
             builder = builder.add_extension(
-                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False
+            )
         return builder.sign(signer, hashes.SHA256())
 
     ca_key, server_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
@@ -203,14 +224,19 @@ def _certificate_authority(tmp_path: Path) -> tuple[Path, ssl.SSLContext]:
     ca_file, cert_file, key_file = tmp_path / "ca.pem", tmp_path / "server.pem", tmp_path / "server.key"
     ca_file.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
     cert_file.write_bytes(server_cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(server_key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    key_file.write_bytes(
+        server_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
     server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server.load_cert_chain(cert_file, key_file)
     return ca_file, server
 
 
-async def test_https_trusts_what_httpx_trusts_including_ssl_cert_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_https_trusts_what_httpx_trusts_including_ssl_cert_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A CA named by SSL_CERT_FILE (a company's own, say) is trusted as by httpx's own transport:
     the transport verifies with the process's one client context (runonce/tls.py)."""
     ca_file, server_context = _certificate_authority(tmp_path)
@@ -317,8 +343,9 @@ async def test_a_refused_connection_sent_nothing() -> None:
 
 
 async def test_a_wait_for_a_pooled_connection_that_times_out_sent_nothing() -> None:
-    http = httpx.AsyncClient(transport=AiohttpTransport(httpx.Limits(max_connections=1)),
-                             timeout=httpx.Timeout(5.0, connect=0.2, pool=0.2))
+    http = httpx.AsyncClient(
+        transport=AiohttpTransport(httpx.Limits(max_connections=1)), timeout=httpx.Timeout(5.0, connect=0.2, pool=0.2)
+    )
     async with Server(never_answer) as server:
         hanging = asyncio.ensure_future(http.post(server.url, content=b"first"))
         while not server.requests:
@@ -331,12 +358,16 @@ async def test_a_wait_for_a_pooled_connection_that_times_out_sent_nothing() -> N
     assert [body for _, _, body in server.requests] == [b"first"]
 
 
-@pytest.mark.parametrize(("handle", "error"), [
-    (reset_after_reading, httpx.RemoteProtocolError),
-    (close_after_reading, httpx.RemoteProtocolError),
-    (garbage, httpx.RemoteProtocolError),
-    (never_answer, httpx.ReadTimeout),
-], ids=["reset", "closed", "not-http", "no-answer"])
+@pytest.mark.parametrize(
+    ("handle", "error"),
+    [
+        (reset_after_reading, httpx.RemoteProtocolError),
+        (close_after_reading, httpx.RemoteProtocolError),
+        (garbage, httpx.RemoteProtocolError),
+        (never_answer, httpx.ReadTimeout),
+    ],
+    ids=["reset", "closed", "not-http", "no-answer"],
+)
 async def test_a_failure_after_the_request_left_may_have_reached_it(handle: Handler, error: type) -> None:
     http = target_client(0.5)
     async with Server(handle) as server:
@@ -359,13 +390,19 @@ async def test_a_url_it_cannot_send_to_sent_nothing() -> None:
 REQUEST = DispatchRequest(run_id="0" * 64, route="r", job="j", schedule_time="2026-10-16T12:00:00Z", source="scheduler")
 
 
-@pytest.mark.parametrize(("handle", "outcome"), [
-    (reset_after_reading, TargetOutcomeUnknown),
-    (never_answer, TargetOutcomeUnknown),
-    (answering(500), TargetFailed),
-    (answering(504), TargetOutcomeUnknown),
-], ids=["reset", "no-answer", "500", "504"])
-async def test_the_http_target_over_it_keeps_the_claim_only_when_the_run_may_exist(handle: Handler, outcome: type) -> None:
+@pytest.mark.parametrize(
+    ("handle", "outcome"),
+    [
+        (reset_after_reading, TargetOutcomeUnknown),
+        (never_answer, TargetOutcomeUnknown),
+        (answering(500), TargetFailed),
+        (answering(504), TargetOutcomeUnknown),
+    ],
+    ids=["reset", "no-answer", "500", "504"],
+)
+async def test_the_http_target_over_it_keeps_the_claim_only_when_the_run_may_exist(
+    handle: Handler, outcome: type
+) -> None:
     http = target_client(0.5)
     async with Server(handle) as server:
         target = HttpTarget(HttpTargetConfig(type="http", url=server.url), http)

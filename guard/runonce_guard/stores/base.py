@@ -87,7 +87,9 @@ class StepStore(ABC):
 
     # -- the protocol (once, for every backend) -------------------------------------------------
 
-    def claim(self, key: StepKey, now: datetime, lease: timedelta, retention: timedelta, holder: str | None = None) -> Claim:
+    def claim(
+        self, key: StepKey, now: datetime, lease: timedelta, retention: timedelta, holder: str | None = None
+    ) -> Claim:
         """Atomically apply `decide` to the stored record and, on CREATE/TAKEOVER, write the claim."""
         record = fresh_record(key, now, lease, retention, holder)
         try:
@@ -106,8 +108,11 @@ class StepStore(ABC):
             decision = decide(found, now)
             if decision is Decision.REPLAY or decision is Decision.BUSY:
                 return Claim(decision, found)
-            claimed = fresh_record(key, now, lease, retention, holder) if decision is Decision.CREATE else \
-                takeover_record(found, now, lease, holder)
+            claimed = (
+                fresh_record(key, now, lease, retention, holder)
+                if decision is Decision.CREATE
+                else takeover_record(found, now, lease, holder)
+            )
             try:
                 return Claim(decision, claimed, previous=found, version=self._write_if_unchanged(claimed, version))
             except Conflict:
@@ -127,7 +132,9 @@ class StepStore(ABC):
         """Extend the lease of a step this attempt still holds (`Fenced` otherwise); the returned
         claim carries the new version for the next renew or the finish."""
         return self._write_held(
-            claim, lambda held: replace(held, lease_expires=now + lease, updated_at=now), ("lease_expires", "updated_at")
+            claim,
+            lambda held: replace(held, lease_expires=now + lease, updated_at=now),
+            ("lease_expires", "updated_at"),
         )
 
     def _write_held(self, claim: Claim, change: Callable[[StepRecord], StepRecord], fields: tuple[str, ...]) -> Claim:

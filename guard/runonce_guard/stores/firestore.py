@@ -8,7 +8,7 @@ Workflows subworkflow and the Cloud Build snippet write the same documents over 
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from google.api_core import exceptions as gexc
@@ -81,7 +81,7 @@ def _from_doc(doc: dict[str, Any] | None) -> StepRecord:
     values = dict(doc)
     for name in _TIMESTAMPS:
         value = values[name]  # DatetimeWithNanoseconds -> plain datetime, so records compare equal
-        values[name] = datetime(*value.timetuple()[:6], value.microsecond, tzinfo=timezone.utc)
+        values[name] = datetime(*value.timetuple()[:6], value.microsecond, tzinfo=UTC)
     values["attempts"] = int(values["attempts"])
     known = StepRecord.__dataclass_fields__
     return StepRecord(**{k: v for k, v in values.items() if k in known})
