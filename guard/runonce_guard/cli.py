@@ -5,13 +5,15 @@
 
 `run` claims the step, runs CMD only if the step is not done, records done on exit 0 and releases
 the claim on any other exit (passing CMD's code on; `--keep-on-exit CODE` keeps the claim instead,
-for codes that mean "outcome unknown"). SIGTERM and SIGINT are forwarded to CMD.
+for codes that mean "outcome unknown"). SIGTERM and SIGINT are forwarded to CMD while it runs;
+before it runs (waiting for a busy step) they end the wrapper at once, also as a container's PID 1.
 
-Exit codes of the wrapper itself (CMD's own code otherwise; killed by signal N = 128+N):
-    0   step already done (CMD not run)          2   usage or configuration error, or no run_id
-    75  step in progress elsewhere (EX_TEMPFAIL)  69  store unavailable (EX_UNAVAILABLE)
-    76  CMD exited 0 but a newer attempt had taken the step over (its completion was refused)
-    127 CMD not found / not executable
+Exit codes of the wrapper itself (CMD's own code otherwise), each with a `runonce-guard:` line on stderr:
+    0   step already done (CMD not run)           64  usage error: bad or missing arguments (EX_USAGE)
+    69  store unavailable (EX_UNAVAILABLE)         78  configuration error, or no run_id (EX_CONFIG)
+    75  step in progress elsewhere (EX_TEMPFAIL)   76  CMD exited 0, but a newer attempt had taken the
+    127 CMD not found / not executable                 step over (its completion was refused)
+    128+N  ended by signal N before CMD ran (143: SIGTERM), the claim given back if it was taken
 """
 
 from __future__ import annotations
@@ -21,17 +23,91 @@ import json
 import signal
 import subprocess
 import sys
+import time
 import warnings
-from typing import Any
+from typing import Any, NoReturn
 
-from .errors import Fenced, GuardError, NotStartedByRunonce, StepInProgress, StoreUnavailable
+from .errors import Fenced, GuardConfigError, GuardError, NotStartedByRunonce, StepInProgress, StoreUnavailable
 from .once import _FROM_ENV, DEFAULT_RUN_ID_ENV, Guard, UnguardedStep
+from .settings import MAX_DURATION_SECONDS, SECONDS, parse_seconds
 
-EXIT_USAGE = 2
+# sysexits.h codes, apart from the small codes commands commonly exit with (1, 2, …).
+EXIT_USAGE = 64
 EXIT_UNAVAILABLE = 69
 EXIT_BUSY = 75
 EXIT_FENCED = 76
+EXIT_CONFIG = 78
 EXIT_NOT_FOUND = 127
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse exits 2 on a usage error, a code commands often use themselves: exit 64 instead."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"runonce-guard: {message}\n")
+
+
+def _seconds(flag: str) -> Any:
+    def parse(raw: str) -> float:
+        try:
+            return parse_seconds(flag, raw)
+        except GuardConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{flag}: ")) from None
+
+    return parse
+
+
+def _wait_seconds(raw: str) -> float:
+    if not SECONDS.fullmatch(raw) or float(raw) > MAX_DURATION_SECONDS:
+        raise argparse.ArgumentTypeError(f"{raw!r}: seconds, 0 or more, at most {MAX_DURATION_SECONDS} (ten years)")
+    return float(raw)
+
+
+class _Terminated(Exception):
+    """SIGTERM or SIGINT before CMD ran: an ordinary exception to `once`, so a claim taken is given back."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"ended by {signal.Signals(signum).name} before the command ran")
+
+
+class _StopSignals:
+    """SIGTERM/SIGINT while the wrapper itself waits. The handler raises only inside `sleep` (the
+    wait for a busy step, where nothing is held), else it is noted and acted on before CMD starts.
+    Installed for the whole run: as a container's PID 1 a signal without a handler is ignored."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._sleeping = False
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        for sig in STOP_SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._handle)
+
+    def uninstall(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        self.received = signum
+        if self._sleeping:
+            raise _Terminated(signum)
+
+    def sleep(self, seconds: float) -> None:
+        self._sleeping = True
+        try:
+            if self.received is not None:
+                raise _Terminated(self.received)
+            time.sleep(seconds)
+        finally:
+            self._sleeping = False
+
+    def check(self) -> None:
+        if self.received is not None:
+            raise _Terminated(self.received)
 
 
 class _Exited(Exception):
@@ -47,7 +123,7 @@ class _ExitedUnknown(_Exited):
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="runonce-guard", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog="runonce-guard", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="verb", required=True)
     run = sub.add_parser("run", help="run CMD once per (run_id, step, task)")
     status = sub.add_parser("status", help="print the step's record as JSON")
@@ -64,8 +140,10 @@ def _parser() -> argparse.ArgumentParser:
         default="wait",
         help="another attempt holds the lease: wait for it (default) or exit 75 at once",
     )
-    run.add_argument("--wait-seconds", type=float, help="longest wait for a busy step (default: the lease)")
-    run.add_argument("--lease-seconds", type=float, help="this step's lease (default: $RUNONCE_LEASE_SECONDS)")
+    run.add_argument("--wait-seconds", type=_wait_seconds, help="longest wait for a busy step (default: the lease)")
+    run.add_argument(
+        "--lease-seconds", type=_seconds("--lease-seconds"), help="this step's lease (default: $RUNONCE_LEASE_SECONDS)"
+    )
     run.add_argument(
         "--keep-on-exit",
         type=int,
@@ -96,7 +174,7 @@ def _run_child(cmd: list[str]) -> int:
         if child.poll() is None:
             child.send_signal(signum)
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in STOP_SIGNALS:
         previous[sig] = signal.signal(sig, forward)
     try:
         code = child.wait()
@@ -106,11 +184,8 @@ def _run_child(cmd: list[str]) -> int:
     return 128 - code if code < 0 else code
 
 
-def _cmd_run(guard: Guard, args: argparse.Namespace) -> int:
+def _cmd_run(guard: Guard, args: argparse.Namespace, signals: _StopSignals) -> int:
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    if not cmd:
-        _say("run: give the command after --, e.g. runonce-guard run --step export -- ./export.sh")
-        return EXIT_USAGE
     keep = set(args.keep_on_exit)
     run = guard.once(
         args.step,
@@ -136,6 +211,7 @@ def _cmd_run(guard: Guard, args: argparse.Namespace) -> int:
                         f"{record.attempt_id}): not running the command"
                     )
                     return 0
+                signals.check()  # a stop asked for while claiming: give the claim back, run nothing
                 if step.recovering:
                     _say(f"step {args.step!r}: an earlier attempt crashed or ended unknown inside it; running again")
                 try:
@@ -167,20 +243,30 @@ _EXIT_CODES: tuple[tuple[type[GuardError], int], ...] = (
     (Fenced, EXIT_FENCED),
     (StepInProgress, EXIT_BUSY),
     (StoreUnavailable, EXIT_UNAVAILABLE),
-    (GuardError, EXIT_USAGE),
+    (GuardError, EXIT_CONFIG),  # GuardConfigError, NotStartedByRunonce
 )
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.verb == "run" and not (args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd):
+        _say("run: give the command after --, e.g. runonce-guard run --step export -- ./export.sh")
+        return EXIT_USAGE
+    signals = _StopSignals()
     guard: Guard | None = None
     try:
-        guard = Guard(run_id_env=args.run_id_env)
-        return _cmd_run(guard, args) if args.verb == "run" else _cmd_status(guard, args)
+        if args.verb == "run":
+            signals.install()
+        guard = Guard(run_id_env=args.run_id_env, sleep=signals.sleep)
+        return _cmd_run(guard, args, signals) if args.verb == "run" else _cmd_status(guard, args)
+    except _Terminated as stopped:
+        _say(f"step {args.step!r}: {stopped}; the claim, if taken, was given back")
+        return 128 + stopped.signum
     except GuardError as exc:
         _say(f"step {args.step!r}: the command succeeded, but {exc}" if isinstance(exc, Fenced) else str(exc))
         return next(code for kind, code in _EXIT_CODES if isinstance(exc, kind))
     finally:
+        signals.uninstall()
         if guard is not None and guard._store is not None:
             guard._store.close()
 

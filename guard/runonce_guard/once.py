@@ -31,7 +31,7 @@ from typing import Any, Literal, TypeVar
 
 from .errors import Fenced, GuardConfigError, NotStartedByRunonce, StepInProgress, StoreUnavailable
 from .rules import COMPLETED, FAILED, IN_PROGRESS, NO_TASK, Decision, StepKey, StepRecord
-from .settings import GuardSettings
+from .settings import MAX_DURATION_SECONDS, GuardSettings, check_seconds
 from .stores import Claim, StepStore, build_store
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -109,10 +109,12 @@ class Guard:
         `wait_seconds` defaults to the lease, so a retry after a crash waits out the dead lease."""
         if on_busy not in ("wait", "raise"):
             raise GuardConfigError(f"on_busy {on_busy!r}: must be 'wait' or 'raise'")
-        if lease_seconds is not None and not lease_seconds > 0:
-            raise GuardConfigError(f"lease_seconds {lease_seconds!r}: must be greater than 0")
-        if wait_seconds is not None and not wait_seconds >= 0:
-            raise GuardConfigError(f"wait_seconds {wait_seconds!r}: must be 0 or more")
+        if lease_seconds is not None:
+            check_seconds("lease_seconds", lease_seconds)
+        if wait_seconds is not None and not 0 <= wait_seconds <= MAX_DURATION_SECONDS:  # nan fails both
+            raise GuardConfigError(
+                f"wait_seconds {wait_seconds!r}: must be 0 or more, at most {MAX_DURATION_SECONDS} (ten years)"
+            )
         return Once(self, step, run_id, task, on_busy, wait_seconds, tuple(unknown), allow_missing, lease_seconds)
 
 

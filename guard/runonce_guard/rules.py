@@ -33,9 +33,10 @@ FAILED: StepStatus = "failed"
 NO_TASK = "-"
 """The task part of a key outside Cloud Run jobs (Workflows, Cloud Build, `task=None`)."""
 
-RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:=+-]{1,256}$")
-STEP_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
-TASK_PATTERN = re.compile(r"^([0-9]{1,9}|-)$")
+# Each is matched against the whole value (`fullmatch`): `$` alone would accept a trailing newline.
+RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9_.:=+-]{1,256}")
+STEP_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+TASK_PATTERN = re.compile(r"[0-9]{1,9}|-")
 
 
 @dataclass(frozen=True)
@@ -48,11 +49,13 @@ class StepKey:
     task: str = NO_TASK
 
     def __post_init__(self) -> None:
-        if not RUN_ID_PATTERN.match(self.run_id):
-            raise GuardConfigError(f"run_id {self.run_id!r}: must match {RUN_ID_PATTERN.pattern}")
-        if not STEP_PATTERN.match(self.step):
-            raise GuardConfigError(f"step {self.step!r}: must match {STEP_PATTERN.pattern}")
-        if not TASK_PATTERN.match(self.task):
+        if not RUN_ID_PATTERN.fullmatch(self.run_id):
+            raise GuardConfigError(
+                f"run_id {self.run_id!r}: 1 to 256 letters, digits and `_ . : = + -` (runonce's run_id is 64 hex)"
+            )
+        if not STEP_PATTERN.fullmatch(self.step):
+            raise GuardConfigError(f"step {self.step!r}: 1 to 100 letters, digits and `_ . -`")
+        if not TASK_PATTERN.fullmatch(self.task):
             raise GuardConfigError(f"task {self.task!r}: must be a task index (0, 1, …) or '-'")
 
     @property

@@ -8,11 +8,55 @@ A conformance test holds the shared names and defaults to the server's `runonce/
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
 from .errors import GuardConfigError
+
+MAX_DURATION_SECONDS = 10 * 365 * 86400
+"""Ten years, the server's bound: a longer duration is a typo (and would overflow date arithmetic)."""
+
+SECONDS = re.compile(r"[0-9]{1,12}(\.[0-9]{1,9})?")
+"""A number of seconds as people write it: ASCII digits, an optional fraction (no `inf`, `1e300`, `1_0`)."""
+
+PROJECT_ID = re.compile(r"^(?:[a-z][a-z0-9.-]{0,62}:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+"""A project ID, optionally domain-scoped: the server's `runonce/names.py` rule (a test holds the two equal)."""
+
+COLLECTION_ID = re.compile(r"[^/]{1,1500}")
+"""A Firestore collection ID: no `/`, at most 1,500 bytes, not `.`, `..` or `__…__` (checked below)."""
+
+
+def parse_seconds(name: str, raw: str) -> float:
+    """`raw` as seconds for setting or flag `name`: above 0 and at most ten years; GuardConfigError otherwise."""
+    if not SECONDS.fullmatch(raw):
+        raise GuardConfigError(f"{name}: {raw!r} is not a number of seconds (digits, e.g. 300 or 0.5)")
+    value = float(raw)
+    if not 0 < value <= MAX_DURATION_SECONDS:
+        raise GuardConfigError(f"{name}: must be above 0 and at most {MAX_DURATION_SECONDS} (ten years), got {raw!r}")
+    return value
+
+
+def check_seconds(name: str, value: float) -> float:
+    """A duration given as a number (library arguments, parsed flags): the same bounds as the settings."""
+    if not 0 < value <= MAX_DURATION_SECONDS:  # also refuses nan (every comparison with nan is false)
+        raise GuardConfigError(f"{name} {value!r}: must be above 0 and at most {MAX_DURATION_SECONDS} (ten years)")
+    return value
+
+
+def _collection_id(name: str, value: str) -> str:
+    if (
+        not COLLECTION_ID.fullmatch(value)
+        or len(value.encode()) > 1500
+        or value in (".", "..")
+        or (value.startswith("__") and value.endswith("__"))
+    ):
+        raise GuardConfigError(
+            f"{name}: {value!r} is not a Firestore collection ID (no '/', not '.', '..' or '__name__', "
+            "at most 1,500 bytes)"
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -42,13 +86,14 @@ class GuardSettings:
             raw = env.get(f"RUNONCE_{name.upper()}")
             if raw is None or raw == "":
                 return default
-            try:
-                value = float(raw)
-            except ValueError:
-                raise GuardConfigError(f"RUNONCE_{name.upper()}: {raw!r} is not a number of seconds") from None
-            if not value > 0:
-                raise GuardConfigError(f"RUNONCE_{name.upper()}: must be greater than 0, got {raw!r}")
-            return value
+            return parse_seconds(f"RUNONCE_{name.upper()}", raw)
+
+        project = env.get("RUNONCE_FIRESTORE_PROJECT") or None
+        if project is not None and not PROJECT_ID.fullmatch(project):
+            raise GuardConfigError(
+                f"RUNONCE_FIRESTORE_PROJECT: {project!r} is not a project ID (6 to 30 lower-case letters, digits "
+                "and hyphens, starting with a letter; a project number is not accepted: use the project ID)"
+            )
 
         store = env.get("RUNONCE_STORE") or defaults.store
         if store != "firestore":
@@ -59,10 +104,12 @@ class GuardSettings:
         return cls(
             store=store,
             store_timeout_seconds=seconds("store_timeout_seconds", defaults.store_timeout_seconds),
-            firestore_project=env.get("RUNONCE_FIRESTORE_PROJECT") or None,
+            firestore_project=project,
             firestore_database=env.get("RUNONCE_FIRESTORE_DATABASE") or defaults.firestore_database,
-            firestore_steps_collection=env.get("RUNONCE_FIRESTORE_STEPS_COLLECTION")
-            or defaults.firestore_steps_collection,
+            firestore_steps_collection=_collection_id(
+                "RUNONCE_FIRESTORE_STEPS_COLLECTION",
+                env.get("RUNONCE_FIRESTORE_STEPS_COLLECTION") or defaults.firestore_steps_collection,
+            ),
             lease_seconds=seconds("lease_seconds", defaults.lease_seconds),
             retention_seconds=seconds("retention_seconds", defaults.retention_seconds),
         )

@@ -34,6 +34,7 @@ def job_env(firestore_emulator: FirestoreEmulator, collection: str, run_id: str)
         "RUNONCE_STORE": "firestore",
         "RUNONCE_FIRESTORE_PROJECT": FIRESTORE_PROJECT,
         "RUNONCE_FIRESTORE_STEPS_COLLECTION": collection,
+        "RUNONCE_STORE_TIMEOUT_SECONDS": "30",  # the store timeout is a deadline: room for a loaded machine
         "IDEMPOTENCY_KEY": run_id,
         "CLOUD_RUN_EXECUTION": "export-abc12",
         "CLOUD_RUN_TASK_INDEX": "0",
@@ -48,7 +49,11 @@ def make_guard(job_env: dict[str, str]) -> Iterator:
 
     def make(**kwargs) -> Guard:
         settings = GuardSettings.from_env(job_env)
-        store = FirestoreStepStore(project=FIRESTORE_PROJECT, collection=settings.firestore_steps_collection)
+        store = FirestoreStepStore(
+            project=FIRESTORE_PROJECT,
+            collection=settings.firestore_steps_collection,
+            timeout_seconds=settings.store_timeout_seconds,
+        )
         opened.append(store)
         return Guard(store, settings, environ=kwargs.pop("environ", job_env), **kwargs)
 

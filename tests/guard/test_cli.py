@@ -65,11 +65,11 @@ def test_keep_on_exit_code_keeps_the_claim(job_env, tmp_path: Path) -> None:
     assert log.read_text() == "0\n"
 
 
-def test_missing_run_id_exits_2_saying_runonce_did_not_start_the_job(job_env, tmp_path: Path) -> None:
+def test_missing_run_id_exits_78_saying_runonce_did_not_start_the_job(job_env, tmp_path: Path) -> None:
     env = {k: v for k, v in job_env.items() if k != "IDEMPOTENCY_KEY"}
     log = tmp_path / "effects"
     done = guard(env, "run", "--step", "export", "--", *effect(log))
-    assert done.returncode == 2
+    assert done.returncode == 78
     assert "not started by runonce" in done.stderr and "--allow-missing" in done.stderr
     assert not log.exists()
 
@@ -118,7 +118,7 @@ def test_status_of_a_step_never_run(job_env) -> None:
 
 def test_bad_store_setting_names_the_variable(job_env) -> None:
     done = guard(job_env | {"RUNONCE_STORE": "sqlite:///x.db"}, "run", "--step", "x", "--", "true")
-    assert done.returncode == 2 and "RUNONCE_STORE: 'sqlite:///x.db'" in done.stderr
+    assert done.returncode == 78 and "RUNONCE_STORE: 'sqlite:///x.db'" in done.stderr
 
 
 def test_missing_credentials_is_a_setup_error_not_a_traceback(job_env) -> None:
@@ -126,5 +126,5 @@ def test_missing_credentials_is_a_setup_error_not_a_traceback(job_env) -> None:
     env["GOOGLE_APPLICATION_CREDENTIALS"] = "/nonexistent/adc.json"
     for args in (["status", "--step", "x"], ["run", "--step", "x", "--", "true"]):
         done = guard(env, *args)
-        assert done.returncode == 2, done.stderr
+        assert done.returncode == 78, done.stderr
         assert "Firestore client:" in done.stderr and "Traceback" not in done.stderr

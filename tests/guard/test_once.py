@@ -170,7 +170,13 @@ def test_run_id_env_is_configurable_and_task_index_is_part_of_the_key(make_guard
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"step": "a/b"}, "step 'a/b': must match"),
+        ({"step": "a/b"}, "step 'a/b': 1 to 100 letters"),
+        ({"step": "export\n"}, "step 'export\\n'"),  # the whole value must match: no trailing newline
+        ({"step": "x", "run_id": "a" * 64 + "\n"}, "run_id 'a"),
+        ({"step": "x", "lease_seconds": float("inf")}, "lease_seconds inf"),
+        ({"step": "x", "lease_seconds": float("nan")}, "lease_seconds nan"),
+        ({"step": "x", "lease_seconds": 1e300}, "lease_seconds 1e"),
+        ({"step": "x", "wait_seconds": float("nan")}, "wait_seconds nan"),
         ({"step": "x", "task": "two"}, "task 'two'"),
         ({"step": "x", "on_busy": "skip"}, "on_busy 'skip'"),
         ({"step": "x", "run_id": "a/b"}, "run_id 'a/b'"),

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from google.api_core import exceptions as gexc
+from google.api_core import retry as gretry
 from google.auth.exceptions import GoogleAuthError
 from google.cloud import firestore
 
@@ -41,11 +42,17 @@ class FirestoreStepStore(StepStore):
             ) from exc
         self._collection = self._client.collection(collection)
         self._timeout = timeout_seconds
+        # The client's default retry keeps trying a transient error for 60 s whatever `timeout` says:
+        # retry within the store timeout instead, so an unreachable store fails in that time.
+        self._retry = gretry.Retry(
+            predicate=gretry.if_transient_error, initial=0.1, maximum=1.0, multiplier=2.0, timeout=timeout_seconds
+        )
 
     def _call(self, op: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """One RPC; the protocol's conflicts become `Conflict`, anything else `StoreUnavailable`."""
+        """One RPC, retried on transient errors within the store timeout; the protocol's conflicts
+        become `Conflict`, anything else `StoreUnavailable`."""
         try:
-            return fn(*args, timeout=self._timeout, **kwargs)
+            return fn(*args, timeout=self._timeout, retry=self._retry, **kwargs)
         except _CONFLICTS as exc:
             raise Conflict(str(exc)) from exc
         except (gexc.GoogleAPIError, GoogleAuthError) as exc:  # incl. a failed token refresh
