@@ -150,6 +150,29 @@ CREATE TABLE {table} (
 EOT
   ), "{table}", var.spanner_table)
 
+  # runonce-guard's steps table: runonce_guard/stores/spanner.py's DDL, the text `runonce-guard store init`
+  # applies (a test holds the two equal), in the same database, for jobs that guard their steps there.
+  spanner_steps_ddl = replace(chomp(<<EOT
+CREATE TABLE {table} (
+  doc_id STRING(MAX) NOT NULL,
+  run_id STRING(256) NOT NULL,
+  step STRING(100) NOT NULL,
+  task STRING(16) NOT NULL,
+  status STRING(16) NOT NULL,
+  attempt_id STRING(64) NOT NULL,
+  attempts INT64 NOT NULL,
+  lease_expires TIMESTAMP NOT NULL,
+  expire_at TIMESTAMP NOT NULL,
+  created_at TIMESTAMP NOT NULL,
+  updated_at TIMESTAMP NOT NULL,
+  result STRING(MAX),
+  last_error STRING(MAX),
+  holder STRING(MAX),
+) PRIMARY KEY (doc_id),
+  ROW DELETION POLICY (OLDER_THAN(expire_at, INTERVAL 0 DAY))
+EOT
+  ), "{table}", var.spanner_steps_table)
+
   spanner_store_url = "spanner://projects/${var.project_id}/instances/${var.spanner_instance}/databases/${var.spanner_database}?table=${var.spanner_table}"
 
   store_violations = concat(

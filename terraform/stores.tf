@@ -49,7 +49,7 @@ resource "google_spanner_database" "this" {
   instance         = local.spanner_instance_name
   name             = var.spanner_database
   database_dialect = "GOOGLE_STANDARD_SQL"
-  ddl              = [local.spanner_ddl]
+  ddl              = [local.spanner_ddl, local.spanner_steps_ddl]
   # Run records are the only memory of which runs already happened: losing them re-runs jobs. Spanner
   # refuses to drop the database (as Firestore's delete protection), and Terraform refuses to destroy
   # it; to remove it, set both to false in a copy of the module, or drop it with gcloud.

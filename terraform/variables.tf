@@ -287,6 +287,17 @@ variable "spanner_table" {
   }
 }
 
+variable "spanner_steps_table" {
+  description = "store = \"spanner\": runonce-guard's table of job steps in the same database (RUNONCE_STORE=spanner://…?table= of the jobs that guard their steps)."
+  type        = string
+  default     = "runonce_steps"
+
+  validation {
+    condition     = can(regex("^[A-Za-z][A-Za-z0-9_]{0,127}$", var.spanner_steps_table))
+    error_message = "spanner_steps_table must be 1-128 letters, digits and '_', starting with a letter."
+  }
+}
+
 variable "create_redis_instance" {
   description = "store = \"redis\": create a Memorystore for Redis instance. Set to false to use redis_url instead."
   type        = bool

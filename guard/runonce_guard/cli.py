@@ -2,6 +2,7 @@
 
     runonce-guard run --step NAME [options] -- CMD [ARGS...]
     runonce-guard status --step NAME [--run-id ID]
+    runonce-guard store init
 
 `run` claims the step, runs CMD only if the step is not done, records done on exit 0 and releases
 the claim on any other exit (passing CMD's code on; `--keep-on-exit CODE` keeps the claim instead,
@@ -127,6 +128,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="verb", required=True)
     run = sub.add_parser("run", help="run CMD once per (run_id, step, task)")
     status = sub.add_parser("status", help="print the step's record as JSON")
+    store = sub.add_parser("store", help="set up the step store named by RUNONCE_STORE")
+    store.add_argument("action", choices=["init"], help="init: create what the store needs (idempotent)")
     for p in (run, status):
         p.add_argument("--step", required=True, help="step name: [A-Za-z0-9_.-]{1,100}")
         p.add_argument("--run-id", help=f"the run_id (default: ${DEFAULT_RUN_ID_ENV}, or --run-id-env)")
@@ -247,8 +250,38 @@ _EXIT_CODES: tuple[tuple[type[GuardError], int], ...] = (
 )
 
 
+def _cmd_store_init(guard: Guard) -> int:
+    """Create the Spanner table; say what Firestore and Redis need (nothing to create)."""
+    settings, store = guard.settings, guard.store
+    init = getattr(store, "init", None)
+    if init is not None:
+        init(_say)
+        return 0
+    store.ping()
+    if settings.store == "firestore":
+        _say(
+            f"Firestore needs no table: documents go to collection {settings.firestore_steps_collection!r}. "
+            "To delete old steps, enable a TTL policy on expire_at: gcloud firestore fields ttls update "
+            f"expire_at --collection-group={settings.firestore_steps_collection} --enable-ttl"
+        )
+    else:
+        _say("Redis needs nothing created: each step's key expires at its expire_at")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.verb == "store":
+        guard = None
+        try:
+            guard = Guard()
+            return _cmd_store_init(guard)
+        except GuardError as exc:
+            _say(str(exc))
+            return next(code for kind, code in _EXIT_CODES if isinstance(exc, kind))
+        finally:
+            if guard is not None and guard._store is not None:
+                guard._store.close()
     if args.verb == "run" and not (args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd):
         _say("run: give the command after --, e.g. runonce-guard run --step export -- ./export.sh")
         return EXIT_USAGE

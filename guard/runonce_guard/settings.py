@@ -45,6 +45,30 @@ def check_seconds(name: str, value: float) -> float:
     return value
 
 
+def check_store_url(store: str) -> None:
+    """`RUNONCE_STORE` in a form the guard opens: the server's forms, less SQLite (a job's retries
+    run on other machines, where a local file cannot guard them)."""
+    from .stores.urls import parse_redis_url, parse_spanner_url
+
+    scheme = store.split("://")[0] if "://" in store else None
+    try:
+        if scheme == "spanner":
+            parse_spanner_url(store)
+            return
+        if scheme in ("redis", "rediss"):
+            parse_redis_url(store)
+            return
+    except GuardConfigError as exc:
+        raise GuardConfigError(f"RUNONCE_STORE: {exc}") from None
+    if store != "firestore":
+        shown = f"{scheme}://…" if scheme else repr(store)  # never echo a URL that may hold a password
+        raise GuardConfigError(
+            f"RUNONCE_STORE: {shown} is not a store the guard can use: set 'firestore', "
+            "spanner://projects/P/instances/I/databases/D or redis://HOST:PORT/DB. A job's retries run on "
+            "other machines, so a local SQLite file cannot guard them."
+        )
+
+
 def _collection_id(name: str, value: str) -> str:
     if (
         not COLLECTION_ID.fullmatch(value)
@@ -96,11 +120,7 @@ class GuardSettings:
             )
 
         store = env.get("RUNONCE_STORE") or defaults.store
-        if store != "firestore":
-            raise GuardConfigError(
-                f"RUNONCE_STORE: {store!r} is not a store the guard can use: set 'firestore'. A job's "
-                "retries run on other machines, so a local SQLite file cannot guard them."
-            )
+        check_store_url(store)
         return cls(
             store=store,
             store_timeout_seconds=seconds("store_timeout_seconds", defaults.store_timeout_seconds),

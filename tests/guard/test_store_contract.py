@@ -1,5 +1,5 @@
-"""One contract for every step store (Spanner and Redis join the parametrization with the stores
-issue): the claim protocol of stores/base.py over each backend's three primitives."""
+"""One contract for every step store: the claim protocol of stores/base.py over each backend's three
+primitives, on the real Firestore and Spanner emulators and a real redis-server."""
 
 from __future__ import annotations
 
@@ -11,30 +11,42 @@ import pytest
 
 from runonce_guard import Fenced, StepKey
 from runonce_guard.rules import Decision
-from runonce_guard.stores import StepStore
+from runonce_guard import GuardSettings
+from runonce_guard.stores import StepStore, build_store
 from runonce_guard.stores.firestore import FirestoreStepStore
 from runonce_guard.stores.memory import MemoryStepStore
 from tests.support.clock import Clock
-from tests.support.stores import FIRESTORE_PROJECT
+from tests.support.stores import FIRESTORE_PROJECT, guard_spanner_url, redis_url
 
 LEASE, RETENTION = timedelta(seconds=300), timedelta(days=1)
 
 
-@pytest.fixture(params=["memory", "firestore"])
+GUARD_STORES = ["memory", "firestore", "spanner", "redis"]
+
+
+@pytest.fixture(params=GUARD_STORES)
 def make_store(request: pytest.FixtureRequest):
     """Handles on ONE underlying store, as separate processes would have."""
     opened: list[StepStore] = []
     shared = MemoryStepStore()
     collection = f"steps_{uuid.uuid4().hex[:12]}"
+    url = None
     if request.param == "firestore":
         request.getfixturevalue("firestore_emulator")
+    elif request.param == "spanner":
+        url = guard_spanner_url(request.getfixturevalue("spanner_database"))
+    elif request.param == "redis":
+        url = redis_url(request.getfixturevalue("redis_server"))
 
     def make() -> StepStore:
-        store = (
-            shared
-            if request.param == "memory"
-            else FirestoreStepStore(project=FIRESTORE_PROJECT, collection=collection)
-        )
+        store: StepStore
+        if request.param == "memory":
+            store = shared
+        elif request.param == "firestore":
+            store = FirestoreStepStore(project=FIRESTORE_PROJECT, collection=collection, timeout_seconds=30)
+        else:
+            # The Spanner emulator runs one transaction at a time: racing claims queue.
+            store = build_store(GuardSettings.from_env({"RUNONCE_STORE": url, "RUNONCE_STORE_TIMEOUT_SECONDS": "60"}))
         opened.append(store)
         return store
 

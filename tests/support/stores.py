@@ -49,3 +49,16 @@ def redis_url(server: Server) -> str:
     with redis.Redis(host="127.0.0.1", port=server.port) as client:
         client.flushall()
     return f"redis://127.0.0.1:{server.port}/0"
+
+
+def guard_spanner_url(database_url: str) -> str:
+    """A new steps table for runonce-guard in the session's database (as `runonce-guard store init`
+    creates it), as the guard's RUNONCE_STORE."""
+    from runonce_guard.stores.spanner import SpannerStepStore
+    from runonce_guard.stores.urls import parse_spanner_url
+
+    url = f"{database_url}?table=steps_{uuid.uuid4().hex[:12]}"
+    store = SpannerStepStore(parse_spanner_url(url), timeout_seconds=60)
+    store.init(lambda line: None)
+    store.close()
+    return url
