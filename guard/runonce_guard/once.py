@@ -84,6 +84,11 @@ class Guard:
                 self._store = build_store(self.settings)
             return self._store
 
+    def retrying(self) -> bool:
+        """A Cloud Run task's retry (CLOUD_RUN_TASK_ATTEMPT above 0): its steps are most likely done."""
+        attempt = self.environ.get("CLOUD_RUN_TASK_ATTEMPT", "0")
+        return attempt.isascii() and attempt.isdigit() and int(attempt) > 0
+
     def holder(self) -> str:
         """Who claims: the Cloud Run execution, task and attempt when there, else host and pid."""
         execution = self.environ.get("CLOUD_RUN_EXECUTION")
@@ -310,7 +315,7 @@ class Once:
         started = time.monotonic()
         while True:
             now = guard.clock()
-            claim = guard.store.claim(key, now, lease, settings.retention, guard.holder())
+            claim = guard.store.claim(key, now, lease, settings.retention, guard.holder(), read_first=guard.retrying())
             if claim.decision is not Decision.BUSY:
                 step = Step(key, claim)
                 if claim.won:

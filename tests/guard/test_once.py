@@ -171,7 +171,7 @@ def test_run_id_env_is_configurable_and_task_index_is_part_of_the_key(make_guard
     ("kwargs", "message"),
     [
         ({"step": "a/b"}, "step 'a/b': 1 to 100 letters"),
-        ({"step": "export\n"}, "step 'export\\n'"),  # the whole value must match: no trailing newline
+        ({"step": "export\n"}, r"step 'export\\n'"),  # the whole value must match: no trailing newline
         ({"step": "x", "run_id": "a" * 64 + "\n"}, "run_id 'a"),
         ({"step": "x", "lease_seconds": float("inf")}, "lease_seconds inf"),
         ({"step": "x", "lease_seconds": float("nan")}, "lease_seconds nan"),

@@ -110,12 +110,16 @@ def test_shared_settings_have_the_servers_names_and_defaults() -> None:
         {
             "RUNONCE_LEASE_SECONDS": "60",
             "RUNONCE_RETENTION_SECONDS": "7200",
-            "RUNONCE_FIRESTORE_PROJECT": "p",
+            "RUNONCE_FIRESTORE_PROJECT": "my-project",
             "RUNONCE_STORE_TIMEOUT_SECONDS": "2",
         }
     )
     server_settings = Settings(
-        store="firestore", lease_seconds=60, retention_seconds=7200, firestore_project="p", store_timeout_seconds=2
+        store="firestore",
+        lease_seconds=60,
+        retention_seconds=7200,
+        firestore_project="my-project",
+        store_timeout_seconds=2,
     )
     for name in shared:
         assert getattr(guard_settings, name) == getattr(server_settings, name), name
@@ -125,9 +129,9 @@ def test_shared_settings_have_the_servers_names_and_defaults() -> None:
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"RUNONCE_LEASE_SECONDS": "0"}, "RUNONCE_LEASE_SECONDS: must be greater than 0"),
+        ({"RUNONCE_LEASE_SECONDS": "0"}, "RUNONCE_LEASE_SECONDS: must be above 0"),
         ({"RUNONCE_RETENTION_SECONDS": "a day"}, "RUNONCE_RETENTION_SECONDS: 'a day' is not a number"),
-        ({"RUNONCE_STORE": "sqlite:///x.db"}, "RUNONCE_STORE: 'sqlite:///x.db' is not a store the guard can use"),
+        ({"RUNONCE_STORE": "sqlite:///x.db"}, "RUNONCE_STORE: sqlite://… is not a store the guard can use"),
     ],
 )
 def test_bad_settings_name_the_variable(env: dict[str, str], message: str) -> None:

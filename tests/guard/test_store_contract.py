@@ -3,6 +3,7 @@ primitives, on the real Firestore and Spanner emulators and a real redis-server.
 
 from __future__ import annotations
 
+import functools
 import threading
 import uuid
 from datetime import timedelta
@@ -24,8 +25,14 @@ LEASE, RETENTION = timedelta(seconds=300), timedelta(days=1)
 GUARD_STORES = ["memory", "firestore", "spanner", "redis"]
 
 
+@pytest.fixture(params=[False, True], ids=["create-first", "read-first"])
+def read_first(request: pytest.FixtureRequest) -> bool:
+    """Both ways into a claim (a first attempt creates at once, a retry reads first) decide alike."""
+    return bool(request.param)
+
+
 @pytest.fixture(params=GUARD_STORES)
-def make_store(request: pytest.FixtureRequest):
+def make_store(request: pytest.FixtureRequest, read_first: bool):
     """Handles on ONE underlying store, as separate processes would have."""
     opened: list[StepStore] = []
     shared = MemoryStepStore()
@@ -48,6 +55,8 @@ def make_store(request: pytest.FixtureRequest):
             # The Spanner emulator runs one transaction at a time: racing claims queue.
             store = build_store(GuardSettings.from_env({"RUNONCE_STORE": url, "RUNONCE_STORE_TIMEOUT_SECONDS": "60"}))
         opened.append(store)
+        if read_first and not isinstance(store.claim, functools.partial):
+            store.claim = functools.partial(store.claim, read_first=True)  # type: ignore[method-assign]
         return store
 
     yield make
@@ -109,3 +118,53 @@ def test_of_simultaneous_claims_one_wins(make_store) -> None:
     for thread in threads:
         thread.join(30)
     assert sorted(d.name for d in decisions) == ["BUSY"] * 15 + ["CREATE"]
+
+
+class CountingStore(MemoryStepStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def _create(self, record):  # type: ignore[no-untyped-def]
+        self.calls.append("create")
+        return super()._create(record)
+
+    def _read(self, key):  # type: ignore[no-untyped-def]
+        self.calls.append("read")
+        return super()._read(key)
+
+    def _write_if_unchanged(self, record, version, fields=None):  # type: ignore[no-untyped-def]
+        self.calls.append("write")
+        return super()._write_if_unchanged(record, version, fields)
+
+
+def test_a_retry_replays_a_done_step_in_one_read_and_a_first_attempt_creates_in_one_write() -> None:
+    clock, key = Clock(), StepKey("run-1", "export", "0")
+    store = CountingStore()
+    first = store.claim(key, clock(), LEASE, RETENTION)
+    assert store.calls == ["create"]
+    store.finish(first, "completed", clock())
+    store.calls.clear()
+    assert store.claim(key, clock(), LEASE, RETENTION, read_first=True).decision is Decision.REPLAY
+    assert store.calls == ["read"]
+    store.calls.clear()
+    assert store.claim(key, clock(), LEASE, RETENTION).decision is Decision.REPLAY
+    assert store.calls == ["create", "read"]  # without the hint: a refused create, then the read
+    fresh = StepKey("run-1", "load", "0")
+    store.calls.clear()
+    assert store.claim(fresh, clock(), LEASE, RETENTION, read_first=True).decision is Decision.CREATE
+    assert store.calls == ["read", "create"]
+
+
+def test_a_cloud_run_task_retry_reads_first() -> None:
+    """`once` on attempt 1 of a task (CLOUD_RUN_TASK_ATTEMPT=1) replays a done step with one read."""
+    from runonce_guard import Guard, GuardSettings
+
+    store = CountingStore()
+    env = {"IDEMPOTENCY_KEY": "a" * 64, "CLOUD_RUN_TASK_INDEX": "0", "CLOUD_RUN_TASK_ATTEMPT": "0"}
+    ran: list[str] = []
+    Guard(store, GuardSettings(), environ=env).once("export")(lambda: ran.append("first"))()
+    store.calls.clear()
+    retry = Guard(store, GuardSettings(), environ=env | {"CLOUD_RUN_TASK_ATTEMPT": "1"})
+    retry.once("export")(lambda: ran.append("retry"))()
+    assert ran == ["first"] and store.calls == ["read"]

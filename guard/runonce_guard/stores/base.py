@@ -88,14 +88,26 @@ class StepStore(ABC):
     # -- the protocol (once, for every backend) -------------------------------------------------
 
     def claim(
-        self, key: StepKey, now: datetime, lease: timedelta, retention: timedelta, holder: str | None = None
+        self,
+        key: StepKey,
+        now: datetime,
+        lease: timedelta,
+        retention: timedelta,
+        holder: str | None = None,
+        *,
+        read_first: bool = False,
     ) -> Claim:
-        """Atomically apply `decide` to the stored record and, on CREATE/TAKEOVER, write the claim."""
+        """Atomically apply `decide` to the stored record and, on CREATE/TAKEOVER, write the claim.
+
+        A first attempt creates at once (a fresh step: one write). `read_first` is for a retry,
+        whose step is most likely done already: one read replays it, where a refused create (as
+        dear as a write) and then the read would cost two round trips. The decisions are the same."""
         record = fresh_record(key, now, lease, retention, holder)
-        try:
-            return Claim(Decision.CREATE, record, version=self._create(record))
-        except Conflict:
-            pass
+        if not read_first:
+            try:
+                return Claim(Decision.CREATE, record, version=self._create(record))
+            except Conflict:
+                pass
         for _ in range(MAX_RACES):
             found, version = self._read(key)
             if found is None:  # deleted since (TTL): start over with a create

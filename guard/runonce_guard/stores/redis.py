@@ -114,9 +114,7 @@ class RedisStepStore(StepStore):
 
     def _write_if_unchanged(self, record: StepRecord, version: Any, fields: tuple[str, ...] | None = None) -> Any:
         text = _to_json(record)
-        written = self._call(
-            "update", self._cas, keys=[self._key(record.key)], args=[version, text, _ttl_ms(record)]
-        )
+        written = self._call("update", self._cas, keys=[self._key(record.key)], args=[version, text, _ttl_ms(record)])
         if not written:
             raise Conflict(f"{record.key.doc_id} changed")
         self._replicated("update")
