@@ -15,7 +15,7 @@ from functools import partial
 
 from fastapi import FastAPI
 
-from runonce import logs
+from runonce import __version__, logs
 from runonce.api import answers, deliveries, health, missed, runs
 from runonce.api.access_log import AccessLog
 from runonce.auth.callers import build_authenticator
@@ -60,7 +60,7 @@ def create_app(
     app = FastAPI(
         title="runonce",
         summary="Idempotent proxy: one downstream execution per scheduled run.",
-        version="0.1.0",
+        version=__version__,
         lifespan=lifespan,
         redirect_slashes=False,  # a 307 with no JSON body is not an answer Scheduler can act on: 404
         exception_handlers=answers.HANDLERS,

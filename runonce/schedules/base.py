@@ -82,7 +82,7 @@ class Schedule(ABC):
 
     kind: str  # "unix-cron" or "groc"
     header_guaranteed: bool  # does Scheduler always send X-CloudScheduler-ScheduleTime?
-    dst_rule_text: str  # the DST rule, stated for humans (CLI, lint, README)
+    dst_rule_text: str  # the DST rule, stated for humans (CLI, lint, docs)
 
     def __init__(self, text: str):
         self.text = text
