@@ -180,7 +180,10 @@ class RoutesConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    routes: dict[RouteName, Route] = Field(min_length=1, description="Route name ([a-z0-9][a-z0-9_-]{0,62}) to route.")
+    routes: dict[RouteName, Route] = Field(
+        min_length=1,
+        description="Route name (a-z, 0-9, `_` and `-`; at most 63; a letter or digit first) to route.",
+    )
 
 
 def load_routes(settings: Settings) -> dict[str, Route]:

@@ -72,7 +72,9 @@ class Settings(_EndpointSettings):  # type: ignore[valid-type,misc]
 
     store: str = Field(
         "sqlite:///runonce.db",
-        description="`sqlite:///PATH`, `firestore`, `spanner://projects/P/instances/I/databases/D` or `redis://HOST:PORT/DB` (see runonce/stores).",
+        description="The claim store's URL: `sqlite:///PATH` (a path relative to the working directory; "
+        "`sqlite:////PATH` for an absolute one), `firestore`, `spanner://projects/P/instances/I/databases/D`, "
+        "`redis://HOST:PORT/DB` or `rediss://…` (Store URLs, in the stores how-to).",
     )
     store_timeout_seconds: float = Field(
         5.0,
@@ -94,7 +96,8 @@ class Settings(_EndpointSettings):  # type: ignore[valid-type,misc]
         300,
         gt=0,
         le=MAX_DURATION_SECONDS,
-        description="How long a claim blocks other attempts; at least the dispatch timeout + 2 x the store timeout + 1 s.",
+        description="How long a claim blocks other attempts; at least the dispatch timeout + 2 x the store timeout "
+        "+ 1 s.",
     )
     retention_seconds: float = Field(
         86400,

@@ -118,7 +118,7 @@ def settings_page() -> str:
         "",
         "## The rule across settings",
         "",
-        "`RUNONCE_LEASE_SECONDS` ≥ `RUNONCE_DISPATCH_TIMEOUT_SECONDS` + 2 × `RUNONCE_STORE_TIMEOUT_SECONDS` + "
+        "`RUNONCE_LEASE_SECONDS` ≥ `RUNONCE_DISPATCH_TIMEOUT_SECONDS` + 2 × `RUNONCE_STORE_TIMEOUT_SECONDS` + "  # noqa: RUF001
         f"{LEASE_MARGIN_SECONDS:g} s, and `RUNONCE_RETENTION_SECONDS` > `RUNONCE_LEASE_SECONDS`. Why: "
         "[Guarantees and assumptions](../concepts/guarantees.md#the-settings-rule).",
     ]
@@ -199,16 +199,9 @@ def _model_table(model: type[BaseModel], title: str) -> list[str]:
         lines += [" ".join(model.__doc__.split()), ""]
     lines += ["| field | type | default | meaning |", "|---|---|---|---|"]
     for name, info in model.model_fields.items():
-        lines.append(
-            f"| `{info.alias or name}` | {_type_name(info.annotation)} | {_default(info)} | {_cell(info.description or '')} |"
-        )
+        meaning = _cell(info.description or "")
+        lines.append(f"| `{info.alias or name}` | {_type_name(info.annotation)} | {_default(info)} | {meaning} |")
     return [*lines, ""]
-
-
-def _target_models() -> list[type[BaseModel]]:
-    from runonce.targets import TARGET_TYPES
-
-    return [entry.config for entry in TARGET_TYPES.values()]
 
 
 def _nested(model: type[BaseModel], seen: list[type[BaseModel]]) -> None:
@@ -216,10 +209,9 @@ def _nested(model: type[BaseModel], seen: list[type[BaseModel]]) -> None:
         stack = [info.annotation]
         while stack:
             annotation = stack.pop()
-            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-                if annotation not in seen:
-                    seen.append(annotation)
-                    _nested(annotation, seen)
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel) and annotation not in seen:
+                seen.append(annotation)
+                _nested(annotation, seen)
             stack.extend(get_args(annotation))
 
 

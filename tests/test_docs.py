@@ -78,7 +78,7 @@ SLIPS = re.compile(
     r"\b[Ii]ssues? \d+"  # "issue 14"
     r"|\bseed(?:s|'s|ed)?\b"  # the codebase this grew from, or a random seed in prose
     r"|\brounds?\b(?![-\s]+trips?)(?!\()"  # a development round (a round trip is fine, and round())
-    r"|\bI\d{1,2}(?:[–-]I?\d{1,2})?\b"  # invariant codes without their meaning
+    r"|\bI\d{1,2}(?:[\u2013-]I?\d{1,2})?\b"  # invariant codes without their meaning (I1, I1-I11)
 )
 """Words that say how or when runonce was built, not what it does."""
 
@@ -134,7 +134,7 @@ def test_user_facing_text_says_what_the_product_does_not_how_it_was_built() -> N
 
 
 def test_the_slip_check_catches_each_kind() -> None:
-    for slip in ("since issue 14", "the seed's handler", "this round", "invariants I1–I11", "holds I3"):
+    for slip in ("since issue 14", "the seed's handler", "this round", "invariants I1\u2013I11", "holds I3"):
         assert SLIPS.search(_prose(slip)), slip
     for fine in ("two round trips", "round-trip", "round(x, 3)", "`--seed N`", "`bench/seed_handler.py`"):
         assert not SLIPS.search(_prose(fine)), fine
