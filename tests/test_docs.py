@@ -191,3 +191,19 @@ def test_the_site_loads_nothing_from_another_host(site: Path) -> None:
     assert offenders == []
     assert not any("fonts.googleapis" in path.read_text(errors="replace") for path in site.rglob("*.html"))
     assert "```mermaid" not in "".join(path.read_text() for path in (REPO / "docs").rglob("*.md"))  # from a CDN
+
+
+def _routes_blocks() -> list[tuple[str, str]]:
+    blocks = []
+    for path in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]:
+        for block in re.findall(r"```yaml\n(.*?)```", path.read_text(), flags=re.S):
+            if block.lstrip().startswith(("routes:", "# routes.yaml\nroutes:")):
+                blocks.append((str(path.relative_to(REPO)), block))
+    return blocks
+
+
+@pytest.mark.parametrize(("page", "block"), _routes_blocks(), ids=lambda value: value if "/" in value else "")
+def test_every_routes_file_shown_in_the_docs_loads(page: str, block: str) -> None:
+    from runonce.routes import parse_routes
+
+    assert parse_routes(block, page)
