@@ -119,6 +119,9 @@ def _user_text() -> dict[str, str]:
     for name in ("pyproject.toml", "guard/pyproject.toml", "mkdocs.yml", "cloudbuild.yaml"):
         lines = (REPO / name).read_text().splitlines()
         texts[f"{name} (comments)"] = "\n".join(line.split("#", 1)[1] for line in lines if "#" in line)
+    deployment = [*(REPO / "deploy").rglob("*"), *(REPO / "terraform").rglob("*.tf"), *(REPO / "examples").rglob("*")]
+    for path in sorted(path for path in [*deployment, REPO / "Dockerfile"] if path.is_file() and path.suffix != ".pyc"):
+        texts[str(path.relative_to(REPO))] = path.read_text(errors="replace")  # --help texts, comments, descriptions
     for path in sorted([*(REPO / "runonce").rglob("*.py"), *(REPO / "guard" / "runonce_guard").rglob("*.py")]):
         texts[f"{path.relative_to(REPO)} (comments, docstrings)"] = _comments(path.read_text())
     return texts
