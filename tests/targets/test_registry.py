@@ -38,7 +38,7 @@ EXAMPLE_TARGETS = readme_examples()
 def test_the_readme_shows_a_valid_route_of_every_registered_type() -> None:
     assert sorted(EXAMPLE_TARGETS) == sorted(TARGET_TYPES)
     routes = {name: {"target": target} for name, target in EXAMPLE_TARGETS.items()}
-    assert set(parse_routes(json.dumps({"routes": routes}), "README")) == set(TARGET_TYPES)
+    assert set(parse_routes(json.dumps({"routes": routes}), "docs/how-to/targets")) == set(TARGET_TYPES)
 
 
 def test_the_routes_union_is_the_registry() -> None:
