@@ -255,6 +255,9 @@ def routes_schema() -> str:
     from runonce.routes import RoutesConfig
 
     schema = RoutesConfig.model_json_schema()
+    # pydantic writes the route-name rule as patternProperties; without this, an editor would accept
+    # any other name, which the loader refuses
+    schema["properties"]["routes"]["additionalProperties"] = False
     schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "runonce routes file", **schema}
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"
 

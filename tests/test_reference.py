@@ -75,7 +75,9 @@ def test_the_published_schema_is_the_routes_models() -> None:
     from runonce.routes import RoutesConfig
 
     schema = json.loads((REPO / "docs" / "reference" / "routes.schema.json").read_text())
-    assert schema["properties"] == RoutesConfig.model_json_schema()["properties"]
+    models = RoutesConfig.model_json_schema()
+    assert schema["$defs"] == models["$defs"]
+    assert schema["properties"]["routes"] == {**models["properties"]["routes"], "additionalProperties": False}
     assert set(schema["$defs"]) >= {"Route", "Namespace"}
 
 
@@ -90,3 +92,35 @@ def test_a_setting_without_a_description_stops_the_generator(monkeypatch) -> Non
         assert "lease_seconds" in str(exc)
     else:
         raise AssertionError("a setting without a description was accepted")
+
+
+def _schema_validator():  # type: ignore[no-untyped-def]
+    import jsonschema
+
+    schema = json.loads((REPO / "docs" / "reference" / "routes.schema.json").read_text())
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def test_an_editor_validating_with_the_schema_accepts_every_example() -> None:
+    import yaml
+
+    validator = _schema_validator()
+    for path in sorted((REPO / "examples").glob("*.yaml")):
+        errors = [error.message for error in validator.iter_errors(yaml.safe_load(path.read_text()))]
+        assert errors == [], path.name
+
+
+def test_an_editor_validating_with_the_schema_flags_what_the_loader_refuses() -> None:
+    validator = _schema_validator()
+    log = {"type": "log"}
+    for bad in (
+        {"routes": {"a": {"target": {"type": "nosuch"}}}},  # not a target type
+        {"routes": {"a": {"target": log, "overlaps": "skip"}}},  # a typo'd field
+        {"routes": {"a": {"target": log, "overlap": "sometimes"}}},  # not one of the values
+        {"routes": {"Nightly ETL": {"target": log}}},  # not a route name
+        {"routes": {}},  # no route
+        {"route": {"a": {"target": log}}},  # no top-level `routes:`
+    ):
+        assert not validator.is_valid(bad), bad
