@@ -210,3 +210,20 @@ def test_every_routes_file_shown_in_the_docs_loads(page: str, block: str) -> Non
     from runonce.routes import parse_routes
 
     assert parse_routes(block, page)
+
+
+def test_the_metrics_page_lists_every_metric_and_its_labels() -> None:
+    from runonce.metrics import Metrics
+
+    metrics = Metrics()
+    metrics.count_certs_fetches(lambda: 0)  # registered only with RUNONCE_AUTH=oidc
+    page = (REPO / "docs" / "reference" / "metrics-logs.md").read_text()
+    rows = {row.split("|")[1].strip(): row for row in page.splitlines() if row.startswith("| `runonce_")}
+    missing = []
+    for family in metrics.registry.collect():
+        name = f"{family.name}_total" if family.type == "counter" else family.name
+        row = next((row for cell, row in rows.items() if cell.startswith(f"`{name}`")), None)
+        labels = {label for sample in family.samples for label in sample.labels if label not in ("le", "quantile")}
+        if row is None or any(f"`{label}`" not in row for label in labels):
+            missing.append(name)
+    assert missing == []
