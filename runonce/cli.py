@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import click
 import httpx
 
+from runonce import __version__
 from runonce.errors import InvalidDelivery
 from runonce.logs import configure_logging, uvicorn_log_config
 from runonce.routes import load_routes
@@ -79,7 +80,7 @@ def _now() -> datetime:
 
 
 @click.group()
-@click.version_option(package_name="runonce")
+@click.version_option(__version__, prog_name="runonce")  # runonce/__init__.py: the one place it is written
 def main() -> None:
     """runonce: one downstream execution per scheduled run."""
 
@@ -135,7 +136,7 @@ def _start_up(host: str, port: int | None, workers: int) -> tuple[Any, dict[str,
 def _collector_paused_for_start_up() -> Iterator[None]:
     """Start-up makes ~100,000 objects (modules, routes, models) that live as long as the process,
     and ~2,000 of garbage. Scanning them as they are made, then once more before freezing them,
-    cost ~0.1 s of a cold start's 0.55 s (issue 14). So: no collection while they are made; then
+    cost ~0.1 s of a cold start's 0.55 s (bench/README.md). So: no collection while they are made; then
     freeze them all out of the collector's scans (the little garbage among them stays), and let the
     young generation grow before a pass, since a delivery leaves little cyclic garbage (-0.1 ms CPU
     per delivery, `bench/bench_variant.py`). If start-up fails, the collector is back as it was."""

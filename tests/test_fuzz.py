@@ -4,7 +4,7 @@ Hypothesis builds requests from a valid delivery and then breaks it: identity he
 edges of their types (years 1 and 9999 with offsets, counters past 64 bits, every script's
 digits), arbitrary bytes in any header, query parameters and route names, and bodies of every
 JSON kind and none (non-finite numbers, lone surrogates, invalid UTF-8, deep nesting, duplicate
-keys, huge integers). Every answer must be a JSON row of the README's status table, and after the
+keys, huge integers). Every answer must be a JSON row of the status table (docs/concepts/run-protocol.md), and after the
 run the store holds a record for exactly the requests that were answered 200.
 
 A third property sends tokens of every shape (any JSON as header or claims, claims of the wrong
@@ -69,8 +69,8 @@ OTHER_HEADERS = ["Content-Type", "traceparent", "X-Cloud-Trace-Context", "Author
 
 
 def status_table() -> set[tuple[int, str]]:
-    """(HTTP status, `status`) of every row of the README's table of answers."""
-    readme = (REPO / "README.md").read_text()
+    """(HTTP status, `status`) of every row of the table of answers in docs/concepts/run-protocol.md."""
+    readme = (REPO / "docs" / "concepts" / "run-protocol.md").read_text()
     rows = re.findall(r"^\| [^|]+ \| (\d{3})[^|]* \| `(\w+)` \|", readme, flags=re.MULTILINE)
     return {(int(code), status) for code, status in rows}
 

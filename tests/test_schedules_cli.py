@@ -284,8 +284,8 @@ def test_lint_warns_with_the_numbers_when_retries_outlast_the_schedule_interval(
 
 
 def _readme_sessions() -> list[tuple[str, list[str]]]:
-    """(command, output lines) of every `$ runonce …` in the README's console blocks under ## Schedules."""
-    section = (REPO / "README.md").read_text().split("\n## Schedules\n", 1)[1].split("\n## ", 1)[0]
+    """(command, output lines) of every `$ runonce …` in the console blocks of docs/concepts/schedules.md."""
+    section = (REPO / "docs" / "concepts" / "schedules.md").read_text()
     sessions: list[tuple[str, list[str]]] = []
     for block in section.split("```console\n")[1:]:
         for line in block.split("\n```", 1)[0].splitlines():

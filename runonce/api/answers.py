@@ -1,5 +1,5 @@
 """Every error answer, in one place: which HTTP status, `status` word and headers each
-`errors.DeliveryError` family gets (`ANSWERS`, the status table of docs/contract.md), how its
+`errors.DeliveryError` family gets (`ANSWERS`; with `SUCCESSES`, the statuses reference page), how its
 body looks (`render`), the exception handlers `create_app` installs, and the OpenAPI
 `responses=` the endpoints declare.
 
@@ -61,6 +61,26 @@ ANSWERS: dict[type[errors.DeliveryError], Answer] = {
     ),
 }
 """Each family's answer; a subclass (errors.py's leaves) gets its nearest family's."""
+
+SUCCESSES: tuple[Answer, ...] = (
+    Answer(
+        200,
+        "processed",
+        "This attempt claimed the run and the target accepted it (or reconciliation found its execution).",
+    ),
+    Answer(
+        200,
+        "duplicate",
+        "The run already completed: its stored answer is replayed (Runonce-Replayed: true); the target is not called.",
+    ),
+    Answer(
+        200,
+        "skipped",
+        "Not dispatched: first claimed later than max_lateness_seconds, or the route's previous execution still "
+        "running (overlap: skip); `reason` says which, and every retry replays it.",
+    ),
+)
+"""The 200 answers (the runner's `RunResult`), for the OpenAPI description and the statuses page."""
 
 RESPONSES: dict[int | str, dict[str, Any]] = {
     a.http_status: {"description": f"`{a.status}`: {a.description}"} for a in reversed(ANSWERS.values())

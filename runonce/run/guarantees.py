@@ -1,4 +1,4 @@
-"""Scheduled-run guarantees beyond dedup (issue 13): a run that starts too late is skipped, and a
+"""Scheduled-run guarantees beyond dedup: a run that starts too late is skipped, and a
 run whose route's previous execution still runs is skipped or waits.
 
 The Runner calls `check` after the claim (and after reconciling, when an earlier attempt may have

@@ -85,7 +85,7 @@ class Schedule(ABC):
 
     @property
     def dst_rule_text(self) -> str:
-        """The DST rule, stated for humans (CLI, lint, README); each kind of schedule states its own."""
+        """The DST rule, stated for humans (CLI, lint, docs); each kind of schedule states its own."""
         raise NotImplementedError(f"{type(self).__name__} states no DST rule")
 
     def __init__(self, text: str):

@@ -535,7 +535,7 @@ class IntervalSchedule(Schedule):
         return window_start + max(steps, 0) * self.seconds
 
     def _prev(self, t: int, tl: Timeline) -> int | None:
-        for _ in range(20):  # each round leaves a whole local day behind
+        for _ in range(20):  # each pass leaves a whole local day behind
             found = self._grid_prev(tl, t)
             if self._weekday_ok(tl, found):
                 return found

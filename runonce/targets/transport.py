@@ -1,7 +1,8 @@
 """The HTTP client every target sends through: httpx's API over aiohttp's connection pool.
 
-Why (issue 14): an httpx POST over its own transport (httpcore, anyio streams, h11) cost about
-1.1 ms of CPU; over aiohttp's C-accelerated pool it costs about 0.2 ms (`bench/bench_transport.py`).
+Why (cold start and CPU per delivery, bench/PROFILE.md): an httpx POST over its own transport
+(httpcore, anyio streams, h11) cost about 1.1 ms of CPU; over aiohttp's C-accelerated pool it costs
+about 0.2 ms (`bench/bench_transport.py`).
 Targets, their tests and their error handling keep speaking httpx; only the wire changes.
 
 Why not the `httpx-aiohttp` package: it maps `aiohttp.ClientConnectionError`, which covers a reset

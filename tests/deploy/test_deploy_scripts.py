@@ -33,7 +33,7 @@ IMAGE_NAME = f"{REGION}-docker.pkg.dev/{PROJECT}/runonce/runonce"
 IMAGE = f"{IMAGE_NAME}:0.1.0"
 DIGEST_1, DIGEST_2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
 ROUTES_YAML = f"""\
-# every target type, as the README's Targets section writes them
+# every target type, as docs/how-to/targets/ writes them
 routes:
   etl:
     target: {{type: workflows, workflow: projects/wf-proj/locations/{REGION}/workflows/etl, argument: {{mode: full}}}}
