@@ -271,8 +271,8 @@ def _cmd_store_init(guard: Guard) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    guard: Guard | None = None
     if args.verb == "store":
-        guard = None
         try:
             guard = Guard()
             return _cmd_store_init(guard)
@@ -286,7 +286,6 @@ def main(argv: list[str] | None = None) -> int:
         _say("run: give the command after --, e.g. runonce-guard run --step export -- ./export.sh")
         return EXIT_USAGE
     signals = _StopSignals()
-    guard: Guard | None = None
     try:
         if args.verb == "run":
             signals.install()

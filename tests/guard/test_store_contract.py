@@ -10,9 +10,8 @@ from datetime import timedelta
 
 import pytest
 
-from runonce_guard import Fenced, StepKey
+from runonce_guard import Fenced, GuardSettings, StepKey
 from runonce_guard.rules import Decision
-from runonce_guard import GuardSettings
 from runonce_guard.stores import StepStore, build_store
 from runonce_guard.stores.firestore import FirestoreStepStore
 from runonce_guard.stores.memory import MemoryStepStore

@@ -67,7 +67,9 @@ def _from_row(row: list[Any]) -> StepRecord:
     values.pop("doc_id")
     for name in _TIME_COLUMNS:  # DatetimeWithNanoseconds -> datetime, so records compare equal
         value = values[name]
-        values[name] = datetime(*value.timetuple()[:6], value.microsecond, tzinfo=UTC)
+        values[name] = datetime(
+            value.year, value.month, value.day, value.hour, value.minute, value.second, value.microsecond, tzinfo=UTC
+        )
     return StepRecord(**values)
 
 
