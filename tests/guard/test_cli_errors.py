@@ -18,7 +18,7 @@ import pytest
 
 from runonce_guard import Guard, GuardSettings
 from runonce_guard.rules import StepKey
-from tests.guard.test_cli import WRAPPER, effect, guard
+from tests.support.guard_cli import WRAPPER, effect, guard
 from tests.support.procs import wait_for
 
 EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_CONFIG = 64, 69, 78

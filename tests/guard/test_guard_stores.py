@@ -16,7 +16,7 @@ from runonce.stores import parse_spanner_url as server_spanner
 from runonce_guard import GuardConfigError
 from runonce_guard.stores.spanner import DDL
 from runonce_guard.stores.urls import parse_redis_url, parse_spanner_url
-from tests.guard.test_cli import WRAPPER
+from tests.support.guard_cli import WRAPPER
 from tests.support.stores import FIRESTORE_PROJECT, guard_spanner_url, redis_url
 
 SPANNER_URLS = [
