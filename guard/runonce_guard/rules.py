@@ -1,8 +1,11 @@
 """The step record and the claim rules: pure functions, no I/O.
 
-These follow the server's rules (`runonce/stores/base.py` in the runonce repository: `decide`, `holds`)
-without importing them, so job code never imports the server's `runonce` package. A conformance test
-(`tests/guard/test_rules_conformance.py`) holds the two to the same decisions.
+The same rules as the server's (`runonce/stores/base.py`: `decide`, `holds`, the takeover), kept in
+this distribution so a job's image installs the guard without the server and its web stack. A
+conformance test (`tests/guard/test_rules_conformance.py`) holds the two to the same decision in every
+situation (absent, each status, lease and expiry before, at and after now), and the stores of both
+share the primitives' names and conventions (`load`, `insert_if_absent`, `replace_if_version`).
+A step has no request body to compare (no MISMATCH) and no `skipped` status.
 
 Time windows of one step (a store compares nothing else):
 

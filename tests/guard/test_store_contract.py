@@ -124,17 +124,17 @@ class CountingStore(MemoryStepStore):
         super().__init__()
         self.calls: list[str] = []
 
-    def _create(self, record):  # type: ignore[no-untyped-def]
+    def insert_if_absent(self, record):  # type: ignore[no-untyped-def]
         self.calls.append("create")
-        return super()._create(record)
+        return super().insert_if_absent(record)
 
-    def _read(self, key):  # type: ignore[no-untyped-def]
+    def load(self, key):  # type: ignore[no-untyped-def]
         self.calls.append("read")
-        return super()._read(key)
+        return super().load(key)
 
-    def _write_if_unchanged(self, record, version, fields=None):  # type: ignore[no-untyped-def]
+    def replace_if_version(self, record, version, changed=None):  # type: ignore[no-untyped-def]
         self.calls.append("write")
-        return super()._write_if_unchanged(record, version, fields)
+        return super().replace_if_version(record, version, changed)
 
 
 def test_a_retry_replays_a_done_step_in_one_read_and_a_first_attempt_creates_in_one_write() -> None:

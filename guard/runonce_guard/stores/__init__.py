@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .base import Claim, Conflict, StepStore
+from .base import Claim, StepStore
 
 if TYPE_CHECKING:
     from ..settings import GuardSettings
 
-__all__ = ["Claim", "Conflict", "StepStore", "build_store"]
+__all__ = ["Claim", "StepStore", "build_store"]
 
 EXTRAS = {"spanner": ("google.cloud.spanner", "spanner"), "redis": ("redis", "redis"), "rediss": ("redis", "redis")}
 

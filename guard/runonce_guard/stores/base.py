@@ -1,16 +1,21 @@
 """The step-store interface: the claim protocol once, over three primitives each backend implements.
 
-Like Powertools' persistence layers (and as the server's `runonce/stores/base.py` does), the
-loop lives here; a backend only translates records and maps its conflicts to `Conflict`:
+Like Powertools' persistence layers, and with the server's primitives (`runonce/stores/base.py`:
+the same names, the same convention: a conditional write that loses returns None), the loop lives
+here; a backend only translates records:
 
-    claim:  _create(record)                         -> we hold the step (one round trip)
-            on Conflict: _read(), decide(), _write_if_unchanged(claimed, version read)
-    finish: _write_if_unchanged(outcome, version of our claim's write)
-            on Conflict: _read(); still ours (holds) -> write again over what is there, else Fenced
+    load(key)                           -> (record, version) | None
+    insert_if_absent(record)            -> version | None (None: a record exists)
+    replace_if_version(record, version) -> version | None (None: it is no longer at `version`)
 
-A lost race is a Conflict and is decided again from a fresh read, so of any number of simultaneous
-claims at most one wins. Spanner (read-write transaction) and Redis (WATCH/MULTI, or a Lua
-compare-and-set on a version field) implement the same three primitives.
+    claim:  insert_if_absent(fresh)            -> we hold the step (one round trip)
+            else load, decide, replace_if_version; a lost race is decided again from a new load
+    finish: replace_if_version(outcome, version of our claim's write)
+            else load: still ours (holds) -> write again over what is there, else Fenced
+
+So of any number of simultaneous claims at most one wins. Firestore (create / update-time
+precondition), Spanner (insert / read-compare-update transaction) and Redis (SET NX /
+compare-and-set script) implement the same three primitives.
 """
 
 from __future__ import annotations
@@ -39,10 +44,6 @@ from ..rules import (
 MAX_RACES = 20
 
 
-class Conflict(Exception):
-    """A conditional write lost: the record exists (create), or changed or vanished (update)."""
-
-
 @dataclass(frozen=True)
 class Claim:
     """The answer to a claim. CREATE/TAKEOVER: this attempt holds the step, `record` is what was
@@ -66,18 +67,19 @@ class StepStore(ABC):
     # -- primitives (per backend) ---------------------------------------------------------------
 
     @abstractmethod
-    def _create(self, record: StepRecord) -> Any:
-        """Write `record` only if no record exists under its key; return the new version.
-        Raise `Conflict` if one exists."""
+    def load(self, key: StepKey) -> tuple[StepRecord, Any] | None:
+        """The stored record (expired or not) and its version, or None when there is none."""
 
     @abstractmethod
-    def _read(self, key: StepKey) -> tuple[StepRecord | None, Any]:
-        """The stored record (expired or not) and its version, or (None, None)."""
+    def insert_if_absent(self, record: StepRecord) -> Any | None:
+        """Write `record` unless a record exists under its key; its version, or None if one does."""
 
     @abstractmethod
-    def _write_if_unchanged(self, record: StepRecord, version: Any, fields: tuple[str, ...] | None = None) -> Any:
-        """Write `record` (only `fields` of it, if given) if the stored version is still `version`;
-        return the new version. Raise `Conflict` if it changed or vanished."""
+    def replace_if_version(
+        self, record: StepRecord, version: Any, changed: tuple[str, ...] | None = None
+    ) -> Any | None:
+        """Write `record` over the stored one if that is still at `version`; the new version, or
+        None when it moved on or is gone. `changed`: the only fields that differ (a hint)."""
 
     def ping(self) -> None:  # noqa: B027 - optional
         """Raise `StoreUnavailable` unless the store answers."""
@@ -104,17 +106,17 @@ class StepStore(ABC):
         dear as a write) and then the read would cost two round trips. The decisions are the same."""
         record = fresh_record(key, now, lease, retention, holder)
         if not read_first:
-            try:
-                return Claim(Decision.CREATE, record, version=self._create(record))
-            except Conflict:
-                pass
+            version = self.insert_if_absent(record)
+            if version is not None:
+                return Claim(Decision.CREATE, record, version=version)
         for _ in range(MAX_RACES):
-            found, version = self._read(key)
-            if found is None:  # deleted since (TTL): start over with a create
-                try:
-                    return Claim(Decision.CREATE, record, version=self._create(record))
-                except Conflict:
-                    continue
+            loaded = self.load(key)
+            if loaded is None:  # deleted since (TTL), or never there: create
+                version = self.insert_if_absent(record)
+                if version is not None:
+                    return Claim(Decision.CREATE, record, version=version)
+                continue
+            found, version = loaded
             if found.attempt_id == record.attempt_id:
                 return Claim(Decision.CREATE, found, version=version)  # our create landed, its answer was lost
             decision = decide(found, now)
@@ -125,10 +127,10 @@ class StepStore(ABC):
                 if decision is Decision.CREATE
                 else takeover_record(found, now, lease, holder)
             )
-            try:
-                return Claim(decision, claimed, previous=found, version=self._write_if_unchanged(claimed, version))
-            except Conflict:
-                continue  # someone wrote in between: decide again on what they wrote
+            written = self.replace_if_version(claimed, version)
+            if written is not None:
+                return Claim(decision, claimed, previous=found, version=written)
+            # someone wrote in between: decide again on what they wrote
         raise StoreUnavailable(f"claim of {key.doc_id}: still contended after {MAX_RACES} tries")
 
     def finish(
@@ -156,11 +158,10 @@ class StepStore(ABC):
         for _ in range(MAX_RACES):
             record = change(held)
             if version is not None:
-                try:
-                    return replace(claim, record=record, version=self._write_if_unchanged(record, version, fields))
-                except Conflict:
-                    pass
-            found, version = self._read(held.key)
+                written = self.replace_if_version(record, version, fields)
+                if written is not None:
+                    return replace(claim, record=record, version=written)
+            found, version = self.load(held.key) or (None, None)
             if not holds(found, claim.record.attempt_id):
                 if found is not None and found.attempt_id == held.attempt_id and found == record:
                     return replace(claim, record=found, version=version)  # our own retried write had landed
@@ -171,5 +172,5 @@ class StepStore(ABC):
 
     def get(self, key: StepKey, now: datetime) -> StepRecord | None:
         """The record, or None if absent or expired."""
-        found, _ = self._read(key)
-        return found if found is not None and found.expire_at > now else None
+        loaded = self.load(key)
+        return loaded[0] if loaded is not None and loaded[0].expire_at > now else None

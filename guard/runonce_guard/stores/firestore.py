@@ -1,7 +1,7 @@
 """Firestore step store (`RUNONCE_STORE=firestore`): document `{collection}/{run_id}~{step}~{task}`.
 
-No transactions: `_create` is a create (precondition exists=false) and `_write_if_unchanged` an update
-with an update-time precondition, so a fresh step costs one create (claim) and one update (finish).
+No transactions: `insert_if_absent` is a create (precondition exists=false) and
+`replace_if_version` an update with an update-time precondition, so a fresh step costs one create (claim) and one update (finish).
 Timestamps are Firestore Timestamps, so a TTL policy on `expire_at` deletes old records. The
 Workflows subworkflow and the Cloud Build snippet write the same documents over REST.
 """
@@ -18,9 +18,16 @@ from google.cloud import firestore
 
 from ..errors import GuardConfigError, StoreUnavailable
 from ..rules import StepKey, StepRecord
-from .base import Conflict, StepStore
+from .base import StepStore
 
-_CONFLICTS = (gexc.AlreadyExists, gexc.FailedPrecondition, gexc.NotFound)
+_LOST = (gexc.AlreadyExists, gexc.FailedPrecondition, gexc.NotFound)
+"""What a conditional write that lost raises: the document exists (create), or changed or vanished."""
+
+
+class _Lost(Exception):
+    pass
+
+
 _TIMESTAMPS = ("lease_expires", "expire_at", "created_at", "updated_at")
 
 
@@ -49,32 +56,40 @@ class FirestoreStepStore(StepStore):
         )
 
     def _call(self, op: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """One RPC, retried on transient errors within the store timeout; the protocol's conflicts
-        become `Conflict`, anything else `StoreUnavailable`."""
+        """One RPC, retried on transient errors within the store timeout; a conditional write that
+        lost raises `_Lost`, anything else `StoreUnavailable`."""
         try:
             return fn(*args, timeout=self._timeout, retry=self._retry, **kwargs)
-        except _CONFLICTS as exc:
-            raise Conflict(str(exc)) from exc
+        except _LOST as exc:
+            raise _Lost(str(exc)) from exc
         except (gexc.GoogleAPIError, GoogleAuthError) as exc:  # incl. a failed token refresh
             raise StoreUnavailable(f"firestore {op}: {type(exc).__name__}: {exc}") from exc
 
-    def _create(self, record: StepRecord) -> Any:
+    def insert_if_absent(self, record: StepRecord) -> Any | None:
         ref = self._collection.document(record.key.doc_id)
-        return self._call("create", ref.create, record.as_dict()).update_time
+        try:
+            return self._call("create", ref.create, record.as_dict()).update_time
+        except _Lost:
+            return None
 
-    def _read(self, key: StepKey) -> tuple[StepRecord | None, Any]:
+    def load(self, key: StepKey) -> tuple[StepRecord, Any] | None:
         snap = self._call("get", self._collection.document(key.doc_id).get)
         if not snap.exists:
-            return None, None
+            return None
         return _from_doc(snap.to_dict()), snap.update_time
 
-    def _write_if_unchanged(self, record: StepRecord, version: Any, fields: tuple[str, ...] | None = None) -> Any:
+    def replace_if_version(
+        self, record: StepRecord, version: Any, changed: tuple[str, ...] | None = None
+    ) -> Any | None:
         doc = record.as_dict()
-        if fields is not None:
-            doc = {name: doc[name] for name in fields}
+        if changed is not None:
+            doc = {name: doc[name] for name in changed}
         ref = self._collection.document(record.key.doc_id)
         option = self._client.write_option(last_update_time=version)
-        return self._call("update", ref.update, doc, option=option).update_time
+        try:
+            return self._call("update", ref.update, doc, option=option).update_time
+        except _Lost:
+            return None
 
     def ping(self) -> None:
         self._call("get", self._collection.document("_runonce_readyz").get)

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ..rules import StepKey, StepRecord
-from .base import Conflict, StepStore
+from .base import StepStore
 
 
 class MemoryStepStore(StepStore):
@@ -16,23 +16,25 @@ class MemoryStepStore(StepStore):
         self._lock = threading.Lock()
         self._versions = 0
 
-    def _create(self, record: StepRecord) -> Any:
+    def insert_if_absent(self, record: StepRecord) -> Any | None:
         with self._lock:
             if record.key.doc_id in self._records:
-                raise Conflict(record.key.doc_id)
+                return None
             return self._put(record)
 
-    def _read(self, key: StepKey) -> tuple[StepRecord | None, Any]:
+    def load(self, key: StepKey) -> tuple[StepRecord, Any] | None:
         with self._lock:
-            return self._records.get(key.doc_id, (None, None))
+            return self._records.get(key.doc_id)
 
-    def _write_if_unchanged(self, record: StepRecord, version: Any, fields: tuple[str, ...] | None = None) -> Any:
+    def replace_if_version(
+        self, record: StepRecord, version: Any, changed: tuple[str, ...] | None = None
+    ) -> Any | None:
         with self._lock:
             current = self._records.get(record.key.doc_id)
             if current is None or current[1] != version:
-                raise Conflict(record.key.doc_id)
-            if fields is not None:
-                record = StepRecord(**{**asdict(current[0]), **{name: getattr(record, name) for name in fields}})
+                return None
+            if changed is not None:
+                record = StepRecord(**{**asdict(current[0]), **{name: getattr(record, name) for name in changed}})
             return self._put(record)
 
     def _put(self, record: StepRecord) -> int:

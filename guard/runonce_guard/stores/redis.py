@@ -1,7 +1,7 @@
 """Redis / Memorystore step store (`RUNONCE_STORE=redis://HOST:PORT/DB`, `rediss://…`).
 
 One key per step, `runonce:step:{run_id}~{step}~{task}`, holding the record as JSON text. A
-record's version is that text: `_create` is `SET NX`, `_write_if_unchanged` a compare-and-set
+record's version is that text: `insert_if_absent` is `SET NX`, `replace_if_version` a compare-and-set
 script (GET, compare with the text read, SET), which Redis runs atomically. The script never
 decodes the JSON, so what is written reads back byte for byte. A fresh step costs two round trips
 (create, finish). Keys expire at the record's `expire_at`.
@@ -25,7 +25,7 @@ from redis.retry import Retry
 
 from ..errors import StoreUnavailable
 from ..rules import StepKey, StepRecord, rfc3339
-from .base import Conflict, StepStore
+from .base import StepStore
 from .urls import RedisURL
 
 KEY_PREFIX = "runonce:step:"
@@ -98,25 +98,27 @@ class RedisStepStore(StepStore):
                 "(wait_replicas): a failover could lose it, so it is not relied on"
             )
 
-    def _create(self, record: StepRecord) -> Any:
+    def insert_if_absent(self, record: StepRecord) -> Any | None:
         text = _to_json(record)
         if not self._call("create", self._client.set, self._key(record.key), text, nx=True, px=_ttl_ms(record)):
-            raise Conflict(f"{record.key.doc_id} exists")
+            return None
         self._replicated("create")
         return text
 
-    def _read(self, key: StepKey) -> tuple[StepRecord | None, Any]:
+    def load(self, key: StepKey) -> tuple[StepRecord, Any] | None:
         raw = self._call("get", self._client.get, self._key(key))
         if raw is None:
-            return None, None
+            return None
         text = raw.decode() if isinstance(raw, bytes) else raw
         return _from_json(text), text
 
-    def _write_if_unchanged(self, record: StepRecord, version: Any, fields: tuple[str, ...] | None = None) -> Any:
+    def replace_if_version(
+        self, record: StepRecord, version: Any, changed: tuple[str, ...] | None = None
+    ) -> Any | None:
         text = _to_json(record)
         written = self._call("update", self._cas, keys=[self._key(record.key)], args=[version, text, _ttl_ms(record)])
         if not written:
-            raise Conflict(f"{record.key.doc_id} changed")
+            return None
         self._replicated("update")
         return text
 

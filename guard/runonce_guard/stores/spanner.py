@@ -1,11 +1,11 @@
 """Cloud Spanner step store (`RUNONCE_STORE=spanner://projects/P/instances/I/databases/D[?table=T]`).
 
 One row per step (key `doc_id`, `{run_id}~{step}~{task}`); a record's version is the record itself
-(what `_read` read):
+(what `load` read):
 
-    _read:               a strong single-use read                                   1 round trip
-    _create:             a mutation-only commit (`insert`): AlreadyExists if the row exists  1
-    _write_if_unchanged: one read-write transaction: read, compare with the version, update  2
+    load:               a strong single-use read                                    1 round trip
+    insert_if_absent:   a mutation-only commit (`insert`): AlreadyExists if the row exists   1
+    replace_if_version: one read-write transaction: read, compare with the version, update   2
 
 The table is `runonce-guard store init`'s (and Terraform's) `DDL`; its row deletion policy removes
 rows after `expire_at`, and reads treat an expired row as absent until then. Every call is bounded
@@ -28,7 +28,7 @@ from google.cloud.spanner_v1 import param_types
 
 from ..errors import GuardConfigError, StoreUnavailable
 from ..rules import StepKey, StepRecord
-from .base import Conflict, StepStore
+from .base import StepStore
 from .urls import SpannerURL
 
 T = TypeVar("T")
@@ -97,7 +97,7 @@ class SpannerStepStore(StepStore):
         rows = list(reader.read(self.table, _COLUMNS, spanner.KeySet(keys=[[doc_id]]), timeout=self._timeout))
         return _from_row(rows[0]) if rows else None
 
-    def _create(self, record: StepRecord) -> Any:
+    def insert_if_absent(self, record: StepRecord) -> Any | None:
         def insert() -> bool:
             try:
                 with self._database.batch(timeout_secs=self._timeout) as batch:
@@ -106,19 +106,19 @@ class SpannerStepStore(StepStore):
                 return False
             return True
 
-        if not self._call("create", insert):
-            raise Conflict(f"{record.key.doc_id} exists")
-        return record
+        return record if self._call("create", insert) else None
 
-    def _read(self, key: StepKey) -> tuple[StepRecord | None, Any]:
+    def load(self, key: StepKey) -> tuple[StepRecord, Any] | None:
         def read() -> StepRecord | None:
             with self._database.snapshot() as snapshot:
                 return self._read_row(snapshot, key.doc_id)
 
         found = self._call("read", read)
-        return found, found
+        return (found, found) if found is not None else None
 
-    def _write_if_unchanged(self, record: StepRecord, version: Any, fields: tuple[str, ...] | None = None) -> Any:
+    def replace_if_version(
+        self, record: StepRecord, version: Any, changed: tuple[str, ...] | None = None
+    ) -> Any | None:
         def body(txn: Any) -> bool:
             if self._read_row(txn, record.key.doc_id) != version:
                 return False
@@ -136,9 +136,7 @@ class SpannerStepStore(StepStore):
                         raise
                     time.sleep(0.01)
 
-        if not self._call("update", attempt):
-            raise Conflict(f"{record.key.doc_id} changed")
-        return record
+        return record if self._call("update", attempt) else None
 
     def ping(self) -> None:
         def select() -> None:
