@@ -71,7 +71,7 @@ class RetryConfig:
     def backoff(self, retry: int) -> float:
         """The wait before retry number `retry` (1-based), after the previous attempt ended."""
         if retry <= self.max_doublings + 1:
-            wait = self.min_backoff * 2 ** (retry - 1)
+            wait: float = self.min_backoff * 2 ** (retry - 1)
         else:
             wait = self.min_backoff * 2**self.max_doublings * (retry - self.max_doublings)
         return min(wait, self.max_backoff)

@@ -98,10 +98,11 @@ _METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 
 def _logged_path(scope: Scope) -> str:
     """The request path as it may be logged (see the module docstring)."""
-    if scope["state"].get("logged_path"):
-        return scope["state"]["logged_path"]
+    logged: str | None = scope["state"].get("logged_path")
+    if logged:
+        return logged
     route = scope.get("route")  # the endpoint the router matched (FastAPI leaves it in the scope)
-    template = getattr(route, "path", None)
+    template: str | None = getattr(route, "path", None)
     if template is not None and "{" not in template:
         return template
     return template or "(no such path)"

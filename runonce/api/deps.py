@@ -22,31 +22,38 @@ from runonce.stores import RunStore
 
 
 async def _settings(request: Request) -> Settings:
-    return request.app.state.settings
+    settings: Settings = request.app.state.settings
+    return settings
 
 
 async def _routes(request: Request) -> Mapping[str, Route]:
-    return request.app.state.routes
+    routes: Mapping[str, Route] = request.app.state.routes
+    return routes
 
 
 async def _store(request: Request) -> RunStore:
-    return request.app.state.store
+    store: RunStore = request.app.state.store
+    return store
 
 
 async def _authenticator(request: Request) -> Authenticator:
-    return request.app.state.auth
+    auth: Authenticator = request.app.state.auth
+    return auth
 
 
 async def _clock(request: Request) -> Callable[[], datetime]:
-    return request.app.state.clock
+    clock: Callable[[], datetime] = request.app.state.clock
+    return clock
 
 
 async def _metrics(request: Request) -> Metrics:
-    return request.app.state.metrics
+    metrics: Metrics = request.app.state.metrics
+    return metrics
 
 
 async def _runner(request: Request) -> Runner:
-    return request.app.state.runner  # built by the lifespan: it needs the event loop's HTTP client
+    runner: Runner = request.app.state.runner  # built by the lifespan: it needs the event loop's HTTP client
+    return runner
 
 
 SettingsDep = Annotated[Settings, Depends(_settings)]

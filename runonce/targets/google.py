@@ -158,10 +158,12 @@ class _TokenSource:
     async def token(self) -> str:
         credentials = self._credentials
         if credentials is not None and credentials.valid:
-            return credentials.token
+            token: str = credentials.token
+            return token
         async with self._lock:
             await asyncio.to_thread(self._refresh)
-        return self._credentials.token
+        refreshed: str = self._credentials.token
+        return refreshed
 
     def _refresh(self) -> None:
         # Google's auth transports and API errors load with a route that calls Google only:
@@ -229,7 +231,8 @@ def _retry_delay(details: list[Any]) -> float | None:
                 return float(match.group(1))
         delay = getattr(detail, "retry_delay", None)
         if delay is not None and hasattr(delay, "seconds"):
-            return delay.seconds + delay.nanos / 1e9
+            seconds: float = delay.seconds + delay.nanos / 1e9
+            return seconds
     return None
 
 
