@@ -46,6 +46,8 @@ TARGETS: dict[str, tuple[str, str, list[tuple[str, ...]]] | None] = {
             ("roles/iam.serviceAccountUser", "service-account", "http_request.oidc_token.service_account_email"),
         ],
     ),
+    # A google_api route calls a method the route chooses: its grants are the user's to make.
+    "google_api": None,
 }
 # What a grant on another field may name, by where it is granted.
 NAMED = {"service-account": r"^[a-z0-9][a-z0-9._-]*@[a-z0-9][a-z0-9.-]*\.gserviceaccount\.com$"}
