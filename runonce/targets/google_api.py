@@ -196,8 +196,9 @@ def check_params(method: ApiMethod, params: dict[str, Any], where: str) -> None:
         if name not in method.parameters:
             takes = ", ".join(sorted(method.parameters)) or "no parameters"
             raise _error(
-                "{where}: {method} has no parameter {name} (it takes: {takes})",
+                "{where}.{key}: {method} has no parameter {name} (it takes: {takes})",
                 where=where,
+                key=name,
                 method=method.id,
                 name=repr(name),
                 takes=takes,
@@ -343,6 +344,13 @@ class GoogleApiTargetConfig(BaseModel):
                 "reconcile.method: {method} is an HTTP {verb}; reconciliation only reads (a GET method, e.g. a get)",
                 method=method.id,
                 verb=method.http_method,
+            )
+        response = document.schemas.get(method.response or "", {}).get("properties", {})
+        if "nextPageToken" in response:
+            raise _error(
+                "reconcile.method: {method} lists resources, and a list answers 200 even when the run's resource "
+                "is not in it; reconciliation needs a get of the run's resource (404 when it does not exist)",
+                method=method.id,
             )
         check_params(method, value.params, "reconcile.params")
         if not carries_run(value.params):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import re
 import uuid
-from typing import Any
+from typing import Any, ClassVar
 
 from .http_server import Request
 from .metadata import FakeMetadataServer
@@ -39,7 +39,7 @@ _DATAPROC_REQUEST_ID = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
 class FakeBatch(FakeRestApi):
     discovery_name = "batch.v1"
     domain = "batch.googleapis.com"
-    creating_methods = {BATCH_CREATE}
+    creating_methods: ClassVar[set[str]] = {BATCH_CREATE}
 
     def __init__(self, metadata: FakeMetadataServer):
         super().__init__(metadata)
@@ -94,7 +94,7 @@ class FakeBatch(FakeRestApi):
 class FakeDataproc(FakeRestApi):
     discovery_name = "dataproc.v1"
     domain = "dataproc.googleapis.com"
-    creating_methods = {DATAPROC_CREATE}
+    creating_methods: ClassVar[set[str]] = {DATAPROC_CREATE}
 
     def __init__(self, metadata: FakeMetadataServer):
         super().__init__(metadata)
