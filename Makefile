@@ -9,7 +9,7 @@ PIP_TOOLS := .tools/pip-tools/bin
 PIP_COMPILE = $(PIP_TOOLS)/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras \
 	--no-emit-index-url --no-emit-find-links --all-build-deps $(PIP_COMPILE_ARGS)
 
-.PHONY: run test test-core test-deploy bench mutate clean lock redis-server
+.PHONY: run test test-core test-deploy bench mutate clean lock redis-server discovery
 
 run: $(VENV)/.installed ## Run the proxy on 127.0.0.1:8080: SQLite store, demo route, auth off.
 	RUNONCE_AUTH=none RUNONCE_ROUTES_FILE=examples/demo-routes.yaml RUNONCE_STORE=sqlite:///runonce.db \
@@ -25,6 +25,9 @@ test-deploy: $(VENV)/.installed ## Image, deploy scripts and Terraform, checked 
 
 bench: $(VENV)/.installed ## Issue 14's table: runonce vs the seed's handler (literal and async), one run; BENCH_ARGS=--smoke for seconds.
 	$(BIN)/python bench/bench_perf.py $(BENCH_ARGS)
+
+discovery: $(VENV)/.installed ## Regenerate the discovery documents google_api routes are checked against (runonce/targets/discovery/) from the locked google-api-python-client.
+	$(BIN)/python -m tests.support.discovery_vendor
 
 # Mutation testing (README, Development): by hand before a change to the core lands, not in CI.
 # `make mutate MUTANTS='runonce.run.delivery*'` runs one module's mutants while iterating.

@@ -786,3 +786,34 @@ def test_the_carried_documents_load_fast_enough_to_stay_out_of_the_way() -> None
     for api in discovery.vendored_names():
         data = json.loads(gzip.decompress((discovery.VENDORED / f"{api}.json.gz").read_bytes()))
         assert data["name"] + "." + data["version"] == api
+
+
+# --- runonce lint -------------------------------------------------------------------------------------
+
+
+def test_runonce_lint_checks_google_api_routes(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from runonce.cli import main
+
+    good = CliRunner().invoke(main, ["lint", str(REPO / "examples" / "google-api-routes.yaml")])
+    assert good.exit_code == 0, good.output
+    bad = tmp_path / "routes.yaml"
+    bad.write_text(
+        yaml.safe_dump(
+            {
+                "routes": {
+                    "jobs": {
+                        "target": with_changes(
+                            BATCH, {"params": {"jobId": "${run_id}"}, "reconcile": None, "running": None}
+                        )
+                        | {"method": "projects.locations.jobs.cancel"}
+                    }
+                }
+            }
+        )
+    )
+    result = CliRunner().invoke(main, ["lint", str(bad)])
+    assert result.exit_code == 1, result.output
+    assert "route 'jobs': field 'target.params'" in result.output
+    assert "has no parameter 'jobId' (it takes: name)" in result.output
