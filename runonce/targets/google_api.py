@@ -46,7 +46,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from pydantic_core import PydanticCustomError
 
 from runonce.targets.base import DispatchRequest, TargetFailed, TargetOutcomeUnknown
-from runonce.targets.google import GoogleRestTarget, error_of, json_of, outcome_for_response, reading, reconciling
+from runonce.targets.google import (
+    GoogleAuth,
+    GoogleRestTarget,
+    error_of,
+    json_of,
+    outcome_for_response,
+    reading,
+    reconciling,
+)
 from runonce.targets.google_api_discovery import ApiDocument, ApiMethod, DocumentNotFound, load
 from runonce.targets.registry import TargetType
 
@@ -451,7 +459,7 @@ class GoogleApiTarget(GoogleRestTarget[GoogleApiTargetConfig]):
     type = "google_api"
 
     def __init__(
-        self, config: GoogleApiTargetConfig, http: httpx.AsyncClient, auth: Any, endpoint: str | None = None
+        self, config: GoogleApiTargetConfig, http: httpx.AsyncClient, auth: GoogleAuth, endpoint: str | None = None
     ) -> None:
         self.document = load(config.api)
         method = self.document.method(config.method)
@@ -459,6 +467,9 @@ class GoogleApiTarget(GoogleRestTarget[GoogleApiTargetConfig]):
         self.method = method
         lookup = self.document.method(config.reconcile.method) if config.reconcile else None
         self.lookup = lookup
+        self.needs_schedule_time = uses_schedule_time(
+            [config.params, config.body, config.reconcile and config.reconcile.params]
+        )
         super().__init__(config, http, auth, endpoint or config.endpoint)
 
     def default_endpoint(self) -> str:
@@ -484,7 +495,7 @@ class GoogleApiTarget(GoogleRestTarget[GoogleApiTargetConfig]):
         action = f"call {self.method.id}"
         if request.payload:
             raise TargetFailed(f"{action}: a google_api route takes no delivery body (its request is the route's)")
-        if request.schedule_time is None and uses_schedule_time(self.config.model_dump()):
+        if request.schedule_time is None and self.needs_schedule_time:
             raise TargetFailed(f"{action}: the route uses ${{schedule_time}} and this run has no schedule time")
         path, query, body = self.create_call(request)
         response = await self.send(self.method.http_method, path, action, body=body, params=query)

@@ -172,35 +172,36 @@ async def test_a_64_way_storm_creates_one_execution(server, api: Api) -> None:
     assert len(api.executions(run_id)) == 1
 
 
-@pytest.mark.parametrize("failure", ["lost", "5xx"])
-def test_a_lost_or_failed_answer_after_the_create_is_one_execution(server, api: Api, failure: str) -> None:
-    """The API created it, runonce never learned it: 504 unknown, claim kept; after the lease the
-    retry finds it (reconcile) or re-sends the same handle (the API dedupes), and completes."""
-    if failure == "lost":
-        api.fake.drop_after_create(api.create)
-    else:
-        api.fake.fail_after_create(api.create, "INTERNAL", "Internal error encountered.")
-    when = new_schedule_time()
-    response = deliver(server.url, api.route, when)
-    assert (response.status_code, response.json()["status"]) == (504, "unknown"), response.text
-    run_id = response.json()["run_id"]
-    assert len(api.executions(run_id)) == 1
-    assert run_record(server.url, run_id)["status"] == "in_progress"
-
-    wait_for_lease_expiry(run_record(server.url, run_id))
-    retry = deliver(server.url, api.route, when)
-    assert (retry.status_code, retry.json()["status"]) == (200, "processed"), retry.text
-    assert len(api.executions(run_id)) == 1
-
-
-def test_409_on_the_retry_adopts_the_execution(server, api: Api, batch: FakeBatch, dataproc: FakeDataproc) -> None:
-    """The retry's create meets the run's own id, 409 ALREADY_EXISTS: the run completes with it.
-    Batch: jobs.get lags (404) so the create is re-sent; Dataproc: its requestId memory ran out."""
+def test_a_lost_answer_a_5xx_after_the_create_and_409_on_the_retry_are_one_execution_each(
+    server, api: Api, batch: FakeBatch, dataproc: FakeDataproc
+) -> None:
+    """Three runs whose create succeeded but runonce never learned it: its answer was lost, or a 5xx
+    came after it. Each is answered 504 unknown with its claim kept; after the lease, the retry
+    finds the execution (Batch: jobs.get) or re-sends the same handle (Dataproc: its requestId), and
+    completes with it. For the third, the retry's create meets the run's own id, 409 ALREADY_EXISTS
+    (Batch: jobs.get lags and says 404; Dataproc: its memory of request ids ran out): adopted."""
     api.fake.drop_after_create(api.create)
-    when = new_schedule_time()
-    run_id = deliver(server.url, api.route, when).json()["run_id"]
+    api.fake.fail_after_create(api.create, "INTERNAL", "Internal error encountered.")
+    api.fake.drop_after_create(api.create)
+    runs = {}
+    for case in ("lost", "5xx", "409"):
+        when = new_schedule_time()
+        response = deliver(server.url, api.route, when)
+        assert (response.status_code, response.json()["status"]) == (504, "unknown"), (case, response.text)
+        run_id = response.json()["run_id"]
+        assert len(api.executions(run_id)) == 1, case
+        assert run_record(server.url, run_id)["status"] == "in_progress", case
+        runs[case] = (when, run_id)
+
+    wait_for_lease_expiry(run_record(server.url, runs["409"][1]))
+    for case in ("lost", "5xx"):
+        when, run_id = runs[case]
+        retry = deliver(server.url, api.route, when)
+        assert (retry.status_code, retry.json()["status"]) == (200, "processed"), (case, retry.text)
+        assert len(api.executions(run_id)) == 1, case
+
+    when, run_id = runs["409"]
     [created] = api.executions(run_id)
-    wait_for_lease_expiry(run_record(server.url, run_id))
     if api.fake is batch:
         batch.fail(BATCH_GET, "NOT_FOUND", f'Job "{created}" not found')
     else:
@@ -236,22 +237,30 @@ def test_a_refusal_releases_the_claim_and_the_retry_creates(server, api: Api, co
     assert len(api.executions(run_id)) == 1
 
 
-def test_kill_9_after_the_create_is_one_execution(tmp_path, metadata, fakes, api: Api, batch, dataproc) -> None:
+def test_kill_9_after_the_create_is_one_execution(tmp_path, metadata, fakes, batch, dataproc) -> None:
+    """A proxy killed while each API holds the answer to its create (one run per API, one proxy
+    each); a fresh proxy on the same store completes both after the lease, with no second create
+    where a lookup finds it (Batch) and the requestId answered again where there is none (Dataproc)."""
     env = env_for(tmp_path, metadata, fakes, batch, dataproc)
-    first = start_server(env, tmp_path)
-    when = new_schedule_time()
-    handle = kill_9_during_create(first, api.fake, api.create, api.route, when).token
-    creates = api.fake.calls[api.create]
+    apis = [Api("batch", batch, BATCH_CREATE, "r"), Api("spark", dataproc, DATAPROC_CREATE, "b")]
+    killed = []
+    for api in apis:
+        first = start_server(env, tmp_path)
+        when = new_schedule_time()
+        handle = kill_9_during_create(first, api.fake, api.create, api.route, when).token
+        killed.append((api, when, handle, api.fake.calls[api.create]))
     second = start_server(env, tmp_path)
     try:
-        time.sleep(LEASE_SECONDS + 0.2)  # the killed attempt's lease runs out
-        response = deliver(second.url, api.route, when)
-        assert (response.status_code, response.json()["status"]) == (200, "processed"), response.text
-        run_id = response.json()["run_id"]
-        assert handle == api.prefix + run_id[:62]
-        assert len(api.executions(run_id)) == 1
-        if api.fake is batch:
-            assert api.fake.calls[api.create] == creates  # found by jobs.get, not created again
+        time.sleep(LEASE_SECONDS + 0.2)  # the killed attempts' leases run out
+        for api, when, handle, creates in killed:
+            response = deliver(second.url, api.route, when)
+            assert (response.status_code, response.json()["status"]) == (200, "processed"), response.text
+            run_id = response.json()["run_id"]
+            assert handle == api.prefix + run_id[:62]
+            assert len(api.executions(run_id)) == 1
+            if api.fake is batch:
+                assert api.fake.calls[api.create] == creates  # found by jobs.get, not created again
+            assert api.fake.violations == []
     finally:
         second.stop()
 
