@@ -1,5 +1,7 @@
-"""What the Google Cloud adapters share: credentials, endpoints, resource-name patterns, and the ONE
-place where a Google API's answer (or silence) becomes a runonce outcome.
+"""What the Google Cloud adapters share: credentials, endpoints, resource-name patterns, the base
+class of the REST adapters (`GoogleRestTarget`: config, client, credentials, base URL, `send` /
+`call` / `read_state`), and the ONE place where a Google API's answer (or silence) becomes a
+runonce outcome.
 
 Translation of a *dispatch* (the call that may create an execution):
 
