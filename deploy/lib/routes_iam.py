@@ -133,6 +133,12 @@ def grants(config: object, origin: str, predefined_build_role: bool = False) -> 
                 "pass --trigger-service-account EMAIL (runonce's account needs actAs on it)",
                 file=sys.stderr,
             )
+        elif kind == "google_api":
+            print(
+                f"note: route {name!r}: google_api {target.get('api')} {target.get('method')}: grant runonce's account "
+                "the permissions that method (and its reconcile method) needs yourself; none are derived",
+                file=sys.stderr,
+            )
         elif kind == "http" and target.get("audience"):
             print(
                 f"note: route {name!r}: http audience {target['audience']}: if it is a Cloud Run service, pass "
