@@ -32,7 +32,7 @@ import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -48,9 +48,6 @@ from runonce.targets.base import (
     TargetThrottled,
     parse_retry_after,
 )
-
-if TYPE_CHECKING:
-    from runonce.targets.registry import TargetContext
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
@@ -387,6 +384,13 @@ async def call_rest(
 ConfigT = TypeVar("ConfigT")
 
 
+class SharedClients(Protocol):
+    """What `build` takes from the registry's `TargetContext` (not imported: the registry imports this module)."""
+
+    http: httpx.AsyncClient
+    google_auth: GoogleAuth
+
+
 class GoogleRestTarget(Target, Generic[ConfigT]):
     """Base of the adapters that call one Google REST API: the route's config, the process's HTTP
     client and credentials, and the API's base URL (the endpoint override, `RUNONCE_*_ENDPOINT`,
@@ -415,7 +419,7 @@ class GoogleRestTarget(Target, Generic[ConfigT]):
         return self.DEFAULT_ENDPOINT
 
     @classmethod
-    def build(cls, config: Any, context: TargetContext, endpoint: str | None) -> Target:
+    def build(cls, config: Any, context: SharedClients, endpoint: str | None) -> Target:
         """The registry's builder: `TargetType(..., build=MyTarget.build)`."""
         return cls(config, context.http, context.google_auth, endpoint)
 

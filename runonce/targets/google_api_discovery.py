@@ -26,6 +26,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from runonce.errors import RunonceError
+
 VENDORED = Path(__file__).with_name("discovery")
 
 _DURATION = re.compile(r"^-?[0-9]+(\.[0-9]{1,9})?s$")
@@ -35,7 +37,7 @@ _PARAMETER_KEYS = ("location", "type", "format", "pattern", "enum", "repeated", 
 _SCHEMA_KEYS = ("type", "format", "enum", "$ref")
 
 
-class DocumentNotFound(LookupError):
+class DocumentNotFound(RunonceError):
     """No description of the API named: the message says which ones there are."""
 
 

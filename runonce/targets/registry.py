@@ -82,7 +82,7 @@ class TargetType:
         """Whether the adapter's `is_running` can tell if an execution is still running."""
         return getattr(self.adapter, "is_running", None) is not getattr(Target, "is_running", None)
 
-    def state_problem(self, config: BaseModel) -> str | None:
+    def state_problem(self, config: object) -> str | None:
         """Why a route with this target block cannot tell whether an execution still runs, or None:
         the type cannot, or the block lacks what the type needs (its config's `state_problem`)."""
         if not self.reads_state:
