@@ -693,6 +693,9 @@ async def test_is_running_reads_the_field_of_the_reconcile_answer(batch, http, m
     batch.jobs[job_of(request)]["status"] = {}
     with pytest.raises(TargetOutcomeUnknown, match=r"no status\.state in the answer"):
         await target.is_running(resource)
+    del batch.jobs[job_of(request)]["status"]
+    with pytest.raises(TargetOutcomeUnknown, match=r"no status\.state in the answer"):
+        await target.is_running(resource)
     batch.fail(BATCH_GET, "PERMISSION_DENIED", "no")
     with pytest.raises(TargetOutcomeUnknown, match=f"get {resource}"):
         await target.is_running(resource)
@@ -817,3 +820,36 @@ def test_runonce_lint_checks_google_api_routes(tmp_path) -> None:
     assert result.exit_code == 1, result.output
     assert "route 'jobs': field 'target.params'" in result.output
     assert "has no parameter 'jobId' (it takes: name)" in result.output
+
+
+async def test_a_409_without_googles_error_body_is_the_runs_execution_too(metadata) -> None:
+    """A 409 whose body is not Google's JSON error (a proxy's plain "Conflict") still means the
+    run's id is taken: adopted, not refused."""
+    seen: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(f"{request.method} {request.url.path}")
+        if request.method == "POST":
+            return httpx.Response(409, text="Conflict")
+        return httpx.Response(200, json={"name": request.url.path.removeprefix("/v1/"), "status": {"state": "RUNNING"}})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        target = target_for(BATCH, "http://batch.test", client, metadata)
+        request = new_request()
+        assert await target.dispatch(request) == f"v1/{job_of(request)}"
+    assert seen == [f"POST /v1/{PARENT}/jobs", f"GET /v1/{job_of(request)}"]
+
+
+def test_a_mistake_is_a_google_api_error_and_values_are_shown_as_json() -> None:
+    from pydantic import ValidationError
+
+    from runonce.targets.google_api_discovery import _shown
+
+    with pytest.raises(ValidationError) as caught:
+        GoogleApiTargetConfig.model_validate({**BATCH, "method": "projects.locations.jobs.nope"})
+    assert [error["type"] for error in caught.value.errors()] == ["google_api"]
+    assert _shown("é") == 'str "é"'
+    from datetime import date
+
+    assert _shown(date(2026, 1, 31)) == 'date "2026-01-31"'
+    assert _shown("x" * 100) == 'str "' + "x" * 56 + "..."
