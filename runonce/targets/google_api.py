@@ -427,9 +427,9 @@ class GoogleApiTargetConfig(BaseModel):
 def is_handle(method: ApiMethod, name: str) -> bool:
     """Parameters that can carry a client-chosen identity: a requestId, a client-chosen id (`jobId`,
     `batchId`, …), or the resource name in the path of a PUT."""
-    if method.parameters.get(name, {}).get("location") == "path":
+    if method.parameters[name].get("location") == "path":
         return method.http_method == "PUT"  # PUT creates the resource the path names (Pub/Sub's create)
-    return name == "requestId" or name.endswith("Id")
+    return name.endswith("Id")  # requestId too
 
 
 def _body_handle(name: str) -> bool:
@@ -486,8 +486,9 @@ class GoogleApiTarget(GoogleRestTarget[GoogleApiTargetConfig]):
 
     def lookup_url(self, request: DispatchRequest) -> str | None:
         """The reconcile call for this run, as `relative_url` writes it; None without one."""
-        if self.lookup is None or self.config.reconcile is None:
+        if self.config.reconcile is None:
             return None
+        assert self.lookup is not None  # validated with the config
         params = expand(self.config.reconcile.params, request.run_id, request.schedule_time)
         return relative_url(*build_path(self.document, self.lookup, params))
 
@@ -516,10 +517,10 @@ class GoogleApiTarget(GoogleRestTarget[GoogleApiTargetConfig]):
         if found is None:
             logger.info("run %s: %s answered ALREADY_EXISTS; nothing created", request.run_id, call)
             return call
-        read = f"{action}: it already exists; read it"
-        with reconciling(read):
-            if await self._read(found, read) is None:
-                raise TargetOutcomeUnknown(f"{read}: {found} is not found (yet)")
+        action = f"{action}: it already exists; read it"
+        with reconciling(action):
+            if await self._read(found, action) is None:
+                raise TargetOutcomeUnknown(f"{action}: {found} is not found (yet)")
         return found
 
     async def reconcile(self, request: DispatchRequest) -> str | None:

@@ -853,3 +853,44 @@ def test_a_mistake_is_a_google_api_error_and_values_are_shown_as_json() -> None:
 
     assert _shown(date(2026, 1, 31)) == 'date "2026-01-31"'
     assert _shown("x" * 100) == 'str "' + "x" * 56 + "..."
+
+
+async def test_a_reconcile_call_with_a_query_keeps_it_on_the_wire_and_in_the_resource(metadata) -> None:
+    """BigQuery's jobs.get takes the job's location as a query parameter: the reconcile call, the
+    resource the run records and the state read all carry it."""
+    seen: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(f"{request.method} {request.url.path}?{request.url.query.decode()}")
+        if request.method == "POST":
+            return httpx.Response(200, json={"id": "p:EU.x"})
+        return httpx.Response(200, json={"status": {"state": "RUNNING"}})
+
+    query_job = {
+        "type": "google_api",
+        "api": "bigquery.v2",
+        "method": "jobs.insert",
+        "params": {"projectId": "p"},
+        "body": {
+            "jobReference": {"jobId": "r${run_id}", "location": "EU"},
+            "configuration": {"query": {"query": "SELECT 1"}},
+        },
+        "reconcile": {"method": "jobs.get", "params": {"projectId": "p", "jobId": "r${run_id}", "location": "EU"}},
+        "running": {"field": "status.state", "values": ["PENDING", "RUNNING"]},
+    }
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        target = target_for(query_job, "http://bigquery.test", client, metadata)
+        request = new_request()
+        resource = f"bigquery/v2/projects/p/jobs/r{request.run_id}?location=EU"
+        assert await target.dispatch(request) == resource
+        assert await target.reconcile(request) == resource
+        assert await target.is_running(resource) is True
+    get = f"GET /bigquery/v2/projects/p/jobs/r{request.run_id}?location=EU"
+    assert seen == ["POST /bigquery/v2/projects/p/jobs?", get, get]
+
+
+def test_a_repeated_query_parameter_is_sent_once_per_value() -> None:
+    from runonce.targets.google_api import relative_url
+
+    assert relative_url("v1/x", {"a": ["1", "2"], "b": "3"}) == "v1/x?a=1&a=2&b=3"
+    assert relative_url("v1/x", {}) == "v1/x"
