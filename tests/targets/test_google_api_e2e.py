@@ -251,13 +251,14 @@ def test_kill_9_after_the_create_is_one_execution(tmp_path, metadata, fakes, bat
         deliver(first.url, api.route, new_schedule_time())  # another run: the token is fetched before the timed one
         when = new_schedule_time()
         handle = kill_9_during_create(first, api.fake, api.create, api.route, when).token
-        killed.append((api, when, handle, api.fake.calls[api.create]))
+        killed.append((api, when, handle))
     second = start_server(env, tmp_path)
     try:
         for api in apis:  # other runs: the token is fetched before the timed ones
             deliver(second.url, api.route, new_schedule_time())
         time.sleep(LEASE_SECONDS + 0.2)  # the killed attempts' leases run out
-        for api, when, handle, creates in killed:
+        for api, when, handle in killed:
+            creates = api.fake.calls[api.create]
             response = deliver(second.url, api.route, when)
             assert (response.status_code, response.json()["status"]) == (200, "processed"), response.text
             run_id = response.json()["run_id"]
