@@ -9,7 +9,7 @@ PIP_TOOLS := .tools/pip-tools/bin
 PIP_COMPILE = $(PIP_TOOLS)/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras \
 	--no-emit-index-url --no-emit-find-links --all-build-deps $(PIP_COMPILE_ARGS)
 
-.PHONY: run test test-fast lint test-core test-deploy docs reference bench mutate clean lock redis-server
+.PHONY: run test test-fast lint test-core test-deploy docs reference discovery bench mutate clean lock redis-server
 
 run: $(VENV)/.installed ## Run the proxy on 127.0.0.1:8080: SQLite store, demo route, auth off.
 	RUNONCE_AUTH=none RUNONCE_ROUTES_FILE=examples/demo-routes.yaml RUNONCE_STORE=sqlite:///runonce.db \
@@ -44,6 +44,9 @@ reference: $(VENV)/.installed ## Regenerate docs/reference/ (settings, statuses,
 
 bench: $(VENV)/.installed ## runonce against a hand-written handler (literal and async): CPU, latency, memory, cold start; BENCH_ARGS=--smoke for seconds.
 	$(BIN)/python bench/bench_perf.py $(BENCH_ARGS)
+
+discovery: $(VENV)/.installed ## Regenerate the discovery documents google_api routes are checked against (runonce/targets/discovery/) from the locked google-api-python-client.
+	$(BIN)/python -m tests.support.discovery_vendor
 
 # Mutation testing (CONTRIBUTING.md): by hand before a change to the core lands, not in CI.
 # `make mutate MUTANTS='runonce.run.delivery*'` runs one module's mutants while iterating.

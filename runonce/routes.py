@@ -133,11 +133,12 @@ class Route(BaseModel):
 
     @model_validator(mode="after")
     def _overlap_needs_state(self) -> Route:
-        if self.overlap != "allow" and not TARGET_TYPES[self.target.type].reads_state:
+        problem = TARGET_TYPES[self.target.type].state_problem(self.target) if self.overlap != "allow" else None
+        if problem is not None:
             readers = sorted(name for name, kind in TARGET_TYPES.items() if kind.reads_state)
             raise ValueError(
-                f"overlap {self.overlap!r} asks the target whether the previous execution still runs, and a "
-                f"{self.target.type!r} target cannot tell; use {', '.join(readers)}, or overlap: allow"
+                f"overlap {self.overlap!r} asks the target whether the previous execution still runs, and "
+                f"{problem}; use {', '.join(readers)}, or overlap: allow"
             )
         return self
 

@@ -15,6 +15,7 @@
  * |                     | roles/cloudtasks.viewer (tasks.get)    | the queue                          |
  * |                     | roles/iam.serviceAccountUser           | each http_request.oidc_token account |
  * | http with audience  | roles/run.invoker                      | each var.downstream_services       |
+ * | google_api          | none derived: grant what the route's method needs yourself |            |
  * | log                 | nothing                                |                                    |
  *
  * The claim store: roles/datastore.user on the Firestore database (below), roles/spanner.databaseUser

@@ -64,8 +64,8 @@ variable "routes" {
   }
 
   validation {
-    condition     = alltrue([for route in values(var.routes) : contains(["log", "http", "workflows", "cloud_run_job", "cloud_build_trigger", "bigquery_job", "cloud_tasks_task"], try(route.target.type, ""))])
-    error_message = "Every route needs target.type, one of: log, http, workflows, cloud_run_job, cloud_build_trigger, bigquery_job, cloud_tasks_task."
+    condition     = alltrue([for route in values(var.routes) : contains(["log", "http", "workflows", "cloud_run_job", "cloud_build_trigger", "bigquery_job", "cloud_tasks_task", "google_api"], try(route.target.type, ""))])
+    error_message = "Every route needs target.type, one of: log, http, workflows, cloud_run_job, cloud_build_trigger, bigquery_job, cloud_tasks_task, google_api."
   }
 
   validation {

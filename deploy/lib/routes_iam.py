@@ -46,6 +46,8 @@ TARGETS: dict[str, tuple[str, str, list[tuple[str, ...]]] | None] = {
             ("roles/iam.serviceAccountUser", "service-account", "http_request.oidc_token.service_account_email"),
         ],
     ),
+    # A google_api route calls a method the route chooses: its grants are the user's to make.
+    "google_api": None,
 }
 # What a grant on another field may name, by where it is granted.
 NAMED = {"service-account": r"^[a-z0-9][a-z0-9._-]*@[a-z0-9][a-z0-9.-]*\.gserviceaccount\.com$"}
@@ -129,6 +131,12 @@ def grants(config: object, origin: str, predefined_build_role: bool = False) -> 
             print(
                 f"note: route {name!r}: if trigger {target['trigger']} runs as its own service account, "
                 "pass --trigger-service-account EMAIL (runonce's account needs actAs on it)",
+                file=sys.stderr,
+            )
+        elif kind == "google_api":
+            print(
+                f"note: route {name!r}: google_api {target.get('api')} {target.get('method')}: grant runonce's account "
+                "the permissions that method (and its reconcile method) needs yourself; none are derived",
                 file=sys.stderr,
             )
         elif kind == "http" and target.get("audience"):

@@ -26,6 +26,7 @@ from runonce.targets.bigquery_job import TARGET as BIGQUERY_JOB
 from runonce.targets.cloud_build_trigger import TARGET as CLOUD_BUILD_TRIGGER
 from runonce.targets.cloud_run_job import TARGET as CLOUD_RUN_JOB
 from runonce.targets.cloud_tasks_task import TARGET as CLOUD_TASKS_TASK
+from runonce.targets.google_api import TARGET as GOOGLE_API
 from runonce.targets.http import TARGET as HTTP
 from runonce.targets.log import TARGET as LOG
 from runonce.targets.registry import Grant, TargetContext, TargetType
@@ -33,7 +34,7 @@ from runonce.targets.workflows import TARGET as WORKFLOWS
 
 TARGET_TYPES: dict[str, TargetType] = {
     entry.name: entry
-    for entry in (LOG, HTTP, WORKFLOWS, CLOUD_RUN_JOB, CLOUD_BUILD_TRIGGER, BIGQUERY_JOB, CLOUD_TASKS_TASK)
+    for entry in (LOG, HTTP, WORKFLOWS, CLOUD_RUN_JOB, CLOUD_BUILD_TRIGGER, BIGQUERY_JOB, CLOUD_TASKS_TASK, GOOGLE_API)
 }
 """Every target type by its `type:` name (like httpx's `mounts`: a plain table, looked up once)."""
 

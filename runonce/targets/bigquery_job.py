@@ -35,7 +35,6 @@ from pydantic_core import PydanticCustomError
 
 from runonce.targets.base import (
     DispatchRequest,
-    Target,
     TargetError,
     TargetFailed,
     TargetOutcomeUnknown,
@@ -45,16 +44,13 @@ from runonce.targets.base import (
 from runonce.targets.google import (
     PROJECT,
     RUN_ID_LABEL,
-    GoogleAuth,
-    call_rest,
+    GoogleRestTarget,
     check_labels,
     error_of,
     json_of,
     outcome_for_response,
     reconciling,
-    rest_base_url,
     run_id_label,
-    send_rest,
 )
 from runonce.targets.registry import Grant, TargetType
 
@@ -168,16 +164,9 @@ def parse_resource(resource: str) -> tuple[str, str, str]:
     return project, location, job_id
 
 
-class BigQueryJobTarget(Target):
+class BigQueryJobTarget(GoogleRestTarget[BigQueryJobTargetConfig]):
     type = "bigquery_job"
-
-    def __init__(
-        self, config: BigQueryJobTargetConfig, http: httpx.AsyncClient, auth: GoogleAuth, endpoint: str | None = None
-    ):
-        self.config = config
-        self._http = http
-        self._auth = auth
-        self._base = rest_base_url(endpoint, DEFAULT_ENDPOINT)
+    DEFAULT_ENDPOINT = DEFAULT_ENDPOINT
 
     def job(self, request: DispatchRequest) -> dict[str, Any]:
         """The `Job` that jobs.insert receives for this run."""
@@ -195,8 +184,8 @@ class BigQueryJobTarget(Target):
         }
         return {"jobReference": reference, "configuration": configuration}
 
-    def _job_url(self, project: str, job_id: str | None = None) -> str:
-        return f"{self._base}/bigquery/v2/projects/{project}/jobs" + (f"/{job_id}" if job_id else "")
+    def _job_path(self, project: str, job_id: str | None = None) -> str:
+        return f"bigquery/v2/projects/{project}/jobs" + (f"/{job_id}" if job_id else "")
 
     async def dispatch(self, request: DispatchRequest) -> str:
         job_id = job_id_for(request.run_id)
@@ -205,9 +194,7 @@ class BigQueryJobTarget(Target):
             raise TargetFailed(
                 f"{action}: a bigquery_job route takes no delivery body (its job is the route's configuration)"
             )
-        response = await send_rest(
-            self._http, self._auth, "POST", self._job_url(self.config.project), action, body=self.job(request)
-        )
+        response = await self.send("POST", self._job_path(self.config.project), action, body=self.job(request))
         if response.status_code == 409:  # the run's job exists: an earlier attempt created it
             read = f"{action}: it already exists; read it"
             with reconciling(read):
@@ -221,13 +208,8 @@ class BigQueryJobTarget(Target):
         job_id = job_id_for(request.run_id)
         action = f"get BigQuery job {self.config.project}:{self.config.location}.{job_id}"
         with reconciling(action):
-            response = await send_rest(
-                self._http,
-                self._auth,
-                "GET",
-                self._job_url(self.config.project, job_id),
-                action,
-                params={"location": self.config.location},
+            response = await self.send(
+                "GET", self._job_path(self.config.project, job_id), action, params={"location": self.config.location}
             )
             if response.status_code == 404:
                 return None
@@ -246,9 +228,7 @@ class BigQueryJobTarget(Target):
         return (job.get("status") or {}).get("state") != "DONE"
 
     async def _get(self, project: str, location: str, job_id: str, action: str) -> dict[str, Any]:
-        return await call_rest(
-            self._http, self._auth, "GET", self._job_url(project, job_id), action, params={"location": location}
-        )
+        return await self.call("GET", self._job_path(project, job_id), action, params={"location": location})
 
     def _resource(self, job: dict[str, Any], job_id: str) -> str:
         """BigQuery's own name for the job, `PROJECT:LOCATION.JOB_ID` (as `bq show -j` takes it)."""
@@ -272,7 +252,7 @@ TARGET = TargetType(
     name="bigquery_job",
     config=BigQueryJobTargetConfig,
     adapter=BigQueryJobTarget,
-    build=lambda config, context, endpoint: BigQueryJobTarget(config, context.http, context.google_auth, endpoint),
+    build=BigQueryJobTarget.build,
     endpoint="bigquery",
     resource_field="project",
     # Run jobs in the project; the data the job reads and writes needs its own grants

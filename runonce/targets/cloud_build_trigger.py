@@ -22,16 +22,8 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from runonce.targets.base import DispatchRequest, Target, TargetFailed, TargetOutcomeUnknown
-from runonce.targets.google import (
-    GoogleAuth,
-    call_rest,
-    read_state,
-    reconciling,
-    resource_parts,
-    resource_pattern,
-    rest_base_url,
-)
+from runonce.targets.base import DispatchRequest, TargetFailed, TargetOutcomeUnknown
+from runonce.targets.google import GoogleAuth, GoogleRestTarget, reconciling, resource_parts, resource_pattern
 from runonce.targets.registry import Grant, TargetType
 
 logger = logging.getLogger("runonce.target.cloud_build_trigger")
@@ -121,8 +113,9 @@ class CloudBuildTriggerTargetConfig(BaseModel):
         return self
 
 
-class CloudBuildTriggerTarget(Target):
+class CloudBuildTriggerTarget(GoogleRestTarget[CloudBuildTriggerTargetConfig]):
     type = "cloud_build_trigger"
+    DEFAULT_ENDPOINT = DEFAULT_ENDPOINT
 
     def __init__(
         self,
@@ -131,10 +124,7 @@ class CloudBuildTriggerTarget(Target):
         auth: GoogleAuth,
         endpoint: str | None = None,
     ):
-        self.config = config
-        self._http = http
-        self._auth = auth
-        self._base = rest_base_url(endpoint, DEFAULT_ENDPOINT)
+        super().__init__(config, http, auth, endpoint)
         parts = resource_parts(config.trigger)
         self._project, self._location, self._trigger = parts["projects"], parts["locations"], parts["triggers"]
         self._trigger_id: str | None = self._trigger if re.match(UUID_PATTERN, self._trigger) else None
@@ -172,14 +162,7 @@ class CloudBuildTriggerTarget(Target):
 
     async def dispatch(self, request: DispatchRequest) -> str:
         action = f"run {self.config.trigger}"
-        operation = await call_rest(
-            self._http,
-            self._auth,
-            "POST",
-            f"{self._base}/v1/{self.config.trigger}:run",
-            action,
-            body=self.run_request(request),
-        )
+        operation = await self.call("POST", f"v1/{self.config.trigger}:run", action, body=self.run_request(request))
         build = (operation.get("metadata") or {}).get("build") or {}
         if build.get("buildTriggerId"):
             self._trigger_id = build["buildTriggerId"]
@@ -213,9 +196,7 @@ class CloudBuildTriggerTarget(Target):
                 }
                 if page_token:
                     params["pageToken"] = page_token
-                page = await call_rest(
-                    self._http, self._auth, "GET", f"{self._base}/v1/{parent}/builds", action, params=params
-                )
+                page = await self.call("GET", f"v1/{parent}/builds", action, params=params)
                 for build in page.get("builds") or []:
                     if (build.get("substitutions") or {}).get(self.config.substitution) == request.run_id:
                         found.append(build.get("name") or f"{parent}/builds/{build.get('id')}")
@@ -232,7 +213,7 @@ class CloudBuildTriggerTarget(Target):
         """`builds.get`: PENDING, QUEUED or WORKING runs; a final status, or no build, does not."""
         if not re.match(BUILD_PATTERN, resource):
             raise TargetOutcomeUnknown(f"{resource} is not a build's name")
-        build = await read_state(self._http, self._auth, f"{self._base}/v1/{resource}", resource)
+        build = await self.read_state(f"v1/{resource}", resource)
         if build is None:
             return False
         status = build.get("status")
@@ -245,9 +226,7 @@ class CloudBuildTriggerTarget(Target):
     async def _resolve_trigger_id(self) -> str:
         """Builds name their trigger by id; a trigger configured by name is looked up once."""
         if self._trigger_id is None:
-            trigger = await call_rest(
-                self._http, self._auth, "GET", f"{self._base}/v1/{self.config.trigger}", f"get {self.config.trigger}"
-            )
+            trigger = await self.call("GET", f"v1/{self.config.trigger}", f"get {self.config.trigger}")
             if not trigger.get("id"):
                 raise TargetOutcomeUnknown(f"get {self.config.trigger}: the answer has no trigger id")
             self._trigger_id = str(trigger["id"])
@@ -258,9 +237,7 @@ TARGET = TargetType(
     name="cloud_build_trigger",
     config=CloudBuildTriggerTargetConfig,
     adapter=CloudBuildTriggerTarget,
-    build=lambda config, context, endpoint: CloudBuildTriggerTarget(
-        config, context.http, context.google_auth, endpoint
-    ),
+    build=CloudBuildTriggerTarget.build,
     endpoint="cloudbuild",
     resource_field="trigger",
     # triggers.run needs cloudbuild.builds.create, granted per project only (no per-trigger IAM);

@@ -17,12 +17,11 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
-from runonce.targets.base import DispatchRequest, Target, TargetFailed, TargetOutcomeUnknown
-from runonce.targets.google import GoogleAuth, call_rest, read_state, reconciling, resource_pattern, rest_base_url
+from runonce.targets.base import DispatchRequest, TargetFailed, TargetOutcomeUnknown
+from runonce.targets.google import GoogleRestTarget, reconciling, resource_pattern
 from runonce.targets.registry import Grant, TargetType
 
 logger = logging.getLogger("runonce.target.cloud_run_job")
@@ -98,16 +97,9 @@ class CloudRunJobTargetConfig(BaseModel):
         return value
 
 
-class CloudRunJobTarget(Target):
+class CloudRunJobTarget(GoogleRestTarget[CloudRunJobTargetConfig]):
     type = "cloud_run_job"
-
-    def __init__(
-        self, config: CloudRunJobTargetConfig, http: httpx.AsyncClient, auth: GoogleAuth, endpoint: str | None = None
-    ):
-        self.config = config
-        self._http = http
-        self._auth = auth
-        self._base = rest_base_url(endpoint, DEFAULT_ENDPOINT)
+    DEFAULT_ENDPOINT = DEFAULT_ENDPOINT
 
     def env(self, request: DispatchRequest) -> list[dict[str, str]]:
         fields = request.runonce_fields()
@@ -142,9 +134,7 @@ class CloudRunJobTarget(Target):
         for var in body["overrides"]["containerOverrides"][0]["env"]:
             if len(var["value"].encode("utf-8")) > MAX_ENV_VALUE_BYTES:
                 raise TargetFailed(f"{action}: env {var['name']} is over Cloud Run's {MAX_ENV_VALUE_BYTES} bytes")
-        operation = await call_rest(
-            self._http, self._auth, "POST", f"{self._base}/v2/{self.config.job}:run", action, body=body
-        )
+        operation = await self.call("POST", f"v2/{self.config.job}:run", action, body=body)
         execution = (operation.get("metadata") or {}).get("name")
         if execution:
             return str(execution)
@@ -164,14 +154,7 @@ class CloudRunJobTarget(Target):
                 params: dict[str, Any] = {"pageSize": 100}
                 if page_token:
                     params["pageToken"] = page_token
-                page = await call_rest(
-                    self._http,
-                    self._auth,
-                    "GET",
-                    f"{self._base}/v2/{self.config.job}/executions",
-                    action,
-                    params=params,
-                )
+                page = await self.call("GET", f"v2/{self.config.job}/executions", action, params=params)
                 executions = page.get("executions") or []
                 found += [e["name"] for e in executions if self._carries(e, request.run_id)]
                 page_token = page.get("nextPageToken")
@@ -189,7 +172,7 @@ class CloudRunJobTarget(Target):
         (`runningCount`), runs; one that no longer exists does not."""
         if not re.match(EXECUTION_PATTERN, resource):
             raise TargetOutcomeUnknown(f"{resource} is not an execution's name")
-        execution = await read_state(self._http, self._auth, f"{self._base}/v2/{resource}", resource)
+        execution = await self.read_state(f"v2/{resource}", resource)
         if execution is None:
             return False
         return not execution.get("completionTime") or int(execution.get("runningCount") or 0) > 0
@@ -215,7 +198,7 @@ TARGET = TargetType(
     name="cloud_run_job",
     config=CloudRunJobTargetConfig,
     adapter=CloudRunJobTarget,
-    build=lambda config, context, endpoint: CloudRunJobTarget(config, context.http, context.google_auth, endpoint),
+    build=CloudRunJobTarget.build,
     endpoint="run",
     resource_field="job",
     grants=(

@@ -31,16 +31,14 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from runonce.targets.base import DispatchRequest, Target, TargetError, TargetOutcomeUnknown
+from runonce.targets.base import DispatchRequest, TargetError, TargetOutcomeUnknown
 from runonce.targets.google import (
-    GoogleAuth,
+    GoogleRestTarget,
     error_of,
     json_of,
     outcome_for_response,
     reconciling,
     resource_name_problem,
-    rest_base_url,
-    send_rest,
 )
 from runonce.targets.http import run_document
 from runonce.targets.registry import Grant, TargetType
@@ -173,16 +171,9 @@ class CloudTasksTaskTargetConfig(BaseModel):
         return value
 
 
-class CloudTasksTaskTarget(Target):
+class CloudTasksTaskTarget(GoogleRestTarget[CloudTasksTaskTargetConfig]):
     type = "cloud_tasks_task"
-
-    def __init__(
-        self, config: CloudTasksTaskTargetConfig, http: httpx.AsyncClient, auth: GoogleAuth, endpoint: str | None = None
-    ):
-        self.config = config
-        self._http = http
-        self._auth = auth
-        self._base = rest_base_url(endpoint, DEFAULT_ENDPOINT)
+    DEFAULT_ENDPOINT = DEFAULT_ENDPOINT
 
     def task_name(self, run_id: str) -> str:
         return f"{self.config.queue}/tasks/{run_id}"
@@ -207,14 +198,7 @@ class CloudTasksTaskTarget(Target):
     async def dispatch(self, request: DispatchRequest) -> str:
         name = self.task_name(request.run_id)
         action = f"create task {name}"
-        response = await send_rest(
-            self._http,
-            self._auth,
-            "POST",
-            f"{self._base}/v2/{self.config.queue}/tasks",
-            action,
-            body={"task": self.task(request)},
-        )
+        response = await self.send("POST", f"v2/{self.config.queue}/tasks", action, body={"task": self.task(request)})
         if response.status_code == 409 and _status(response) == "ALREADY_EXISTS":
             # This run's task exists, or ran within the hour: an earlier attempt created it.
             logger.info("run %s: task %s already exists; nothing created", request.run_id, name)
@@ -253,7 +237,7 @@ class CloudTasksTaskTarget(Target):
     async def _exists(self, name: str) -> bool:
         """`tasks.get`: True on 200, False on Google's 404 NOT_FOUND, any other answer raised as its outcome."""
         action = f"get task {name}"
-        response = await send_rest(self._http, self._auth, "GET", f"{self._base}/v2/{name}", action)
+        response = await self.send("GET", f"v2/{name}", action)
         if response.status_code == 404 and _status(response) == "NOT_FOUND":
             return False
         json_of(action, response)
@@ -269,7 +253,7 @@ TARGET = TargetType(
     name="cloud_tasks_task",
     config=CloudTasksTaskTargetConfig,
     adapter=CloudTasksTaskTarget,
-    build=lambda config, context, endpoint: CloudTasksTaskTarget(config, context.http, context.google_auth, endpoint),
+    build=CloudTasksTaskTarget.build,
     endpoint="cloudtasks",
     resource_field="queue",
     grants=(

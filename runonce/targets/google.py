@@ -1,5 +1,7 @@
-"""What the Google Cloud adapters share: credentials, endpoints, resource-name patterns, and the ONE
-place where a Google API's answer (or silence) becomes a runonce outcome.
+"""What the Google Cloud adapters share: credentials, endpoints, resource-name patterns, the base
+class of the REST adapters (`GoogleRestTarget`: config, client, credentials, base URL, `send` /
+`call` / `read_state`), and the ONE place where a Google API's answer (or silence) becomes a
+runonce outcome.
 
 Translation of a *dispatch* (the call that may create an execution):
 
@@ -30,7 +32,7 @@ import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -39,6 +41,7 @@ from pydantic_core import PydanticCustomError
 from runonce import names
 from runonce.targets.base import (
     NOTHING_SENT,
+    Target,
     TargetError,
     TargetFailed,
     TargetOutcomeUnknown,
@@ -377,3 +380,80 @@ async def call_rest(
     """`send_rest` then `json_of`: the parsed answer, or an outcome raised."""
     response = await send_rest(http, auth, method, url, action, body=body, params=params)
     return json_of(action, response)
+
+
+# --- the base of the REST adapters ------------------------------------------------------------------
+
+ConfigT = TypeVar("ConfigT")
+
+
+class SharedClients(Protocol):
+    """What `build` takes from the registry's `TargetContext` (not imported: the registry imports this module)."""
+
+    http: httpx.AsyncClient
+    google_auth: GoogleAuth
+
+
+class GoogleRestTarget(Target, Generic[ConfigT]):
+    """Base of the adapters that call one Google REST API: the route's config, the process's HTTP
+    client and credentials, and the API's base URL (the endpoint override, `RUNONCE_*_ENDPOINT`,
+    else `default_endpoint()`).
+
+    A subclass sets `type` and `DEFAULT_ENDPOINT` (or overrides `default_endpoint`), uses
+    `build` as its registry entry's builder, and calls the API with paths relative to the base:
+
+        operation = await self.call("POST", f"v2/{self.config.job}:run", action, body=body)
+
+    `send` returns the answer whatever its status (for a caller that reads a 404 or 409 itself);
+    `call` returns a 2xx answer's JSON or raises its outcome; `read_state` reads an execution for
+    `is_running`. Every error becomes an outcome in this module, nowhere else.
+    """
+
+    DEFAULT_ENDPOINT: ClassVar[str] = ""
+
+    def __init__(self, config: ConfigT, http: httpx.AsyncClient, auth: GoogleAuth, endpoint: str | None = None):
+        self.config = config
+        self._http = http
+        self._auth = auth
+        self._base = rest_base_url(endpoint, self.default_endpoint())
+
+    def default_endpoint(self) -> str:
+        """Google's endpoint for this route's API, used when no override is set."""
+        return self.DEFAULT_ENDPOINT
+
+    @classmethod
+    def build(cls, config: Any, context: SharedClients, endpoint: str | None) -> Target:
+        """The registry's builder: `TargetType(..., build=MyTarget.build)`."""
+        return cls(config, context.http, context.google_auth, endpoint)
+
+    def url(self, path: str) -> str:
+        """The full URL of `path` (`v2/projects/...`) on this adapter's base."""
+        return f"{self._base}/{path}"
+
+    async def send(
+        self,
+        method: str,
+        path: str,
+        action: str,
+        *,
+        body: dict[str, Any] | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> httpx.Response:
+        """One authenticated call; the answer whatever its status (see `send_rest`)."""
+        return await send_rest(self._http, self._auth, method, self.url(path), action, body=body, params=params)
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        action: str,
+        *,
+        body: dict[str, Any] | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """One authenticated call: a 2xx answer's JSON object, or its outcome raised (see `call_rest`)."""
+        return await call_rest(self._http, self._auth, method, self.url(path), action, body=body, params=params)
+
+    async def read_state(self, path: str, resource: str) -> dict[str, Any] | None:
+        """GET an execution for `is_running`: it, None when it no longer exists, else unknown."""
+        return await read_state(self._http, self._auth, self.url(path), resource)

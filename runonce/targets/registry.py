@@ -82,5 +82,13 @@ class TargetType:
         """Whether the adapter's `is_running` can tell if an execution is still running."""
         return getattr(self.adapter, "is_running", None) is not getattr(Target, "is_running", None)
 
+    def state_problem(self, config: object) -> str | None:
+        """Why a route with this target block cannot tell whether an execution still runs, or None:
+        the type cannot, or the block lacks what the type needs (its config's `state_problem`)."""
+        if not self.reads_state:
+            return f"a {self.name!r} target cannot tell"
+        problem = getattr(config, "state_problem", None)
+        return problem if isinstance(problem, str) else None
+
     def endpoint_override(self, endpoints: Mapping[str, str | None]) -> str | None:
         return endpoints.get(self.endpoint) if self.endpoint else None

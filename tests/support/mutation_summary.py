@@ -62,6 +62,9 @@ MESSAGE_ARG = {
     "Failed": 0,
     "Unavailable": 0,
     "OutcomeUnknown": 0,
+    "reconciling": 0,  # targets/google.py: the action named in the outcome's message
+    "reading": 0,
+    "_error": 1,  # targets/google_api.py: the message of a route's mistake
 }
 MESSAGE_KEYWORDS = {"message", "reason"}
 LOG_OBJECTS = {"logger", "logging"}
@@ -77,6 +80,7 @@ MESSAGE_VARIABLES = {
     "holder",
     "reason",
     "fields",
+    "action",  # targets: the call named in an outcome's message
 }
 """Local variables that only ever feed a message (checked by reading each module's uses)."""
 

@@ -1,0 +1,582 @@
+"""`google_api` target: any Google REST method that can be made idempotent, declared in the route.
+
+A route names a method of a Google discovery document and what to send:
+
+    target:
+      type: google_api
+      api: batch.v1
+      method: projects.locations.jobs.create
+      params: {parent: projects/p/locations/us-central1, jobId: "r${run_id:62}"}
+      body: {taskGroups: [...]}
+      reconcile:
+        method: projects.locations.jobs.get
+        params: {name: "projects/p/locations/us-central1/jobs/r${run_id:62}"}
+      running: {field: status.state, values: [QUEUED, SCHEDULED, RUNNING]}
+
+Placeholders in params and body strings: `${run_id}`, `${run_id:N}` (its first N hex characters),
+`${run_uuid}` (a UUID made from the run_id) and `${schedule_time}`.
+
+Everything is checked at start-up against the document (google_api_discovery.py): the method, each
+param (name, type, enum, pattern, with the placeholders expanded), the body against the request
+schema, the reconcile method (a GET) and its params, the `running` field and values against the
+reconcile method's response. A route must give a way to dedupe: a client-chosen id or requestId
+filled from the run, a reconcile method, or both.
+
+Answers to the call, as for the other Google targets:
+
+    2xx                                the run's execution: the reconcile path, else the answer's name
+    409 ALREADY_EXISTS                 the run's execution exists: adopted (read with reconcile)
+    429 / RESOURCE_EXHAUSTED           TargetThrottled, nothing created
+    other 4xx (409 ABORTED too)        TargetFailed, nothing created
+    5xx, or no answer after sending    TargetOutcomeUnknown: claim kept; after the lease the retry
+                                       reconciles, or re-sends the same id/requestId (the API dedupes)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import uuid
+from typing import Any, Literal
+from urllib.parse import parse_qsl, quote, urlencode
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from runonce.targets.base import DispatchRequest, TargetFailed, TargetOutcomeUnknown
+from runonce.targets.google import (
+    GoogleAuth,
+    GoogleRestTarget,
+    error_of,
+    json_of,
+    outcome_for_response,
+    reading,
+    reconciling,
+)
+from runonce.targets.google_api_discovery import ApiDocument, ApiMethod, DocumentNotFound, load
+from runonce.targets.registry import TargetType
+
+logger = logging.getLogger("runonce.target.google_api")
+
+PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
+PLACEHOLDERS = "${run_id}, ${run_id:N} (N = 1-64), ${run_uuid}, ${schedule_time}"
+MIN_HANDLE_HEX = 16
+"""A run_id prefix shorter than this (64 bits) could be shared by two runs of a route: it cannot dedupe."""
+
+SAMPLE_RUN_IDS = ("0" * 64, "f" * 64, "9" * 16 + "a" * 48)
+"""Expansions checked at start-up: a run_id is 64 hex characters, starting with a digit or a letter."""
+SAMPLE_SCHEDULE_TIME = "2026-01-31T12:00:00Z"
+EXAMPLE_HANDLES = '"r${run_id:62}" or "${run_uuid}"'
+
+
+def _error(message: str, **context: Any) -> PydanticCustomError:
+    return PydanticCustomError("google_api", message, context)
+
+
+# --- placeholders ----------------------------------------------------------------------------------
+
+
+def run_uuid(run_id: str) -> str:
+    """A UUID (version 4 layout) made from the run_id's first 32 hex characters, for APIs whose
+    requestId must be a UUID. Same run, same UUID."""
+    if not re.fullmatch(r"[0-9a-f]{64}", run_id):
+        run_id = hashlib.sha256(run_id.encode("utf-8")).hexdigest()
+    return str(uuid.UUID(hex=run_id[:32], version=4))
+
+
+def placeholder_problem(text: str) -> str | None:
+    """The first placeholder in `text` that runonce does not know, or None."""
+    for match in PLACEHOLDER.finditer(text):
+        name = match.group(1)
+        run_id = re.fullmatch(r"run_id(?::([0-9]+))?", name)
+        if name in ("run_uuid", "schedule_time") or (
+            run_id and (not run_id.group(1) or 1 <= int(run_id.group(1)) <= 64)
+        ):
+            continue
+        return f"unknown placeholder {match.group(0)!r} (runonce fills {PLACEHOLDERS})"
+    return None
+
+
+def carries_run(value: Any) -> bool:
+    """Whether a value's placeholders tell runs apart: ${run_id}, ${run_uuid}, or ${run_id:N} with
+    N >= MIN_HANDLE_HEX."""
+    if isinstance(value, dict):
+        return any(carries_run(item) for item in value.values())
+    if isinstance(value, list):
+        return any(carries_run(item) for item in value)
+    if not isinstance(value, str):
+        return False
+    for match in PLACEHOLDER.finditer(value):
+        name = match.group(1)
+        if name in ("run_id", "run_uuid"):
+            return True
+        prefix = re.fullmatch(r"run_id:([0-9]+)", name)
+        if prefix and int(prefix.group(1)) >= MIN_HANDLE_HEX:
+            return True
+    return False
+
+
+def uses_schedule_time(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(uses_schedule_time(item) for item in value.values())
+    if isinstance(value, list):
+        return any(uses_schedule_time(item) for item in value)
+    return isinstance(value, str) and "${schedule_time}" in value
+
+
+def expand(value: Any, run_id: str, schedule_time: str | None) -> Any:
+    """`value` with every placeholder in its strings filled from the run (keys are left as they are)."""
+    if isinstance(value, dict):
+        return {key: expand(item, run_id, schedule_time) for key, item in value.items()}
+    if isinstance(value, list):
+        return [expand(item, run_id, schedule_time) for item in value]
+    if not isinstance(value, str):
+        return value
+
+    def fill(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name == "run_uuid":
+            return run_uuid(run_id)
+        if name == "schedule_time":
+            return schedule_time or ""
+        if name == "run_id":
+            return run_id
+        return run_id[: int(name.removeprefix("run_id:"))]
+
+    return PLACEHOLDER.sub(fill, value)
+
+
+def _check_placeholders(value: Any, where: str) -> None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_placeholders(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_placeholders(item, f"{where}[{index}]")
+    elif isinstance(value, str):
+        problem = placeholder_problem(value)
+        if problem:
+            raise _error("{where}: {problem}", where=where, problem=problem)
+
+
+def _samples(value: Any) -> list[Any]:
+    """`value` expanded as it would be for a few runs (distinct when it holds a placeholder)."""
+    return [expand(value, run_id, SAMPLE_SCHEDULE_TIME) for run_id in SAMPLE_RUN_IDS]
+
+
+# --- parameters ------------------------------------------------------------------------------------
+
+
+def wire(value: Any) -> str:
+    """A parameter's value as the URL carries it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def param_problem(method: ApiMethod, name: str, value: Any) -> str | None:
+    """What the document says against `value` (already expanded) for the parameter `name`."""
+    spec = method.parameters[name]
+    values = value if isinstance(value, list) and spec.get("repeated") else [value]
+    for item in values:
+        if isinstance(item, (dict, list)) or item is None:
+            return f"{name}: expected a {spec.get('type', 'string')}, got {type(item).__name__}"
+        text = wire(item)
+        where = f"{name}={text!r}"
+        if spec.get("type") == "integer" and not re.fullmatch(r"-?[0-9]+", text):
+            return f"{where}: expected an integer"
+        if spec.get("type") == "boolean" and text not in ("true", "false"):
+            return f"{where}: expected true or false"
+        if "enum" in spec and text not in spec["enum"]:
+            return f"{where}: not one of {', '.join(spec['enum'])}"
+        pattern = spec.get("pattern")
+        if pattern and not re.search(pattern, text):
+            return f"{where} does not match {pattern}, the pattern {method.id} states for {name}"
+    return None
+
+
+def check_params(method: ApiMethod, params: dict[str, Any], where: str) -> None:
+    """Every param is one of the method's, every path parameter is given, every value (with each
+    sample expansion) fits the document's type, enum and pattern."""
+    for name in params:
+        if name not in method.parameters:
+            takes = ", ".join(sorted(method.parameters)) or "no parameters"
+            raise _error(
+                "{where}.{key}: {method} has no parameter {name} (it takes: {takes})",
+                where=where,
+                key=name,
+                method=method.id,
+                name=repr(name),
+                takes=takes,
+            )
+    for name in method.path_parameters():
+        if name not in params:
+            pattern = method.parameters[name].get("pattern")
+            raise _error(
+                "{where}: {method} needs the path parameter {name}{rule}",
+                where=where,
+                method=method.id,
+                name=repr(name),
+                rule=f" (pattern {pattern})" if pattern else "",
+            )
+    _check_placeholders(params, where)
+    for name, value in params.items():
+        for sample in _samples(value):
+            problem = param_problem(method, name, sample)
+            if problem:
+                raise _error("{where}.{problem}", where=where, problem=problem)
+
+
+def build_path(document: ApiDocument, method: ApiMethod, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(the call's path relative to the API's root, its query parameters), params expanded."""
+    path = method.path
+    for name in method.path_parameters():
+        value = wire(params[name])
+        path = path.replace(f"{{+{name}}}", quote(value, safe="/:@")).replace(f"{{{name}}}", quote(value, safe=""))
+    query = {
+        name: [wire(v) for v in value] if isinstance(value, list) else wire(value)
+        for name, value in params.items()
+        if name not in method.path_parameters()
+    }
+    return document.service_path + path, query
+
+
+def relative_url(path: str, query: dict[str, Any]) -> str:
+    """A call as one string (`v1/projects/p/…/jobs/j`, `…?filter=…`): what the run records."""
+    return f"{path}?{urlencode(query, doseq=True)}" if query else path
+
+
+def _location(params: dict[str, Any]) -> str | None:
+    """The `locations/L` a method's parameters name, for the API's locational endpoint."""
+    for value in params.values():
+        match = re.search(r"(?:^|/)locations/([a-z0-9-]+)(?:/|$)", value if isinstance(value, str) else "")
+        if match:
+            return match.group(1)
+    return None
+
+
+# --- config ----------------------------------------------------------------------------------------
+
+
+class ReconcileConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    method: str = Field(description="A GET method of the same API that reads the run's resource (404: none).")
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class RunningConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    field: str = Field(description="Dotted field of the reconcile method's answer, e.g. status.state.")
+    values: list[str] = Field(min_length=1, description="The field's values that mean still running.")
+
+
+class GoogleApiTargetConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["google_api"]
+    api: str = Field(description="A discovery document, as name.version (batch.v1).")
+    method: str = Field(description="The method's id as the document names it (projects.locations.jobs.create).")
+    params: dict[str, Any] = Field(default_factory=dict, description="Path and query parameters, with placeholders.")
+    body: dict[str, Any] | None = Field(None, description="The request body, with placeholders.")
+    reconcile: ReconcileConfig | None = None
+    running: RunningConfig | None = None
+    endpoint: str | None = Field(
+        None, description="Base URL instead of Google's (http://HOST:PORT: plaintext, for tests and emulators)."
+    )
+
+    @field_validator("api")
+    @classmethod
+    def _api(cls, value: str) -> str:
+        try:
+            load(value)
+        except DocumentNotFound as exc:
+            raise _error("{reason}", reason=str(exc)) from None
+        return value
+
+    @field_validator("method")
+    @classmethod
+    def _method(cls, value: str, info: ValidationInfo) -> str:
+        document = _document(info)
+        if document is not None and document.method(value) is None:
+            raise _error(
+                "{api} has no method {method}{hint}",
+                api=document.api,
+                method=repr(value),
+                hint=_hint(document, value),
+            )
+        return value
+
+    @field_validator("params")
+    @classmethod
+    def _params(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        method = _method_of(info)
+        if method is not None:
+            check_params(method, value, "params")
+        return value
+
+    @field_validator("body")
+    @classmethod
+    def _body(cls, value: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
+        document, method = _document(info), _method_of(info)
+        if document is None or method is None or value is None:
+            return value
+        if method.request is None:
+            raise _error("{method} takes no request body", method=method.id)
+        _check_placeholders(value, "body")
+        for sample in _samples(value):
+            problem = document.value_problem(sample, {"$ref": method.request}, "body")
+            if problem:
+                raise _error("{problem}", problem=problem)
+        return value
+
+    @field_validator("reconcile")
+    @classmethod
+    def _reconcile(cls, value: ReconcileConfig | None, info: ValidationInfo) -> ReconcileConfig | None:
+        document = _document(info)
+        if document is None or value is None:
+            return value
+        method = document.method(value.method)
+        if method is None:
+            raise _error(
+                "reconcile.method: {api} has no method {method}{hint}",
+                api=document.api,
+                method=repr(value.method),
+                hint=_hint(document, value.method),
+            )
+        if method.http_method != "GET":
+            raise _error(
+                "reconcile.method: {method} is an HTTP {verb}; reconciliation only reads (a GET method, e.g. a get)",
+                method=method.id,
+                verb=method.http_method,
+            )
+        response = document.schemas.get(method.response or "", {}).get("properties", {})
+        if "nextPageToken" in response:
+            raise _error(
+                "reconcile.method: {method} lists resources, and a list answers 200 even when the run's resource "
+                "is not in it; reconciliation needs a get of the run's resource (404 when it does not exist)",
+                method=method.id,
+            )
+        check_params(method, value.params, "reconcile.params")
+        if not carries_run(value.params):
+            raise _error(
+                "reconcile.params: no parameter carries the run ({placeholders}); the lookup would find another "
+                "run's resource",
+                placeholders=f"${{run_id}}, ${{run_id:N}} with N >= {MIN_HANDLE_HEX}, or ${{run_uuid}}",
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _whole(self) -> GoogleApiTargetConfig:
+        document = load(self.api)
+        method = document.method(self.method)
+        assert method is not None  # the field validators ran
+        if self.running is not None:
+            self._check_running(document, self.running)
+        if (
+            self.reconcile is None
+            and not any(is_handle(method, name) and carries_run(value) for name, value in self.params.items())
+            and not any(_body_handle(name) and carries_run(value) for name, value in (self.body or {}).items())
+        ):
+            handles = [name for name in sorted(method.parameters) if is_handle(method, name)]
+            raise _error(
+                "no way to dedupe: fill a client-chosen id or requestId of {method} from the run{takes}, give a "
+                "reconcile method that reads the run's resource, or both; otherwise a retry after a lost answer "
+                "could create a second execution",
+                method=method.id,
+                takes=f" ({', '.join(handles)}, e.g. {EXAMPLE_HANDLES})" if handles else "",
+            )
+        return self
+
+    def _check_running(self, document: ApiDocument, running: RunningConfig) -> None:
+        if self.reconcile is None:
+            raise _error("running: reads the state with the reconcile method; give reconcile {{method, params}} too")
+        method = document.method(self.reconcile.method)
+        assert method is not None  # the reconcile validator ran
+        field = document.field(method.response, running.field) if method.response else None
+        if field is None:
+            raise _error(
+                "running.field: {answer} (the answer of {method}) has no field {field}",
+                answer=method.response or "the answer",
+                method=method.id,
+                field=repr(running.field),
+            )
+        allowed: list[str] = field.get("enum") or []
+        if field.get("type") != "string":
+            raise _error("running.field: {field} is not a string field", field=repr(running.field))
+        wrong = [value for value in running.values if allowed and value not in allowed]
+        if wrong:
+            raise _error(
+                "running.values: {value} is not a value of {field} (it takes: {allowed})",
+                value=repr(wrong[0]),
+                field=running.field,
+                allowed=", ".join(allowed),
+            )
+
+    @property
+    def state_problem(self) -> str | None:
+        """Why this route cannot tell whether an execution still runs (overlap: skip and wait ask)."""
+        if self.running is None:
+            return "the route's target has no 'running' {field, values} to read the state with"
+        return None
+
+
+def is_handle(method: ApiMethod, name: str) -> bool:
+    """Parameters that can carry a client-chosen identity: a requestId, a client-chosen id (`jobId`,
+    `batchId`, …), or the resource name in the path of a PUT."""
+    if method.parameters[name].get("location") == "path":
+        return method.http_method == "PUT"  # PUT creates the resource the path names (Pub/Sub's create)
+    return name.endswith("Id")  # requestId too
+
+
+def _body_handle(name: str) -> bool:
+    """Top-level body fields that carry a client-chosen identity."""
+    return name in ("name", "requestId") or name.endswith("Id")
+
+
+def _document(info: ValidationInfo) -> ApiDocument | None:
+    api = info.data.get("api")
+    return load(api) if api else None
+
+
+def _method_of(info: ValidationInfo) -> ApiMethod | None:
+    document, method = _document(info), info.data.get("method")
+    return document.method(method) if document is not None and method else None
+
+
+def _hint(document: ApiDocument, method_id: str) -> str:
+    similar = document.similar_methods(method_id)
+    return f" (methods like it: {', '.join(similar)})" if similar else ""
+
+
+# --- the adapter -----------------------------------------------------------------------------------
+
+
+class GoogleApiTarget(GoogleRestTarget[GoogleApiTargetConfig]):
+    type = "google_api"
+
+    def __init__(
+        self, config: GoogleApiTargetConfig, http: httpx.AsyncClient, auth: GoogleAuth, endpoint: str | None = None
+    ) -> None:
+        self.document = load(config.api)
+        method = self.document.method(config.method)
+        assert method is not None  # validated with the config
+        self.method = method
+        lookup = self.document.method(config.reconcile.method) if config.reconcile else None
+        self.lookup = lookup
+        self.needs_schedule_time = uses_schedule_time(
+            [config.params, config.body, config.reconcile and config.reconcile.params]
+        )
+        super().__init__(config, http, auth, endpoint or config.endpoint)
+
+    def default_endpoint(self) -> str:
+        return self.document.default_endpoint(_location(self.config.params))
+
+    def create_call(self, request: DispatchRequest) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
+        """(path, query, body) of the call for this run."""
+        params = expand(self.config.params, request.run_id, request.schedule_time)
+        path, query = build_path(self.document, self.method, params)
+        body = None
+        if self.method.request is not None:
+            body = expand(self.config.body or {}, request.run_id, request.schedule_time)
+        return path, query, body
+
+    def lookup_url(self, request: DispatchRequest) -> str | None:
+        """The reconcile call for this run, as `relative_url` writes it; None without one."""
+        if self.config.reconcile is None:
+            return None
+        assert self.lookup is not None  # validated with the config
+        params = expand(self.config.reconcile.params, request.run_id, request.schedule_time)
+        return relative_url(*build_path(self.document, self.lookup, params))
+
+    async def dispatch(self, request: DispatchRequest) -> str:
+        action = f"call {self.method.id}"
+        if request.payload:
+            raise TargetFailed(f"{action}: a google_api route takes no delivery body (its request is the route's)")
+        if request.schedule_time is None and self.needs_schedule_time:
+            raise TargetFailed(f"{action}: the route uses ${{schedule_time}} and this run has no schedule time")
+        path, query, body = self.create_call(request)
+        response = await self.send(self.method.http_method, path, action, body=body, params=query)
+        if response.status_code == 409 and _status(response) in ("ALREADY_EXISTS", ""):
+            return await self._adopt(request, action, relative_url(path, query))
+        if not response.is_success:
+            raise create_outcome(action, response)
+        answer = json_of(action, response)
+        found = self.lookup_url(request)
+        if found is not None:
+            return found
+        name = answer.get("name")
+        return name if isinstance(name, str) and name else relative_url(path, query)
+
+    async def _adopt(self, request: DispatchRequest, action: str, call: str) -> str:
+        """409 ALREADY_EXISTS: the run's id is taken, so an earlier attempt created its resource."""
+        found = self.lookup_url(request)
+        if found is None:
+            logger.info("run %s: %s answered ALREADY_EXISTS; nothing created", request.run_id, call)
+            return call
+        action = f"{action}: it already exists; read it"
+        with reconciling(action):
+            if await self._read(found, action) is None:
+                raise TargetOutcomeUnknown(f"{action}: {found} is not found (yet)")
+        return found
+
+    async def reconcile(self, request: DispatchRequest) -> str | None:
+        found = self.lookup_url(request)
+        if found is None:
+            return None  # the run's id or requestId dedupes the re-sent call
+        action = f"look up the run's resource: {found}"
+        with reconciling(action):
+            resource = await self._read(found, action)
+        return found if resource is not None else None
+
+    async def is_running(self, resource: str) -> bool:
+        running = self.config.running
+        if running is None:
+            raise TargetOutcomeUnknown(f"route has no 'running' to read the state of {resource}")
+        action = f"get {resource}"
+        with reading(action):
+            answer = await self._read(resource, action)
+        if answer is None:
+            return False
+        state = _dotted(answer, running.field)
+        if not isinstance(state, str):
+            raise TargetOutcomeUnknown(f"get {resource}: no {running.field} in the answer")
+        return state in running.values
+
+    async def _read(self, call: str, action: str) -> dict[str, Any] | None:
+        """GET `call` (a relative URL): the resource, None on 404, else its outcome raised."""
+        path, _, query = call.partition("?")
+        response = await self.send("GET", path, action, params=dict(parse_qsl(query)) or None)
+        if response.status_code == 404:
+            return None
+        return json_of(action, response)
+
+
+def create_outcome(action: str, response: httpx.Response) -> Exception:
+    """A non-2xx answer other than 409 ALREADY_EXISTS: a 5xx may come after the create, so unknown."""
+    outcome = outcome_for_response(action, response)
+    if response.status_code >= 500:
+        return TargetOutcomeUnknown(outcome.message)
+    return outcome
+
+
+def _status(response: httpx.Response) -> str:
+    return str(error_of(response.text).get("status") or "")
+
+
+def _dotted(data: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        data = data.get(part) if isinstance(data, dict) else None
+    return data
+
+
+TARGET = TargetType(
+    name="google_api",
+    config=GoogleApiTargetConfig,
+    adapter=GoogleApiTarget,
+    build=GoogleApiTarget.build,
+    # No grants derived: the method decides the permission; the route's IAM is the user's to grant.
+)

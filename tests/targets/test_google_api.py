@@ -1,0 +1,896 @@
+"""The `google_api` target in-process: what a route may say (each class of mistake, checked against
+the discovery document, gets one line naming the route, the field and what the document allows),
+where the documents come from, the placeholders, and how every answer becomes an outcome, against
+fakes of Cloud Batch and Dataproc that check each request against their documents. The same paths
+through a real `runonce serve` are in test_google_api_e2e.py."""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import hashlib
+import json
+import re
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from runonce.routes import parse_routes
+from runonce.settings import ConfigError
+from runonce.targets import TARGET_TYPES, DispatchRequest, TargetFailed, TargetOutcomeUnknown, TargetThrottled
+from runonce.targets import google_api_discovery as discovery
+from runonce.targets.google_api import (
+    GoogleApiTarget,
+    GoogleApiTargetConfig,
+    carries_run,
+    expand,
+    placeholder_problem,
+    run_uuid,
+)
+from tests.fakes.discovery_apis import (
+    BATCH_CREATE,
+    BATCH_GET,
+    DATAPROC_CREATE,
+    DATAPROC_GET,
+    FakeBatch,
+    FakeDataproc,
+)
+from tests.fakes.metadata import FakeMetadataServer, MetadataTokenAuth
+from tests.support import discovery_vendor
+from tests.support.procs import REPO
+
+PARENT = "projects/runonce-test/locations/us-central1"
+JOB_NAME = f"{PARENT}/jobs/r${{run_id:62}}"
+BATCH = {
+    "type": "google_api",
+    "api": "batch.v1",
+    "method": "projects.locations.jobs.create",
+    "params": {"parent": PARENT, "jobId": "r${run_id:62}"},
+    "body": {"taskGroups": [{"taskSpec": {"runnables": [{"script": {"text": "echo ${schedule_time}"}}]}}]},
+    "reconcile": {"method": "projects.locations.jobs.get", "params": {"name": JOB_NAME}},
+    "running": {"field": "status.state", "values": ["QUEUED", "SCHEDULED", "RUNNING"]},
+}
+SPARK = {
+    "type": "google_api",
+    "api": "dataproc.v1",
+    "method": "projects.locations.batches.create",
+    "params": {"parent": PARENT, "requestId": "${run_uuid}", "batchId": "b${run_id:62}"},
+    "body": {"pysparkBatch": {"mainPythonFileUri": "gs://p/etl.py"}},
+}
+
+
+def with_changes(base: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `change` merged one level into params/body/reconcile; None removes a key."""
+    target = copy.deepcopy(base)
+    for key, value in change.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict) and key != "running":
+            for inner, item in value.items():
+                if item is None:
+                    target[key].pop(inner, None)
+                else:
+                    target[key][inner] = item
+        else:
+            target[key] = value
+    return target
+
+
+def error_of(target: dict[str, Any], **route: Any) -> str:
+    with pytest.raises(ConfigError) as caught:
+        parse_routes(json.dumps({"routes": {"jobs": {"target": target, **route}}}), "routes file r.yaml")
+    lines = str(caught.value).splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+# --- what a route may say: one test per class of mistake ------------------------------------------
+
+
+def test_the_issue_example_route_loads() -> None:
+    route = parse_routes(json.dumps({"routes": {"jobs": {"target": BATCH, "overlap": "skip"}}}), "t")["jobs"]
+    assert isinstance(route.target, GoogleApiTargetConfig)
+    assert route.target.state_problem is None
+    assert parse_routes(json.dumps({"routes": {"s": {"target": SPARK}}}), "t")["s"].target.reconcile is None
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"api": "batch.v9"}, "field 'target.api': no discovery document 'batch.v9' among those runonce carries"),
+        ({"api": "batch"}, "field 'target.api': 'batch' is not an API as name.version"),
+    ],
+)
+def test_an_unknown_api_is_refused_naming_the_documents_carried(change, expected) -> None:
+    line = error_of(with_changes(BATCH, change))
+    assert line.startswith(f"routes file r.yaml: route 'jobs': {expected}"), line
+    if "carries" in expected:
+        assert "batch.v1" in line and "dataproc.v1" in line
+
+
+def test_an_unknown_method_is_refused_naming_similar_ones() -> None:
+    line = error_of(with_changes(BATCH, {"method": "projects.locations.jobs.insert"}))
+    assert line.startswith("routes file r.yaml: route 'jobs': field 'target.method': batch.v1 has no method")
+    assert "'projects.locations.jobs.insert'" in line and "projects.locations.jobs.create" in line
+
+
+def test_the_method_may_be_named_with_the_api_in_front() -> None:
+    parse_routes(
+        json.dumps({"routes": {"r": {"target": {**BATCH, "method": "batch.projects.locations.jobs.create"}}}}), "t"
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"params": {"jobID": "r${run_id:62}"}}, "has no parameter 'jobID' (it takes: jobId, parent, requestId)"),
+        ({"params": {"parent": None}}, "needs the path parameter 'parent' (pattern ^projects/[^/]+/locations/[^/]+$)"),
+        ({"params": {"parent": "projects/p"}}, "parent='projects/p' does not match ^projects/[^/]+/locations/[^/]+$"),
+        ({"params": {"jobId": ["a", "b"]}}, "jobId: expected a string, got list"),
+    ],
+)
+def test_a_param_the_method_does_not_take_or_that_breaks_its_pattern_is_refused(change, expected) -> None:
+    line = error_of(with_changes(BATCH, change))
+    assert "route 'jobs': field 'target.params': " in line and expected in line, line
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({"pageSize": "ten"}, "pageSize='ten': expected an integer"),
+        ({"orderBy": True, "pageSize": 5}, None),
+    ],
+)
+def test_a_query_param_is_held_to_its_type(params, expected) -> None:
+    target = {
+        "type": "google_api",
+        "api": "batch.v1",
+        "method": "projects.locations.jobs.list",
+        "params": {"parent": PARENT, **params},
+        "reconcile": {"method": "projects.locations.jobs.get", "params": {"name": JOB_NAME}},
+    }
+    if expected is None:
+        parse_routes(json.dumps({"routes": {"r": {"target": target}}}), "t")
+    else:
+        assert expected in error_of(target)
+
+
+def test_a_boolean_and_an_enum_param_are_held_to_the_document() -> None:
+    method = discovery.load("run.v2").method("projects.locations.jobs.create")
+    assert method is not None
+    from runonce.targets.google_api import param_problem
+
+    assert param_problem(method, "validateOnly", True) is None
+    assert param_problem(method, "validateOnly", "yes") == "validateOnly='yes': expected true or false"
+    topics = discovery.load("pubsub.v1").method("projects.topics.list")
+    assert topics is not None and param_problem(topics, "pageSize", 10) is None
+    dataflow = discovery.load("dataflow.v1b3").method("projects.locations.jobs.list")
+    assert dataflow is not None
+    assert param_problem(dataflow, "filter", "ACTIVE") is None
+    assert "not one of UNKNOWN, ALL, TERMINATED, ACTIVE" in str(param_problem(dataflow, "filter", "RUNNING"))
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ({"taskGroupz": []}, "body: Job has no field 'taskGroupz' (it has: allocationPolicy, labels, logsPolicy,"),
+        ({"taskGroups": {"taskCount": 1}}, "body.taskGroups: expected an array, got dict"),
+        ({"taskGroups": [{"taskCount": "many"}]}, "body.taskGroups[0].taskCount: expected an int64"),
+        ({"taskGroups": [{"taskSpec": {"maxRunDuration": "1h"}}]}, "is not a duration like '3.5s'"),
+        ({"taskGroups": [{"taskSpec": {"runnables": "x"}}]}, "body.taskGroups[0].taskSpec.runnables: expected an"),
+        ({"taskGroups": [{"requireHostsFile": "yes"}]}, "requireHostsFile: expected a boolean, got str"),
+        ({"taskGroups": [], "status": {"state": "QUEUED"}}, "body.status: output only in Job; a request cannot"),
+        ({"taskGroups": [], "labels": {"a": 1}}, "body.labels.a: expected a string, got int 1"),
+        ({"taskGroups": [], "priority": "${run_id}"}, "body.priority: expected an int64"),
+        ({"taskGroups": [{"taskSpec": {"runnables": [{"script": "echo"}]}}]}, "expected an object (Script), got str"),
+        ({"taskGroups": [], "logsPolicy": {"destination": "STDOUT"}}, "'STDOUT' is not one of DESTINATION_UNSPECIFIED"),
+    ],
+)
+def test_a_body_field_not_in_the_request_schema_or_of_the_wrong_type_is_refused(body, expected) -> None:
+    line = error_of({**BATCH, "body": body})
+    assert "route 'jobs': field 'target.body': " in line and expected in line, line
+
+
+def test_a_body_for_a_method_that_takes_none_is_refused() -> None:
+    target = with_changes(BATCH, {"method": "projects.locations.jobs.delete", "params": {"name": JOB_NAME}})
+    target["params"] = {"name": JOB_NAME}
+    assert "batch.projects.locations.jobs.delete takes no request body" in error_of(target)
+
+
+def test_numbers_and_timestamps_in_a_body_are_held_to_their_format() -> None:
+    document = discovery.load("aiplatform.v1")
+    assert (
+        document.value_problem({"displayName": "x", "labels": {}}, {"$ref": "GoogleCloudAiplatformV1PipelineJob"}, "b")
+        is None
+    )
+    problem = document.value_problem({"startTime": "yesterday"}, {"$ref": "GoogleCloudAiplatformV1Schedule"}, "body")
+    assert problem == "body.startTime: 'yesterday' is not an RFC 3339 timestamp like 2026-01-31T12:00:00Z"
+    assert discovery.scalar_problem(1.5, {"type": "number"}, "x") is None
+    assert discovery.scalar_problem(True, {"type": "number"}, "x") == "x: expected a number, got bool true"
+    assert discovery.scalar_problem(True, {"type": "integer"}, "x") == "x: expected an integer, got bool true"
+    assert discovery.scalar_problem("12", {"type": "integer"}, "x") is None
+    assert discovery.scalar_problem(3, {"type": "string", "format": "int64"}, "x") is None
+    assert discovery.scalar_problem({"a": 1}, {"type": "any"}, "x") is None
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "expected"),
+    [
+        # the expansion of ${run_id:62} after "jobs" without a "/" breaks the name's pattern
+        (
+            {"reconcile": {"params": {"name": f"{PARENT}/jobs-r${{run_id:62}}"}}},
+            "target.reconcile",
+            "does not match ^projects/[^/]+/locations/[^/]+/jobs/[^/]+$",
+        ),
+        ({"params": {"parent": "projects/p/locations/${schedule_time}/x"}}, "target.params", "does not match"),
+        ({"params": {"jobId": "r${run_idd}"}}, "target.params", "unknown placeholder '${run_idd}' (runonce fills"),
+        ({"params": {"jobId": "r${run_id:65}"}}, "target.params", "unknown placeholder '${run_id:65}'"),
+        ({"body": {"taskGroups": [], "labels": {"x": "${run}"}}}, "target.body", "body.labels.x: unknown placeholder"),
+    ],
+)
+def test_a_placeholder_whose_expansion_breaks_the_documents_pattern_is_refused(change, field, expected) -> None:
+    line = error_of(with_changes(BATCH, change))
+    assert f"field '{field}': " in line and expected in line, line
+
+
+@pytest.mark.parametrize(
+    ("reconcile", "expected"),
+    [
+        ({"method": "projects.locations.jobs.read", "params": {"name": JOB_NAME}}, "batch.v1 has no method"),
+        ({"method": "projects.locations.jobs.delete", "params": {"name": JOB_NAME}}, "is an HTTP DELETE"),
+        ({"method": "projects.locations.jobs.list", "params": {"parent": PARENT, "filter": "name=${run_id}"}}, "lists"),
+        (
+            {"method": "projects.locations.jobs.get", "params": {"job": JOB_NAME}},
+            "has no parameter 'job' (it takes: name)",
+        ),
+        ({"method": "projects.locations.jobs.get", "params": {}}, "needs the path parameter 'name'"),
+        ({"method": "projects.locations.jobs.get", "params": {"name": f"{PARENT}/jobs/fixed"}}, "another run's"),
+        ({"method": "projects.locations.jobs.get", "params": {"name": f"{PARENT}/jobs/r${{run_id:8}}"}}, "N >= 16"),
+    ],
+)
+def test_a_reconcile_method_that_is_missing_or_does_not_take_those_params_is_refused(reconcile, expected) -> None:
+    line = error_of({**BATCH, "reconcile": reconcile})
+    assert "route 'jobs': field 'target.reconcile': reconcile." in line and expected in line, line
+
+
+@pytest.mark.parametrize(
+    ("running", "expected"),
+    [
+        (
+            {"field": "status.phase", "values": ["RUNNING"]},
+            "Job (the answer of batch.projects.locations.jobs.get) has no",
+        ),
+        ({"field": "status.state", "values": ["STARTED"]}, "'STARTED' is not a value of status.state (it takes:"),
+        ({"field": "status", "values": ["RUNNING"]}, "'status' is not a string field"),
+    ],
+)
+def test_a_running_field_not_in_the_reconcile_answer_is_refused(running, expected) -> None:
+    line = error_of({**BATCH, "running": running})
+    assert "route 'jobs': field 'target': running." in line and expected in line, line
+
+
+def test_running_needs_a_reconcile_method() -> None:
+    target = {**SPARK, "running": {"field": "state", "values": ["RUNNING"]}}
+    assert "running: reads the state with the reconcile method" in error_of(target)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"params": {"jobId": None}, "reconcile": None, "running": None},
+        {"params": {"jobId": "nightly"}, "reconcile": None, "running": None},  # fixed: every run the same id
+        {"params": {"jobId": "r${run_id:8}"}, "reconcile": None, "running": None},  # too short to tell runs apart
+        {
+            "params": {"jobId": None},
+            "body": {"taskGroups": [], "labels": {"run": "${run_id:63}"}},
+            "reconcile": None,
+            "running": None,
+        },
+    ],
+)
+def test_a_route_with_no_way_to_dedupe_is_refused_with_the_reason(change) -> None:
+    line = error_of(with_changes(BATCH, change))
+    assert line.startswith("routes file r.yaml: route 'jobs': field 'target': no way to dedupe: "), line
+    assert "(jobId, requestId, e.g. " in line and "a retry after a lost answer could create a second" in line
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        with_changes(BATCH, {"reconcile": None, "running": None}),  # jobId alone
+        with_changes(BATCH, {"params": {"jobId": None}}),  # reconcile alone
+        with_changes(SPARK, {"params": {"batchId": None}}),  # requestId alone
+        {
+            "type": "google_api",
+            "api": "pubsub.v1",
+            "method": "projects.topics.create",
+            "params": {"name": "projects/p/topics/t-${run_id}"},
+            "body": {"labels": {"runonce-run-id": "${run_id:63}"}},
+        },  # the name in the path of a PUT
+        {
+            "type": "google_api",
+            "api": "run.v2",
+            "method": "projects.locations.jobs.create",
+            "params": {"parent": PARENT},
+            "body": {"name": f"{PARENT}/jobs/j${{run_id:32}}", "template": {"template": {"containers": []}}},
+        },  # a client-chosen name in the body
+    ],
+)
+def test_a_handle_filled_from_the_run_or_a_reconcile_method_is_a_way_to_dedupe(target) -> None:
+    parse_routes(json.dumps({"routes": {"r": {"target": target}}}), "t")
+
+
+def test_a_path_parameter_of_a_post_is_no_handle() -> None:
+    target = {
+        "type": "google_api",
+        "api": "run.v2",
+        "method": "projects.locations.jobs.run",
+        "params": {"name": f"{PARENT}/jobs/j${{run_id}}"},
+        "body": {},
+    }
+    assert "no way to dedupe" in error_of(target)
+
+
+def test_overlap_needs_running() -> None:
+    line = error_of(with_changes(BATCH, {"running": None}), overlap="wait")
+    assert line.startswith("routes file r.yaml: route 'jobs': overlap 'wait' asks the target whether the previous")
+    assert "and the route's target has no 'running' {field, values} to read the state with" in line
+
+
+def test_other_fields_are_refused() -> None:
+    assert "field 'target.bodies': Extra inputs are not permitted" in error_of({**BATCH, "bodies": {}})
+
+
+def test_the_registry_entry() -> None:
+    entry = TARGET_TYPES["google_api"]
+    assert entry.can_reconcile and entry.reads_state
+    assert entry.grants == () and entry.resource_field is None and entry.endpoint is None
+
+
+# --- the example routes file and the docs -------------------------------------------------------------
+
+
+def test_the_example_routes_file_is_accepted_by_the_loader() -> None:
+    path = REPO / "examples" / "google-api-routes.yaml"
+    routes = parse_routes(path.read_text(), f"routes file {path}")
+    assert {route.target.type for route in routes.values()} == {"google_api"}
+    assert len(routes) >= 3
+
+
+def test_the_docs_examples_are_accepted_by_the_loader() -> None:
+    page = (REPO / "docs" / "how-to" / "targets" / "google_api.md").read_text()
+    blocks = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", page, flags=re.S)]
+    routes = [block for block in blocks if isinstance(block, dict) and "routes" in block]
+    assert routes
+    for block in routes:
+        parse_routes(json.dumps(block), "docs")
+
+
+# --- where the documents come from -----------------------------------------------------------------------
+
+
+def test_the_carried_documents_are_the_pinned_clients_reduced() -> None:
+    """runonce/targets/discovery/ is what `make discovery` writes from the installed client: a new
+    google-api-python-client in the lock without regenerating them fails here."""
+    source = json.loads((discovery.VENDORED / "SOURCE.json").read_text())
+    assert source == discovery_vendor.source()
+    assert discovery.vendored_names() == sorted(discovery_vendor.APIS)
+    for api in discovery_vendor.APIS:
+        assert (discovery.VENDORED / f"{api}.json.gz").read_bytes() == discovery_vendor.compressed(api)[0], api
+
+
+def test_the_carried_documents_stay_small() -> None:
+    total = sum(path.stat().st_size for path in discovery.VENDORED.iterdir())
+    assert total < 400 * 1024
+
+
+def test_an_api_not_carried_comes_from_the_client_cache_when_installed(monkeypatch) -> None:
+    document = discovery.load("cloudscheduler.v1")  # not carried: the test venv has the client
+    assert document.method("projects.locations.jobs.run") is not None
+    discovery.load.cache_clear()
+    monkeypatch.setattr(discovery, "_client_cache", lambda: None)
+    try:
+        with pytest.raises(discovery.DocumentNotFound, match=r"install runonce\[google-api\] for any other"):
+            discovery.load("cloudscheduler.v1")
+        assert discovery.load("batch.v1").api == "batch.v1"
+    finally:
+        discovery.load.cache_clear()
+
+
+def test_a_reduced_document_keeps_what_the_checks_need() -> None:
+    doc = discovery.reduce_document(
+        {
+            "name": "x",
+            "version": "v1",
+            "rootUrl": "https://x.googleapis.com/",
+            "endpoints": [
+                {"location": "eu", "endpointUrl": "https://eu-x.googleapis.com/"},
+                {"location": "us", "endpointUrl": "https://x.us.rep.googleapis.com/"},
+            ],
+            "resources": {
+                "things": {
+                    "methods": {
+                        "get": {
+                            "id": "x.things.get",
+                            "httpMethod": "GET",
+                            "path": "v1/{+name}",
+                            "parameters": {"name": {"location": "path", "pattern": "^t/[^/]+$", "description": "d"}},
+                            "response": {"$ref": "Thing"},
+                        }
+                    }
+                }
+            },
+            "schemas": {
+                "Thing": {
+                    "type": "object",
+                    "description": "A thing.",
+                    "properties": {
+                        "state": {"type": "string", "description": "Output only. Its state.", "enum": ["A"]},
+                        "tags": {"type": "array", "items": {"type": "string", "description": "t"}},
+                        "map": {"type": "object", "additionalProperties": {"$ref": "Thing"}},
+                    },
+                }
+            },
+        }
+    )
+    assert doc["locational"] == {"eu": "https://eu-x.googleapis.com/"}  # not the .rep. endpoint
+    assert doc["methods"]["x.things.get"] == {
+        "httpMethod": "GET",
+        "path": "v1/{+name}",
+        "parameters": {"name": {"location": "path", "pattern": "^t/[^/]+$"}},
+        "request": None,
+        "response": "Thing",
+    }
+    assert doc["schemas"]["Thing"] == {
+        "type": "object",
+        "properties": {
+            "state": {"type": "string", "enum": ["A"], "readOnly": True},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "map": {"type": "object", "additionalProperties": {"$ref": "Thing"}},
+        },
+    }
+    document = discovery.ApiDocument(doc)
+    assert document.default_endpoint("eu") == "https://eu-x.googleapis.com"
+    assert document.default_endpoint("us") == "https://x.googleapis.com"
+    assert document.default_endpoint(None) == "https://x.googleapis.com"
+    assert document.field("Thing", "map") == {"type": "object", "additionalProperties": {"$ref": "Thing"}}
+    assert document.field("Thing", "state.x") is None
+
+
+# --- placeholders ------------------------------------------------------------------------------------------
+
+RUN_ID = hashlib.sha256(b"a run").hexdigest()
+
+
+def test_placeholders_expand_from_the_run() -> None:
+    value = {
+        "a": "r${run_id:62}",
+        "b": ["${run_id}", "${run_uuid}", 3, True, None],
+        "c": {"${run_id}": "at ${schedule_time}"},
+    }
+    assert expand(value, RUN_ID, "2026-01-31T12:00:00Z") == {
+        "a": "r" + RUN_ID[:62],
+        "b": [RUN_ID, run_uuid(RUN_ID), 3, True, None],
+        "c": {"${run_id}": "at 2026-01-31T12:00:00Z"},
+    }
+    assert expand("x${schedule_time}", RUN_ID, None) == "x"
+
+
+def test_run_uuid_is_a_uuid4_from_the_run_id() -> None:
+    made = uuid.UUID(run_uuid(RUN_ID))
+    assert made.version == 4 and made.variant == uuid.RFC_4122
+    assert made.hex[:12] == RUN_ID[:12] and run_uuid(RUN_ID) == run_uuid(RUN_ID)
+    assert run_uuid(RUN_ID) != run_uuid(hashlib.sha256(b"another run").hexdigest())
+    assert uuid.UUID(run_uuid("not-hex")).version == 4
+
+
+@pytest.mark.parametrize(
+    ("text", "known"),
+    [
+        ("${run_id}", True),
+        ("${run_id:1}", True),
+        ("${run_id:64}", True),
+        ("${run_id:0}", False),
+        ("${run_uuid}", True),
+        ("${schedule_time}", True),
+        ("${RUN_ID}", False),
+        ("${run_id:}", False),
+        ("$run_id", True),
+    ],
+)
+def test_placeholder_names(text: str, known: bool) -> None:
+    assert (placeholder_problem(text) is None) is known
+
+
+@pytest.mark.parametrize(
+    ("value", "carries"),
+    [
+        ("${run_id}", True),
+        ("${run_uuid}", True),
+        ("x${run_id:16}", True),
+        ("x${run_id:15}", False),
+        ("${schedule_time}", False),
+        ({"a": ["${run_id}"]}, True),
+        ([1, "x"], False),
+        (7, False),
+    ],
+)
+def test_which_values_tell_runs_apart(value: Any, carries: bool) -> None:
+    assert carries_run(value) is carries
+
+
+# --- the adapter against the fakes -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def batch(metadata: FakeMetadataServer) -> Iterator[FakeBatch]:
+    fake = FakeBatch(metadata)
+    yield fake
+    fake.close()
+
+
+@pytest.fixture(scope="module")
+def dataproc(metadata: FakeMetadataServer) -> Iterator[FakeDataproc]:
+    fake = FakeDataproc(metadata)
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(timeout=3) as client:
+        yield client
+
+
+def target_for(
+    target: dict[str, Any], url: str, http: httpx.AsyncClient, metadata: FakeMetadataServer
+) -> GoogleApiTarget:
+    config = parse_routes(json.dumps({"routes": {"r": {"target": target}}}), "t")["r"].target
+    assert isinstance(config, GoogleApiTargetConfig)
+    return GoogleApiTarget(config, http, MetadataTokenAuth(metadata.host), url)
+
+
+_runs = iter(range(10**6))
+
+
+def new_request(schedule_time: str | None = "2026-10-16T03:00:00Z", payload: dict | None = None) -> DispatchRequest:
+    return DispatchRequest(
+        run_id=hashlib.sha256(f"google-api-run-{next(_runs)}".encode()).hexdigest(),
+        route="r",
+        job="nightly-job",
+        schedule_time=schedule_time,
+        source="scheduler",
+        payload=payload or {},
+    )
+
+
+def job_of(request: DispatchRequest) -> str:
+    return f"{PARENT}/jobs/r{request.run_id[:62]}"
+
+
+async def test_a_run_creates_its_job_and_returns_the_reconcile_path(batch, http, metadata) -> None:
+    target = target_for(BATCH, batch.url, http, metadata)
+    request = new_request()
+    assert await target.dispatch(request) == f"v1/{job_of(request)}"
+    [created] = [c for c in batch.created if c.resource == job_of(request)]
+    assert created.data["body"]["taskGroups"][0]["taskSpec"]["runnables"][0]["script"]["text"] == (
+        "echo 2026-10-16T03:00:00Z"
+    )
+    assert batch.violations == []
+
+
+async def test_the_answers_name_is_the_resource_without_a_reconcile_method(batch, http, metadata) -> None:
+    target = target_for(with_changes(BATCH, {"reconcile": None, "running": None}), batch.url, http, metadata)
+    request = new_request()
+    assert await target.dispatch(request) == job_of(request)
+    assert await target.reconcile(request) is None  # the jobId dedupes a re-sent create
+
+
+async def test_a_taken_id_is_adopted_by_reconcile_or_as_the_call(batch, http, metadata) -> None:
+    request = new_request()
+    with_lookup = target_for(BATCH, batch.url, http, metadata)
+    await with_lookup.dispatch(request)
+    creates, gets = batch.calls[BATCH_CREATE], batch.calls[BATCH_GET]
+    assert await with_lookup.dispatch(request) == f"v1/{job_of(request)}"
+    assert (batch.calls[BATCH_CREATE], batch.calls[BATCH_GET]) == (creates + 1, gets + 1)
+    without = target_for(with_changes(BATCH, {"reconcile": None, "running": None}), batch.url, http, metadata)
+    assert await without.dispatch(request) == f"v1/{PARENT}/jobs?jobId=r{request.run_id[:62]}"
+    assert len(batch.created_for(f"r{request.run_id[:62]}")) == 1
+
+
+async def test_a_taken_id_that_reconcile_cannot_find_is_unknown(batch, http, metadata) -> None:
+    target = target_for(BATCH, batch.url, http, metadata)
+    request = new_request()
+    await target.dispatch(request)
+    batch.fail(BATCH_GET, "NOT_FOUND", "lagging")
+    with pytest.raises(TargetOutcomeUnknown, match=r"it already exists; read it: .* is not found"):
+        await target.dispatch(request)
+    batch.fail(BATCH_GET, "PERMISSION_DENIED", "no batch.jobs.get")
+    with pytest.raises(TargetOutcomeUnknown, match="cannot tell whether this run already started"):
+        await target.dispatch(request)
+
+
+async def test_409_aborted_is_a_refusal_not_the_runs_execution(batch, http, metadata) -> None:
+    target = target_for(BATCH, batch.url, http, metadata)
+    request = new_request()
+    batch.fail(BATCH_CREATE, "ABORTED", "concurrent modification", http_status=409)
+    with pytest.raises(TargetFailed, match="HTTP 409 ABORTED: concurrent modification"):
+        await target.dispatch(request)
+    assert batch.created_for(f"r{request.run_id[:62]}") == []
+
+
+@pytest.mark.parametrize(
+    ("code", "http_status", "outcome"),
+    [
+        ("RESOURCE_EXHAUSTED", None, TargetThrottled),
+        ("RESOURCE_EXHAUSTED", 403, TargetThrottled),
+        ("INVALID_ARGUMENT", None, TargetFailed),
+        ("PERMISSION_DENIED", None, TargetFailed),
+        ("NOT_FOUND", None, TargetFailed),
+        ("INTERNAL", None, TargetOutcomeUnknown),
+        ("UNAVAILABLE", None, TargetOutcomeUnknown),
+        ("DEADLINE_EXCEEDED", None, TargetOutcomeUnknown),
+        ("UNIMPLEMENTED", 501, TargetOutcomeUnknown),
+    ],
+)
+async def test_each_answer_of_the_create_is_its_outcome(dataproc, http, metadata, code, http_status, outcome) -> None:
+    target = target_for(SPARK, dataproc.url, http, metadata)
+    dataproc.fail(DATAPROC_CREATE, code, f"says {code}", http_status=http_status, retry_after="9")
+    with pytest.raises(outcome, match=f"call dataproc.projects.locations.batches.create: HTTP .*says {code}") as caught:
+        await target.dispatch(new_request())
+    if outcome is TargetThrottled:
+        assert caught.value.retry_after == 9
+
+
+async def test_a_re_sent_request_id_is_the_same_operation(dataproc, http, metadata) -> None:
+    target = target_for(SPARK, dataproc.url, http, metadata)
+    request = new_request()
+    first = await target.dispatch(request)
+    assert first.startswith("projects/runonce-test/regions/us-central1/operations/")
+    assert await target.dispatch(request) == first
+    assert await target.reconcile(request) is None
+    [created] = dataproc.created_for(f"b{request.run_id[:62]}")
+    [sent] = [c for c in dataproc.created if c.resource == created]
+    assert sent.data["body"] == {"pysparkBatch": {"mainPythonFileUri": "gs://p/etl.py"}}
+    dataproc.forget_request_ids()
+    assert (
+        await target.dispatch(request)
+        == f"v1/{PARENT}/batches?requestId={run_uuid(request.run_id)}&batchId=b{request.run_id[:62]}"
+    )
+    assert dataproc.violations == []
+
+
+async def test_reconcile_finds_the_runs_resource_and_nothing_for_another_run(batch, http, metadata) -> None:
+    target = target_for(BATCH, batch.url, http, metadata)
+    request = new_request()
+    await target.dispatch(request)
+    assert await target.reconcile(request) == f"v1/{job_of(request)}"
+    assert await target.reconcile(new_request()) is None
+
+
+@pytest.mark.parametrize("code", ["PERMISSION_DENIED", "INTERNAL", "INVALID_ARGUMENT"])
+async def test_reconcile_that_cannot_read_is_unknown_never_none(batch, http, metadata, code: str) -> None:
+    target = target_for(BATCH, batch.url, http, metadata)
+    batch.fail(BATCH_GET, code, "no")
+    with pytest.raises(TargetOutcomeUnknown, match="cannot tell whether this run already started"):
+        await target.reconcile(new_request())
+
+
+async def test_is_running_reads_the_field_of_the_reconcile_answer(batch, http, metadata) -> None:
+    target = target_for(BATCH, batch.url, http, metadata)
+    request = new_request()
+    resource = await target.dispatch(request)
+    assert await target.is_running(resource) is True
+    batch.finish(job_of(request), "RUNNING")
+    assert await target.is_running(resource) is True
+    batch.finish(job_of(request), "SUCCEEDED")
+    assert await target.is_running(resource) is False
+    assert await target.is_running(f"v1/{PARENT}/jobs/gone") is False  # deleted: not running
+    batch.jobs[job_of(request)]["status"] = {}
+    with pytest.raises(TargetOutcomeUnknown, match=r"no status\.state in the answer"):
+        await target.is_running(resource)
+    del batch.jobs[job_of(request)]["status"]
+    with pytest.raises(TargetOutcomeUnknown, match=r"no status\.state in the answer"):
+        await target.is_running(resource)
+    batch.fail(BATCH_GET, "PERMISSION_DENIED", "no")
+    with pytest.raises(TargetOutcomeUnknown, match=f"get {resource}"):
+        await target.is_running(resource)
+
+
+async def test_is_running_without_running_cannot_tell(dataproc, http, metadata) -> None:
+    target = target_for(SPARK, dataproc.url, http, metadata)
+    with pytest.raises(TargetOutcomeUnknown, match="no 'running'"):
+        await target.is_running("projects/p/regions/r/operations/o")
+
+
+async def test_reconcile_on_a_second_api_reads_the_batch(dataproc, http, metadata) -> None:
+    spark = {
+        **SPARK,
+        "reconcile": {
+            "method": "projects.locations.batches.get",
+            "params": {"name": f"{PARENT}/batches/b${{run_id:62}}"},
+        },
+        "running": {"field": "state", "values": ["PENDING", "RUNNING"]},
+    }
+    target = target_for(spark, dataproc.url, http, metadata)
+    request = new_request()
+    assert await target.reconcile(request) is None
+    resource = await target.dispatch(request)
+    assert resource == f"v1/{PARENT}/batches/b{request.run_id[:62]}"
+    gets = dataproc.calls[DATAPROC_GET]
+    assert await target.reconcile(request) == resource
+    assert await target.is_running(resource) is True
+    assert dataproc.calls[DATAPROC_GET] == gets + 2
+
+
+async def test_a_delivery_body_or_a_missing_schedule_time_is_refused_before_sending(batch, http, metadata) -> None:
+    target = target_for(BATCH, batch.url, http, metadata)
+    creates = batch.calls[BATCH_CREATE]
+    with pytest.raises(TargetFailed, match="takes no delivery body"):
+        await target.dispatch(new_request(payload={"a": 1}))
+    with pytest.raises(TargetFailed, match=r"uses \$\{schedule_time\} and this run has no schedule time"):
+        await target.dispatch(new_request(schedule_time=None))
+    assert batch.calls[BATCH_CREATE] == creates
+    spark = target_for(SPARK, "http://127.0.0.1:9", http, metadata)  # no ${schedule_time}: sent (and refused)
+    with pytest.raises(TargetFailed, match="could not connect, nothing was sent"):
+        await spark.dispatch(new_request(schedule_time=None))
+
+
+async def test_the_default_endpoint_is_the_locational_host_or_the_root(http, metadata) -> None:
+    vertex = {
+        "type": "google_api",
+        "api": "aiplatform.v1",
+        "method": "projects.locations.pipelineJobs.create",
+        "params": {"parent": "projects/p/locations/europe-west4", "pipelineJobId": "p${run_id:62}"},
+        "body": {"displayName": "nightly"},
+    }
+    assert target_for(vertex, None, http, metadata)._base == "https://europe-west4-aiplatform.googleapis.com"  # type: ignore[arg-type]
+    assert target_for(BATCH, None, http, metadata)._base == "https://batch.googleapis.com"  # type: ignore[arg-type]
+    assert target_for(SPARK, None, http, metadata)._base == "https://dataproc.googleapis.com"  # type: ignore[arg-type]
+    routed = target_for({**BATCH, "endpoint": "http://127.0.0.1:8123/"}, None, http, metadata)  # type: ignore[arg-type]
+    assert routed._base == "http://127.0.0.1:8123"
+
+
+async def test_reserved_and_simple_path_expansion(http, metadata) -> None:
+    from runonce.targets.google_api import build_path
+
+    document = discovery.load("cloudbuild.v1")
+    method = document.method("projects.builds.cancel")
+    assert method is not None
+    assert build_path(document, method, {"projectId": "p", "id": "a/b c"}) == (
+        "v1/projects/p/builds/a%2Fb%20c:cancel",
+        {},
+    )
+    bigquery = discovery.load("bigquery.v2")
+    get = bigquery.method("jobs.get")
+    assert get is not None  # a service path in front, a reserved expansion keeps its slashes
+    path, query = build_path(bigquery, get, {"projectId": "p", "jobId": "a/b c", "location": "EU"})
+    assert (path, query) == ("bigquery/v2/projects/p/jobs/a/b%20c", {"location": "EU"})
+    batch_doc = discovery.load("batch.v1")
+    job = batch_doc.method("projects.locations.jobs.get")
+    assert job is not None
+    assert build_path(batch_doc, job, {"name": "projects/p/locations/l/jobs/j k"}) == (
+        "v1/projects/p/locations/l/jobs/j%20k",
+        {},
+    )
+    listing = batch_doc.method("projects.locations.jobs.list")
+    assert listing is not None
+    assert build_path(batch_doc, listing, {"parent": "projects/p/locations/l", "pageSize": 5, "orderBy": True}) == (
+        "v1/projects/p/locations/l/jobs",
+        {"pageSize": "5", "orderBy": "true"},
+    )
+
+
+def test_the_carried_documents_load_fast_enough_to_stay_out_of_the_way() -> None:
+    for api in discovery.vendored_names():
+        data = json.loads(gzip.decompress((discovery.VENDORED / f"{api}.json.gz").read_bytes()))
+        assert data["name"] + "." + data["version"] == api
+
+
+# --- runonce lint -------------------------------------------------------------------------------------
+
+
+def test_runonce_lint_checks_google_api_routes(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from runonce.cli import main
+
+    good = CliRunner().invoke(main, ["lint", str(REPO / "examples" / "google-api-routes.yaml")])
+    assert good.exit_code == 0, good.output
+    bad = tmp_path / "routes.yaml"
+    bad.write_text(
+        yaml.safe_dump(
+            {
+                "routes": {
+                    "jobs": {
+                        "target": with_changes(
+                            BATCH, {"params": {"jobId": "${run_id}"}, "reconcile": None, "running": None}
+                        )
+                        | {"method": "projects.locations.jobs.cancel"}
+                    }
+                }
+            }
+        )
+    )
+    result = CliRunner().invoke(main, ["lint", str(bad)])
+    assert result.exit_code == 1, result.output
+    assert "route 'jobs': field 'target.params'" in result.output
+    assert "has no parameter 'jobId' (it takes: name)" in result.output
+
+
+async def test_a_409_without_googles_error_body_is_the_runs_execution_too(metadata) -> None:
+    """A 409 whose body is not Google's JSON error (a proxy's plain "Conflict") still means the
+    run's id is taken: adopted, not refused."""
+    seen: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(f"{request.method} {request.url.path}")
+        if request.method == "POST":
+            return httpx.Response(409, text="Conflict")
+        return httpx.Response(200, json={"name": request.url.path.removeprefix("/v1/"), "status": {"state": "RUNNING"}})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        target = target_for(BATCH, "http://batch.test", client, metadata)
+        request = new_request()
+        assert await target.dispatch(request) == f"v1/{job_of(request)}"
+    assert seen == [f"POST /v1/{PARENT}/jobs", f"GET /v1/{job_of(request)}"]
+
+
+def test_a_mistake_is_a_google_api_error_and_values_are_shown_as_json() -> None:
+    from pydantic import ValidationError
+
+    from runonce.targets.google_api_discovery import _shown
+
+    with pytest.raises(ValidationError) as caught:
+        GoogleApiTargetConfig.model_validate({**BATCH, "method": "projects.locations.jobs.nope"})
+    assert [error["type"] for error in caught.value.errors()] == ["google_api"]
+    assert _shown("é") == 'str "é"'
+    from datetime import date
+
+    assert _shown(date(2026, 1, 31)) == 'date "2026-01-31"'
+    assert _shown("x" * 100) == 'str "' + "x" * 56 + "..."
+
+
+async def test_a_reconcile_call_with_a_query_keeps_it_on_the_wire_and_in_the_resource(metadata) -> None:
+    """BigQuery's jobs.get takes the job's location as a query parameter: the reconcile call, the
+    resource the run records and the state read all carry it."""
+    seen: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(f"{request.method} {request.url.path}?{request.url.query.decode()}")
+        if request.method == "POST":
+            return httpx.Response(200, json={"id": "p:EU.x"})
+        return httpx.Response(200, json={"status": {"state": "RUNNING"}})
+
+    query_job = {
+        "type": "google_api",
+        "api": "bigquery.v2",
+        "method": "jobs.insert",
+        "params": {"projectId": "p"},
+        "body": {
+            "jobReference": {"jobId": "r${run_id}", "location": "EU"},
+            "configuration": {"query": {"query": "SELECT 1"}},
+        },
+        "reconcile": {"method": "jobs.get", "params": {"projectId": "p", "jobId": "r${run_id}", "location": "EU"}},
+        "running": {"field": "status.state", "values": ["PENDING", "RUNNING"]},
+    }
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        target = target_for(query_job, "http://bigquery.test", client, metadata)
+        request = new_request()
+        resource = f"bigquery/v2/projects/p/jobs/r{request.run_id}?location=EU"
+        assert await target.dispatch(request) == resource
+        assert await target.reconcile(request) == resource
+        assert await target.is_running(resource) is True
+    get = f"GET /bigquery/v2/projects/p/jobs/r{request.run_id}?location=EU"
+    assert seen == ["POST /bigquery/v2/projects/p/jobs?", get, get]
+
+
+def test_a_repeated_query_parameter_is_sent_once_per_value() -> None:
+    from runonce.targets.google_api import relative_url
+
+    assert relative_url("v1/x", {"a": ["1", "2"], "b": "3"}) == "v1/x?a=1&a=2&b=3"
+    assert relative_url("v1/x", {}) == "v1/x"
