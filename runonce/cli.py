@@ -17,6 +17,7 @@ import click
 
 from runonce.schedules.cli import InstantType, schedule
 from runonce.settings import ConfigError, Settings, load_settings
+from runonce.status import status_command
 
 T = TypeVar("T")
 
@@ -611,6 +612,7 @@ def lint(
 
 
 main.add_command(schedule)
+main.add_command(status_command)
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
