@@ -7,6 +7,7 @@ these resources too."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shutil
@@ -16,7 +17,7 @@ from typing import Any
 
 import click
 import pytest
-from deploy_tools import REPO, run, tool
+from deploy_tools import run, tool
 from hcl_tree import META_ARGUMENTS, blocks, is_block, items, string
 from test_terraform import BASE_VARS, TERRAFORM, TF_ENV, evaluate
 
@@ -157,7 +158,7 @@ def test_every_runonce_metric_the_dashboard_charts_is_made_by_the_module(hcl_tre
 
 
 def test_the_dashboard_resource_loads_the_file_and_is_switched_by_its_variable(hcl_trees: dict[str, dict]) -> None:
-    [(path, body)] = resources(hcl_trees, "google_monitoring_dashboard").values()
+    [(_path, body)] = resources(hcl_trees, "google_monitoring_dashboard").values()
     assert body["count"] == "${var.dashboard ? 1 : 0}"
     assert 'file("${path.module}/dashboard.json")' in body["dashboard_json"]
     variables = {name: b for t in hcl_trees.values() for name, _, b in blocks(t, "variable")}
@@ -307,7 +308,7 @@ def longest_gap(schedule: str, days: int = 3) -> int:
         if fire > start + timedelta(days=days):
             break
         fires.append(fire)
-    return int(max((b - a).total_seconds() for a, b in zip(fires, fires[1:], strict=False)))
+    return int(max((b - a).total_seconds() for a, b in itertools.pairwise(fires)))
 
 
 def test_no_progress_windows_follow_each_schedules_longest_gap(alert_rules: Path, tmp_path: Path) -> None:
