@@ -11,6 +11,7 @@ import itertools
 import json
 import re
 import shutil
+import textwrap
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,7 @@ def text(value: Any) -> str:
     if isinstance(value, str):
         value = value.replace('\\"', '"').replace("\\n", "\n")
         if value.startswith("<<-EOT\n"):
-            value = value.removeprefix("<<-EOT\n").rsplit("EOT", 1)[0]
+            value = textwrap.dedent(value.removeprefix("<<-EOT\n").rsplit("EOT", 1)[0])
     return value
 
 
