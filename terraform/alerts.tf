@@ -203,7 +203,7 @@ resource "google_monitoring_alert_policy" "store_unavailable" {
       **What it means.** runonce answered `unavailable` (503: the claim store did not answer within RUNONCE_STORE_TIMEOUT_SECONDS; the target was not called) or failed its /readyz probe, more than 3 times per 5 minutes for 5 minutes. Every delivery is being refused and retried.
 
       **How to look.**
-      - Logs: `resource.type="cloud_run_revision" resource.labels.service_name="${var.service_name}" (jsonPayload.outcome="unavailable" OR jsonPayload.httpRequest.requestUrl="/readyz")`: the error says which store operation timed out or was refused.
+      - Logs: `resource.type="cloud_run_revision" resource.labels.service_name="${var.service_name}" (jsonPayload.outcome="unavailable" OR httpRequest.requestUrl="/readyz")`: the error says which store operation timed out or was refused.
       - The store's own status (Firestore, Spanner or Memorystore in the console), and runonce's service account's grants on it.
       - `RUNONCE_STORE=... runonce runs list --limit 1` from a workstation: does the store answer at all?
 
@@ -255,7 +255,7 @@ resource "google_monitoring_alert_policy" "service_errors" {
       **What it means.** runonce answered a 5xx other than `failed` (502), `unavailable` (503) and `unknown` (504), the only ones it documents: an unhandled error, a bug. There should be none.
 
       **How to look.**
-      - Logs: `resource.type="cloud_run_revision" resource.labels.service_name="${var.service_name}" jsonPayload.logger="runonce.access" jsonPayload.httpRequest.status>=500`, then the ERROR lines with the same trace (the traceback).
+      - Logs: `resource.type="cloud_run_revision" resource.labels.service_name="${var.service_name}" jsonPayload.logger="runonce.access" httpRequest.status>=500`, then the ERROR lines with the same trace (the traceback).
       - `runonce runs show RUN_ID` for a delivery line's run_id: its record says whether the run was claimed and how it ended.
 
       **What to do.** Report it with the traceback and the runonce version. A delivery that got a 500 kept or released its claim as the record shows; Scheduler retries it like any 5xx, and `runonce status` shows whether its run completed.

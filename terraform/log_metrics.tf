@@ -164,7 +164,7 @@ resource "google_logging_metric" "store_unavailable" {
   project     = var.project_id
   name        = "runonce/store_unavailable"
   description = "Answers 503 unavailable (the claim store did not answer) and failed /readyz probes."
-  filter      = "${local.service_logs}jsonPayload.logger=\"runonce.access\"\n(jsonPayload.outcome=\"unavailable\" OR (jsonPayload.httpRequest.requestUrl=\"/readyz\" AND jsonPayload.httpRequest.status=503))\n"
+  filter      = "${local.service_logs}jsonPayload.logger=\"runonce.access\"\n(jsonPayload.outcome=\"unavailable\" OR (httpRequest.requestUrl=\"/readyz\" AND httpRequest.status=503))\n"
 
   metric_descriptor {
     metric_kind  = "DELTA"
@@ -180,7 +180,7 @@ resource "google_logging_metric" "service_errors" {
   project     = var.project_id
   name        = "runonce/service_errors"
   description = "runonce 5xx answers that are not in its status table (failed 502, unavailable 503, unknown 504), and failed /readyz excluded."
-  filter      = "${local.service_logs}jsonPayload.logger=\"runonce.access\"\njsonPayload.httpRequest.status>=500\nNOT jsonPayload.outcome=(${join(" OR ", [for s in local.documented_5xx : "\"${s}\""])})\nNOT jsonPayload.httpRequest.requestUrl=\"/readyz\"\n"
+  filter      = "${local.service_logs}jsonPayload.logger=\"runonce.access\"\nhttpRequest.status>=500\nNOT jsonPayload.outcome=(${join(" OR ", [for s in local.documented_5xx : "\"${s}\""])})\nNOT httpRequest.requestUrl=\"/readyz\"\n"
 
   metric_descriptor {
     metric_kind  = "DELTA"

@@ -189,3 +189,14 @@ async def test_terraforms_log_metrics_count_the_lines_runonce_writes(app, lines:
     assert [e["lateness_seconds"] for e in counted["lateness"]] == [42.5]
     assert [e["run_id"] for e in counted["unresolved_runs"]] == ["d" * 64]
     assert counted["retried_successes"] == []  # both first attempts
+
+
+def test_no_filter_looks_in_json_payload_for_a_field_cloud_logging_lifts_out_of_it() -> None:
+    """Cloud Logging moves `httpRequest`, `severity`, `message`, `time` and `logging.googleapis.com/*`
+    of a structured line into the LogEntry itself: a filter must name them there, or match nothing."""
+    lifted = ("httpRequest", "severity", "message", "time", "logging.googleapis.com")
+    for name in ("log_metrics.tf", "alerts.tf", "audit.tf", "dashboard.json"):
+        source = (REPO / "terraform" / name).read_text()
+        for field in lifted:
+            assert f"jsonPayload.{field}" not in source, (name, field)
+    assert "httpRequest.status>=500" in (REPO / "terraform" / "log_metrics.tf").read_text()

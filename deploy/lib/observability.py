@@ -101,7 +101,7 @@ def metrics(service: str, jobs: list[str]) -> dict[str, dict[str, Any]]:
         "store_unavailable": {
             "description": "Answers 503 unavailable (the claim store did not answer) and failed /readyz probes.",
             "filter": f'{service_logs}jsonPayload.logger="runonce.access"\n(jsonPayload.outcome="unavailable" OR '
-            '(jsonPayload.httpRequest.requestUrl="/readyz" AND jsonPayload.httpRequest.status=503))\n',
+            '(httpRequest.requestUrl="/readyz" AND httpRequest.status=503))\n',
             "metricDescriptor": {
                 "metricKind": "DELTA",
                 "valueType": "INT64",
@@ -112,9 +112,9 @@ def metrics(service: str, jobs: list[str]) -> dict[str, dict[str, Any]]:
         "service_errors": {
             "description": "runonce 5xx answers that are not in its status table (failed 502, unavailable "
             "503, unknown 504), and failed /readyz excluded.",
-            "filter": f'{service_logs}jsonPayload.logger="runonce.access"\njsonPayload.httpRequest.status>=500\n'
+            "filter": f'{service_logs}jsonPayload.logger="runonce.access"\nhttpRequest.status>=500\n'
             f"NOT jsonPayload.outcome=({' OR '.join(f'{chr(34)}{s}{chr(34)}' for s in DOCUMENTED_5XX)})\n"
-            'NOT jsonPayload.httpRequest.requestUrl="/readyz"\n',
+            'NOT httpRequest.requestUrl="/readyz"\n',
             "metricDescriptor": {
                 "metricKind": "DELTA",
                 "valueType": "INT64",
