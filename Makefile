@@ -9,13 +9,26 @@ PIP_TOOLS := .tools/pip-tools/bin
 PIP_COMPILE = $(PIP_TOOLS)/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras \
 	--no-emit-index-url --no-emit-find-links --all-build-deps $(PIP_COMPILE_ARGS)
 
-.PHONY: run test test-core test-deploy bench mutate clean lock redis-server
+.PHONY: run test test-fast lint test-core test-deploy docs reference bench mutate clean lock redis-server
 
 run: $(VENV)/.installed ## Run the proxy on 127.0.0.1:8080: SQLite store, demo route, auth off.
 	RUNONCE_AUTH=none RUNONCE_ROUTES_FILE=examples/demo-routes.yaml RUNONCE_STORE=sqlite:///runonce.db \
 		$(BIN)/runonce serve --host 127.0.0.1 --port 8080
 
-test: test-core test-deploy ## The whole test suite: the service, then the deployment artifacts.
+test: lint test-core test-deploy docs ## The whole test suite: the rules (fast, first), the service, the deployment artifacts, then the docs site built strictly.
+
+lint: $(VENV)/.installed ## Lint, format, types and the layers' import contract (pyproject.toml: [tool.ruff], [tool.mypy], [tool.importlinter]).
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy
+
+# In-process tests only (SQLite and memory stores, the app in-process): no emulator, redis-server,
+# gcloud, podman or root. Tests that need one are marked `services` (tests/conftest.py does it for
+# the store fixtures' users); one that starts a service unmarked fails here, naming the marker.
+test-fast: $(VENV)/.installed ## The in-process suite in about a minute, with nothing but the venv.
+	RUNONCE_TESTS_IN_PROCESS_ONLY=1 $(BIN)/pytest -q -p no:cacheprovider -m "not deploy and not e2e and not services" \
+		--ignore=tests/sim $(PYTEST_ARGS)
 
 test-core: $(VENV)/.installed $(TASKS_EMULATOR) redis-server ## The service's tests (start their own Firestore, Spanner and Cloud Tasks emulators and redis-server).
 	$(BIN)/pytest $(PYTEST_ARGS)
@@ -23,10 +36,16 @@ test-core: $(VENV)/.installed $(TASKS_EMULATOR) redis-server ## The service's te
 test-deploy: $(VENV)/.installed ## Image, deploy scripts and Terraform, checked offline (installs its tools).
 	.ci/deploy-checks
 
-bench: $(VENV)/.installed ## Issue 14's table: runonce vs the seed's handler (literal and async), one run; BENCH_ARGS=--smoke for seconds.
+docs: $(VENV)/.installed ## The documentation site, built strictly into site/ (a warning, such as a broken link, is an error).
+	$(BIN)/properdocs build --strict --clean -f mkdocs.yml -d site
+
+reference: $(VENV)/.installed ## Regenerate docs/reference/ (settings, statuses, CLI, routes file and its JSON Schema) from the code.
+	$(BIN)/python scripts/reference.py
+
+bench: $(VENV)/.installed ## runonce against a hand-written handler (literal and async): CPU, latency, memory, cold start; BENCH_ARGS=--smoke for seconds.
 	$(BIN)/python bench/bench_perf.py $(BENCH_ARGS)
 
-# Mutation testing (README, Development): by hand before a change to the core lands, not in CI.
+# Mutation testing (CONTRIBUTING.md): by hand before a change to the core lands, not in CI.
 # `make mutate MUTANTS='runonce.run.delivery*'` runs one module's mutants while iterating.
 MUTANTS ?=
 IN_PROCESS := -p no:cacheprovider -m "not deploy and not e2e" -k "not firestore" --ignore=tests/sim --ignore=tests/guard
@@ -51,7 +70,7 @@ $(VENV)/.installed: pyproject.toml requirements/test.txt guard/pyproject.toml
 
 lock: ## Re-lock requirements/*.txt (with hashes) after changing pyproject.toml's dependencies; PIP_COMPILE_ARGS=--upgrade to upgrade.
 	test -x $(PIP_TOOLS)/pip-compile || { $(PYTHON) -m venv .tools/pip-tools && $(PIP_TOOLS)/pip install --quiet pip-tools==7.6.2; }
-	$(PIP_COMPILE) --extra test --extra bench --extra lint -o requirements/test.txt pyproject.toml  # bench: the benchmarks' tools (make bench)
+	$(PIP_COMPILE) --extra test --extra bench --extra lint --extra docs -o requirements/test.txt pyproject.toml  # bench: the benchmarks' tools (make bench); docs: make docs
 	$(PIP_COMPILE) -c requirements/test.txt --extra spanner --extra redis -o requirements/runtime.txt pyproject.toml  # the image carries every store's driver
 	$(PYTHON) requirements/stamp.py --write
 
@@ -70,4 +89,4 @@ $(TASKS_EMULATOR):
 	touch $@
 
 clean:
-	rm -rf $(VENV) runonce.db runonce.db-wal runonce.db-shm
+	rm -rf $(VENV) runonce.db runonce.db-wal runonce.db-shm site

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The missed-runs audit, as terraform/audit.tf creates it (README "Missed runs: audit, catch-up and
-# backfill"): the auditor account with run.invoker on the service, its Scheduler job POSTing
+# The missed-runs audit, as terraform/audit.tf creates it (docs/how-to/audit-catch-up.md):
+# the auditor account with run.invoker on the service, its Scheduler job POSTing
 # /v1/audit:run every 10 minutes with {"since": "10m"} (each fire time reported by exactly one
 # audit), the log-based metric runonce/missed_runs on the audit's ERROR lines, and an alert policy
 # on it. Idempotent: each piece is read first and written only when missing or different.

@@ -41,7 +41,7 @@ Options (each also read from the environment variable in brackets):
                                 internal admits Scheduler and Tasks of this project (or its VPC-SC
                                 perimeter); use all when jobs in other projects call runonce
   --auth oidc|cloud_run_iam     RUNONCE_AUTH (default: oidc). cloud_run_iam trusts Cloud Run's invoker
-                                check instead of verifying the token's signature (README, "Deploy");
+                                check instead of verifying the token's signature (docs/how-to/iam.md);
                                 the runtime account then gets run.services.get and .getIamPolicy
                                 on this service, which runonce checks at start-up   [AUTH]
   --force                       deploy even if the configuration is unchanged

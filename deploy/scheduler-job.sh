@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create or update one Cloud Scheduler job that calls a runonce route with an OIDC token of the
 # invoker account. The attempt deadline and retries are checked against runonce's lease first (the
-# retry rule in README's "Deploy" section). Idempotent: an existing job with the same settings is
+# retry rule, docs/concepts/retry-rule.md). Idempotent: an existing job with the same settings is
 # left alone; one that differs is updated in place.
 case "${BASH_VERSION:-}" in "" | [12].* | 3.[01].*) echo "$0: needs bash 3.2 or later (macOS's /bin/bash is 3.2), not ${BASH_VERSION:-sh}" >&2; exit 1 ;; esac
 set -euo pipefail

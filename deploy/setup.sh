@@ -14,7 +14,7 @@ Usage: $(basename "$0") --project PROJECT_ID --region REGION --routes-file FILE 
 Creates (if absent) runonce's runtime and invoker service accounts and its Firestore database with a
 TTL policy on the run records' expire_at (with --store spanner://...: grants roles/spanner.databaseUser
 on that database instead; with --store redis://...: nothing, Memorystore has no IAM for data), then grants the runtime account what its routes' targets
-need (README's IAM table), with custom roles in the targets' projects where no predefined role is
+need (the IAM table, docs/how-to/iam.md), with custom roles in the targets' projects where no predefined role is
 narrow enough (creating them needs iam.roles.create there, e.g. roles/iam.roleAdmin). The invoker's roles/run.invoker on the service is granted by
 deploy-service.sh, once the service exists.
 

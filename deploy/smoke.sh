@@ -154,7 +154,7 @@ fetch_run() { # prints the HTTP status; the body goes to $RECORD_FILE
 code="$(force_run)"
 case "$code" in
   0) pass "token accepted: Scheduler's OIDC token reached runonce in Authorization and verified (2xx)" ;;
-  16) fail "token refused (401): the signature did not survive to runonce (Cloud Run's invoker check may strip it); redeploy with deploy-service.sh --auth cloud_run_iam (Terraform: auth = \"cloud_run_iam\"), see the README's Deploy section" ;;
+  16) fail "token refused (401): the signature did not survive to runonce (Cloud Run's invoker check may strip it); redeploy with deploy-service.sh --auth cloud_run_iam (Terraform: auth = \"cloud_run_iam\"), see docs/how-to/iam.md" ;;
   7) fail "caller refused (403): Cloud Run IAM or runonce's allow-list refused $INVOKER_EMAIL; check its roles/run.invoker and RUNONCE_ALLOWED_CALLERS" ;;
   timeout) fail "no attempt recorded by Scheduler within ${WAIT_SECONDS}s: check the job in the console, then the service's logs" ;;
   *) fail "the delivery failed (gRPC status code $code in the job's status): read the service's logs for route $ROUTE" ;;

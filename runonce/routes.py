@@ -36,21 +36,37 @@ class Namespace(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    project: Annotated[str, StringConstraints(pattern=PROJECT_PATTERN)]
-    location: Annotated[str, StringConstraints(pattern=LOCATION_PATTERN)]
+    project: Annotated[str, StringConstraints(pattern=PROJECT_PATTERN)] = Field(description="A project id.")
+    location: Annotated[str, StringConstraints(pattern=LOCATION_PATTERN)] = Field(
+        description="A location, such as us-central1."
+    )
 
 
 class Route(BaseModel):
+    """One route: where its runs go, who may call it, and the policies of its schedule."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    target: TargetConfig
-    allowed_callers: list[Email] = Field(default_factory=list)
-    namespace: Namespace | None = None
+    target: TargetConfig = Field(description="The downstream: `type` picks it, the other fields are that type's.")
+    allowed_callers: list[Email] = Field(
+        default_factory=list,
+        description="Service-account emails allowed on this route (instead of RUNONCE_ALLOWED_CALLERS).",
+    )
+    namespace: Namespace | None = Field(
+        None, description="The project and location of the run key when the URL names none."
+    )
     # The Scheduler job's schedule (unix-cron or groc) and zone, as in the Job: needed to snap.
-    schedule: str | None = None
-    time_zone: str | None = None
-    missing_schedule_time: Literal["reject", "snap"] = "reject"
-    forced_runs: Literal["separate", "dedupe", "reject"] = "separate"
+    schedule: str | None = Field(None, description="The Scheduler job's schedule, unix-cron or groc, as in the Job.")
+    time_zone: str | None = Field(None, description="The job's time zone (tz database name); UTC when unset.")
+    missing_schedule_time: Literal["reject", "snap"] = Field(
+        "reject",
+        description="A delivery without X-CloudScheduler-ScheduleTime: 400, or keyed by the latest fire time "
+        "(`snap`, needs `schedule`).",
+    )
+    forced_runs: Literal["separate", "dedupe", "reject"] = Field(
+        "separate",
+        description="A Scheduler force run: a run of its own, the run at that time, or refused with 409.",
+    )
     max_concurrent_dispatches: int | None = Field(None, ge=1, description="Per process; over it: 429.")
     overlap: Literal["allow", "skip", "wait"] = Field(
         "allow", description="While the route's previous execution runs: dispatch, record skipped, or 409."
@@ -61,10 +77,24 @@ class Route(BaseModel):
     # Missed runs (runonce/missed/audit.py): the Scheduler job that calls this route, so every fire time of
     # `schedule` has the run_id that job's delivery would get; what the audit dispatches when one
     # is missed; and the body that job sends (a catch-up or backfill must send the same body).
-    job: Annotated[str, StringConstraints(pattern=JOB_PATTERN)] | None = None
-    catch_up: Literal["none", "latest", "all"] = "none"
-    catch_up_window_seconds: int | None = Field(None, ge=1, le=MAX_DURATION_SECONDS)
-    body: dict[str, Any] = Field(default_factory=dict)
+    job: Annotated[str, StringConstraints(pattern=JOB_PATTERN)] | None = Field(
+        None,
+        description="The Scheduler job id that calls this route (needs `schedule` and `namespace`): "
+        "every fire time's run_id is then known to the audit, catch-up and backfill.",
+    )
+    catch_up: Literal["none", "latest", "all"] = Field(
+        "none", description="What the audit dispatches when a run was missed (needs `job`)."
+    )
+    catch_up_window_seconds: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_DURATION_SECONDS,
+        description="How far back a catch-up looks; below RUNONCE_RETENTION_SECONDS, which is the default.",
+    )
+    body: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The JSON object the Scheduler job sends: a catch-up or backfill sends the same.",
+    )
 
     @field_validator("schedule")
     @classmethod
@@ -146,9 +176,14 @@ class Route(BaseModel):
 
 
 class RoutesConfig(BaseModel):
+    """A routes file: `RUNONCE_ROUTES_FILE` (YAML or JSON) or `RUNONCE_ROUTES` (inline)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    routes: dict[RouteName, Route] = Field(min_length=1)
+    routes: dict[RouteName, Route] = Field(
+        min_length=1,
+        description="Route name (a-z, 0-9, `_` and `-`; at most 63; a letter or digit first) to route.",
+    )
 
 
 def load_routes(settings: Settings) -> dict[str, Route]:

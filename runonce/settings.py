@@ -13,13 +13,9 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, ValidationError, create_model, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from runonce.errors import RunonceError
+from runonce.errors import ConfigError as ConfigError  # raised here; defined below the stores, which raise it too
+from runonce.stores import check_store_url
 from runonce.targets import ENDPOINTS
-
-
-class ConfigError(RunonceError):
-    """Bad configuration: start-up stops with this one message."""
-
 
 EMAIL_PATTERN = r"^[^@\s,]+@[^@\s,]+$"
 """A caller's email, as in allow-lists (routes' `allowed_callers`, RUNONCE_*_CALLERS)."""
@@ -49,13 +45,14 @@ def _endpoint(value: str | None) -> str | None:
     return value
 
 
-_EndpointSettings: type[BaseSettings] = create_model(  # type: ignore[call-overload]
+# create_model's typed overloads take no **fields spread; the class is checked at run time by pydantic
+_EndpointSettings: type[BaseSettings] = create_model(  # type: ignore[call-overload]  # **fields, see above
     "_EndpointSettings",
     __base__=BaseSettings,
     **{
         f"{name}_endpoint": (
             Annotated[str | None, AfterValidator(_endpoint)],
-            Field(None, description=f"Override of the {name} API's endpoint (Google's when unset)."),
+            Field(None, description=f"Override of the `{name}` target API's endpoint (Google's when unset)."),
         )
         for name in ENDPOINTS
     },
@@ -64,7 +61,7 @@ _EndpointSettings: type[BaseSettings] = create_model(  # type: ignore[call-overl
 (`runonce/targets`): adding a target adds its override here without editing this file."""
 
 
-class Settings(_EndpointSettings):  # type: ignore[valid-type,misc]
+class Settings(_EndpointSettings):  # type: ignore[valid-type,misc]  # a base built at run time (above)
     model_config = SettingsConfigDict(env_prefix="RUNONCE_", extra="ignore", frozen=True)
 
     routes_file: str | None = Field(None, description="Path of the routes file (YAML or JSON).")
@@ -72,7 +69,9 @@ class Settings(_EndpointSettings):  # type: ignore[valid-type,misc]
 
     store: str = Field(
         "sqlite:///runonce.db",
-        description="`sqlite:///PATH`, `firestore`, `spanner://projects/P/instances/I/databases/D` or `redis://HOST:PORT/DB` (see runonce/stores).",
+        description="The claim store's URL: `sqlite:///PATH` (a path relative to the working directory; "
+        "`sqlite:////PATH` for an absolute one), `firestore`, `spanner://projects/P/instances/I/databases/D`, "
+        "`redis://HOST:PORT/DB` or `rediss://…` (Store URLs, in the stores how-to).",
     )
     store_timeout_seconds: float = Field(
         5.0,
@@ -80,14 +79,38 @@ class Settings(_EndpointSettings):  # type: ignore[valid-type,misc]
         le=MAX_DURATION_SECONDS,
         description="Longest wait for one claim-store operation before answering 503.",
     )
-    firestore_project: str | None = None
-    firestore_database: str = "(default)"
-    firestore_collection: str = "runonce_runs"
+    firestore_project: str | None = Field(
+        None, description="Firestore's project (Application Default Credentials' when unset)."
+    )
+    firestore_database: str = Field(
+        "(default)",
+        description="Firestore database, in Native mode: one in Datastore mode, or none of that name, "
+        "answers every delivery and `/readyz` 503 with Firestore's reason.",
+    )
+    firestore_collection: str = Field("runonce_runs", description="Firestore collection of the run records.")
 
-    lease_seconds: float = Field(300, gt=0, le=MAX_DURATION_SECONDS)
-    retention_seconds: float = Field(86400, gt=0, le=MAX_DURATION_SECONDS)
-    dispatch_timeout_seconds: float = Field(30, gt=0, le=MAX_DURATION_SECONDS)
-    forced_run_tolerance_seconds: float = Field(5, ge=0, le=MAX_DURATION_SECONDS)
+    lease_seconds: float = Field(
+        300,
+        gt=0,
+        le=MAX_DURATION_SECONDS,
+        description="How long a claim blocks other attempts; at least the dispatch timeout + 2 x the store timeout "
+        "+ 1 s.",
+    )
+    retention_seconds: float = Field(
+        86400,
+        gt=0,
+        le=MAX_DURATION_SECONDS,
+        description="How long a run is remembered: above the lease, and covering Scheduler's retry window.",
+    )
+    dispatch_timeout_seconds: float = Field(
+        30, gt=0, le=MAX_DURATION_SECONDS, description="Deadline for reconciling and dispatching one attempt."
+    )
+    forced_run_tolerance_seconds: float = Field(
+        5,
+        ge=0,
+        le=MAX_DURATION_SECONDS,
+        description="A delivery more than this before its schedule time is a Scheduler force run.",
+    )
     shutdown_grace_seconds: float = Field(
         7,
         ge=0,
@@ -95,16 +118,33 @@ class Settings(_EndpointSettings):  # type: ignore[valid-type,misc]
         description="On SIGTERM, how long dispatches in flight may still run (Cloud Run kills at 10 s).",
     )
 
-    auth: Literal["oidc", "none", "cloud_run_iam"] = "oidc"
-    allow_unauthenticated: bool = False
-    audience: CsvList = Field(default_factory=list)
-    allowed_callers: CsvList = Field(default_factory=list)
-    admin_callers: CsvList = Field(default_factory=list)
-    oidc_certs_url: str = "https://www.googleapis.com/oauth2/v1/certs"
-    oidc_clock_skew_seconds: int = Field(10, ge=0, le=300)
+    auth: Literal["oidc", "none", "cloud_run_iam"] = Field(
+        "oidc",
+        description="`oidc` verifies Google-signed ID tokens; `cloud_run_iam` trusts Cloud Run's invoker check; "
+        "`none` admits anyone (local use only).",
+    )
+    allow_unauthenticated: bool = Field(False, description="Required to run `RUNONCE_AUTH=none` on Cloud Run.")
+    audience: CsvList = Field(default_factory=list, description="Accepted token audiences, comma-separated.")
+    allowed_callers: CsvList = Field(
+        default_factory=list, description="Service-account emails allowed on routes without their own list."
+    )
+    admin_callers: CsvList = Field(
+        default_factory=list,
+        description="Emails allowed on the runs API, `POST /v1/audit:run` and the backfill endpoint.",
+    )
+    oidc_certs_url: str = Field(
+        "https://www.googleapis.com/oauth2/v1/certs", description="Where the token signing certificates are fetched."
+    )
+    oidc_clock_skew_seconds: int = Field(10, ge=0, le=300, description="Tolerance on a token's `iat` and `exp`.")
 
     log_format: Literal["json", "text"] = Field(
-        default_factory=lambda: "json" if os.environ.get("K_SERVICE") else "text"
+        default_factory=lambda: "json" if os.environ.get("K_SERVICE") else "text",
+        description="`json` (Cloud Logging's structured lines) on Cloud Run (`K_SERVICE` set), else `text`.",
+    )
+    api_docs: bool = Field(
+        True,
+        description="Serve the API description: `/docs` (Swagger UI), `/redoc` and `/openapi.json`, "
+        "their assets from the package. `false`: all three answer 404.",
     )
 
     @field_validator("audience", "allowed_callers", "admin_callers", mode="before")
@@ -119,9 +159,7 @@ class Settings(_EndpointSettings):  # type: ignore[valid-type,misc]
     @field_validator("store")
     @classmethod
     def _store_url(cls, value: str) -> str:
-        from runonce.stores import check_store_url  # the registry: the same table open_store reads
-
-        return check_store_url(value)
+        return check_store_url(value)  # the registry: the same table open_store reads
 
     @model_validator(mode="after")
     def _no_overlap(self) -> Settings:
@@ -151,7 +189,7 @@ class Settings(_EndpointSettings):  # type: ignore[valid-type,misc]
 def load_settings(**overrides: object) -> Settings:
     """Settings from the environment, with `ConfigError` naming each bad variable."""
     try:
-        return Settings(**overrides)  # type: ignore[arg-type]
+        return Settings(**overrides)
     except ValidationError as exc:
         problems = []
         for error in exc.errors():

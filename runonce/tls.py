@@ -1,4 +1,4 @@
-"""The process's one TLS client context (issue 14: cold start).
+"""The process's one TLS client context (it shortens the cold start).
 
 Each httpx client builds its own `ssl.SSLContext` and loads the whole CA bundle into it: about 250 M
 instructions, 20-30 ms of CPU, every time. runonce's clients (the OIDC certificates, the Cloud Run

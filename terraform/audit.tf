@@ -1,5 +1,5 @@
 /**
- * Missed runs (README "Missed runs: audit, catch-up and backfill"): the audit's own Scheduler job,
+ * Missed runs (docs/how-to/audit-catch-up.md): the audit's own Scheduler job,
  * the account it calls as (runonce's admin caller), and an alert when a scheduled run was missed.
  *
  * The job POSTs /v1/audit:run every 10 minutes with {"since": "10m"}: each audit reports the fire

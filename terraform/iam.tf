@@ -1,5 +1,5 @@
 /**
- * The runtime account's grants, derived from the routes (README.md, "IAM per target"): only what each
+ * The runtime account's grants, derived from the routes (docs/how-to/iam.md): only what each
  * configured target needs, on the one resource where the API allows it, else on its project.
  *
  * | target type         | role                                   | granted on                         |
@@ -88,7 +88,7 @@ resource "google_project_iam_member" "runtime_cloudbuild" {
 }
 
 # Run BigQuery jobs in each bigquery_job route's project; the datasets a job reads and writes need
-# their own grants (README, "IAM per target"): runonce cannot tell them from the SQL.
+# their own grants (docs/how-to/iam.md): runonce cannot tell them from the SQL.
 resource "google_project_iam_member" "runtime_bigquery" {
   for_each = local.bigquery_projects
 

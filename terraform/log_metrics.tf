@@ -13,7 +13,7 @@ locals {
     resource.labels.service_name="${var.service_name}"
   EOT
   delivery_logs = "${local.service_logs}jsonPayload.logger=\"runonce.access\"\njsonPayload.outcome:*\n"
-  # The 5xx answers runonce documents (docs/contract.md): any other 5xx is a bug.
+  # The 5xx answers runonce documents (docs/reference/statuses.md): any other 5xx is a bug.
   documented_5xx = ["failed", "unavailable", "unknown"]
   scheduler_jobs = concat(keys(var.jobs), local.audit_enabled ? [var.audit.job_name] : [])
 }

@@ -86,7 +86,7 @@ resource "google_redis_instance" "this" {
   labels                  = var.labels
   # Memorystore's default volatile-lru evicts keys with a TTL when memory is full, and every run key
   # has one: a claim could vanish and a retry dispatch again. noeviction refuses the write instead
-  # (503, nothing dispatched), as the README's Claim stores section says.
+  # (503, nothing dispatched), as docs/how-to/stores.md says.
   redis_configs = { "maxmemory-policy" = "noeviction" }
 
   depends_on = [google_project_service.apis]

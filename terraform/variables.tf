@@ -52,7 +52,7 @@ variable "image" {
 
 variable "routes" {
   description = <<-EOT
-    runonce's routes, as the `routes:` mapping of a routes file (see docs/contract.md, section 4 "The routes file"): route name => { target = {...}, allowed_callers = [...], namespace = {...} }.
+    runonce's routes, as the `routes:` mapping of a routes file (see docs/reference/routes.md): route name => { target = {...}, allowed_callers = [...], namespace = {...} }.
     Passed to the service as RUNONCE_ROUTES, and read here to grant runonce's runtime service account what each target needs.
     Load a YAML file with `yamldecode(file("routes.yaml")).routes`.
   EOT
@@ -87,7 +87,7 @@ variable "jobs" {
     Cloud Scheduler jobs, by job ID. Each POSTs to /v1/routes/{route}:run?project={project_id}&location={scheduler region}
     with an OIDC token of the invoker service account. schedule is unix-cron, time_zone a tz database name, body an optional
     JSON object (as a string, e.g. jsonencode({mode = "full"})) handed to the target. Durations are in seconds.
-    The defaults satisfy the retry rule (see README): retries must outlast the lease.
+    The defaults satisfy the retry rule (docs/concepts/retry-rule.md): retries must outlast the lease.
   EOT
   type = map(object({
     route                    = string
@@ -190,7 +190,7 @@ variable "admin_callers" {
 
 variable "audit" {
   description = <<-EOT
-    The missed-runs audit (README "Missed runs: audit, catch-up and backfill"): a Scheduler job job_name calling
+    The missed-runs audit (docs/how-to/audit-catch-up.md): a Scheduler job job_name calling
     POST /v1/audit:run every 10 minutes as the auditor account, a log-based metric runonce/missed_runs and an alert
     policy on it that notifies notification_channels (projects/P/notificationChannels/ID). enabled = false creates none.
   EOT

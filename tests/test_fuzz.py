@@ -4,7 +4,7 @@ Hypothesis builds requests from a valid delivery and then breaks it: identity he
 edges of their types (years 1 and 9999 with offsets, counters past 64 bits, every script's
 digits), arbitrary bytes in any header, query parameters and route names, and bodies of every
 JSON kind and none (non-finite numbers, lone surrogates, invalid UTF-8, deep nesting, duplicate
-keys, huge integers). Every answer must be a JSON row of the README's status table, and after the
+keys, huge integers). Every answer must be a JSON row of the status table (docs/concepts/run-protocol.md), and after the
 run the store holds a record for exactly the requests that were answered 200.
 
 A third property sends tokens of every shape (any JSON as header or claims, claims of the wrong
@@ -29,6 +29,7 @@ import uuid
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote, quote_from_bytes
 
 import httpx
@@ -38,6 +39,9 @@ from hypothesis import strategies as st
 
 from tests.support.procs import REPO, ServerProcess, start_server
 from tests.support.stores import FIRESTORE_PROJECT
+
+if TYPE_CHECKING:
+    from tests.support import oidc
 
 pytestmark = pytest.mark.e2e
 
@@ -65,8 +69,8 @@ OTHER_HEADERS = ["Content-Type", "traceparent", "X-Cloud-Trace-Context", "Author
 
 
 def status_table() -> set[tuple[int, str]]:
-    """(HTTP status, `status`) of every row of the README's table of answers."""
-    readme = (REPO / "README.md").read_text()
+    """(HTTP status, `status`) of every row of the table of answers in docs/concepts/run-protocol.md."""
+    readme = (REPO / "docs" / "concepts" / "run-protocol.md").read_text()
     rows = re.findall(r"^\| [^|]+ \| (\d{3})[^|]* \| `(\w+)` \|", readme, flags=re.MULTILINE)
     return {(int(code), status) for code, status in rows}
 
@@ -101,11 +105,11 @@ schedule_times = st.one_of(
         st.datetimes(datetime(9999, 12, 30), datetime.max) | st.datetimes(datetime.min, datetime(1, 1, 2)),
         st.none() | st.integers(-1439, 1439),
     ),
-    st.text(alphabet="0123456789٠١٢٣٤٥٦٧٨٩²-:TZz.+ ", max_size=35),
+    st.text(alphabet="0123456789٠١٢٣٤٥٦٧٨٩²-:TZz.+ ", max_size=35),  # noqa: RUF001 - other scripts' digits, on purpose
 )
 counters = st.one_of(
     st.integers(0, 2**70).map(str),
-    st.text(alphabet="0123456789²³¹٠١٢٣٤٥٦٧٨٩۰０１ -+.", min_size=1, max_size=25),
+    st.text(alphabet="0123456789²³¹٠١٢٣٤٥٦٧٨٩۰０１ -+.", min_size=1, max_size=25),  # noqa: RUF001 - on purpose
 )
 json_leaves = st.one_of(
     st.none(),

@@ -135,7 +135,7 @@ ensure_custom_role() {
   fi
   log "+ custom role $name ($permissions)"
   gc iam roles create "$role_id" --project="$project" --title="runonce: ${role_id#runonce}" \
-    --description="runonce's runtime account (see runonce's README, IAM table)" \
+    --description="runonce's runtime account (see runonce's docs/how-to/iam.md)" \
     --permissions="$permissions" --stage=GA --format='value(name)' >/dev/null
 }
 
@@ -151,7 +151,7 @@ check_lease_rule() { # LEASE DISPATCH_TIMEOUT RETENTION
   (( retention > lease )) || usage_error "--retention-seconds ($retention) must exceed --lease-seconds ($lease): a record must outlive its lease"
 }
 
-# The retry rule (README, "Deploy"): Scheduler's attempts and retries against runonce's lease.
+# The retry rule (docs/concepts/retry-rule.md): Scheduler's attempts and retries against runonce's lease.
 # The retry window comes from runonce/scheduler_retry.py, the one implementation that lint and
 # Terraform's rules are held to. Prints "SHORTEST LONGEST" (seconds); exits 2 naming the broken rule.
 check_retry_rule() { # ATTEMPT_DEADLINE RETRY_COUNT MIN_BACKOFF MAX_BACKOFF MAX_DOUBLINGS MAX_RETRY_DURATION LEASE DISPATCH_TIMEOUT RETENTION REQUEST_TIMEOUT

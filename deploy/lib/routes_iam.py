@@ -6,10 +6,10 @@ One grant a line, tab-separated: `ROLE  KIND  RESOURCE`, where KIND says where i
 (projects/P/locations/L/queues/Q), `service-account` (its email). A custom role
 (`projects/P/roles/ID`) is preceded by its definition: `ROLE  custom-role  PERMISSION,PERMISSION`.
 `--predefined-cloud-build-role` grants roles/cloudbuild.builds.editor instead of the custom
-runonceBuildRunner (README's IAM table: the trade-off). The README's IAM table,
+runonceBuildRunner (docs/how-to/iam.md: the trade-off). The IAM table in docs/how-to/iam.md,
 per resource where the API allows it (Cloud Run jobs, Cloud Tasks queues), else per project
-(Workflows, Cloud Build have no per-resource IAM). Warnings for what the file cannot tell (an http audience's service) go to
-stderr. Reads JSON always, YAML when PyYAML is installed. Exit 2 on a bad file.
+(Workflows, Cloud Build have no per-resource IAM). Warnings for what the file cannot tell (an http
+audience's service) go to stderr. Reads JSON always, YAML when PyYAML is installed. Exit 2 on a bad file.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ from .once import Guard, Once, ResultNotStored, Step, UnguardedStep, default_gua
 from .rules import StepKey, StepRecord
 from .settings import GuardSettings
 
+__version__ = "0.1.0"
+
 __all__ = [
     "Fenced",
     "Guard",

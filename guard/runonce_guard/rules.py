@@ -1,7 +1,7 @@
 """The step record and the claim rules: pure functions, no I/O.
 
 These follow the server's rules (`runonce/stores/base.py` in the runonce repository: `decide`, `holds`)
-without importing them, so job code never imports the server's `app` package. A conformance test
+without importing them, so job code never imports the server's `runonce` package. A conformance test
 (`tests/guard/test_rules_conformance.py`) holds the two to the same decisions.
 
 Time windows of one step (a store compares nothing else):

@@ -1,5 +1,5 @@
 """Every error answer, in one place: which HTTP status, `status` word and headers each
-`errors.DeliveryError` family gets (`ANSWERS`, the status table of docs/contract.md), how its
+`errors.DeliveryError` family gets (`ANSWERS`; with `SUCCESSES`, the statuses reference page), how its
 body looks (`render`), the exception handlers `create_app` installs, and the OpenAPI
 `responses=` the endpoints declare.
 
@@ -8,12 +8,13 @@ The domain (errors.py) knows nothing of HTTP; this table is the only place that 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from runonce import errors
@@ -61,6 +62,26 @@ ANSWERS: dict[type[errors.DeliveryError], Answer] = {
 }
 """Each family's answer; a subclass (errors.py's leaves) gets its nearest family's."""
 
+SUCCESSES: tuple[Answer, ...] = (
+    Answer(
+        200,
+        "processed",
+        "This attempt claimed the run and the target accepted it (or reconciliation found its execution).",
+    ),
+    Answer(
+        200,
+        "duplicate",
+        "The run already completed: its stored answer is replayed (Runonce-Replayed: true); the target is not called.",
+    ),
+    Answer(
+        200,
+        "skipped",
+        "Not dispatched: first claimed later than max_lateness_seconds, or the route's previous execution still "
+        "running (overlap: skip); `reason` says which, and every retry replays it.",
+    ),
+)
+"""The 200 answers (the runner's `RunResult`), for the OpenAPI description and the statuses page."""
+
 RESPONSES: dict[int | str, dict[str, Any]] = {
     a.http_status: {"description": f"`{a.status}`: {a.description}"} for a in reversed(ANSWERS.values())
 }
@@ -71,7 +92,7 @@ with that code describing it (409: `in_progress`)."""
 def answer_for(exc: errors.DeliveryError) -> Answer:
     for cls in type(exc).__mro__:
         if cls in ANSWERS:
-            return ANSWERS[cls]  # type: ignore[index]
+            return ANSWERS[cls]
     raise TypeError(f"{type(exc).__name__} has no answer: add its family to ANSWERS")
 
 
@@ -128,10 +149,10 @@ async def validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
     field_name = ".".join(str(p) for p in first["loc"])
-    return await delivery_error(request, errors.InvalidDelivery(field_name, first["msg"]))
+    return await delivery_error(request, errors.InvalidDelivery(field_name, str(first["msg"])))
 
 
-HANDLERS = {
+HANDLERS: dict[int | type[Exception], Callable[[Request, Any], Coroutine[Any, Any, Response]]] = {
     errors.DeliveryError: delivery_error,
     StarletteHTTPException: http_error,
     RequestValidationError: validation_error,

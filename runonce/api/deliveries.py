@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from runonce import errors, logs
-from runonce.api.answers import RESPONSES, answer_for
+from runonce.api.answers import RESPONSES, SUCCESSES, answer_for
 from runonce.api.deps import AuthDep, ClockDep, RoutesDep, RunnerDep, SettingsDep
 from runonce.auth.callers import Authenticator
 from runonce.routes import Route
@@ -26,7 +26,7 @@ router = APIRouter()
     ROUTE_PATH,
     responses={
         **RESPONSES,
-        200: {"description": "`processed`, `duplicate` (replayed) or `skipped` (with its `reason`)"},
+        200: {"description": "; ".join(f"`{a.status}`: {a.description}" for a in SUCCESSES)},
     },
     summary="Deliver one scheduled run",
 )

@@ -15,8 +15,8 @@ from functools import partial
 
 from fastapi import FastAPI
 
-from runonce import logs
-from runonce.api import answers, deliveries, health, missed, runs, status
+from runonce import __version__, logs
+from runonce.api import answers, api_docs, deliveries, health, missed, runs, status
 from runonce.api.access_log import AccessLog
 from runonce.auth.callers import build_authenticator
 from runonce.metrics import Metrics
@@ -24,7 +24,7 @@ from runonce.missed.audit import AUDIT_ROUTE, AuditTarget, check_catch_up_window
 from runonce.routes import load_routes
 from runonce.run.admission import Shutdown
 from runonce.run.runner import Runner, utcnow
-from runonce.settings import ConfigError, Settings
+from runonce.settings import ConfigError, Settings, load_settings
 from runonce.stores import RunStore, open_store
 from runonce.targets import Target, TargetContext, build_target
 from runonce.targets.transport import target_client
@@ -60,9 +60,12 @@ def create_app(
     app = FastAPI(
         title="runonce",
         summary="Idempotent proxy: one downstream execution per scheduled run.",
-        version="0.1.0",
+        version=__version__,
         lifespan=lifespan,
         redirect_slashes=False,  # a 307 with no JSON body is not an answer Scheduler can act on: 404
+        docs_url=None,  # /docs and /redoc come from api_docs.serve, their assets from the package
+        redoc_url=None,
+        openapi_url="/openapi.json" if settings.api_docs else None,
         exception_handlers=answers.HANDLERS,
     )
     state = app.state  # what deps.py hands the endpoints, and the lifespan builds on
@@ -73,6 +76,8 @@ def create_app(
     app.add_middleware(AccessLog, metrics=metrics, project=logs.discover_project())
     for module in (deliveries, runs, missed, status, health):
         app.include_router(module.router)
+    if settings.api_docs:
+        api_docs.serve(app)
     return app
 
 
@@ -132,12 +137,9 @@ def _open_store(settings: Settings) -> RunStore:
 
 def app_from_environment() -> FastAPI:
     """Factory for `uvicorn --factory` (each worker process builds its own app)."""
-    from runonce.logs import configure_logging
-    from runonce.settings import load_settings
-
     try:
         settings = load_settings()
-        configure_logging(settings.log_format)
+        logs.configure_logging(settings.log_format)
         return create_app(settings)
     except ConfigError as exc:  # one message, not a traceback, as `runonce serve` does
         raise SystemExit(f"runonce: {exc}") from None

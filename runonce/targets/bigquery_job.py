@@ -275,6 +275,7 @@ TARGET = TargetType(
     build=lambda config, context, endpoint: BigQueryJobTarget(config, context.http, context.google_auth, endpoint),
     endpoint="bigquery",
     resource_field="project",
-    # Run jobs in the project; the data the job reads and writes needs its own grants (README).
+    # Run jobs in the project; the data the job reads and writes needs its own grants
+    # (docs/how-to/targets/bigquery_job.md).
     grants=(Grant("roles/bigquery.jobUser", on="project"),),
 )

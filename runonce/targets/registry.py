@@ -3,7 +3,7 @@ adapter receives at start-up (`TargetContext`).
 
 `runonce/targets/__init__.py` lists the entries; everything else reads them: the routes' `target:`
 union, `build_target`, the endpoint override settings (`RUNONCE_<ENDPOINT>_ENDPOINT`), and the
-tests that hold the README's IAM table, `deploy/lib/routes_iam.py` and Terraform to the grants.
+tests that hold the IAM table of docs/how-to/iam.md, `deploy/lib/routes_iam.py` and Terraform to the grants.
 """
 
 from __future__ import annotations

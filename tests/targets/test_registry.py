@@ -21,11 +21,10 @@ from tests.support.target_grants import custom_roles, registry_grants
 
 
 def readme_examples() -> dict[str, dict]:
-    """The target block of each YAML example in the README's Targets section, by type: every
-    registered type must have one, and each must be a valid route."""
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Targets") :]
-    section = section[: section.index("\n## ", 1)]
+    """The target block of each YAML example on the targets' pages (docs/how-to/targets/<type>.md),
+    by type: every registered type must have one, and each must be a valid route."""
+    pages = sorted((REPO / "docs" / "how-to" / "targets").glob("*.md"))
+    section = "\n".join(page.read_text() for page in pages)
     examples: dict[str, dict] = {}
     for block in re.findall(r"```yaml\n(.*?)```", section, flags=re.S):
         for route in yaml.safe_load(block)["routes"].values():
@@ -39,7 +38,7 @@ EXAMPLE_TARGETS = readme_examples()
 def test_the_readme_shows_a_valid_route_of_every_registered_type() -> None:
     assert sorted(EXAMPLE_TARGETS) == sorted(TARGET_TYPES)
     routes = {name: {"target": target} for name, target in EXAMPLE_TARGETS.items()}
-    assert set(parse_routes(json.dumps({"routes": routes}), "README")) == set(TARGET_TYPES)
+    assert set(parse_routes(json.dumps({"routes": routes}), "docs/how-to/targets")) == set(TARGET_TYPES)
 
 
 def test_the_routes_union_is_the_registry() -> None:
@@ -147,9 +146,9 @@ def test_routes_iam_prints_the_registry_grants_for_a_route_of_every_type(capsys)
 
 def readme_iam_rows() -> dict[str, str]:
     """The IAM table's rows for target types, by type (`runtime account, `TYPE` routes …`)."""
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("### IAM per target") :]
-    section = section[: section.index("\n\n", section.index("|"))]
+    page = (REPO / "docs" / "how-to" / "iam.md").read_text()
+    section = page[page.index("| who |") :]
+    section = section[: section.index("\n\n")]
     rows = {}
     for line in section.splitlines():
         match = re.match(r"\| runtime account, `([a-z_]+)` routes", line)
@@ -161,11 +160,11 @@ def readme_iam_rows() -> dict[str, str]:
 @pytest.mark.parametrize("name", sorted(TARGET_TYPES))
 def test_the_readme_iam_table_names_each_types_roles(name: str) -> None:
     row = readme_iam_rows().get(name)
-    assert row is not None, f"README's IAM table has no row 'runtime account, `{name}` routes'"
+    assert row is not None, f"docs/how-to/iam.md's IAM table has no row 'runtime account, `{name}` routes'"
     for grant in TARGET_TYPES[name].grants:
-        assert f"`{grant.role}`" in row, f"{name}: the README's row lacks {grant.role}"
+        assert f"`{grant.role}`" in row, f"{name}: the IAM table's row lacks {grant.role}"
         for permission in grant.permissions:
-            assert permission.rsplit(".", 1)[1] in row, f"{name}: the README's row lacks {permission}"
+            assert permission.rsplit(".", 1)[1] in row, f"{name}: the IAM table's row lacks {permission}"
 
 
 def test_can_reconcile_and_reads_state_follow_what_the_adapter_implements() -> None:

@@ -1,6 +1,6 @@
 """The step-store interface: the claim protocol once, over three primitives each backend implements.
 
-Like Powertools' persistence layers (and unlike the server, which writes the loop per store), the
+Like Powertools' persistence layers (and as the server's `runonce/stores/base.py` does), the
 loop lives here; a backend only translates records and maps its conflicts to `Conflict`:
 
     claim:  _create(record)                         -> we hold the step (one round trip)

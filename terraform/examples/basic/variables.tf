@@ -10,6 +10,6 @@ variable "region" {
 }
 
 variable "image" {
-  description = "runonce image in Artifact Registry, by digest: europe-west1-docker.pkg.dev/PROJECT/runonce/runonce@sha256:... (see README.md)."
+  description = "runonce image in Artifact Registry, by digest: europe-west1-docker.pkg.dev/PROJECT/runonce/runonce@sha256:... (see docs/getting-started/deploy.md)."
   type        = string
 }
