@@ -3,14 +3,23 @@ as a table or JSON; exit 1 when a route needs attention, so it can gate a script
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import sys
-from collections.abc import Sequence
-from datetime import timedelta
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 import click
 
-from runonce.missed.status import RouteStatus, StatusReport, default_window
+from runonce.routes import Route, load_routes
+from runonce.settings import ConfigError, Settings, load_settings
+from runonce.stores import RunStore, StoreUnavailable, open_store
+from runonce.stores.memory import MemoryStore
+
+if TYPE_CHECKING:
+    from runonce.missed.status import RouteStatus, StatusReport
 
 COLUMNS = ("ROUTE", "SCHEDULE", "TIME_ZONE", "NEXT_FIRE", "LAST_FIRE", "LAST", "LAST_SUCCESS", "RUNS", "ATTENTION")
 
@@ -26,13 +35,16 @@ def status_command(route: str | None, since: str | None, output: str) -> None:
     Exit 1 when a route needs attention (a missed fire time, an unresolved run, or its last run
     failed), else 0.
     """
-    # runonce.cli imports this module to register the command: its helpers are imported here.
-    from runonce.cli import _now, _routes, _settings, _with_store
+    # Deferred: runonce/cli.py imports this module, and its other commands start without the
+    # missed-runs code (tests/test_cold_start.py holds them to it).
     from runonce.missed.audit import RangeRefused, parse_duration
-    from runonce.missed.status import status
+    from runonce.missed.status import default_window
 
-    settings = _settings()
-    routes = _routes(settings)
+    try:
+        settings = load_settings()
+        routes = load_routes(settings)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
     if route is not None:
         if route not in routes:
             raise click.UsageError(f"--route: no route {route!r} (routes: {', '.join(sorted(routes)) or 'none'})")
@@ -41,16 +53,52 @@ def status_command(route: str | None, since: str | None, output: str) -> None:
     now = _now()
     try:
         window = parse_duration(since, "since") if since is not None else default_window(retention)
-        report: StatusReport = _with_store(
-            settings, lambda store: status(store, routes, now, since=window, lease=lease, retention=retention)
-        )
+        report = asyncio.run(_read(settings, routes, now, window, lease, retention))
     except RangeRefused as exc:
         raise click.UsageError(f"--since: {exc.reason}") from exc
+    except StoreUnavailable as exc:
+        raise click.ClickException(f"claim store unavailable: {exc}") from exc
+    except ConfigError as exc:  # e.g. Firestore without credentials
+        raise click.ClickException(str(exc)) from exc
     if output == "json":
         click.echo(json.dumps(report.to_json(), indent=2))
     else:
         click.echo(render_table(report))
     sys.exit(1 if report.attention else 0)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+async def _read(
+    settings: Settings,
+    routes: Mapping[str, Route],
+    now: datetime,
+    window: timedelta,
+    lease: timedelta,
+    retention: timedelta,
+) -> StatusReport:
+    """The report from the configured store. A SQLite file that does not exist yet is read as an
+    empty store (nothing has run here), and is not created."""
+    from runonce.missed.status import status  # deferred: see status_command
+
+    path = settings.store.removeprefix("sqlite:///")
+    if settings.store.startswith("sqlite:///") and not os.path.exists(path):
+        click.echo(f"no store at {path} yet (nothing has run with RUNONCE_STORE={settings.store})", err=True)
+        store: RunStore = MemoryStore()
+    else:
+        store = open_store(
+            settings.store,
+            timeout_seconds=settings.store_timeout_seconds,
+            firestore_project=settings.firestore_project,
+            firestore_database=settings.firestore_database,
+            firestore_collection=settings.firestore_collection,
+        )
+    try:
+        return await status(store, routes, now, since=window, lease=lease, retention=retention)
+    finally:
+        await store.close()
 
 
 def render_table(report: StatusReport) -> str:

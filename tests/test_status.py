@@ -14,7 +14,7 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-import runonce.cli
+import runonce.status
 from runonce.api.main import create_app
 from runonce.cli import main
 from runonce.missed.audit import body_sha256, scheduled_runs
@@ -170,7 +170,7 @@ def store_env(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytes
     monkeypatch.setenv("RUNONCE_ROUTES_FILE", str(routes))
     monkeypatch.setenv("RUNONCE_LEASE_SECONDS", str(int(LEASE.total_seconds())))
     monkeypatch.setenv("RUNONCE_RETENTION_SECONDS", str(int(RETENTION.total_seconds())))
-    monkeypatch.setattr(runonce.cli, "_now", lambda: NOW)
+    monkeypatch.setattr(runonce.status, "_now", lambda: NOW)
     if request.param == "sqlite":
         db = tmp_path / "runs.db"
         monkeypatch.setenv("RUNONCE_STORE", f"sqlite:///{db}")
@@ -336,3 +336,17 @@ async def test_the_endpoint_narrows_to_one_route_and_refuses_bad_input(
     assert missing.status_code == 404
     too_wide = await api.get("/v1/status", params={"since": "2d"}, headers=admin)
     assert too_wide.status_code == 400 and too_wide.json()["error"]["field"] == "since"
+
+
+def test_a_store_that_does_not_exist_yet_is_read_as_empty_and_not_created(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    routes = tmp_path / "routes.yaml"
+    routes.write_text(ROUTES_TEXT)
+    monkeypatch.setenv("RUNONCE_ROUTES_FILE", str(routes))
+    monkeypatch.setenv("RUNONCE_STORE", f"sqlite:///{tmp_path / 'never.db'}")
+    monkeypatch.setattr(runonce.status, "_now", lambda: NOW)
+    result = CliRunner().invoke(main, ["status", "--route", "healthy", "--since", SINCE, "--format", "json"])
+    assert result.exit_code == 1  # every fire time due is missed: nothing has run here
+    assert len(json.loads(result.stdout)["routes"][0]["missed"]) == 6
+    assert "no store at" in result.stderr and not (tmp_path / "never.db").exists()
