@@ -65,10 +65,12 @@ if [[ -z "$OUT" ]]; then
 fi
 "$PYTHON" "$DEPLOY_LIB/observability.py" "$OUT" "$SERVICE" "$PROJECT_ID" "$LOCATION" "$NOTIFICATION_CHANNELS" "$JOBS"
 
-# 1. The log-based metrics the dashboard and the policies count.
+# 1. The log-based metrics the dashboard and the policies count, read in one list.
+EXISTING_METRICS="$(gc logging metrics list --project="$PROJECT_ID" --format=json)"
 for file in "$OUT"/metrics/*.json; do
   METRIC="runonce/$(basename "$file" .json)"
-  if EXISTING="$(gc logging metrics describe "$METRIC" --project="$PROJECT_ID" --format=json 2>/dev/null)"; then
+  EXISTING="$("$PYTHON" -c 'import json, sys; print(json.dumps(next((m for m in json.load(sys.stdin) if m["name"] in (sys.argv[1], sys.argv[1].replace("/", "%2F"))), None)))' "$METRIC" <<<"$EXISTING_METRICS")"
+  if [[ "$EXISTING" != "null" ]]; then
     if "$PYTHON" "$DEPLOY_LIB/json_contains.py" "$(cat "$file")" <<<"$EXISTING"; then
       log "= log metric $METRIC is up to date"
     else
@@ -112,12 +114,14 @@ if ! $CREATE_ALERTS; then
   log "(or run again with --create-alerts; terraform/alerts.tf makes them, and the no-progress ones, with the GA API)"
   exit 0
 fi
+# Policies have generated IDs: the display name finds ours, in one list of the project's policies.
+POLICIES_ALL="$(gc alpha monitoring policies list --project="$PROJECT_ID" --format=json)" || {
+  log "! cannot list alert policies: gcloud has them in its alpha track only (gcloud components install alpha)"
+  exit 1
+}
 for file in "$OUT"/policies/*.json; do
   POLICY_NAME="$("$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["displayName"])' "$file")"
-  POLICIES="$(gc alpha monitoring policies list --project="$PROJECT_ID" --filter="displayName=\"$POLICY_NAME\"" --format=json)" || {
-    log "! cannot list alert policies: gcloud has them in its alpha track only (gcloud components install alpha)"
-    exit 1
-  }
+  POLICIES="$("$PYTHON" -c 'import json, sys; print(json.dumps([p for p in json.load(sys.stdin) if p.get("displayName") == sys.argv[1]]))' "$POLICY_NAME" <<<"$POLICIES_ALL")"
   read -r COUNT EXISTING_POLICY <<<"$("$PYTHON" -c 'import json, sys; p = json.load(sys.stdin); print(len(p), p[0]["name"] if p else "")' <<<"$POLICIES")"
   if (( COUNT > 1 )); then
     log "! $COUNT alert policies are named '$POLICY_NAME': delete all but one, then run again"

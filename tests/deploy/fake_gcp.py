@@ -316,6 +316,9 @@ class FakeGoogle:
         read back, which Google accepts (it ignores output-only fields) but the checker would not."""
         s = self.state
         rel = unquote(rel)  # gcloud sends a metric's '/' as %252F: the path carries %2F once decoded
+        if method_id == "logging.projects.metrics.list":
+            found = [m for name, m in s.log_metrics.items() if name.startswith(rel + "/")]
+            return {"metrics": found} if found else {}
         if method_id == "logging.projects.metrics.get":
             if rel not in s.log_metrics:
                 raise NotFound(rel)

@@ -33,7 +33,7 @@ METRICS = [
 POLICIES = ["runs_unresolved", "scheduler_attempts_failing", "service_errors", "store_unavailable", "target_failures"]
 
 
-def test_it_makes_the_metrics_and_dashboard_prints_the_alpha_commands_then_changes_nothing(
+def test_it_makes_the_metrics_and_dashboard_prints_the_alpha_commands_or_creates_them_then_changes_nothing(
     deploy,  # noqa: F811
     fake: FakeGoogle,  # noqa: F811
     tmp_path: Path,
@@ -43,7 +43,8 @@ def test_it_makes_the_metrics_and_dashboard_prints_the_alpha_commands_then_chang
     assert sorted(name.removeprefix(f"projects/{PROJECT}/metrics/") for name in fake.state.log_metrics) == [
         f"runonce/{name}" for name in METRICS
     ]
-    (board,) = fake.state.dashboards.values()
+    (name,) = fake.state.dashboards
+    board = fake.state.dashboards[name]
     assert board["displayName"] == "runonce" and "${service_name}" not in json.dumps(board)
     assert (
         'resource.labels.service_name="runonce"' in board["mosaicLayout"]["tiles"][-1]["widget"]["logsPanel"]["filter"]
@@ -51,26 +52,26 @@ def test_it_makes_the_metrics_and_dashboard_prints_the_alpha_commands_then_chang
     assert fake.state.alert_policies == {}, "gcloud has alert policies in alpha only: not made without --create-alerts"
     commands = [line for line in result.stdout.splitlines() if line.startswith("gcloud ")]
     assert commands == [
-        f"gcloud alpha monitoring policies create --project={PROJECT} --policy-from-file={out}/policies/{name}.json"
-        for name in POLICIES
+        f"gcloud alpha monitoring policies create --project={PROJECT} --policy-from-file={out}/policies/{policy}.json"
+        for policy in POLICIES
     ]
     monitoring = Discovery("monitoring.v3")
-    for name in POLICIES:
-        policy = json.loads((out / "policies" / f"{name}.json").read_text())
-        monitoring.check(policy, {"$ref": "AlertPolicy"}, name, request=True)
+    for policy_name in POLICIES:
+        policy = json.loads((out / "policies" / f"{policy_name}.json").read_text())
+        monitoring.check(policy, {"$ref": "AlertPolicy"}, policy_name, request=True)
         assert policy["notificationChannels"] == [CHANNEL]
         assert "**What to do.**" in policy["documentation"]["content"]
     assert "alpha track only" in result.stderr
+
+    # with --create-alerts: each policy once, and a dashboard changed by hand brought back
+    fake.state.dashboards[name]["mosaicLayout"]["tiles"] = []
     fake.requests.clear()
-    deploy("observability.sh", *ARGS, "--notification-channels", CHANNEL, "--out", str(out))
-    assert fake.mutations() == [], "a second run must change nothing"
-
-
-def test_with_create_alerts_it_makes_each_policy_once_and_brings_a_changed_dashboard_back(
-    deploy,  # noqa: F811
-    fake: FakeGoogle,  # noqa: F811
-) -> None:
-    deploy("observability.sh", *ARGS, "--create-alerts")
+    deploy("observability.sh", *ARGS, "--notification-channels", CHANNEL, "--create-alerts")
+    assert sorted(r.method_id for r in fake.mutations()) == [
+        *["monitoring.projects.alertPolicies.create"] * len(POLICIES),
+        "monitoring.projects.dashboards.patch",
+    ]
+    assert len(fake.state.dashboards[name]["mosaicLayout"]["tiles"]) == 11
     assert sorted(p["displayName"] for p in fake.state.alert_policies.values()) == [
         "runonce: Scheduler attempts failing",
         "runonce: claim store unavailable",
@@ -78,13 +79,9 @@ def test_with_create_alerts_it_makes_each_policy_once_and_brings_a_changed_dashb
         "runonce: target failures",
         "runonce: undocumented 5xx answers",
     ]
-    (name,) = fake.state.dashboards
-    fake.state.dashboards[name]["mosaicLayout"]["tiles"] = []
     fake.requests.clear()
-    deploy("observability.sh", *ARGS, "--create-alerts")
-    assert [r.method_id for r in fake.mutations()] == ["monitoring.projects.dashboards.patch"]
-    assert len(fake.state.dashboards[name]["mosaicLayout"]["tiles"]) == 11
-    assert len(fake.state.alert_policies) == 5
+    deploy("observability.sh", *ARGS, "--notification-channels", CHANNEL, "--create-alerts")
+    assert fake.mutations() == [], "a second run must change nothing"
 
 
 def test_bad_input_is_refused_before_anything_changes(deploy, fake: FakeGoogle) -> None:  # noqa: F811
