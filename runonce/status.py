@@ -35,10 +35,10 @@ def status_command(route: str | None, since: str | None, output: str) -> None:
     Exit 1 when a route needs attention (a missed fire time, an unresolved run, or its last run
     failed), else 0.
     """
-    # Deferred: runonce/cli.py imports this module, and its other commands start without the
-    # missed-runs code (tests/test_cold_start.py holds them to it).
-    from runonce.missed.audit import RangeRefused, parse_duration
-    from runonce.missed.status import default_window
+    # runonce/cli.py imports this module, and its other commands start without the missed-runs
+    # code (tests/test_cold_start.py holds them to it).
+    from runonce.missed.audit import RangeRefused, parse_duration  # deferred: cold start of the other commands
+    from runonce.missed.status import default_window  # deferred: as above
 
     try:
         settings = load_settings()
