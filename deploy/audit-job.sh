@@ -95,9 +95,11 @@ bash "$DEPLOY_LIB/../scheduler-job.sh" --project "$PROJECT_ID" --location "$LOCA
 # when it is above 0. Both exactly as terraform/audit.tf has them.
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
-"$PYTHON" - "$WORK" "$SERVICE" "$PROJECT_ID" "$NOTIFICATION_CHANNELS" <<'PY'
+"$PYTHON" - "$WORK" "$SERVICE" "$PROJECT_ID" "$NOTIFICATION_CHANNELS" "$DEPLOY_LIB" <<'PY'
 import json, sys
-work, service, project, channels = sys.argv[1:]
+work, service, project, channels, deploy_lib = sys.argv[1:]
+sys.path.insert(0, deploy_lib)
+from observability import runbook  # the runbook terraform/audit.tf gives the policy
 log_filter = (f'resource.type="cloud_run_revision"\nresource.labels.service_name="{service}"\n'
               'severity=ERROR\njsonPayload.outcome="missed"\n')
 metric = {
@@ -128,7 +130,8 @@ policy = {
     "alertStrategy": {"autoClose": "86400s"},
     "documentation": {
         "mimeType": "text/markdown",
-        "content": "A route's Scheduler job did not deliver a run (no record in runonce's store). The ERROR log lines with jsonPayload.outcome=\"missed\" name the route, job, schedule time and run_id; `runonce audit --since 1d` lists them, `runonce backfill ROUTE --from T --to T` runs them with the same run_id (a run that did happen replays).",
+        "subject": "runonce: a scheduled run did not run",
+        "content": runbook("missed_runs", {"var.service_name": service}),
     },
 }
 for name, value in (("metric", metric), ("policy", policy)):

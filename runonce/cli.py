@@ -24,6 +24,7 @@ from runonce.routes import load_routes
 from runonce.run.delivery import check_run_id, parse_delivery, parse_namespace
 from runonce.schedules.cli import InstantType, schedule
 from runonce.settings import ConfigError, Settings, load_settings
+from runonce.status import status_command
 from runonce.stores import StoreUnavailable, backend_for, open_store
 from runonce.stores.memory import MemoryStore
 
@@ -615,6 +616,7 @@ def lint(
 
 
 main.add_command(schedule)
+main.add_command(status_command)
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -110,12 +110,12 @@ resource "google_logging_metric" "missed_runs" {
 }
 
 resource "google_monitoring_alert_policy" "missed_runs" {
-  count = local.audit_enabled ? 1 : 0
+  count = local.alerts_on.missed_runs ? 1 : 0
 
   project               = var.project_id
   display_name          = "runonce: a scheduled run was missed"
   combiner              = "OR"
-  notification_channels = var.audit.notification_channels
+  notification_channels = local.alert_channels
 
   conditions {
     display_name = "missed runs > 0"
@@ -145,6 +145,18 @@ resource "google_monitoring_alert_policy" "missed_runs" {
 
   documentation {
     mime_type = "text/markdown"
-    content   = "A route's Scheduler job did not deliver a run (no record in runonce's store). The ERROR log lines with jsonPayload.outcome=\"missed\" name the route, job, schedule time and run_id; `runonce audit --since 1d` lists them, `runonce backfill ROUTE --from T --to T` runs them with the same run_id (a run that did happen replays)."
+    subject   = "runonce: a scheduled run did not run"
+    content   = <<-EOT
+      **What it means.** The audit found a fire time of a route that left no record in runonce's store (no delivery reached runonce), or whose record says `failed` (nothing was dispatched and Scheduler's retries ran out). The run did not happen.
+
+      **How to look.**
+      - `runonce audit --since 1d`: every missed fire time, with route, job, schedule time, run_id and why.
+      - `runonce status`: the missed fire times per route, next to the last success.
+      - Logs: `resource.type="cloud_run_revision" resource.labels.service_name="${var.service_name}" jsonPayload.outcome="missed"`.
+
+      **What to do.** Routes with `catch_up` are run by the audit itself. Otherwise `runonce backfill ROUTE --from T --to T` runs the missed fire times with the run_ids Scheduler's deliveries would have had (a run that did happen replays). Then find why it was missed: `gcloud scheduler jobs describe JOB` (paused? last attempt's status?).
+
+      **Retries.** A fire time is audited only once it is older than the lease, and a run that a retry completed has a completed record, so it is not missed. A run still failed at that point is reported even if a later retry completes it (that retry and a backfill are one run).
+    EOT
   }
 }

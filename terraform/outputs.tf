@@ -47,3 +47,21 @@ output "log_based_metrics" {
   description = "Log-based metric types, by outcome (logging.googleapis.com/user/<name> in Cloud Monitoring)."
   value       = { for outcome, metric in google_logging_metric.outcomes : outcome => "logging.googleapis.com/user/${metric.name}" }
 }
+
+output "dashboard_id" {
+  description = "The Cloud Monitoring dashboard \"runonce\" (projects/P/dashboards/ID), or null with dashboard = false."
+  value       = var.dashboard ? google_monitoring_dashboard.this[0].id : null
+}
+
+output "alert_policies" {
+  description = "The alert policies made, by alerts key (no_progress: by job), as projects/P/alertPolicies/ID."
+  value = merge(
+    { for name, policy in google_monitoring_alert_policy.no_progress : "no_progress/${name}" => policy.name },
+    { for policy in google_monitoring_alert_policy.missed_runs : "missed_runs" => policy.name },
+    { for policy in google_monitoring_alert_policy.runs_unresolved : "runs_unresolved" => policy.name },
+    { for policy in google_monitoring_alert_policy.target_failures : "target_failures" => policy.name },
+    { for policy in google_monitoring_alert_policy.store_unavailable : "store_unavailable" => policy.name },
+    { for policy in google_monitoring_alert_policy.service_errors : "service_errors" => policy.name },
+    { for policy in google_monitoring_alert_policy.scheduler_attempts_failing : "scheduler_attempts_failing" => policy.name },
+  )
+}

@@ -539,3 +539,54 @@ variable "log_based_metric_outcomes" {
     error_message = "log_based_metric_outcomes must name runonce statuses, e.g. [\"duplicate\", \"failed\", \"unknown\"]."
   }
 }
+
+variable "dashboard" {
+  description = "Create the Cloud Monitoring dashboard \"runonce\" (dashboard.json; docs/operating.md describes each tile)."
+  type        = bool
+  default     = true
+}
+
+variable "alerts" {
+  description = <<-EOT
+    Alert policies (docs/operating.md, each with its runbook), on or off one by one; all on by default.
+    missed_runs and runs_unresolved count the audit's log lines, so they need audit.enabled.
+  EOT
+  type = object({
+    missed_runs                = optional(bool, true)
+    no_progress                = optional(bool, true)
+    runs_unresolved            = optional(bool, true)
+    target_failures            = optional(bool, true)
+    store_unavailable          = optional(bool, true)
+    service_errors             = optional(bool, true)
+    scheduler_attempts_failing = optional(bool, true)
+  })
+  default = {}
+}
+
+variable "notification_channels" {
+  description = "Where every alert policy notifies: projects/P/notificationChannels/ID (audit.notification_channels is added to it)."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for channel in var.notification_channels : can(regex("^projects/[^/]+/notificationChannels/[^/]+$", channel))])
+    error_message = "notification_channels are full names: projects/P/notificationChannels/ID."
+  }
+}
+
+variable "no_progress_factor" {
+  description = "The no-progress alert fires when a scheduled job's route records no processed or skipped run for this many times the longest gap between its fire times."
+  type        = number
+  default     = 2
+
+  validation {
+    condition     = var.no_progress_factor >= 1.5
+    error_message = "no_progress_factor must be at least 1.5: below it, one fire time retried a little late pages."
+  }
+}
+
+variable "target_failure_threshold" {
+  description = "The target-failures alert fires when one route has more than this many failed answers in an hour that no retry of the same run completed."
+  type        = number
+  default     = 0
+}

@@ -95,11 +95,12 @@ async def _identify(
     outcome["route"] = route
     auth.authorize(caller, config.allowed_callers or settings.allowed_callers, f"route {route!r}")
     namespace = parse_namespace(_query(request), config.namespace)
+    received_at = clock()
     delivery = parse_delivery(
         route,
         request.headers,
         namespace,
-        received_at=clock(),
+        received_at=received_at,
         forced_run_tolerance=timedelta(seconds=settings.forced_run_tolerance_seconds),
         policy=config.policy,
     )
@@ -110,7 +111,10 @@ async def _identify(
         schedule_time=delivery.schedule_time_text,
         task=delivery.task,
         namespace=f"{delivery.project}/{delivery.location}",
+        target_type=config.target.type,
     )
+    if delivery.source == "scheduler" and delivery.schedule_time is not None:  # not a force run: never late
+        outcome["lateness_seconds"] = round((received_at - delivery.schedule_time).total_seconds(), 3)
     return delivery
 
 

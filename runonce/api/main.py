@@ -16,7 +16,7 @@ from functools import partial
 from fastapi import FastAPI
 
 from runonce import __version__, logs
-from runonce.api import answers, api_docs, deliveries, health, missed, runs
+from runonce.api import answers, api_docs, deliveries, health, missed, runs, status
 from runonce.api.access_log import AccessLog
 from runonce.auth.callers import build_authenticator
 from runonce.metrics import Metrics
@@ -74,7 +74,7 @@ def create_app(
     state.shutdown = Shutdown()
     state.drain = partial(state.shutdown.drain, settings.shutdown_grace_seconds)  # runonce serve, on SIGTERM
     app.add_middleware(AccessLog, metrics=metrics, project=logs.discover_project())
-    for module in (deliveries, runs, missed, health):
+    for module in (deliveries, runs, missed, status, health):
         app.include_router(module.router)
     if settings.api_docs:
         api_docs.serve(app)

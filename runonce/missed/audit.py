@@ -43,7 +43,7 @@ from runonce.run.delivery import (
 )
 from runonce.schedules import get_zone, parse_schedule
 from runonce.stores import RunStore, StoreUnavailable
-from runonce.stores.base import FAILED
+from runonce.stores.base import FAILED, IN_PROGRESS, RunRecord
 from runonce.targets import DispatchRequest, Target, TargetFailed
 
 MAX_FIRE_TIMES = 20_000
@@ -312,7 +312,21 @@ DEFAULT_SINCE = timedelta(minutes=10)
 """What one audit run reports by default: the period of the audit job that deploy/ and terraform/
 create, so that every fire time is reported by exactly one audit."""
 
+UNRESOLVED_AFTER_LEASES = 3
+"""The audit reports a run still `in_progress` when its latest attempt began this many leases ago:
+its lease ran out long enough ago that a retry would have taken it over, had one come."""
+UNRESOLVED_LIMIT = 200
+"""Most unresolved runs one audit reports (the oldest are the newest list's last: it reads no more)."""
+
 logger = logging.getLogger("runonce.audit")
+
+
+async def unresolved_runs(store: RunStore, now: datetime, lease: timedelta) -> list[RunRecord]:
+    """Runs still `in_progress` whose latest attempt began UNRESOLVED_AFTER_LEASES leases ago or
+    more, oldest first: an attempt crashed, or its outcome is unknown, and no retry took it over."""
+    found = await store.list(now, status=IN_PROGRESS, limit=UNRESOLVED_LIMIT)
+    cutoff = now - UNRESOLVED_AFTER_LEASES * lease
+    return sorted((r for r in found if r.updated_at <= cutoff and r.lease_expires <= now), key=lambda r: r.updated_at)
 
 
 def audit_since(payload: Mapping[str, Any]) -> timedelta:
@@ -362,6 +376,7 @@ class AuditTarget(Target):
         start = max(end - audit_since(request.payload), now - self.retention + RETENTION_MARGIN)
         try:
             report = await audit(self.store, self.routes, start, end, now, lease=self.lease, retention=self.retention)
+            stuck = await unresolved_runs(self.store, now, self.lease)  # read before anything is logged
         except RangeRefused as exc:  # nothing due in that range (a force run of the audit job, say)
             return f"audit: nothing to report ({exc.reason})"
         except StoreUnavailable as exc:
@@ -382,8 +397,33 @@ class AuditTarget(Target):
                 },
             )
             self.metrics.missed_runs.labels(run.route).inc()
+        self._report_unresolved(stuck, now)
         self.reports[request.run_id] = report
         return (
             f"audit/{format_schedule_time(report.start)}/{format_schedule_time(report.end)}: "
             f"{len(report.missed)} missed of {report.checked}"
         )
+
+    def _report_unresolved(self, stuck: list[RunRecord], now: datetime) -> None:
+        """One WARNING line (`outcome: "unresolved"`) per run left `in_progress` (`unresolved_runs`),
+        every audit while it stays so: what the unresolved-runs alert counts."""
+        for record in stuck:
+            age = int((now - record.updated_at).total_seconds())
+            logger.warning(
+                "unresolved run %s of route %s: in_progress for %ds since its latest attempt",
+                record.run_id,
+                record.route,
+                age,
+                extra={
+                    "fields": {
+                        "outcome": "unresolved",
+                        "run_id": record.run_id,
+                        "route": record.route,
+                        "status": record.status,
+                        "age_seconds": age,
+                        "attempts": record.attempts,
+                        "schedule_time": record.schedule_time,
+                        logs.LABELS: {"run_id": record.run_id, "route": record.route},
+                    }
+                },
+            )

@@ -15,9 +15,11 @@ A `failed` record is claimable at once; a `completed` (or `skipped`) one is repl
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -384,3 +386,15 @@ class RunStore(ABC):
         if loaded is None or loaded[0].expire_at <= now:
             return None
         return loaded[0]
+
+    async def get_many(self, run_ids: Sequence[str], now: datetime) -> dict[str, RunRecord]:
+        """The unexpired records of `run_ids` that exist, by run_id. A store overrides it with one
+        batch read; this default reads them one by one, a few at a time."""
+        gate = asyncio.Semaphore(16)
+
+        async def one(run_id: str) -> RunRecord | None:
+            async with gate:
+                return await self.get(run_id, now)
+
+        found = await asyncio.gather(*(one(run_id) for run_id in run_ids))
+        return {record.run_id: record for record in found if record is not None}

@@ -41,6 +41,7 @@ DOCUMENTS = {  # API host -> its discovery document
     "cloudtasks": "cloudtasks.v2",
     "logging": "logging.v2",
     "monitoring": "monitoring.v3",
+    "monitoring/v1": "monitoring.v1",  # the same host: dashboards are Monitoring's v1, alert policies its v3
 }
 # Scheduler's answer for the next fire time of any job here (output-only `scheduleTime`): what a
 # forced run carries as X-CloudScheduler-ScheduleTime.
@@ -84,6 +85,7 @@ class State:
     images: dict[str, str] = field(default_factory=dict)  # REGION-docker.pkg.dev/P/REPO/IMAGE:TAG -> sha256:...
     log_metrics: dict[str, dict] = field(default_factory=dict)  # projects/P/metrics/NAME -> LogMetric
     alert_policies: dict[str, dict] = field(default_factory=dict)  # projects/P/alertPolicies/ID -> AlertPolicy
+    dashboards: dict[str, dict] = field(default_factory=dict)  # projects/P/dashboards/ID -> Dashboard
 
 
 class FakeGoogle:
@@ -144,7 +146,7 @@ class FakeGoogle:
                 body = json.loads(raw) if raw else None
             except ValueError:
                 raise Violation(f"{handler.command} {path}: body is not JSON") from None
-            discovery = self.discovery.get(api)
+            discovery = self.discovery.get(f"{api}/v1" if api == "monitoring" and path.startswith("v1/") else api)
             if discovery is None:
                 raise Violation(f"request to unknown API host {host!r}")
             method_id, _ = discovery.match(handler.command, path, query, body if body is not None else {})
@@ -303,6 +305,8 @@ class FakeGoogle:
             return _patch(s.jobs, rel, body, query)
         if method_id.startswith(("logging.projects.metrics.", "monitoring.projects.alertPolicies.")):
             return self._monitoring(method_id, path.split("/", 1)[1], query, body)
+        if method_id.startswith("monitoring.projects.dashboards."):
+            return self._dashboards(method_id, rel, body)
         raise Violation(f"{method_id}: valid, but this fake does not implement it")
 
     def _monitoring(self, method_id: str, rel: str, query: dict, body: Any) -> Any:
@@ -312,6 +316,9 @@ class FakeGoogle:
         read back, which Google accepts (it ignores output-only fields) but the checker would not."""
         s = self.state
         rel = unquote(rel)  # gcloud sends a metric's '/' as %252F: the path carries %2F once decoded
+        if method_id == "logging.projects.metrics.list":
+            found = [m for name, m in s.log_metrics.items() if name.startswith(rel + "/")]
+            return {"metrics": found} if found else {}
         if method_id == "logging.projects.metrics.get":
             if rel not in s.log_metrics:
                 raise NotFound(rel)
@@ -358,6 +365,29 @@ class FakeGoogle:
                 "creationRecord": s.alert_policies[rel]["creationRecord"],
             }
             return s.alert_policies[rel]
+        raise Violation(f"{method_id}: valid, but this fake does not implement it")
+
+    def _dashboards(self, method_id: str, rel: str, body: Any) -> Any:
+        """Dashboards (Monitoring v1): generated IDs and an etag that an update must name."""
+        s = self.state
+        if method_id == "monitoring.projects.dashboards.list":
+            found = [d for name, d in s.dashboards.items() if name.startswith(rel + "/")]
+            return {"dashboards": found} if found else {}
+        if method_id == "monitoring.projects.dashboards.get":
+            if rel not in s.dashboards:
+                raise NotFound(rel)
+            return s.dashboards[rel]
+        if method_id == "monitoring.projects.dashboards.create":
+            name = f"{rel}/{uuid.uuid4().hex[:12]}"  # rel: projects/P/dashboards
+            s.dashboards[name] = {**copy.deepcopy(body), "name": name, "etag": uuid.uuid4().hex}
+            return s.dashboards[name]
+        if method_id == "monitoring.projects.dashboards.patch":
+            if rel not in s.dashboards:
+                raise NotFound(rel)
+            if body.get("etag") != s.dashboards[rel]["etag"]:
+                raise Violation(f"{rel}: an update must carry the etag of the dashboard it replaces")
+            s.dashboards[rel] = {**copy.deepcopy(body), "name": rel, "etag": uuid.uuid4().hex}
+            return s.dashboards[rel]
         raise Violation(f"{method_id}: valid, but this fake does not implement it")
 
     def _deliver(self, job: dict) -> None:

@@ -174,7 +174,9 @@ class Discovery:
         kind = spec.get("type")
         if kind == "integer" and not re.fullmatch(r"-?[0-9]+", value):
             raise Violation(f"{method_id}: query {name}={value!r} is not an integer")
-        if kind == "boolean" and value not in ("true", "false"):
+        # Google's front end reads a query boolean in any case: gcloud's own dashboards create sends
+        # validateOnly=False.
+        if kind == "boolean" and value.lower() not in ("true", "false"):
             raise Violation(f"{method_id}: query {name}={value!r} is not a boolean")
         if "enum" in spec and value not in spec["enum"]:
             raise Violation(f"{method_id}: query {name}={value!r} is not one of {spec['enum']}")
