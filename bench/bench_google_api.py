@@ -1,6 +1,6 @@
 """What `google_api` routes cost a cold start: process start -> first 200 on a fresh delivery (to a
 `log` route, so only start-up differs), for a routes file without google_api routes, with one, with
-the four of examples/google-api-routes.yaml (Batch, Dataproc, Vertex AI, Pub/Sub: the largest carried
+the four of examples/google_api.yaml (Batch, Dataproc, Vertex AI, Pub/Sub: the largest carried
 document is aiplatform.v1), and with one route on an API read from google-api-python-client's whole
 cache (the `google-api` extra). Also the size of what the image carries for them.
 
@@ -32,7 +32,7 @@ from runonce.targets.google_api_discovery import VENDORED  # noqa: E402
 from tests.support.procs import free_port  # noqa: E402
 
 LOG = {"demo": {"target": {"type": "log"}}}
-EXAMPLES = yaml.safe_load((REPO / "examples" / "google-api-routes.yaml").read_text())["routes"]
+EXAMPLES = yaml.safe_load((REPO / "examples" / "google_api.yaml").read_text())["routes"]
 SCHEDULER = {
     "target": {
         "type": "google_api",

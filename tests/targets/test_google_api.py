@@ -355,7 +355,7 @@ def test_the_registry_entry() -> None:
 
 
 def test_the_example_routes_file_is_accepted_by_the_loader() -> None:
-    path = REPO / "examples" / "google-api-routes.yaml"
+    path = REPO / "examples" / "google_api.yaml"
     routes = parse_routes(path.read_text(), f"routes file {path}")
     assert {route.target.type for route in routes.values()} == {"google_api"}
     assert len(routes) >= 3
@@ -799,7 +799,7 @@ def test_runonce_lint_checks_google_api_routes(tmp_path) -> None:
 
     from runonce.cli import main
 
-    good = CliRunner().invoke(main, ["lint", str(REPO / "examples" / "google-api-routes.yaml")])
+    good = CliRunner().invoke(main, ["lint", str(REPO / "examples" / "google_api.yaml")])
     assert good.exit_code == 0, good.output
     bad = tmp_path / "routes.yaml"
     bad.write_text(

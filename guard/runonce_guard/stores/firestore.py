@@ -1,7 +1,8 @@
 """Firestore step store (`RUNONCE_STORE=firestore`): document `{collection}/{run_id}~{step}~{task}`.
 
 No transactions: `insert_if_absent` is a create (precondition exists=false) and
-`replace_if_version` an update with an update-time precondition, so a fresh step costs one create (claim) and one update (finish).
+`replace_if_version` an update with an update-time precondition, so a fresh step costs one create
+(claim) and one update (finish).
 Timestamps are Firestore Timestamps, so a TTL policy on `expire_at` deletes old records. The
 Workflows subworkflow and the Cloud Build snippet write the same documents over REST.
 """
