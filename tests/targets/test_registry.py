@@ -17,17 +17,15 @@ from runonce.settings import ConfigError, Settings, load_settings
 from runonce.targets import ENDPOINTS, TARGET_TYPES, TargetConfig, TargetContext, build_target
 from runonce.targets.google import GoogleAuth
 from tests.support.procs import REPO
+from tests.support.target_docs import iam_tables, yaml_examples
 from tests.support.target_grants import custom_roles, registry_grants
 
 
 def readme_examples() -> dict[str, dict]:
-    """The target block of each YAML example in the README's Targets section, by type: every
-    registered type must have one, and each must be a valid route."""
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Targets") :]
-    section = section[: section.index("\n## ", 1)]
+    """The target block of each YAML example in the README's Targets section and the types' own
+    pages, by type: every registered type must have one, and each must be a valid route."""
     examples: dict[str, dict] = {}
-    for block in re.findall(r"```yaml\n(.*?)```", section, flags=re.S):
+    for block in yaml_examples():
         for route in yaml.safe_load(block)["routes"].values():
             examples.setdefault(route["target"]["type"], route["target"])
     return examples
@@ -146,12 +144,10 @@ def test_routes_iam_prints_the_registry_grants_for_a_route_of_every_type(capsys)
 
 
 def readme_iam_rows() -> dict[str, str]:
-    """The IAM table's rows for target types, by type (`runtime account, `TYPE` routes …`)."""
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("### IAM per target") :]
-    section = section[: section.index("\n\n", section.index("|"))]
+    """The IAM tables' rows for target types (the README's, each type page's), by type
+    (`runtime account, `TYPE` routes …`)."""
     rows = {}
-    for line in section.splitlines():
+    for line in "\n".join(iam_tables()).splitlines():
         match = re.match(r"\| runtime account, `([a-z_]+)` routes", line)
         if match:
             rows.setdefault(match.group(1), line)
