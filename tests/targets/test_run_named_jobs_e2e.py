@@ -11,12 +11,14 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from tests.fakes.dataflow import LAUNCH as DATAFLOW_LAUNCH
+from tests.fakes.dataflow import FakeDataflow
 from tests.fakes.jobs import FakeJobsApi
 from tests.fakes.metadata import FakeMetadataServer
 from tests.support.procs import ServerProcess, start_server
 
 from .harness import answers, deliver, new_schedule_time, run_record, storm, wait_for_lease_expiry
-from .run_named import TYPES, JobType, env, run_id_of
+from .run_named import LOCATION, PROJECT, TYPES, JobType, env, run_id_of
 
 pytestmark = pytest.mark.e2e
 
@@ -258,3 +260,75 @@ def test_overlap_wait_answers_409_until_the_previous_execution_is_done(server, j
     retry = deliver(server.url, route, when)
     assert (retry.status_code, retry.json()["status"]) == (200, "processed"), retry.text
     assert executions(fake, run_id) == [retry.json()["target"]["resource"]]
+
+
+# --- Dataflow: a name is unique only among active jobs ---------------------------------------------
+
+
+@pytest.fixture
+def dataflow(job_fakes) -> Iterator[FakeDataflow]:
+    fake = job_fakes["dataflow_flex_template"]
+    yield fake
+    assert fake.take_violations() == [], "requests Google's API would reject"
+    assert fake.pending_steps() == 0, "a scripted misbehaviour was never triggered"
+
+
+def test_dataflow_a_lost_response_then_the_job_finishes_then_the_retry_is_one_job(server, dataflow) -> None:
+    """The launch's answer is lost; the job runs and finishes; then Scheduler's retry arrives.
+    Dataflow would launch a second job of the same name now (it refuses only active names), so the
+    retry must find the finished job: one job."""
+    route = TYPES["dataflow_flex_template"].route
+    dataflow.drop_after_create(DATAFLOW_LAUNCH)
+    when = new_schedule_time()
+    response = deliver(server.url, route, when)
+    assert (response.status_code, response.json()["status"]) == (504, "unknown"), response.text
+    run_id = response.json()["run_id"]
+    [job] = executions(dataflow, run_id)
+    dataflow.finish(job)
+    dataflow.add_other_jobs(PROJECT, LOCATION, 60)  # the listing pages past other runs' jobs
+
+    wait_for_lease_expiry(run_record(server.url, run_id))
+    retry = deliver(server.url, route, when)
+    assert (retry.status_code, retry.json()["status"]) == (200, "processed"), retry.text
+    assert retry.json()["target"]["resource"] == job
+    assert dataflow.jobs_named(f"runonce-{run_id}") == [job]
+    print(f"\ndataflow_flex_template: lost response, job finished, retry -> jobs: {len(executions(dataflow, run_id))}")
+
+
+def test_dataflow_a_retry_after_a_refusal_asks_before_it_launches(server, dataflow) -> None:
+    """An answer runonce reads as "nothing created" (here a 400 that came after the launch, and the
+    job has finished since) releases the claim, so the runner does not reconcile the retry; the
+    launch itself still lists the run's name first, finds the job, and launches nothing."""
+    route = TYPES["dataflow_flex_template"].route
+    dataflow.fail_after_create(DATAFLOW_LAUNCH, "INVALID_ARGUMENT", "Invalid template parameters")
+    when = new_schedule_time()
+    refused = deliver(server.url, route, when)
+    assert (refused.status_code, refused.json()["status"]) == (502, "failed"), refused.text
+    run_id = refused.json()["run_id"]
+    [job] = executions(dataflow, run_id)
+    dataflow.finish(job)
+    launches = dataflow.calls[DATAFLOW_LAUNCH]
+
+    retry = deliver(server.url, route, when)
+    assert (retry.status_code, retry.json()["status"]) == (200, "processed"), retry.text
+    assert retry.json()["target"]["resource"] == job
+    assert dataflow.calls[DATAFLOW_LAUNCH] == launches
+    assert dataflow.jobs_named(f"runonce-{run_id}") == [job]
+
+
+def test_dataflow_refuses_a_second_launch_while_the_job_is_active_and_the_run_adopts_it(server, dataflow) -> None:
+    """The listing lags the lost launch, so the retry launches again: Dataflow itself answers 409
+    (an active job has the name), and the run completes with that job."""
+    route = TYPES["dataflow_flex_template"].route
+    dataflow.drop_after_create(DATAFLOW_LAUNCH)
+    when = new_schedule_time()
+    run_id = deliver(server.url, route, when).json()["run_id"]
+    [job] = executions(dataflow, run_id)
+    wait_for_lease_expiry(run_record(server.url, run_id))
+    dataflow.lag_lists(2)
+    launches = dataflow.calls[DATAFLOW_LAUNCH]
+    retry = deliver(server.url, route, when)
+    assert (retry.status_code, retry.json()["status"]) == (200, "processed"), retry.text
+    assert retry.json()["target"]["resource"] == job
+    assert dataflow.calls[DATAFLOW_LAUNCH] == launches + 1  # refused by Dataflow: the name is active
+    assert dataflow.jobs_named(f"runonce-{run_id}") == [job]
