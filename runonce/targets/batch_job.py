@@ -44,31 +44,31 @@ def _check_environment(environment: Any, where: str) -> None:
     if environment is None:
         return
     if not isinstance(environment, dict):
-        raise config_error("{where} must be a mapping", where=where)
+        raise config_error(f"{where} must be a mapping")
     for kind in ("variables", "secretVariables"):
         variables = environment.get(kind) or {}
         if not isinstance(variables, dict):
-            raise config_error("{where}.{kind} must be a mapping", where=where, kind=kind)
+            raise config_error(f"{where}.{kind} must be a mapping")
         for name in RESERVED_ENV:
             if name in variables:
-                raise config_error("{where}.{kind}: {name} is set by runonce", where=where, kind=kind, name=name)
+                raise config_error(f"{where}.{kind}: {name} is set by runonce")
 
 
 def _check_task_group(group: Any, where: str) -> None:
     if not isinstance(group, dict):
-        raise config_error("{where} must be a mapping", where=where)
+        raise config_error(f"{where} must be a mapping")
     spec = group.get("taskSpec")
     if not isinstance(spec, dict):
-        raise config_error("{where}.taskSpec must be a mapping (a TaskSpec with its runnables)", where=where)
+        raise config_error(f"{where}.taskSpec must be a mapping (a TaskSpec with its runnables)")
     runnables = spec.get("runnables")
     if not isinstance(runnables, list) or not runnables or not all(isinstance(r, dict) for r in runnables):
-        raise config_error("{where}.taskSpec.runnables must be a non-empty list of runnables", where=where)
+        raise config_error(f"{where}.taskSpec.runnables must be a non-empty list of runnables")
     _check_environment(spec.get("environment"), f"{where}.taskSpec.environment")
     for index, runnable in enumerate(runnables):
         _check_environment(runnable.get("environment"), f"{where}.taskSpec.runnables[{index}].environment")
     environments = group.get("taskEnvironments") or []
     if not isinstance(environments, list):
-        raise config_error("{where}.taskEnvironments must be a list", where=where)
+        raise config_error(f"{where}.taskEnvironments must be a list")
     for index, environment in enumerate(environments):
         _check_environment(environment, f"{where}.taskEnvironments[{index}]")
 

@@ -91,9 +91,7 @@ class DataflowFlexTemplateTargetConfig(ParentConfig):
         for field, parameter in self.run_parameters.items():
             if parameter in given:
                 raise config_error(
-                    "launch_parameter.parameters.{parameter} is set by runonce (run_parameters.{field})",
-                    parameter=parameter,
-                    field=field,
+                    f"launch_parameter.parameters.{parameter} is set by runonce (run_parameters.{field})"
                 )
         return self
 

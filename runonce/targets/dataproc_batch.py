@@ -64,15 +64,13 @@ class DataprocBatchTargetConfig(ParentConfig):
         refuse_fields(value, dict.fromkeys(OUTPUT_ONLY, "runonce names the batch from the run (batchId)"), "batch")
         workloads = [kind for kind in WORKLOADS if kind in value]
         if len(workloads) != 1:
-            raise config_error(
-                "batch must hold exactly one workload of " + ", ".join(WORKLOADS) + " (got {found})",
-                found=", ".join(workloads) or "none",
-            )
+            found = ", ".join(workloads) or "none"
+            raise config_error(f"batch must hold exactly one workload of {', '.join(WORKLOADS)} (got {found})")
         mapping_at(value, workloads[0])
         properties = mapping_at(value, "runtimeConfig.properties")
         for key in properties:
             if key.startswith(ENV_PROPERTY_PREFIXES) and key.rsplit(".", 1)[1] in (RUN_ID_ENV, SCHEDULE_TIME_ENV):
-                raise config_error("batch.runtimeConfig.properties: {key} is set by runonce", key=key)
+                raise config_error(f"batch.runtimeConfig.properties: {key} is set by runonce")
         check_route_labels(value, "labels")
         return value
 

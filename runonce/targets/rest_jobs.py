@@ -92,8 +92,9 @@ def run_values(request: DispatchRequest) -> dict[str, str]:
 # --- configuration checks ------------------------------------------------------------------------
 
 
-def config_error(message: str, **context: Any) -> PydanticCustomError:
-    return PydanticCustomError("target_config", message, {k: repr(v) for k, v in context.items()})
+def config_error(message: str) -> PydanticCustomError:
+    """A route's mistake as pydantic reports it (the routes loader makes it one line)."""
+    return PydanticCustomError("target_config", message.replace("{", "{{").replace("}", "}}"))
 
 
 class ParentConfig(BaseModel):
@@ -109,8 +110,7 @@ class ParentConfig(BaseModel):
     def _project(cls, value: str) -> str:
         if not re.fullmatch(PROJECT, value, flags=re.ASCII):
             raise config_error(
-                "must be a project ID (6-30 characters of a-z 0-9 -, starting with a letter) or number (got {value})",
-                value=value,
+                f"must be a project ID (6-30 characters of a-z 0-9 -, starting with a letter) or number (got {value!r})"
             )
         return value
 
@@ -118,7 +118,7 @@ class ParentConfig(BaseModel):
     @classmethod
     def _location(cls, value: str) -> str:
         if not re.fullmatch(REGION, value):
-            raise config_error("must be a region such as us-central1 (got {value})", value=value)
+            raise config_error(f"must be a region such as us-central1 (got {value!r})")
         return value
 
 
@@ -131,7 +131,7 @@ def mapping_at(body: dict[str, Any], path: str) -> dict[str, Any]:
         if value is None:
             return {}
     if not isinstance(value, dict):
-        raise config_error("{path} must be a mapping", path=path)
+        raise config_error(f"{path} must be a mapping")
     return value
 
 
@@ -144,7 +144,7 @@ def refuse_fields(body: dict[str, Any], fields: dict[str, str], where: str) -> N
     """A config error for the first of `fields` (name -> why) that the route sets in `body`."""
     for name, why in fields.items():
         if body.get(name) is not None:
-            raise config_error("{where}.{name}: " + why, where=where, name=name)
+            raise config_error(f"{where}.{name}: {why}")
 
 
 def parse_run_parameters(value: Any) -> dict[str, str]:
@@ -160,9 +160,9 @@ def parse_run_parameters(value: Any) -> dict[str, str]:
         raise config_error("must be a list of run_id, schedule_time or a mapping of them to parameter names")
     for field, parameter in value.items():
         if field not in RUN_FIELDS:
-            raise config_error("{field} is not one of run_id, schedule_time", field=field)
+            raise config_error(f"{field!r} is not one of run_id, schedule_time")
         if not isinstance(parameter, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]{0,127}", parameter):
-            raise config_error("{field}: {parameter} is not a parameter name", field=field, parameter=parameter)
+            raise config_error(f"{field}: {parameter!r} is not a parameter name")
     if len(set(value.values())) != len(value):
         raise config_error("run_id and schedule_time must go to different parameters")
     return dict(value)

@@ -71,9 +71,7 @@ class VertexPipelineJobTargetConfig(ParentConfig):
         for field, parameter in self.run_parameters.items():
             if parameter in given:
                 raise config_error(
-                    "pipeline_job.runtimeConfig.parameterValues.{parameter} is set by runonce (run_parameters.{field})",
-                    parameter=parameter,
-                    field=field,
+                    f"pipeline_job.runtimeConfig.parameterValues.{parameter} is set by runonce (run_parameters.{field})"
                 )
         return self
 
