@@ -86,8 +86,8 @@ class BatchJobTargetConfig(ParentConfig):
             raise config_error("job.taskGroups must be a non-empty list of task groups")
         for index, group in enumerate(groups):
             _check_task_group(group, f"job.taskGroups[{index}]")
-        mapping_at(value, "allocationPolicy")
-        check_route_labels(value, "labels")
+        mapping_at(value, "allocationPolicy", "job")
+        check_route_labels(value, "labels", "job")
         return value
 
 

@@ -81,13 +81,13 @@ class DataflowFlexTemplateTargetConfig(ParentConfig):
         )
         if not value.get("containerSpecGcsPath") and not value.get("containerSpec"):
             raise config_error("launch_parameter needs containerSpecGcsPath (the template's file) or containerSpec")
-        mapping_at(value, "parameters")
-        check_route_labels(value, "environment.additionalUserLabels")
+        mapping_at(value, "parameters", "launch_parameter")
+        check_route_labels(value, "environment.additionalUserLabels", "launch_parameter")
         return value
 
     @model_validator(mode="after")
     def _parameters_left_to_runonce(self) -> DataflowFlexTemplateTargetConfig:
-        given = mapping_at(self.launch_parameter, "parameters")
+        given = mapping_at(self.launch_parameter, "parameters", "launch_parameter")
         for field, parameter in self.run_parameters.items():
             if parameter in given:
                 raise config_error(

@@ -66,12 +66,12 @@ class DataprocBatchTargetConfig(ParentConfig):
         if len(workloads) != 1:
             found = ", ".join(workloads) or "none"
             raise config_error(f"batch must hold exactly one workload of {', '.join(WORKLOADS)} (got {found})")
-        mapping_at(value, workloads[0])
-        properties = mapping_at(value, "runtimeConfig.properties")
+        mapping_at(value, workloads[0], "batch")
+        properties = mapping_at(value, "runtimeConfig.properties", "batch")
         for key in properties:
             if key.startswith(ENV_PROPERTY_PREFIXES) and key.rsplit(".", 1)[1] in (RUN_ID_ENV, SCHEDULE_TIME_ENV):
                 raise config_error(f"batch.runtimeConfig.properties: {key} is set by runonce")
-        check_route_labels(value, "labels")
+        check_route_labels(value, "labels", "batch")
         return value
 
 

@@ -122,22 +122,22 @@ class ParentConfig(BaseModel):
         return value
 
 
-def mapping_at(body: dict[str, Any], path: str) -> dict[str, Any]:
+def mapping_at(body: dict[str, Any], path: str, where: str) -> dict[str, Any]:
     """`body[a][b]` for the dotted `path` when it is a mapping; {} when absent; a config error
-    naming the path when something else is there."""
+    naming `where`.`path` when something else is there."""
     value: Any = body
     for part in path.split("."):
         value = value.get(part) if isinstance(value, dict) else None
         if value is None:
             return {}
     if not isinstance(value, dict):
-        raise config_error(f"{path} must be a mapping")
+        raise config_error(f"{where}.{path} must be a mapping")
     return value
 
 
-def check_route_labels(body: dict[str, Any], path: str) -> None:
+def check_route_labels(body: dict[str, Any], path: str, where: str) -> None:
     """The route's labels at `path`: valid Google labels, not `runonce-run-id` (runonce sets it)."""
-    check_labels(mapping_at(body, path), MAX_LABELS)
+    check_labels(mapping_at(body, path, where), MAX_LABELS)
 
 
 def refuse_fields(body: dict[str, Any], fields: dict[str, str], where: str) -> None:

@@ -60,14 +60,14 @@ class VertexPipelineJobTargetConfig(ParentConfig):
         refuse_fields(value, dict.fromkeys(OUTPUT_ONLY, why), "pipeline_job")
         if not value.get("pipelineSpec") and not value.get("templateUri"):
             raise config_error("pipeline_job needs pipelineSpec (a compiled pipeline) or templateUri")
-        mapping_at(value, "pipelineSpec")
-        mapping_at(value, "runtimeConfig.parameterValues")
-        check_route_labels(value, "labels")
+        mapping_at(value, "pipelineSpec", "pipeline_job")
+        mapping_at(value, "runtimeConfig.parameterValues", "pipeline_job")
+        check_route_labels(value, "labels", "pipeline_job")
         return value
 
     @model_validator(mode="after")
     def _parameters_left_to_runonce(self) -> VertexPipelineJobTargetConfig:
-        given = mapping_at(self.pipeline_job, "runtimeConfig.parameterValues")
+        given = mapping_at(self.pipeline_job, "runtimeConfig.parameterValues", "pipeline_job")
         for field, parameter in self.run_parameters.items():
             if parameter in given:
                 raise config_error(
