@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from runonce.routes import parse_routes
 from runonce.settings import ConfigError
@@ -28,8 +29,8 @@ from runonce.targets import (
 from runonce.targets.rest_jobs import request_id_for, resource_id_for, run_hex
 from tests.fakes.dataflow import LAUNCH, LIST, FakeDataflow
 from tests.fakes.metadata import FakeMetadataServer, MetadataTokenAuth
-from tests.support.discovery import load_document
-from tests.support.procs import free_port
+from tests.support.discovery import Discovery, load_document
+from tests.support.procs import REPO, free_port
 
 from .run_named import LOCATION, PROJECT, TYPES, JobType
 
@@ -595,3 +596,54 @@ async def test_the_default_endpoint_is_googles_regional_where_the_api_is(kind: s
     async with httpx.AsyncClient() as client:
         assert entry.adapter(config, client, MetadataTokenAuth("127.0.0.1:9"), None)._base == expected
         assert entry.adapter(config, client, MetadataTokenAuth("127.0.0.1:9"), "http://h:1/")._base == "http://h:1"
+
+
+# --- the example routes files and `runonce lint` ---------------------------------------------------
+
+EXAMPLES = {  # type: (example file, its workload field, the discovery document and schema it holds)
+    "batch_job": ("batch-job-routes.yaml", "job", "batch.v1", "Job"),
+    "dataflow_flex_template": (
+        "dataflow-flex-template-routes.yaml",
+        "launch_parameter",
+        "dataflow.v1b3",
+        "LaunchFlexTemplateParameter",
+    ),
+    "dataproc_batch": ("dataproc-batch-routes.yaml", "batch", "dataproc.v1", "Batch"),
+    "vertex_pipeline_job": (
+        "vertex-pipeline-job-routes.yaml",
+        "pipeline_job",
+        "aiplatform.v1",
+        "GoogleCloudAiplatformV1PipelineJob",
+    ),
+}
+HANDLES = {  # type: where a route might set the handle runonce fills in
+    "batch_job": ("job", "name"),
+    "dataflow_flex_template": ("launch_parameter", "jobName"),
+    "dataproc_batch": ("batch", "name"),
+    "vertex_pipeline_job": ("pipeline_job", "name"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(EXAMPLES))
+def test_each_example_routes_file_passes_lint_and_holds_the_apis_own_shape(kind: str, tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from runonce.cli import main
+
+    name, field, document, schema = EXAMPLES[kind]
+    path = REPO / "examples" / name
+    result = CliRunner().invoke(main, ["lint", str(path)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "0 error(s), 0 warning(s)" in result.output
+    [route] = yaml.safe_load(path.read_text())["routes"].values()
+    assert route["target"]["type"] == kind
+    Discovery(document).check(route["target"][field], {"$ref": schema}, name, request=True)
+
+    workload, handle = HANDLES[kind]
+    route["target"][workload][handle] = "chosen-by-hand"
+    bad = tmp_path / "routes.yaml"
+    bad.write_text(yaml.safe_dump({"routes": {"r": route}}))
+    result = CliRunner().invoke(main, ["lint", str(bad)], catch_exceptions=False)
+    assert result.exit_code == 1, result.output
+    [line] = [line for line in result.output.splitlines() if "error:" in line]
+    assert f"route 'r': field 'target.{workload}': {workload}.{handle}: runonce names the" in line
