@@ -92,6 +92,7 @@ class BatchJobTargetConfig(ParentConfig):
 
 
 class BatchJobTarget(RunNamedJobTarget):
+    config: BatchJobTargetConfig
     type = "batch_job"
     collection = "jobs"
     noun = "Batch job"

@@ -97,6 +97,7 @@ class DataflowFlexTemplateTargetConfig(ParentConfig):
 
 
 class DataflowFlexTemplateTarget(RunNamedJobTarget):
+    config: DataflowFlexTemplateTargetConfig
     type = "dataflow_flex_template"
     collection = "jobs"
     noun = "Dataflow job"

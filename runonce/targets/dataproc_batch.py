@@ -76,6 +76,7 @@ class DataprocBatchTargetConfig(ParentConfig):
 
 
 class DataprocBatchTarget(RunNamedJobTarget):
+    config: DataprocBatchTargetConfig
     type = "dataproc_batch"
     collection = "batches"
     noun = "Dataproc batch"

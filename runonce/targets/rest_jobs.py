@@ -194,14 +194,17 @@ class RunNamedJobTarget(Target):
     max_id_length: int = 63
     api_version: str = "v1"
 
+    config: ParentConfig
+
     def __init__(self, config: Any, http: httpx.AsyncClient, auth: GoogleAuth, endpoint: str | None = None):
         self.config = config
         self._http = http
         self._auth = auth
         self._base = rest_base_url(endpoint, self.default_endpoint())
 
+    @abstractmethod
     def default_endpoint(self) -> str:
-        raise NotImplementedError
+        """Google's endpoint for the API (regional where the API is)."""
 
     @property
     def parent(self) -> str:
@@ -288,6 +291,8 @@ class RunNamedJobTarget(Target):
 def is_already_exists(response: httpx.Response) -> bool:
     """ALREADY_EXISTS (409, or a 409 without Google's error body): the id is taken, by the run's
     own execution. A 409 ABORTED (a concurrency conflict) is not: it created nothing."""
+    if response.is_success:
+        return False
     status = error_of(response.text).get("status")
     return status == "ALREADY_EXISTS" or (response.status_code == 409 and not status)
 

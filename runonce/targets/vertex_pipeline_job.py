@@ -77,6 +77,7 @@ class VertexPipelineJobTargetConfig(ParentConfig):
 
 
 class VertexPipelineJobTarget(RunNamedJobTarget):
+    config: VertexPipelineJobTargetConfig
     type = "vertex_pipeline_job"
     collection = "pipelineJobs"
     noun = "Vertex AI pipeline job"
