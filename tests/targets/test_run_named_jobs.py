@@ -647,3 +647,54 @@ def test_each_example_routes_file_passes_lint_and_holds_the_apis_own_shape(kind:
     assert result.exit_code == 1, result.output
     [line] = [line for line in result.output.splitlines() if "error:" in line]
     assert f"route 'r': field 'target.{workload}': {workload}.{handle}: runonce names the" in line
+
+
+# --- the fakes are as strict as the APIs' descriptions ---------------------------------------------
+
+CREATE_PATHS = {
+    "batch_job": f"v1/projects/{PROJECT}/locations/{LOCATION}/jobs",
+    "dataflow_flex_template": f"v1b3/projects/{PROJECT}/locations/{LOCATION}/flexTemplates:launch",
+    "dataproc_batch": f"v1/projects/{PROJECT}/locations/{LOCATION}/batches",
+    "vertex_pipeline_job": f"v1/projects/{PROJECT}/locations/{LOCATION}/pipelineJobs",
+}
+NOT_IN_THE_DOCUMENT = {  # a body each API's discovery document refuses
+    "batch_job": ({"taskGroups": [], "jobId": "x"}, "unknown field 'jobId'"),
+    "dataflow_flex_template": ({"launchParameter": {"jobName": "x", "jobId": "y"}}, "unknown field 'jobId'"),
+    "dataproc_batch": ({"pysparkBatch": {"mainPythonFileUri": "gs://a/b.py"}, "state": "RUNNING"}, "output-only"),
+    "vertex_pipeline_job": ({"templateUri": "https://t", "labels": {"a": 1}}, "expected a string"),
+}
+BAD_IDS = {  # a create whose id the API refuses beyond the document
+    "batch_job": ({"jobId": "Runonce-1", "requestId": str(uuid.uuid4())}, "jobId 'Runonce-1'"),
+    "dataproc_batch": ({"batchId": "abc", "requestId": "r"}, "batchId 'abc'"),
+    "vertex_pipeline_job": ({"pipelineJobId": "1-run"}, "pipelineJobId '1-run'"),
+}
+
+
+async def test_each_fake_refuses_a_body_its_document_does_not_allow(kind, fakes, metadata) -> None:
+    fake = fakes[kind.type]
+    body, violation = NOT_IN_THE_DOCUMENT[kind.type]
+    token = await MetadataTokenAuth(metadata.host).access_token()
+    async with httpx.AsyncClient() as client:
+        response = await client.post(
+            f"{fake.url}/{CREATE_PATHS[kind.type]}", json=body, headers={"Authorization": f"Bearer {token}"}
+        )
+    assert response.status_code == 400
+    [recorded] = fake.take_violations()
+    assert violation in recorded
+
+
+@pytest.mark.parametrize("kind_name", sorted(BAD_IDS))
+async def test_each_fake_refuses_an_id_the_api_refuses(kind_name: str, fakes, metadata) -> None:
+    fake = fakes[kind_name]
+    query, message = BAD_IDS[kind_name]
+    body = TYPES[kind_name].target[{"batch_job": "job", "dataproc_batch": "batch"}.get(kind_name, "pipeline_job")]
+    token = await MetadataTokenAuth(metadata.host).access_token()
+    async with httpx.AsyncClient() as client:
+        response = await client.post(
+            f"{fake.url}/{CREATE_PATHS[kind_name]}",
+            params=query,
+            json=body,
+            headers={"Authorization": f"Bearer {token}"},
+        )
+    assert response.status_code == 400 and message in response.json()["error"]["message"]
+    assert fake.take_violations() == []
