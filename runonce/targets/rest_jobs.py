@@ -93,8 +93,9 @@ def run_values(request: DispatchRequest) -> dict[str, str]:
 
 
 def config_error(message: str) -> PydanticCustomError:
-    """A route's mistake as pydantic reports it (the routes loader makes it one line)."""
-    return PydanticCustomError("target_config", message.replace("{", "{{").replace("}", "}}"))
+    """A route's mistake as pydantic reports it (the routes loader makes it one line). No context:
+    pydantic then shows the message as it is, braces included."""
+    return PydanticCustomError("target_config", message)
 
 
 class ParentConfig(BaseModel):

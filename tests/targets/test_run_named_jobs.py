@@ -698,3 +698,46 @@ async def test_each_fake_refuses_an_id_the_api_refuses(kind_name: str, fakes, me
         )
     assert response.status_code == 400 and message in response.json()["error"]["message"]
     assert fake.take_violations() == []
+
+
+# --- routes that leave out what runonce adds to -----------------------------------------------------
+
+
+async def test_a_dataproc_batch_without_runtime_config_still_gets_the_runs_identity(fakes, http, metadata) -> None:
+    kind = TYPES["dataproc_batch"]
+    batch = {key: value for key, value in kind.target["batch"].items() if key != "runtimeConfig"}
+    target = target_for(kind, fakes, http, metadata, batch=batch)
+    request = new_request()
+    resource = await target.dispatch(request)
+    properties = fakes["dataproc_batch"].properties_of(resource)
+    assert properties["spark.dataproc.driverEnv.RUNONCE_RUN_ID"] == request.run_id
+    assert properties["spark.executorEnv.RUNONCE_SCHEDULE_TIME"] == WHEN
+
+
+@pytest.mark.parametrize("runtime_config", [None, {"gcsOutputDirectory": "gs://out/"}])
+async def test_a_vertex_pipeline_without_parameter_values_still_gets_the_mapped_ones(
+    fakes, http, metadata, runtime_config
+) -> None:
+    kind = TYPES["vertex_pipeline_job"]
+    job = {key: value for key, value in kind.target["pipeline_job"].items() if key != "runtimeConfig"}
+    if runtime_config is not None:
+        job["runtimeConfig"] = runtime_config
+    target = target_for(kind, fakes, http, metadata, pipeline_job=job)
+    request = new_request()
+    resource = await target.dispatch(request)
+    assert fakes["vertex_pipeline_job"].parameters_of(resource) == {"run": request.run_id, "ds": WHEN}
+
+
+async def test_a_route_that_maps_no_parameters_sends_none(fakes, http, metadata) -> None:
+    kind = TYPES["vertex_pipeline_job"]
+    job = {key: value for key, value in kind.target["pipeline_job"].items() if key != "runtimeConfig"}
+    target = target_for(kind, fakes, http, metadata, pipeline_job=job, run_parameters={})
+    request = new_request()
+    resource = await target.dispatch(request)
+    [created] = [c for c in fakes["vertex_pipeline_job"].created if c.resource == resource]
+    assert "runtimeConfig" not in created.data["body"]
+
+
+def test_a_mistake_that_holds_braces_is_reported_as_it_is() -> None:
+    message = error_of({**TYPES["batch_job"].target, "location": "us-{central}1"})
+    assert "must be a region such as us-central1 (got 'us-{central}1')" in message
