@@ -117,7 +117,7 @@ class BatchJobTarget(RunNamedJobTarget):
         return job
 
     def state_of(self, resource: dict[str, Any]) -> str:
-        return str((resource.get("status") or {}).get("state") or "")
+        return str((resource.get("status") or {}).get("state") or "")  # pragma: no mutate - "" is no running state
 
 
 TARGET = TargetType(

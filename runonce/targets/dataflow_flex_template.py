@@ -154,13 +154,18 @@ class DataflowFlexTemplateTarget(RunNamedJobTarget):
         """The run's job among the jobs of its name (active or finished), or None."""
         name = self.resource_id(request)
         matches: list[dict[str, Any]] = []
-        page_token: str | None = None
+        page_token: str | None = None  # pragma: no mutate - "" is as falsy: the first page either way
         for _ in range(MAX_PAGES):
             params = {"name": name, "filter": "ALL", "pageSize": "100"}
             if page_token:
                 params["pageToken"] = page_token
             response = await send_rest(
-                self._http, self._auth, "GET", self._url(f"{self._project_path}/jobs"), action, params=params
+                self._http,
+                self._auth,
+                "GET",  # pragma: no mutate - httpx upper-cases the method: "get" is the same request
+                self._url(f"{self._project_path}/jobs"),
+                action,
+                params=params,
             )
             page = json_of(action, response)
             matches += [job for job in page.get("jobs") or [] if job.get("name") == name and job.get("id")]

@@ -741,3 +741,20 @@ async def test_a_route_that_maps_no_parameters_sends_none(fakes, http, metadata)
 def test_a_mistake_that_holds_braces_is_reported_as_it_is() -> None:
     message = error_of({**TYPES["batch_job"].target, "location": "us-{central}1"})
     assert "must be a region such as us-central1 (got 'us-{central}1')" in message
+
+
+async def test_dataflow_warns_when_a_run_has_more_than_one_job(dataflow, fakes, http, metadata, caplog) -> None:
+    target = flex(fakes, http, metadata)
+    request = new_request()
+    job = await target.dispatch(request)
+    with caplog.at_level("WARNING", logger="runonce.target.dataflow_flex_template"):
+        assert await target.reconcile(request) == job
+    assert caplog.records == []  # one job: nothing to say
+
+    dataflow.finish(job)
+    dataflow.add_other_jobs(PROJECT, LOCATION, 1, name=f"runonce-{request.run_id}")
+    with caplog.at_level("WARNING", logger="runonce.target.dataflow_flex_template"):
+        await target.reconcile(request)
+    [record] = caplog.records
+    ids = [resource.rsplit("/", 1)[1] for resource in dataflow.jobs_named(f"runonce-{request.run_id}")]
+    assert record.getMessage() == f"run {request.run_id} has 2 Dataflow jobs: {ids[::-1]}"
