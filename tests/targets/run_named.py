@@ -32,8 +32,8 @@ PROJECT = "runonce-test"
 LOCATION = "us-central1"
 # Short enough that a test waits out a lease in seconds; the lease covers the dispatch timeout,
 # two store timeouts and the margin (settings.py's rule).
-LEASE_SECONDS = 3
-DISPATCH_TIMEOUT_SECONDS = 1
+LEASE_SECONDS = 4
+DISPATCH_TIMEOUT_SECONDS = 2
 
 
 def _batch_identity(created: Created, run_id: str, when: str) -> None:
@@ -231,7 +231,7 @@ def env(tmp: Path, metadata: FakeMetadataServer, fakes: dict[str, Any], db: str 
         "RUNONCE_ROUTES_FILE": str(routes_file),
         "RUNONCE_LEASE_SECONDS": str(LEASE_SECONDS),
         "RUNONCE_DISPATCH_TIMEOUT_SECONDS": str(DISPATCH_TIMEOUT_SECONDS),
-        "RUNONCE_STORE_TIMEOUT_SECONDS": "0.25",
+        "RUNONCE_STORE_TIMEOUT_SECONDS": "0.5",
         "RUNONCE_LOG_FORMAT": "json",
         **{TYPES[name].endpoint_variable: fake.url for name, fake in fakes.items()},
     }

@@ -184,7 +184,7 @@ def test_kill_9_after_the_creates_were_sent_creates_nothing_new(tmp_path, metada
         caller.start()
         callers.append(caller)
     for name, fake in job_fakes.items():
-        assert fake.created_event.wait(20), f"{name}: the fake API never received the create"
+        assert fake.created_event.wait(60), f"{name}: the fake API never received the create"
     first.kill()
     for fake in job_fakes.values():
         fake.release()
