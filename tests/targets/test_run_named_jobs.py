@@ -758,3 +758,37 @@ async def test_dataflow_warns_when_a_run_has_more_than_one_job(dataflow, fakes, 
     [record] = caplog.records
     ids = [resource.rsplit("/", 1)[1] for resource in dataflow.jobs_named(f"runonce-{request.run_id}")]
     assert record.getMessage() == f"run {request.run_id} has 2 Dataflow jobs: {ids[::-1]}"
+
+
+async def test_a_batch_job_without_environments_still_gives_every_task_the_runs_identity(fakes, http, metadata) -> None:
+    kind = TYPES["batch_job"]
+    job = copy.deepcopy(kind.target["job"])
+    del job["taskGroups"][0]["taskSpec"]["environment"]
+    target = target_for(kind, fakes, http, metadata, job=job)
+    request = new_request()
+    resource = await target.dispatch(request)
+    assert fakes["batch_job"].environment_of(resource) == {
+        "RUNONCE_RUN_ID": request.run_id,
+        "RUNONCE_SCHEDULE_TIME": WHEN,
+    }
+    [created] = [c for c in fakes["batch_job"].created if c.resource == resource]
+    shards = [e["variables"] for e in created.data["body"]["taskGroups"][0]["taskEnvironments"]]
+    assert [s["SHARD"] for s in shards] == ["0", "1"]  # the route's per-task variables are kept
+
+
+async def test_a_flex_template_without_environment_still_gets_the_label(fakes, http, metadata) -> None:
+    kind = TYPES["dataflow_flex_template"]
+    launch = {k: v for k, v in kind.target["launch_parameter"].items() if k != "environment"}
+    target = target_for(kind, fakes, http, metadata, launch_parameter=launch)
+    request = new_request()
+    resource = await target.dispatch(request)
+    [created] = [c for c in fakes["dataflow_flex_template"].created if c.resource == resource]
+    assert created.data["body"]["launchParameter"]["environment"] == {
+        "additionalUserLabels": {"runonce-run-id": request.run_id[:63]}
+    }
+
+
+def test_run_parameters_take_any_identifier_for_a_parameter_name() -> None:
+    entry = TARGET_TYPES["vertex_pipeline_job"]
+    config = entry.config.model_validate({**TYPES["vertex_pipeline_job"].target, "run_parameters": {"run_id": "RunId"}})
+    assert config.run_parameters == {"run_id": "RunId"}
