@@ -14,6 +14,11 @@
  * | cloud_tasks_task    | roles/cloudtasks.enqueuer,             | the queue                          |
  * |                     | roles/cloudtasks.viewer (tasks.get)    | the queue                          |
  * |                     | roles/iam.serviceAccountUser           | each http_request.oidc_token account |
+ * | batch_job           | roles/batch.jobsEditor                 | the route's project                |
+ * | dataflow_flex_template | roles/dataflow.developer            | the route's project                |
+ * | dataproc_batch      | runonceDataprocBatchRunner (custom: dataproc.batches.create/get) | the route's project |
+ * | vertex_pipeline_job | roles/aiplatform.user                  | the route's project                |
+ * |   (all four)        | roles/iam.serviceAccountUser           | the service account the workload runs as, when the route names it |
  * | http with audience  | roles/run.invoker                      | each var.downstream_services       |
  * | google_api          | none derived: grant what the route's method needs yourself |            |
  * | log                 | nothing                                |                                    |
@@ -96,6 +101,42 @@ resource "google_project_iam_member" "runtime_bigquery" {
   project = each.value
   role    = "roles/bigquery.jobUser"
   member  = google_service_account.runtime.member
+}
+
+# Create the batch workloads in each route's project and read them back (reconcile, overlap).
+resource "google_project_iam_member" "runtime_workloads" {
+  for_each = local.workload_project_grants
+
+  project = each.value.project
+  role    = each.value.role
+  member  = google_service_account.runtime.member
+}
+
+resource "google_project_iam_custom_role" "dataproc_batch_runner" {
+  for_each = local.dataproc_projects
+
+  project     = each.value
+  role_id     = "runonceDataprocBatchRunner"
+  title       = "runonce: Dataproc batch runner"
+  description = "Create Dataproc Serverless batches and read them, to reconcile runs (roles/dataproc.editor would also manage clusters and jobs)."
+  permissions = ["dataproc.batches.create", "dataproc.batches.get"]
+}
+
+resource "google_project_iam_member" "runtime_dataproc" {
+  for_each = local.dataproc_projects
+
+  project = each.value
+  role    = google_project_iam_custom_role.dataproc_batch_runner[each.value].name
+  member  = google_service_account.runtime.member
+}
+
+# A batch workload runs as the service account its route names: creating it needs actAs on it.
+resource "google_service_account_iam_member" "runtime_acts_as_workload_account" {
+  for_each = setsubtract(local.workload_service_accounts, setunion(var.trigger_service_accounts, local.task_token_accounts)) # one binding per account
+
+  service_account_id = "projects/-/serviceAccounts/${each.value}"
+  role               = "roles/iam.serviceAccountUser"
+  member             = google_service_account.runtime.member
 }
 
 resource "google_service_account_iam_member" "runtime_acts_as_trigger_sa" {

@@ -58,6 +58,30 @@ locals {
     for t in local.targets : t.project if t.type == "bigquery_job"
   ])
 
+  # The batch workloads name their project: a role there per type (Dataproc's is the custom
+  # runonceDataprocBatchRunner, iam.tf), and actAs on the service account the workload runs as.
+  workload_roles = {
+    batch_job              = "roles/batch.jobsEditor"
+    dataflow_flex_template = "roles/dataflow.developer"
+    vertex_pipeline_job    = "roles/aiplatform.user"
+  }
+  workload_project_grants = {
+    for grant in distinct([
+      for t in local.targets : { project = t.project, role = local.workload_roles[t.type] } if contains(keys(local.workload_roles), t.type)
+    ]) : "${grant.project} ${grant.role}" => grant
+  }
+  dataproc_projects = toset([
+    for t in local.targets : t.project if t.type == "dataproc_batch"
+  ])
+  workload_service_accounts = toset(compact([
+    for t in local.targets : (
+      t.type == "batch_job" ? try(t.job.allocationPolicy.serviceAccount.email, "") :
+      t.type == "dataflow_flex_template" ? try(t.launch_parameter.environment.serviceAccountEmail, "") :
+      t.type == "dataproc_batch" ? try(t.batch.environmentConfig.executionConfig.serviceAccount, "") :
+      t.type == "vertex_pipeline_job" ? try(t.pipeline_job.serviceAccount, "") : ""
+    )
+  ]))
+
   # projects/P/locations/L/queues/Q -> {project, location, name}; two roles on each queue: create
   # tasks, and read them (tasks.get, to reconcile), which the enqueuer role cannot.
   tasks_queues = {

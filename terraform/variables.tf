@@ -64,8 +64,8 @@ variable "routes" {
   }
 
   validation {
-    condition     = alltrue([for route in values(var.routes) : contains(["log", "http", "workflows", "cloud_run_job", "cloud_build_trigger", "bigquery_job", "cloud_tasks_task", "google_api"], try(route.target.type, ""))])
-    error_message = "Every route needs target.type, one of: log, http, workflows, cloud_run_job, cloud_build_trigger, bigquery_job, cloud_tasks_task, google_api."
+    condition     = alltrue([for route in values(var.routes) : contains(["log", "http", "workflows", "cloud_run_job", "cloud_build_trigger", "bigquery_job", "cloud_tasks_task", "batch_job", "dataflow_flex_template", "dataproc_batch", "vertex_pipeline_job", "google_api"], try(route.target.type, ""))])
+    error_message = "Every route needs target.type, one of: log, http, workflows, cloud_run_job, cloud_build_trigger, bigquery_job, cloud_tasks_task, batch_job, dataflow_flex_template, dataproc_batch, vertex_pipeline_job, google_api."
   }
 
   validation {
@@ -75,10 +75,14 @@ variable "routes" {
       try(route.target.type, "") == "cloud_build_trigger" ? can(regex("^projects/[^/]+/locations/[^/]+/triggers/[^/]+$", route.target.trigger)) :
       try(route.target.type, "") == "bigquery_job" ? can(regex("^([a-z][a-z0-9.:-]*[a-z0-9]|[0-9]+)$", route.target.project)) :
       try(route.target.type, "") == "cloud_tasks_task" ? can(regex("^projects/[^/]+/locations/[^/]+/queues/[^/]+$", route.target.queue)) :
+      try(route.target.type, "") == "batch_job" ? can(regex("^([a-z][a-z0-9.:-]*[a-z0-9]|[0-9]+)$", route.target.project)) :
+      try(route.target.type, "") == "dataflow_flex_template" ? can(regex("^([a-z][a-z0-9.:-]*[a-z0-9]|[0-9]+)$", route.target.project)) :
+      try(route.target.type, "") == "dataproc_batch" ? can(regex("^([a-z][a-z0-9.:-]*[a-z0-9]|[0-9]+)$", route.target.project)) :
+      try(route.target.type, "") == "vertex_pipeline_job" ? can(regex("^([a-z][a-z0-9.:-]*[a-z0-9]|[0-9]+)$", route.target.project)) :
       try(route.target.type, "") == "http" ? can(regex("^https?://", route.target.url)) :
       true
     )])
-    error_message = "A target's resource must be a full name: workflows needs workflow = \"projects/P/locations/L/workflows/W\", cloud_run_job needs job = \"projects/P/locations/L/jobs/J\", cloud_build_trigger needs trigger = \"projects/P/locations/L/triggers/T\", bigquery_job needs project = \"P\", cloud_tasks_task needs queue = \"projects/P/locations/L/queues/Q\", http needs url = \"https://...\"."
+    error_message = "A target's resource must be a full name: workflows needs workflow = \"projects/P/locations/L/workflows/W\", cloud_run_job needs job = \"projects/P/locations/L/jobs/J\", cloud_build_trigger needs trigger = \"projects/P/locations/L/triggers/T\", bigquery_job needs project = \"P\", cloud_tasks_task needs queue = \"projects/P/locations/L/queues/Q\", batch_job, dataflow_flex_template, dataproc_batch and vertex_pipeline_job need project = \"P\", http needs url = \"https://...\"."
   }
 }
 

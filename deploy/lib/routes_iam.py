@@ -19,6 +19,7 @@ import re
 import sys
 
 NAME = r"^projects/([^/]+)/locations/([^/]+)/{}/([^/]+)$"
+PROJECT_ID = r"^([a-z][a-z0-9.:-]*[a-z0-9]|[0-9]+)$"
 # Each target type: the routes-file field naming the resource its grants are on, that field's
 # pattern (group 1: the project), and the grants as (role, where): `project` = the resource's
 # project, `run-job` / `tasks-queue` = the job or queue itself; or (role, where, field) for a grant
@@ -36,7 +37,7 @@ TARGETS: dict[str, tuple[str, str, list[tuple[str, ...]]] | None] = {
         [("roles/run.jobsExecutorWithOverrides", "run-job"), ("runonceExecutionReader", "run-job")],
     ),
     "cloud_build_trigger": ("trigger", NAME.format("triggers"), [("runonceBuildRunner", "project")]),
-    "bigquery_job": ("project", r"^([a-z][a-z0-9.:-]*[a-z0-9]|[0-9]+)$", [("roles/bigquery.jobUser", "project")]),
+    "bigquery_job": ("project", PROJECT_ID, [("roles/bigquery.jobUser", "project")]),
     "cloud_tasks_task": (
         "queue",
         NAME.format("queues"),
@@ -44,6 +45,44 @@ TARGETS: dict[str, tuple[str, str, list[tuple[str, ...]]] | None] = {
             ("roles/cloudtasks.enqueuer", "tasks-queue"),
             ("roles/cloudtasks.viewer", "tasks-queue"),
             ("roles/iam.serviceAccountUser", "service-account", "http_request.oidc_token.service_account_email"),
+        ],
+    ),
+    # The batch workloads name their project; each runs as a service account the route may name,
+    # and creating the workload needs actAs on it.
+    "batch_job": (
+        "project",
+        PROJECT_ID,
+        [
+            ("roles/batch.jobsEditor", "project"),
+            ("roles/iam.serviceAccountUser", "service-account", "job.allocationPolicy.serviceAccount.email"),
+        ],
+    ),
+    "dataflow_flex_template": (
+        "project",
+        PROJECT_ID,
+        [
+            ("roles/dataflow.developer", "project"),
+            ("roles/iam.serviceAccountUser", "service-account", "launch_parameter.environment.serviceAccountEmail"),
+        ],
+    ),
+    "dataproc_batch": (
+        "project",
+        PROJECT_ID,
+        [
+            ("runonceDataprocBatchRunner", "project"),
+            (
+                "roles/iam.serviceAccountUser",
+                "service-account",
+                "batch.environmentConfig.executionConfig.serviceAccount",
+            ),
+        ],
+    ),
+    "vertex_pipeline_job": (
+        "project",
+        PROJECT_ID,
+        [
+            ("roles/aiplatform.user", "project"),
+            ("roles/iam.serviceAccountUser", "service-account", "pipeline_job.serviceAccount"),
         ],
     ),
     # A google_api route calls a method the route chooses: its grants are the user's to make.
@@ -59,6 +98,8 @@ CUSTOM_ROLES = {
     "runonceBuildRunner": ("cloudbuild.builds.create", "cloudbuild.builds.get", "cloudbuild.builds.list"),
     # roles/run.jobsExecutorWithOverrides cannot read executions; roles/run.viewer reads far more.
     "runonceExecutionReader": ("run.executions.get", "run.executions.list"),
+    # batches.create and .get; roles/dataproc.editor would also manage clusters and jobs.
+    "runonceDataprocBatchRunner": ("dataproc.batches.create", "dataproc.batches.get"),
 }
 PREDEFINED_BUILD_ROLE = "roles/cloudbuild.builds.editor"
 BUILD_RUNNER = "runonceBuildRunner"  # --predefined-cloud-build-role grants PREDEFINED_BUILD_ROLE instead

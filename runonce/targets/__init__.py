@@ -22,19 +22,36 @@ from runonce.targets.base import (
     TargetThrottled,
     encode_json,
 )
+from runonce.targets.batch_job import TARGET as BATCH_JOB
 from runonce.targets.bigquery_job import TARGET as BIGQUERY_JOB
 from runonce.targets.cloud_build_trigger import TARGET as CLOUD_BUILD_TRIGGER
 from runonce.targets.cloud_run_job import TARGET as CLOUD_RUN_JOB
 from runonce.targets.cloud_tasks_task import TARGET as CLOUD_TASKS_TASK
+from runonce.targets.dataflow_flex_template import TARGET as DATAFLOW_FLEX_TEMPLATE
+from runonce.targets.dataproc_batch import TARGET as DATAPROC_BATCH
 from runonce.targets.google_api import TARGET as GOOGLE_API
 from runonce.targets.http import TARGET as HTTP
 from runonce.targets.log import TARGET as LOG
 from runonce.targets.registry import Grant, TargetContext, TargetType
+from runonce.targets.vertex_pipeline_job import TARGET as VERTEX_PIPELINE_JOB
 from runonce.targets.workflows import TARGET as WORKFLOWS
 
 TARGET_TYPES: dict[str, TargetType] = {
     entry.name: entry
-    for entry in (LOG, HTTP, WORKFLOWS, CLOUD_RUN_JOB, CLOUD_BUILD_TRIGGER, BIGQUERY_JOB, CLOUD_TASKS_TASK, GOOGLE_API)
+    for entry in (
+        LOG,
+        HTTP,
+        WORKFLOWS,
+        CLOUD_RUN_JOB,
+        CLOUD_BUILD_TRIGGER,
+        BIGQUERY_JOB,
+        CLOUD_TASKS_TASK,
+        BATCH_JOB,
+        DATAFLOW_FLEX_TEMPLATE,
+        DATAPROC_BATCH,
+        VERTEX_PIPELINE_JOB,
+        GOOGLE_API,
+    )
 }
 """Every target type by its `type:` name (like httpx's `mounts`: a plain table, looked up once)."""
 

@@ -343,6 +343,9 @@ def rules_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "spanner_store_url",
         "tasks_queue_grants",
         "task_token_accounts",
+        "workload_project_grants",
+        "dataproc_projects",
+        "workload_service_accounts",
     ]
     (directory / "outputs.tf").write_text(
         "".join(f'output "{name}" {{\n  value = local.{name}\n}}\n' for name in outputs)
@@ -486,6 +489,92 @@ def test_cloud_tasks_routes_grant_on_their_queue_and_actas_on_their_oidc_account
     ]
     assert grants({"routes": routes}, "routes") == expected
     assert registry_grants(routes) == expected
+
+
+def test_batch_workload_routes_grant_in_their_project_and_actas_on_their_accounts(
+    rules_module: Path, tmp_path: Path
+) -> None:
+    """As deploy/lib/routes_iam.py and the registry grant them: each type's role in the route's
+    project (once however many routes), serviceAccountUser on each account a workload runs as."""
+    accounts = {kind: f"{kind.replace('_', '-')[:20]}@wl-proj.iam.gserviceaccount.com" for kind in ("b", "f", "d", "v")}
+    routes = {
+        "batch": {
+            "target": {
+                "type": "batch_job",
+                "project": "wl-proj",
+                "location": "us-central1",
+                "job": {
+                    "taskGroups": [{"taskSpec": {"runnables": [{"script": {"text": "echo"}}]}}],
+                    "allocationPolicy": {"serviceAccount": {"email": accounts["b"]}},
+                },
+            }
+        },
+        "batch-default-account": {
+            "target": {
+                "type": "batch_job",
+                "project": "wl-proj",
+                "location": "us-central1",
+                "job": {"taskGroups": [{"taskSpec": {"runnables": [{"script": {"text": "echo"}}]}}]},
+            }
+        },
+        "flex": {
+            "target": {
+                "type": "dataflow_flex_template",
+                "project": "df-proj",
+                "location": "us-central1",
+                "launch_parameter": {
+                    "containerSpecGcsPath": "gs://t/etl.json",
+                    "environment": {"serviceAccountEmail": accounts["f"]},
+                },
+            }
+        },
+        "spark": {
+            "target": {
+                "type": "dataproc_batch",
+                "project": "dp-proj",
+                "location": "us-central1",
+                "batch": {
+                    "pysparkBatch": {"mainPythonFileUri": "gs://c/etl.py"},
+                    "environmentConfig": {"executionConfig": {"serviceAccount": accounts["d"]}},
+                },
+            }
+        },
+        "pipeline": {
+            "target": {
+                "type": "vertex_pipeline_job",
+                "project": "wl-proj",
+                "location": "us-central1",
+                "pipeline_job": {
+                    "templateUri": "https://us-central1-kfp.pkg.dev/p/r/t/v1",
+                    "serviceAccount": accounts["v"],
+                },
+            }
+        },
+    }
+    outputs = evaluate(rules_module, tmp_path, {**BASE_VARS, "routes": routes})
+    assert outputs["workload_project_grants"] == {
+        "wl-proj roles/batch.jobsEditor": {"project": "wl-proj", "role": "roles/batch.jobsEditor"},
+        "df-proj roles/dataflow.developer": {"project": "df-proj", "role": "roles/dataflow.developer"},
+        "wl-proj roles/aiplatform.user": {"project": "wl-proj", "role": "roles/aiplatform.user"},
+    }
+    assert outputs["dataproc_projects"] == ["dp-proj"]
+    assert sorted(outputs["workload_service_accounts"]) == sorted(accounts.values())
+
+    sys.path.insert(0, str(REPO / "deploy" / "lib"))
+    from routes_iam import grants
+
+    printed = [line for line in grants({"routes": routes}, "routes") if line[1] != "custom-role"]
+    assert printed == registry_grants(routes)
+    assert set(printed) == {
+        ("roles/batch.jobsEditor", "project", "wl-proj"),
+        ("roles/iam.serviceAccountUser", "service-account", accounts["b"]),
+        ("roles/dataflow.developer", "project", "df-proj"),
+        ("roles/iam.serviceAccountUser", "service-account", accounts["f"]),
+        ("projects/dp-proj/roles/runonceDataprocBatchRunner", "project", "dp-proj"),
+        ("roles/iam.serviceAccountUser", "service-account", accounts["d"]),
+        ("roles/aiplatform.user", "project", "wl-proj"),
+        ("roles/iam.serviceAccountUser", "service-account", accounts["v"]),
+    }
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,120 @@
+"""`dataproc_batch` target: one Dataproc Serverless batch per run (Dataproc API v1
+`projects.locations.batches.create`, REST).
+
+Dataproc takes the batch's id from the caller: `batchId` is `runonce-` + the run_id's first 55 hex
+characters (63 in all: Dataproc takes 4-63 characters of a-z 0-9 -). It also sends `requestId`, a
+UUID derived from the run_id (36 characters; Dataproc takes at most 40), on which Dataproc answers a
+repeated create with the first one's operation. A retry after a lost answer creates the same id
+again: Dataproc answers 409 ALREADY_EXISTS (or the first operation), and runonce reads the batch
+(`batches.get`) and completes the run with it. The answer is a long-running operation; runonce never
+waits for it: the batch's name is known from its id.
+
+The workload gets the run's identity as Spark properties that set environment variables in the
+driver and the executors (`spark.dataproc.driverEnv.RUNONCE_RUN_ID`,
+`spark.executorEnv.RUNONCE_RUN_ID`, and the same for `RUNONCE_SCHEDULE_TIME`), and the batch carries
+the label `runonce-run-id`. A batch in PENDING or RUNNING is running (overlap). Answers:
+`rest_jobs`'s table.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from runonce.targets.base import DispatchRequest
+from runonce.targets.registry import Grant, TargetType
+from runonce.targets.rest_jobs import (
+    RUN_ID_ENV,
+    SCHEDULE_TIME_ENV,
+    ParentConfig,
+    RunNamedJobTarget,
+    check_route_labels,
+    config_error,
+    mapping_at,
+    refuse_fields,
+    request_id_for,
+    with_label,
+)
+
+DEFAULT_ENDPOINT = "https://{location}-dataproc.googleapis.com"
+WORKLOADS = ("pysparkBatch", "sparkBatch", "sparkRBatch", "sparkSqlBatch", "pysparkNotebookBatch")
+ENV_PROPERTY_PREFIXES = ("spark.dataproc.driverEnv.", "spark.executorEnv.")
+OUTPUT_ONLY = ("name", "uuid", "createTime", "state", "stateMessage", "stateTime", "creator", "operation")
+
+
+def identity_properties(request: DispatchRequest) -> dict[str, str]:
+    """The Spark properties that put the run's identity in the driver's and executors' environment."""
+    values = {RUN_ID_ENV: request.run_id}
+    if request.schedule_time:
+        values[SCHEDULE_TIME_ENV] = request.schedule_time
+    return {f"{prefix}{name}": value for prefix in ENV_PROPERTY_PREFIXES for name, value in values.items()}
+
+
+class DataprocBatchTargetConfig(ParentConfig):
+    type: Literal["dataproc_batch"]
+    batch: dict[str, Any] = Field(
+        description="A Dataproc Batch, as batches.create takes it: one workload (pysparkBatch, sparkBatch, …)."
+    )
+
+    @field_validator("batch")
+    @classmethod
+    def _batch(cls, value: dict[str, Any]) -> dict[str, Any]:
+        refuse_fields(value, dict.fromkeys(OUTPUT_ONLY, "runonce names the batch from the run (batchId)"), "batch")
+        workloads = [kind for kind in WORKLOADS if kind in value]
+        if len(workloads) != 1:
+            found = ", ".join(workloads) or "none"
+            raise config_error(f"batch must hold exactly one workload of {', '.join(WORKLOADS)} (got {found})")
+        mapping_at(value, workloads[0], "batch")
+        properties = mapping_at(value, "runtimeConfig.properties", "batch")
+        for key in properties:
+            if key.startswith(ENV_PROPERTY_PREFIXES) and key.rsplit(".", 1)[1] in (RUN_ID_ENV, SCHEDULE_TIME_ENV):
+                raise config_error(f"batch.runtimeConfig.properties: {key} is set by runonce")
+        check_route_labels(value, "labels", "batch")
+        return value
+
+
+class DataprocBatchTarget(RunNamedJobTarget):
+    config: DataprocBatchTargetConfig
+    type = "dataproc_batch"
+    collection = "batches"
+    noun = "Dataproc batch"
+    running_states = frozenset({"PENDING", "RUNNING"})
+
+    def default_endpoint(self) -> str:
+        return DEFAULT_ENDPOINT.format(location=self.config.location)
+
+    def create_params(self, request: DispatchRequest) -> dict[str, str]:
+        return {"batchId": self.resource_id(request), "requestId": request_id_for(request.run_id)}
+
+    def body(self, request: DispatchRequest) -> dict[str, Any]:
+        """The route's Batch with the label, and the run's identity in the Spark properties."""
+        batch = copy.deepcopy(self.config.batch)
+        batch["labels"] = with_label(batch.get("labels"), request.run_id)
+        runtime = batch.setdefault("runtimeConfig", {})
+        runtime["properties"] = {**(runtime.get("properties") or {}), **identity_properties(request)}
+        return batch
+
+
+TARGET = TargetType(
+    name="dataproc_batch",
+    config=DataprocBatchTargetConfig,
+    adapter=DataprocBatchTarget,
+    build=lambda config, context, endpoint: DataprocBatchTarget(config, context.http, context.google_auth, endpoint),
+    endpoint="dataproc",
+    resource_field="project",
+    grants=(
+        # batches.create and batches.get in the project (no per-batch IAM before the batch exists);
+        # roles/dataproc.editor would also manage clusters and jobs.
+        Grant(
+            "runonceDataprocBatchRunner", on="project", permissions=("dataproc.batches.create", "dataproc.batches.get")
+        ),
+        # The batch runs as its execution service account: creating it needs actAs on it.
+        Grant(
+            "roles/iam.serviceAccountUser",
+            on="service-account",
+            field="batch.environmentConfig.executionConfig.serviceAccount",
+        ),
+    ),
+)

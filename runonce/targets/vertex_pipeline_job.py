@@ -1,0 +1,121 @@
+"""`vertex_pipeline_job` target: one Vertex AI pipeline run per run (Vertex AI API v1
+`projects.locations.pipelineJobs.create`, REST).
+
+Vertex AI takes the pipeline job's id from the caller: `pipelineJobId` is `runonce-` + the run_id
+(72 characters; Vertex takes fewer than 128 of a-z 0-9 -, starting with a letter). A retry after a
+lost answer creates the same id again: Vertex answers 409 ALREADY_EXISTS, and runonce reads the job
+(`pipelineJobs.get`) and completes the run with it. The job carries the label `runonce-run-id`.
+
+The pipeline gets the run's identity as runtime parameters where the route maps them
+(`run_parameters: {run_id: PARAM, schedule_time: PARAM}`, or `[run_id, schedule_time]` for
+parameters of those names), in `runtimeConfig.parameterValues`. A job in PIPELINE_STATE_QUEUED,
+_PENDING or _RUNNING is running (overlap). Answers: `rest_jobs`'s table.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from runonce.targets.base import DispatchRequest
+from runonce.targets.registry import Grant, TargetType
+from runonce.targets.rest_jobs import (
+    ParentConfig,
+    RunNamedJobTarget,
+    check_route_labels,
+    config_error,
+    mapped_parameters,
+    mapping_at,
+    parse_run_parameters,
+    refuse_fields,
+    run_parameters_schema,
+    with_label,
+)
+
+DEFAULT_ENDPOINT = "https://{location}-aiplatform.googleapis.com"
+MAX_ID_LENGTH = 127
+OUTPUT_ONLY = ("name", "state", "createTime", "startTime", "endTime", "updateTime", "error", "jobDetail")
+
+
+class VertexPipelineJobTargetConfig(ParentConfig):
+    type: Literal["vertex_pipeline_job"]
+    pipeline_job: dict[str, Any] = Field(
+        description="A Vertex AI PipelineJob, as pipelineJobs.create takes it (pipelineSpec or templateUri, …)."
+    )
+    run_parameters: dict[str, str] = Field(
+        default_factory=dict,
+        json_schema_extra=run_parameters_schema,
+        description="Which pipeline parameters receive the run's identity: {run_id: PARAM, schedule_time: PARAM}.",
+    )
+
+    @field_validator("run_parameters", mode="before")
+    @classmethod
+    def _run_parameters(cls, value: Any) -> dict[str, str]:
+        return parse_run_parameters(value)
+
+    @field_validator("pipeline_job")
+    @classmethod
+    def _pipeline_job(cls, value: dict[str, Any]) -> dict[str, Any]:
+        why = "runonce names the pipeline job from the run (pipelineJobId)"
+        refuse_fields(value, dict.fromkeys(OUTPUT_ONLY, why), "pipeline_job")
+        if not value.get("pipelineSpec") and not value.get("templateUri"):
+            raise config_error("pipeline_job needs pipelineSpec (a compiled pipeline) or templateUri")
+        mapping_at(value, "pipelineSpec", "pipeline_job")
+        mapping_at(value, "runtimeConfig.parameterValues", "pipeline_job")
+        check_route_labels(value, "labels", "pipeline_job")
+        return value
+
+    @model_validator(mode="after")
+    def _parameters_left_to_runonce(self) -> VertexPipelineJobTargetConfig:
+        given = mapping_at(self.pipeline_job, "runtimeConfig.parameterValues", "pipeline_job")
+        for field, parameter in self.run_parameters.items():
+            if parameter in given:
+                raise config_error(
+                    f"pipeline_job.runtimeConfig.parameterValues.{parameter} is set by runonce (run_parameters.{field})"
+                )
+        return self
+
+
+class VertexPipelineJobTarget(RunNamedJobTarget):
+    config: VertexPipelineJobTargetConfig
+    type = "vertex_pipeline_job"
+    collection = "pipelineJobs"
+    noun = "Vertex AI pipeline job"
+    running_states = frozenset({"PIPELINE_STATE_QUEUED", "PIPELINE_STATE_PENDING", "PIPELINE_STATE_RUNNING"})
+    max_id_length = MAX_ID_LENGTH
+
+    def default_endpoint(self) -> str:
+        return DEFAULT_ENDPOINT.format(location=self.config.location)
+
+    def create_params(self, request: DispatchRequest) -> dict[str, str]:
+        return {"pipelineJobId": self.resource_id(request)}
+
+    def body(self, request: DispatchRequest) -> dict[str, Any]:
+        """The route's PipelineJob with the label, and the run's identity in the mapped parameters."""
+        job = copy.deepcopy(self.config.pipeline_job)
+        job["labels"] = with_label(job.get("labels"), request.run_id)
+        mapped = mapped_parameters(self.config.run_parameters, request)
+        if mapped:
+            runtime = job.setdefault("runtimeConfig", {})
+            runtime["parameterValues"] = {**(runtime.get("parameterValues") or {}), **mapped}
+        return job
+
+
+TARGET = TargetType(
+    name="vertex_pipeline_job",
+    config=VertexPipelineJobTargetConfig,
+    adapter=VertexPipelineJobTarget,
+    build=lambda config, context, endpoint: VertexPipelineJobTarget(
+        config, context.http, context.google_auth, endpoint
+    ),
+    endpoint="aiplatform",
+    resource_field="project",
+    grants=(
+        # pipelineJobs.create and .get in the project.
+        Grant("roles/aiplatform.user", on="project"),
+        # The pipeline runs as its service account: creating it needs actAs on it.
+        Grant("roles/iam.serviceAccountUser", on="service-account", field="pipeline_job.serviceAccount"),
+    ),
+)
