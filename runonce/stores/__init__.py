@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -44,20 +44,73 @@ class RedisURL:
     host: str
     port: int = 6379
     db: int = 0
-    username: str | None = None
-    password: str | None = None
+    username: str | None = field(default=None, repr=False)
+    password: str | None = field(default=None, repr=False)
     tls: bool = False
     ca_file: str | None = None
     wait_replicas: int = 0
 
 
 def _query(url: str, allowed: tuple[str, ...]) -> dict[str, str]:
+    """The URL's options. An unknown one is named, never its value (it may be a token)."""
     params = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
     unknown = sorted(set(params) - set(allowed))
     if unknown:
         known = ", ".join(allowed) or "none"
         raise ValueError(f"unknown option {unknown[0]!r} in {url.split('://')[0]}:// URL (options: {known})")
     return params
+
+
+def split_credentials(url: str) -> tuple[str, str | None]:
+    """(`url` without its `user:password@`, that user-info or None).
+
+    The user-info is everything between `://` and the *last* `@`, so a password with an unescaped
+    `/`, `?`, `#` or `@` is still taken whole: no part of it is ever parsed as host, port, path or
+    option, and so none can reach an error message.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url, None
+    userinfo, _, host = rest.rpartition("@")
+    return f"{scheme}://{host}", userinfo
+
+
+_KNOWN_OPTIONS = ("table", "wait_replicas", "ca_file")
+"""Store URL options that are settings, not secrets: shown as they are."""
+
+
+def redact_store_url(url: str) -> str:
+    """`url` as it may be shown in a log line, an error or a command's output: `user:password@`
+    becomes `***@`, and the value of every option but runonce's own becomes `***`."""
+    bare, userinfo = split_credentials(url)
+    if userinfo is not None:
+        scheme, _, host = bare.partition("://")
+        bare = f"{scheme}://***@{host}"
+    base, sep, query = bare.partition("?")
+    if not sep:
+        return bare
+    shown = []
+    for item in query.split("&"):
+        name, eq, _ = item.partition("=")
+        shown.append(item if name in _KNOWN_OPTIONS else f"{name}{eq}***" if eq else "***")
+    return f"{base}?{'&'.join(shown)}"
+
+
+def secrets_of(url: str) -> list[str]:
+    """The parts of a store URL that must never be shown, as written and percent-decoded (what
+    `redact_store_url` hides): the user-info and its parts, and every unknown option's value."""
+    bare, userinfo = split_credentials(url)
+    found: list[str] = []
+    if userinfo:
+        user, _, password = userinfo.partition(":")
+        found += [userinfo, user, password, unquote(user), unquote(password)]
+    _, sep, query = bare.partition("?")
+    if sep:
+        for item in query.split("&"):
+            name, eq, value = item.partition("=")
+            if name not in _KNOWN_OPTIONS:
+                found += [value, unquote(value)] if eq else [item, unquote(item)]
+    return sorted({secret for secret in found if secret}, key=len, reverse=True)
 
 
 _SPANNER_PATH = re.compile(
@@ -73,32 +126,44 @@ def parse_spanner_url(url: str) -> SpannerURL:
         raise ValueError("must be spanner://projects/PROJECT/instances/INSTANCE/databases/DATABASE[?table=NAME]")
     table = _query(url, ("table",)).get("table", "runonce_runs")
     if not _TABLE_NAME.fullmatch(table):
-        raise ValueError(f"table {table!r} is not a Spanner table name (letters, digits, _; a letter first)")
+        raise ValueError("the table option is not a Spanner table name (letters, digits, _; a letter first)")
     return SpannerURL(match[1], match[2], match[3], table)
 
 
+_PORT = re.compile(r"[0-9]{1,5}")
+_DB = re.compile(r"[0-9]{1,5}")
+
+
 def parse_redis_url(url: str) -> RedisURL:
-    parts = urlsplit(url)
-    if not parts.hostname:
-        raise ValueError("must be redis://[:PASSWORD@]HOST:PORT/DB or rediss://… (a host is required)")
-    try:
-        port = parts.port or 6379
-    except ValueError as exc:
-        raise ValueError(f"bad port in {parts.scheme}:// URL: {exc}") from exc
-    db_text = parts.path.strip("/") or "0"
-    if not db_text.isdigit():
-        raise ValueError(f"the database number must be an integer, got {db_text!r}")
+    """The URL's parts. Messages never quote its user-info or option values (see `split_credentials`)."""
+    bare, userinfo = split_credentials(url)
+    parts = urlsplit(bare)
+    netloc = parts.netloc
+    closing = netloc.rfind("]")  # an IPv6 host, `[::1]:6379`, has colons of its own
+    host, colon, port_text = netloc.rpartition(":") if ":" in netloc[closing + 1 :] else (netloc, "", "")
+    if not host or not parts.hostname:
+        raise ValueError("must be redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] or rediss://… (a host is required)")
+    if colon and not (_PORT.fullmatch(port_text) and 0 < int(port_text) <= 65535):
+        raise ValueError(f"the port in a {parts.scheme}:// URL must be a number from 1 to 65535 (ASCII digits)")
+    db_text = parts.path.removeprefix("/") or "0"
+    if not _DB.fullmatch(db_text):
+        raise ValueError(f"the database number in a {parts.scheme}:// URL must be an integer (ASCII digits), as in /0")
     tls = parts.scheme == "rediss"
-    params = _query(url, ("wait_replicas", "ca_file") if tls else ("wait_replicas",))
+    params = _query(bare, ("wait_replicas", "ca_file") if tls else ("wait_replicas",))
     wait = params.get("wait_replicas", "0")
-    if not wait.isdigit() or int(wait) > 16:
-        raise ValueError(f"wait_replicas must be an integer from 0 to 16, got {wait!r}")
+    if not (re.fullmatch(r"[0-9]{1,2}", wait) and int(wait) <= 16):
+        raise ValueError("wait_replicas must be an integer from 0 to 16 (ASCII digits)")
+    username, password = None, None
+    if userinfo is not None:
+        user, has_password, secret = userinfo.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if has_password else None
     return RedisURL(
         host=parts.hostname,
-        port=port,
+        port=int(port_text) if colon else 6379,
         db=int(db_text),
-        username=unquote(parts.username) if parts.username else None,
-        password=unquote(parts.password) if parts.password is not None else None,
+        username=username,
+        password=password,
         tls=tls,
         ca_file=params.get("ca_file") or None,
         wait_replicas=int(wait),
@@ -106,8 +171,13 @@ def parse_redis_url(url: str) -> RedisURL:
 
 
 def _check_sqlite(url: str) -> None:
-    if len(url) <= len("sqlite:///"):
-        raise ValueError("must be sqlite:///PATH (e.g. sqlite:///runonce.db)")
+    if not url.startswith("sqlite:///") or len(url) == len("sqlite:///"):
+        raise ValueError(
+            "must be sqlite:///PATH: sqlite:///runonce.db is runonce.db in the working directory, "
+            "sqlite:////var/lib/runonce.db an absolute path (four slashes)"
+        )
+    if "?" in url or "#" in url:
+        raise ValueError("sqlite:///PATH takes no options: a path with ? or # is not supported")
 
 
 def _check_firestore(url: str) -> None:
@@ -134,18 +204,27 @@ def _open_firestore(url: str, timeout: float, options: dict[str, Any]) -> RunSto
             timeout_seconds=timeout,
         )
     except DefaultCredentialsError as exc:
-        from runonce.settings import ConfigError
+        raise _no_credentials("firestore", "FIRESTORE_EMULATOR_HOST") from exc
 
-        raise ConfigError(
-            "RUNONCE_STORE=firestore found no Google credentials: run `gcloud auth application-default "
-            "login` (or set GOOGLE_APPLICATION_CREDENTIALS), or set FIRESTORE_EMULATOR_HOST to use an emulator"
-        ) from exc
+
+def _no_credentials(store: str, emulator: str) -> Exception:
+    from runonce.settings import ConfigError
+
+    return ConfigError(
+        f"RUNONCE_STORE={store}… found no Google credentials: run `gcloud auth application-default "
+        f"login` (or set GOOGLE_APPLICATION_CREDENTIALS), or set {emulator} to use an emulator"
+    )
 
 
 def _open_spanner(url: str, timeout: float, options: dict[str, Any]) -> RunStore:
+    from google.auth.exceptions import DefaultCredentialsError
+
     from runonce.stores.spanner import SpannerStore  # imports google-cloud-spanner: only when configured
 
-    return SpannerStore(parse_spanner_url(url), timeout_seconds=timeout)
+    try:
+        return SpannerStore(parse_spanner_url(url), timeout_seconds=timeout)
+    except DefaultCredentialsError as exc:
+        raise _no_credentials("spanner://", "SPANNER_EMULATOR_HOST") from exc
 
 
 def _open_redis(url: str, timeout: float, options: dict[str, Any]) -> RunStore:
@@ -183,13 +262,27 @@ def backend_for(url: str) -> Backend:
     backend = BACKENDS.get(scheme)
     if backend is None or ("://" in url) != ("://" in backend.form):
         forms = ", ".join(b.form for b in BACKENDS.values())
-        raise ValueError(f"unknown store {url.split('?')[0]!r}: use one of {forms}")
+        raise ValueError(f"unknown store {redact_store_url(url).split('?')[0]!r}: use one of {forms}")
     return backend
 
 
+def scrub(message: str, url: str) -> str:
+    """`message` with every secret of `url` (`secrets_of`) replaced by `***`: a second guard, as
+    messages are written never to quote them. (Secrets under 4 characters are left: replacing a
+    one-letter user name everywhere would garble the message and hide nothing worth hiding.)"""
+    for secret in secrets_of(url):
+        if len(secret) >= 4:
+            message = message.replace(secret, "***")
+    return message
+
+
 def check_store_url(url: str) -> str:
-    """Validate `RUNONCE_STORE` without importing any driver (settings call this)."""
-    backend_for(url).check(url)
+    """Validate `RUNONCE_STORE` without importing any driver (settings call this). The error never
+    quotes the URL's credentials or option values."""
+    try:
+        backend_for(url).check(url)
+    except ValueError as exc:
+        raise ValueError(scrub(str(exc), url)) from None
     return url
 
 
@@ -203,8 +296,7 @@ def open_store(
 ) -> RunStore:
     """The store named by `RUNONCE_STORE` (see `BACKENDS`). Tests that want the in-memory store
     build `runonce.stores.memory.MemoryStore` themselves."""
-    backend = backend_for(url)
-    backend.check(url)
+    backend = backend_for(check_store_url(url))
     options = {
         "firestore_project": firestore_project,
         "firestore_database": firestore_database,
@@ -220,6 +312,8 @@ def open_store(
         raise ConfigError(
             f"RUNONCE_STORE={backend.scheme}://… needs its driver: pip install 'runonce[{backend.extra}]' ({exc})"
         ) from exc
+    except StoreUnavailable as exc:
+        raise StoreUnavailable(scrub(str(exc), url)) from exc
 
 
 __all__ = [
@@ -237,4 +331,7 @@ __all__ = [
     "open_store",
     "parse_redis_url",
     "parse_spanner_url",
+    "redact_store_url",
+    "scrub",
+    "secrets_of",
 ]
