@@ -34,7 +34,7 @@ CsvList = Annotated[list[str], NoDecode]
 """A list given in the environment as `a,b,c`."""
 
 
-_NUMBER = re.compile(r"[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+_NUMBER = re.compile(r"[-+]?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
 
 
 def ascii_number(value: object) -> object:

@@ -274,3 +274,139 @@ def test_key_refuses_a_queue_with_a_final_newline(tmp_path: Path) -> None:
     path.write_text(f"routes: {{a: {{{LOG}}}}}")
     result = invoke(["key", "--route", "a", "--queue", "exports\n", "--task", "t"], path)
     assert result.exit_code == 2 and "--queue" in result.output
+
+
+# -- the command line -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "reason"),
+    [
+        ("--lease-seconds", "-5", "--lease-seconds: Input should be greater than 0"),
+        ("--lease-seconds", "0", "--lease-seconds: Input should be greater than 0"),
+        ("--lease-seconds", "nan", "--lease-seconds: must be a number in ASCII digits"),
+        ("--lease-seconds", "inf", "--lease-seconds: must be a number in ASCII digits"),
+        ("--lease-seconds", "1e30", "--lease-seconds: Input should be less than or equal to"),
+        ("--lease-seconds", "10", "--lease-seconds (10) must be at least RUNONCE_DISPATCH_TIMEOUT_SECONDS"),
+        ("--retention-seconds", "\u0663", "--retention-seconds: must be a number in ASCII digits"),
+        ("--retention-seconds", "100", "--retention-seconds (100) must be above RUNONCE_LEASE_SECONDS (300)"),
+    ],
+)
+def test_lint_validates_its_lease_and_retention_as_the_server_does(
+    flag: str, value: str, reason: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "routes.yaml"
+    path.write_text(f"routes: {{a: {{{LOG}}}}}")
+    result = invoke(["lint", str(path), f"{flag}={value}"], None)
+    assert result.exit_code == 2 and reason in result.output and "Traceback" not in result.output, result.output
+
+
+def test_lint_says_when_its_flag_and_the_setting_disagree(tmp_path: Path) -> None:
+    path = tmp_path / "routes.yaml"
+    path.write_text(f"routes: {{a: {{{LOG}}}}}")
+    result = CliRunner().invoke(
+        main, ["lint", str(path), "--lease-seconds", "120"], env={"RUNONCE_LEASE_SECONDS": "100"}
+    )
+    assert result.exit_code == 0, result.output
+    assert "--lease-seconds 120 differs from RUNONCE_LEASE_SECONDS (100, set here)" in result.output
+    agreeing = CliRunner().invoke(main, ["lint", str(path), "--lease-seconds", "300"], env={})
+    assert agreeing.exit_code == 0 and "differs" not in agreeing.output
+
+
+@pytest.mark.parametrize("content", ["tables", "not sqlite", "empty"])
+@pytest.mark.parametrize("args", [["runs", "list"], ["runs", "show", "a" * 64], ["runs", "release", "a" * 64]], ids=str)
+def test_runs_commands_refuse_a_file_that_is_not_a_runonce_store_and_change_nothing(
+    tmp_path: Path, content: str, args: list[str]
+) -> None:
+    import sqlite3
+
+    path = tmp_path / "app.db"
+    if content == "tables":
+        with sqlite3.connect(path) as conn:
+            conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY)")
+        conn.close()
+    elif content == "not sqlite":
+        path.write_text("name,amount\nx,1\n")
+    else:
+        path.write_bytes(b"")
+    before = path.read_bytes()
+    names_before = sorted(p.name for p in tmp_path.iterdir())
+    result = CliRunner().invoke(main, args, env={"RUNONCE_STORE": f"sqlite:///{path}"})
+    line = one_line_error(result)
+    assert line.startswith(f"Error: {path} is not a runonce store") and "nothing was changed" in line, line
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == names_before
+
+
+@pytest.mark.parametrize(
+    ("args", "reason"),
+    [
+        (["--after", "9999-06-01T00:00:00Z"], "runonce schedules nothing at or after 9999-01-01T00:00:00Z"),
+        (["--after", "9999-12-31T00:00:00Z"], "runonce schedules nothing at or after 9999-01-01T00:00:00Z"),
+    ],
+)
+def test_schedule_next_refuses_a_start_past_the_last_scheduled_instant(args: list[str], reason: str) -> None:
+    result = CliRunner().invoke(main, ["schedule", "next", "0 0 * * *", *args])
+    assert result.exit_code == 2 and reason in result.output
+
+
+@pytest.mark.parametrize("expr", ["0 0 * * *", "0 0 29 2 *", "every 24 hours"])
+def test_schedule_next_stops_at_the_last_scheduled_instant_and_says_so(expr: str) -> None:
+    result = CliRunner().invoke(main, ["schedule", "next", expr, "--after", "9990-01-01T00:00:00Z", "--count", "10000"])
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+    fires = [line for line in result.stdout.splitlines() if line and not line.startswith("#")]
+    assert fires and all(line < "9999" for line in fires), fires[-3:]
+    assert "the end of the times runonce schedules" in result.stderr
+
+
+def test_schedule_next_starts_at_1970_and_says_so() -> None:
+    result = CliRunner().invoke(
+        main, ["schedule", "next", "0 0 1 1 *", "--after", "1900-01-01T00:00:00Z", "--count", "1"]
+    )
+    assert result.stdout.strip() == "1970-01-01T00:00:00+00:00" and "starting there" in result.stderr
+
+
+def test_the_command_line_window_is_the_delivery_parsers() -> None:
+    from runonce.run.delivery import EARLIEST_SCHEDULE_TIME, LATEST_SCHEDULE_TIME
+    from runonce.schedules.cli import FIRST_SCHEDULED, LAST_SCHEDULED
+
+    assert (FIRST_SCHEDULED, LAST_SCHEDULED) == (EARLIEST_SCHEDULE_TIME, LATEST_SCHEDULE_TIME)
+
+
+# Every number a user types: Python's int()/float() take other scripts' digits, fullwidth digits
+# and underscores; runonce takes ASCII digits only.
+NOT_ASCII = ["\u0665", "\uff15", "\u00b2", "1_0", "\u0661\u0660"]
+
+
+@pytest.mark.parametrize("digits", NOT_ASCII)
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["schedule", "next", "{} * * * *"],
+        ["schedule", "next", "*/{} * * * *"],
+        ["schedule", "next", "every {} minutes"],
+        ["schedule", "next", "0 0 * * *", "--count", "{}"],
+        ["runs", "list", "--limit", "{}"],
+        ["serve", "--port", "{}"],
+        ["serve", "--workers", "{}"],
+        ["audit", "--since", "{}h"],
+        ["lint", "routes.yaml", "--lease-seconds", "{}00"],
+    ],
+    ids=lambda a: " ".join(a[:2]),
+)
+def test_every_number_on_the_command_line_is_ascii_digits(digits: str, args: list[str], tmp_path: Path) -> None:
+    path = tmp_path / "routes.yaml"
+    path.write_text(
+        "routes: {a: {target: {type: log}, job: j, schedule: '* * * * *',"
+        " namespace: {project: my-project, location: l}}}"
+    )
+    filled = [arg.replace("{}", digits).replace("routes.yaml", str(path)) for arg in args]
+    result = invoke(filled, path)
+    assert result.exit_code in (1, 2), (filled, result.output)
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+
+
+@pytest.mark.parametrize("digits", NOT_ASCII)
+def test_a_retry_after_in_other_digits_is_ignored(digits: str) -> None:
+    from runonce.targets.base import parse_retry_after
+
+    assert parse_retry_after(digits) is None
