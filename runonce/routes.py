@@ -6,6 +6,7 @@ Any mistake stops start-up with one `ConfigError` naming the file, the route and
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Mapping
@@ -215,11 +216,15 @@ def parse_routes(text: str, origin: str) -> dict[str, Route]:
     """The routes in `text` (YAML or JSON), validated. Raises `ConfigError`: one line naming
     `origin`, the route, the field and the reason."""
     try:
-        data = yaml.load(text, Loader=_RoutesLoader)  # a SafeLoader (below)
+        data = _json(text) if text.lstrip().startswith("{") else _NOT_JSON
+        if data is _NOT_JSON:
+            data = yaml.load(text, Loader=_RoutesLoader)  # a SafeLoader (below)
     except yaml.MarkedYAMLError as exc:
         raise ConfigError(f"{origin}: {_yaml_problem(exc)}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{origin}: not valid YAML or JSON: {' '.join(str(exc).split())}") from exc
+    except ConfigError as exc:  # a rule of the JSON reader
+        raise ConfigError(f"{origin}: {exc}") from exc
     if not isinstance(data, Mapping):
         raise ConfigError(f"{origin}: expected a mapping with a top-level 'routes:' key")
     too_big = _check_size(data)
@@ -229,6 +234,41 @@ def parse_routes(text: str, origin: str) -> dict[str, Route]:
         return dict(RoutesConfig.model_validate(data).routes)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(origin, exc)) from exc
+
+
+_NOT_JSON = object()
+
+
+def _json(text: str) -> object:
+    """`text` read as JSON, with the routes loader's rules (no repeated key, no NaN, integers of
+    at most 20 digits), or `_NOT_JSON` when it is not JSON (then it is read as YAML, which reports
+    the error with its line). JSON is read as JSON because YAML 1.1 reads an escaped UTF-16 pair
+    (`"\\ud83d\\ude00"`) as two halves that are not text."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_pairs, parse_constant=_no_constant, parse_int=_short_int)
+    except json.JSONDecodeError:
+        return _NOT_JSON
+    except RecursionError as exc:
+        raise ConfigError(f"nested more than {MAX_NESTING} deep") from exc
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+        raise ConfigError(f"the key {twice!r} is given twice in one object")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ConfigError(f"{name} is not a JSON number")
+
+
+def _short_int(digits: str) -> int:
+    if len(digits.lstrip("-")) > 20:
+        raise ConfigError("an integer is beyond 64 bits")
+    return int(digits)
 
 
 def _yaml_problem(exc: yaml.MarkedYAMLError) -> str:
@@ -321,6 +361,14 @@ _RoutesLoader.add_constructor("tag:yaml.org,2002:int", _RoutesLoader.construct_y
 _RoutesLoader.add_constructor("tag:yaml.org,2002:float", _RoutesLoader.construct_yaml_float)
 
 
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check_size(data: object) -> str | None:
     """Why `data` is too big or too deep to validate (aliases can make a small file hold a huge or
     cyclic structure), or None."""
@@ -333,6 +381,8 @@ def _check_size(data: object) -> str | None:
             return f"holds more than {MAX_NODES} values (counting each use of an alias)"
         if depth > MAX_NESTING:
             return f"nested more than {MAX_NESTING} deep (or an alias refers to itself)"
+        if isinstance(value, str) and not _is_text(value):
+            return "holds a string with half of a UTF-16 pair (an escape such as \\ud800): not text"
         if isinstance(value, dict):
             stack.extend((item, depth + 1) for pair in value.items() for item in pair)
         elif isinstance(value, list):
