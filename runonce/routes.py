@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
@@ -223,7 +223,7 @@ def parse_routes(text: str, origin: str) -> dict[str, Route]:
         raise ConfigError(f"{origin}: {_yaml_problem(exc)}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{origin}: not valid YAML or JSON: {' '.join(str(exc).split())}") from exc
-    except ConfigError as exc:  # a rule of the JSON reader
+    except ConfigError as exc:  # a rule of the routes loader (JSON or YAML)
         raise ConfigError(f"{origin}: {exc}") from exc
     if not isinstance(data, Mapping):
         raise ConfigError(f"{origin}: expected a mapping with a top-level 'routes:' key")
@@ -276,13 +276,13 @@ def _yaml_problem(exc: yaml.MarkedYAMLError) -> str:
     mark = exc.problem_mark or exc.context_mark
     where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
     problem = " ".join(str(exc.problem or exc.context or "not valid YAML or JSON").split())
-    if isinstance(exc, _Refused):
-        return where + problem
     return f"not valid YAML or JSON: {where}{problem}"
 
 
-class _Refused(yaml.constructor.ConstructorError):
-    """What the routes loader refuses that YAML allows."""
+def _refused(problem: str, mark: yaml.Mark | None) -> ConfigError:
+    """What the routes loader refuses that YAML allows, at its line and column."""
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return ConfigError(where + problem)
 
 
 _INT = re.compile(r"[-+]?[0-9]+\Z")
@@ -303,25 +303,16 @@ class _RoutesLoader(yaml.SafeLoader):
       Python's own limits (whose errors are tracebacks).
     """
 
-    yaml_implicit_resolvers: ClassVar[dict[str, list[tuple[str, re.Pattern[str]]]]] = {
-        first: [
-            (tag, regexp)
-            for tag, regexp in resolvers
-            if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
-        ]
-        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-    }
-
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._depth = 0
 
-    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         self._depth += 1
         try:
             if self._depth > MAX_NESTING:
-                raise _Refused(None, None, f"nested more than {MAX_NESTING} deep", self.peek_event().start_mark)
-            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+                raise _refused(f"nested more than {MAX_NESTING} deep", self.peek_event().start_mark)
+            return super().compose_node(parent, index)
         finally:
             self._depth -= 1
 
@@ -330,31 +321,39 @@ class _RoutesLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue
-            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=True)
             try:
                 duplicate = key in seen
                 seen.add(key)
             except TypeError:  # an unhashable key: SafeLoader's own error says so
                 break
             if duplicate:
-                raise _Refused(None, None, f"the key {key!r} is given twice in one mapping", key_node.start_mark)
-        return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
+                raise _refused(f"the key {key!r} is given twice in one mapping", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
-        text = str(self.construct_scalar(node))  # type: ignore[no-untyped-call]
+        text = str(self.construct_scalar(node))
         if not _INT.match(text):
-            raise _Refused(None, None, "an integer is written in decimal ASCII digits", node.start_mark)
+            raise _refused("an integer is written in decimal ASCII digits", node.start_mark)
         if len(text.lstrip("+-")) > 20:
-            raise _Refused(None, None, "an integer is beyond 64 bits", node.start_mark)
+            raise _refused("an integer is beyond 64 bits", node.start_mark)
         return int(text, 10)
 
     def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
-        text = str(self.construct_scalar(node))  # type: ignore[no-untyped-call]
+        text = str(self.construct_scalar(node))
         if not _FLOAT.match(text):
-            raise _Refused(None, None, "a number is written in decimal ASCII digits", node.start_mark)
-        return super().construct_yaml_float(node)  # type: ignore[no-untyped-call,no-any-return]
+            raise _refused("a number is written in decimal ASCII digits", node.start_mark)
+        return super().construct_yaml_float(node)
 
 
+# YAML 1.1's int and float resolvers out (each first character's list is copied, not shared with
+# SafeLoader's), the decimal ones in.
+_RoutesLoader.yaml_implicit_resolvers = {
+    first: [
+        (tag, regexp) for tag, regexp in resolvers if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+    ]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
 _RoutesLoader.add_implicit_resolver("tag:yaml.org,2002:int", _INT, list("-+0123456789"))
 _RoutesLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
 _RoutesLoader.add_constructor("tag:yaml.org,2002:int", _RoutesLoader.construct_yaml_int)

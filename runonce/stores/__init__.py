@@ -7,13 +7,11 @@ URL. A backend's SDK is imported only by its own module, and that module only wh
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
 
-from runonce import names
+from runonce.errors import ConfigError
 from runonce.stores.base import (
     Claim,
     Decision,
@@ -25,149 +23,16 @@ from runonce.stores.base import (
     StoreError,
     StoreUnavailable,
 )
-
-
-@dataclass(frozen=True)
-class SpannerURL:
-    """`spanner://projects/P/instances/I/databases/D[?table=runonce_runs]`"""
-
-    project: str
-    instance: str
-    database: str
-    table: str = "runonce_runs"
-
-
-@dataclass(frozen=True)
-class RedisURL:
-    """`redis://[[user]:password@]HOST[:PORT][/DB][?wait_replicas=N]`, or `rediss://…[&ca_file=PATH]`."""
-
-    host: str
-    port: int = 6379
-    db: int = 0
-    username: str | None = field(default=None, repr=False)
-    password: str | None = field(default=None, repr=False)
-    tls: bool = False
-    ca_file: str | None = None
-    wait_replicas: int = 0
-
-
-def _query(url: str, allowed: tuple[str, ...]) -> dict[str, str]:
-    """The URL's options. An unknown one is named, never its value (it may be a token)."""
-    params = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
-    unknown = sorted(set(params) - set(allowed))
-    if unknown:
-        known = ", ".join(allowed) or "none"
-        raise ValueError(f"unknown option {unknown[0]!r} in {url.split('://')[0]}:// URL (options: {known})")
-    return params
-
-
-def split_credentials(url: str) -> tuple[str, str | None]:
-    """(`url` without its `user:password@`, that user-info or None).
-
-    The user-info is everything between `://` and the *last* `@`, so a password with an unescaped
-    `/`, `?`, `#` or `@` is still taken whole: no part of it is ever parsed as host, port, path or
-    option, and so none can reach an error message.
-    """
-    scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest:
-        return url, None
-    userinfo, _, host = rest.rpartition("@")
-    return f"{scheme}://{host}", userinfo
-
-
-_KNOWN_OPTIONS = ("table", "wait_replicas", "ca_file")
-"""Store URL options that are settings, not secrets: shown as they are."""
-
-
-def redact_store_url(url: str) -> str:
-    """`url` as it may be shown in a log line, an error or a command's output: `user:password@`
-    becomes `***@`, and the value of every option but runonce's own becomes `***`."""
-    bare, userinfo = split_credentials(url)
-    if userinfo is not None:
-        scheme, _, host = bare.partition("://")
-        bare = f"{scheme}://***@{host}"
-    base, sep, query = bare.partition("?")
-    if not sep:
-        return bare
-    shown = []
-    for item in query.split("&"):
-        name, eq, _ = item.partition("=")
-        shown.append(item if name in _KNOWN_OPTIONS else f"{name}{eq}***" if eq else "***")
-    return f"{base}?{'&'.join(shown)}"
-
-
-def secrets_of(url: str) -> list[str]:
-    """The parts of a store URL that must never be shown, as written and percent-decoded (what
-    `redact_store_url` hides): the user-info and its parts, and every unknown option's value."""
-    bare, userinfo = split_credentials(url)
-    found: list[str] = []
-    if userinfo:
-        user, _, password = userinfo.partition(":")
-        found += [userinfo, user, password, unquote(user), unquote(password)]
-    _, sep, query = bare.partition("?")
-    if sep:
-        for item in query.split("&"):
-            name, eq, value = item.partition("=")
-            if name not in _KNOWN_OPTIONS:
-                found += [value, unquote(value)] if eq else [item, unquote(item)]
-    return sorted({secret for secret in found if secret}, key=len, reverse=True)
-
-
-_SPANNER_PATH = re.compile(
-    rf"spanner://projects/({names.PROJECT_ID})/instances/([a-z][a-z0-9-]*[a-z0-9])"
-    r"/databases/([a-z][a-z0-9_-]*[a-z0-9])(\?.*)?"
+from runonce.stores.sqlite import SQLiteStore
+from runonce.stores.urls import (
+    RedisURL,
+    SpannerURL,
+    parse_redis_url,
+    parse_spanner_url,
+    redact_store_url,
+    secrets_of,
+    split_credentials,
 )
-_TABLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
-
-
-def parse_spanner_url(url: str) -> SpannerURL:
-    match = _SPANNER_PATH.fullmatch(url)
-    if match is None:
-        raise ValueError("must be spanner://projects/PROJECT/instances/INSTANCE/databases/DATABASE[?table=NAME]")
-    table = _query(url, ("table",)).get("table", "runonce_runs")
-    if not _TABLE_NAME.fullmatch(table):
-        raise ValueError("the table option is not a Spanner table name (letters, digits, _; a letter first)")
-    return SpannerURL(match[1], match[2], match[3], table)
-
-
-_PORT = re.compile(r"[0-9]{1,5}")
-_DB = re.compile(r"[0-9]{1,5}")
-
-
-def parse_redis_url(url: str) -> RedisURL:
-    """The URL's parts. Messages never quote its user-info or option values (see `split_credentials`)."""
-    bare, userinfo = split_credentials(url)
-    parts = urlsplit(bare)
-    netloc = parts.netloc
-    closing = netloc.rfind("]")  # an IPv6 host, `[::1]:6379`, has colons of its own
-    host, colon, port_text = netloc.rpartition(":") if ":" in netloc[closing + 1 :] else (netloc, "", "")
-    if not host or not parts.hostname:
-        raise ValueError("must be redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] or rediss://… (a host is required)")
-    if colon and not (_PORT.fullmatch(port_text) and 0 < int(port_text) <= 65535):
-        raise ValueError(f"the port in a {parts.scheme}:// URL must be a number from 1 to 65535 (ASCII digits)")
-    db_text = parts.path.removeprefix("/") or "0"
-    if not _DB.fullmatch(db_text):
-        raise ValueError(f"the database number in a {parts.scheme}:// URL must be an integer (ASCII digits), as in /0")
-    tls = parts.scheme == "rediss"
-    params = _query(bare, ("wait_replicas", "ca_file") if tls else ("wait_replicas",))
-    wait = params.get("wait_replicas", "0")
-    if not (re.fullmatch(r"[0-9]{1,2}", wait) and int(wait) <= 16):
-        raise ValueError("wait_replicas must be an integer from 0 to 16 (ASCII digits)")
-    username, password = None, None
-    if userinfo is not None:
-        user, has_password, secret = userinfo.partition(":")
-        username = unquote(user) or None
-        password = unquote(secret) if has_password else None
-    return RedisURL(
-        host=parts.hostname,
-        port=int(port_text) if colon else 6379,
-        db=int(db_text),
-        username=username,
-        password=password,
-        tls=tls,
-        ca_file=params.get("ca_file") or None,
-        wait_replicas=int(wait),
-    )
 
 
 def _check_sqlite(url: str) -> None:
@@ -186,15 +51,14 @@ def _check_firestore(url: str) -> None:
 
 
 def _open_sqlite(url: str, timeout: float, options: dict[str, Any]) -> RunStore:
-    from runonce.stores.sqlite import SQLiteStore
-
     return SQLiteStore.from_url(url, timeout)
 
 
 def _open_firestore(url: str, timeout: float, options: dict[str, Any]) -> RunStore:
-    from google.auth.exceptions import DefaultCredentialsError
+    # Deferred: a SQLite start imports neither google.cloud.firestore nor grpc (tests/test_cold_start.py).
+    from google.auth.exceptions import DefaultCredentialsError  # deferred, measured: see above
 
-    from runonce.stores.firestore import FirestoreStore  # imports grpc: only when configured
+    from runonce.stores.firestore import FirestoreStore  # deferred, measured: see above
 
     try:
         return FirestoreStore(
@@ -207,9 +71,7 @@ def _open_firestore(url: str, timeout: float, options: dict[str, Any]) -> RunSto
         raise _no_credentials("firestore", "FIRESTORE_EMULATOR_HOST") from exc
 
 
-def _no_credentials(store: str, emulator: str) -> Exception:
-    from runonce.settings import ConfigError
-
+def _no_credentials(store: str, emulator: str) -> ConfigError:
     return ConfigError(
         f"RUNONCE_STORE={store}… found no Google credentials: run `gcloud auth application-default "
         f"login` (or set GOOGLE_APPLICATION_CREDENTIALS), or set {emulator} to use an emulator"
@@ -217,9 +79,10 @@ def _no_credentials(store: str, emulator: str) -> Exception:
 
 
 def _open_spanner(url: str, timeout: float, options: dict[str, Any]) -> RunStore:
-    from google.auth.exceptions import DefaultCredentialsError
+    # Deferred: only a spanner:// start imports google-cloud-spanner (tests/test_store_new_backends.py).
+    from google.auth.exceptions import DefaultCredentialsError  # deferred, measured: see above
 
-    from runonce.stores.spanner import SpannerStore  # imports google-cloud-spanner: only when configured
+    from runonce.stores.spanner import SpannerStore  # deferred, measured: see above
 
     try:
         return SpannerStore(parse_spanner_url(url), timeout_seconds=timeout)
@@ -228,7 +91,8 @@ def _open_spanner(url: str, timeout: float, options: dict[str, Any]) -> RunStore
 
 
 def _open_redis(url: str, timeout: float, options: dict[str, Any]) -> RunStore:
-    from runonce.stores.redis import RedisStore  # imports redis-py: only when configured
+    # Deferred: only a redis:// start imports redis-py (tests/test_store_new_backends.py).
+    from runonce.stores.redis import RedisStore  # deferred, measured: see above
 
     return RedisStore(parse_redis_url(url), timeout_seconds=timeout)
 
@@ -307,8 +171,6 @@ def open_store(
     except ModuleNotFoundError as exc:
         if backend.extra is None:
             raise
-        from runonce.settings import ConfigError
-
         raise ConfigError(
             f"RUNONCE_STORE={backend.scheme}://… needs its driver: pip install 'runonce[{backend.extra}]' ({exc})"
         ) from exc
@@ -323,8 +185,10 @@ __all__ = [
     "Fenced",
     "Finish",
     "NewRun",
+    "RedisURL",
     "RunRecord",
     "RunStore",
+    "SpannerURL",
     "StoreError",
     "StoreUnavailable",
     "check_store_url",
@@ -334,4 +198,5 @@ __all__ = [
     "redact_store_url",
     "scrub",
     "secrets_of",
+    "split_credentials",
 ]
