@@ -6,6 +6,7 @@ the delivery's identity headers and every command-line number.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -410,3 +411,19 @@ def test_a_retry_after_in_other_digits_is_ignored(digits: str) -> None:
     from runonce.targets.base import parse_retry_after
 
     assert parse_retry_after(digits) is None
+
+
+@pytest.mark.parametrize("header", IDENTITY_HEADERS)
+def test_a_repeated_identity_header_is_refused_in_httpx_headers_too(header: str) -> None:
+    """The parser takes Starlette's headers (getlist) and httpx's (get_list) alike."""
+    import httpx
+
+    from runonce.errors import InvalidDelivery
+    from runonce.run.delivery import parse_delivery
+
+    base = TASK | {"X-CloudTasks-TaskExecutionCount": "0"} if header.startswith("X-CloudTasks") else JOB
+    headers = httpx.Headers([*base.items(), (header.upper(), base[header])])
+    with pytest.raises(InvalidDelivery) as refused:
+        parse_delivery("etl", headers, ("", ""), datetime(2026, 10, 16, 12, tzinfo=UTC), timedelta(0))
+    assert refused.value.field == header and "more than once" in refused.value.reason
+    parse_delivery("etl", httpx.Headers(base), ("", ""), datetime(2026, 10, 16, 12, tzinfo=UTC), timedelta(0))
