@@ -427,3 +427,17 @@ def test_a_repeated_identity_header_is_refused_in_httpx_headers_too(header: str)
         parse_delivery("etl", headers, ("", ""), datetime(2026, 10, 16, 12, tzinfo=UTC), timedelta(0))
     assert refused.value.field == header and "more than once" in refused.value.reason
     parse_delivery("etl", httpx.Headers(base), ("", ""), datetime(2026, 10, 16, 12, tzinfo=UTC), timedelta(0))
+
+
+async def test_a_bad_queue_names_both_accepted_forms(api: Harness) -> None:
+    answer = await api.deliver(headers=TASK | {"X-CloudTasks-QueueName": "a.b"})
+    message = answer.json()["error"]["message"]
+    assert answer.status_code == 400 and "a queue id: letters, digits and hyphens" in message
+    assert "(projects/PROJECT/locations/LOCATION/queues/QUEUE)" in message
+
+
+@pytest.mark.parametrize("count", ["\u0663", "1_0", "-1", "99999999999999999999"])
+async def test_a_tasks_counter_in_anything_but_ascii_digits_is_refused(api: Harness, count: str) -> None:
+    answer = await api.deliver(headers=TASK | {"X-CloudTasks-TaskRetryCount": count.encode()})
+    assert answer.status_code == 400
+    assert answer.json()["error"]["message"].endswith("must be a count of ASCII digits from 0 to 9223372036854775807")

@@ -262,7 +262,7 @@ def parse_queue(value: str, namespace: tuple[str, str]) -> tuple[str, str, str]:
     A resource name carries its own namespace. A namespace part already named by the query or the
     route must agree with it, else the delivery is refused: runs of two projects are never merged.
     """
-    resource = re.fullmatch(QUEUE_RESOURCE_PATTERN, value, flags=re.ASCII)
+    resource = re.fullmatch(QUEUE_RESOURCE_PATTERN, value)
     if resource is None:
         if not matches(QUEUE_PATTERN, value):
             raise InvalidDelivery(
