@@ -441,3 +441,10 @@ async def test_a_tasks_counter_in_anything_but_ascii_digits_is_refused(api: Harn
     answer = await api.deliver(headers=TASK | {"X-CloudTasks-TaskRetryCount": count.encode()})
     assert answer.status_code == 400
     assert answer.json()["error"]["message"].endswith("must be a count of ASCII digits from 0 to 9223372036854775807")
+
+
+async def test_a_bad_part_of_a_queue_resource_name_is_explained_in_words(api: Harness) -> None:
+    queue = "projects/my-project/locations/US/queues/q"
+    answer = await api.deliver(headers=TASK | {"X-CloudTasks-QueueName": queue})
+    message = answer.json()["error"]["message"]
+    assert answer.status_code == 400 and "the location in the queue's resource name is not a location" in message
