@@ -445,6 +445,6 @@ async def test_a_tasks_counter_in_anything_but_ascii_digits_is_refused(api: Harn
 
 async def test_a_bad_part_of_a_queue_resource_name_is_explained_in_words(api: Harness) -> None:
     queue = "projects/my-project/locations/US/queues/q"
-    answer = await api.deliver(headers=TASK | {"X-CloudTasks-QueueName": queue})
+    answer = await api.deliver("bare", headers=TASK | {"X-CloudTasks-QueueName": queue})
     message = answer.json()["error"]["message"]
     assert answer.status_code == 400 and "the location in the queue's resource name is not a location" in message
