@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import os
 import signal
+import sqlite3
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import click
 import httpx
@@ -22,7 +25,7 @@ from runonce.errors import InvalidDelivery
 from runonce.logs import configure_logging, uvicorn_log_config
 from runonce.routes import load_routes
 from runonce.run.delivery import check_run_id, parse_delivery, parse_namespace
-from runonce.schedules.cli import InstantType, schedule
+from runonce.schedules.cli import AsciiIntRange, InstantType, schedule
 from runonce.settings import ConfigError, Settings, load_settings
 from runonce.status import status_command
 from runonce.stores import StoreUnavailable, backend_for, open_store
@@ -47,11 +50,27 @@ def _no_store(settings: Settings) -> str | None:
     return None
 
 
+def _not_a_store(settings: Settings) -> str | None:
+    """Why the existing SQLite file named by RUNONCE_STORE is not runonce's (no `runs` table, or not
+    SQLite at all), or None. Read only: opening it as a store would create the tables in it."""
+    path = settings.store.removeprefix("sqlite:///")
+    if not settings.store.startswith("sqlite:///") or not os.path.isfile(path):
+        return None
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True)) as conn:
+            found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'runs'").fetchone()
+    except sqlite3.Error as exc:
+        return f"{path} is not a runonce store ({exc}): check RUNONCE_STORE; nothing was changed"
+    if found is None:
+        return f"{path} is not a runonce store (it has no runs table): check RUNONCE_STORE; nothing was changed"
+    return None
+
+
 def _with_store(settings: Settings, use: Callable[[Any], Awaitable[T]], *, create: bool = False) -> T:
     """Run `use(store)` on the configured store, which must already exist unless `create` (a SQLite
     file is created only by `store init`: `runs` commands read, or release what exists)."""
 
-    missing = None if create else _no_store(settings)
+    missing = None if create else _no_store(settings) or _not_a_store(settings)
     if missing:
         raise click.ClickException(missing)
 
@@ -88,8 +107,8 @@ def main() -> None:
 
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
-@click.option("--port", type=click.IntRange(0, 65535), default=None, help="Port to listen on  [default: $PORT or 8080]")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Worker processes.")
+@click.option("--port", type=AsciiIntRange(0, 65535), default=None, help="Port to listen on  [default: $PORT or 8080]")
+@click.option("--workers", type=AsciiIntRange(min=1), default=1, show_default=True, help="Worker processes.")
 def serve(host: str, port: int | None, workers: int) -> None:
     """Run the proxy (uvicorn)."""
     with _collector_paused_for_start_up():
@@ -184,7 +203,7 @@ def runs_show(run_id: str) -> None:
 @click.option(
     "--status", type=click.Choice(["in_progress", "completed", "failed", "skipped"]), help="Only runs in this state."
 )
-@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@click.option("--limit", type=AsciiIntRange(1, 1000), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON record per line.")
 def runs_list(route: str | None, status: str | None, limit: int, as_json: bool) -> None:
     """List recent runs, newest first."""
@@ -455,7 +474,7 @@ def _audited_route(routes: dict[str, Any], name: str, flag: str) -> Any:
 @click.option("--from", "start", type=InstantType(), required=True, help="First fire time (RFC 3339), inclusive.")
 @click.option("--to", "end", type=InstantType(), required=True, help="End (RFC 3339), exclusive; not in the future.")
 @click.option("--dry-run", is_flag=True, help="Print the fire times and run_ids; call nothing.")
-@click.option("--concurrency", type=click.IntRange(1, 64), default=4, show_default=True, help="Runs in flight at once.")
+@click.option("--concurrency", type=AsciiIntRange(1, 64), default=4, show_default=True, help="Runs in flight at once.")
 @click.option("--format", "output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--yes", is_flag=True, help="Run more than 1000 fire times, or fire times older than the retention.")
 def backfill_command(
@@ -566,21 +585,16 @@ def _print_backfill(
 @main.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--format", "output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--lease-seconds", default=None, help="runonce's lease  [default: RUNONCE_LEASE_SECONDS or 300]")
 @click.option(
-    "--lease-seconds", type=float, default=None, help="runonce's lease  [default: RUNONCE_LEASE_SECONDS or 300]"
-)
-@click.option(
-    "--retention-seconds",
-    type=float,
-    default=None,
-    help="runonce's retention  [default: RUNONCE_RETENTION_SECONDS or 86400]",
+    "--retention-seconds", default=None, help="runonce's retention  [default: RUNONCE_RETENTION_SECONDS or 86400]"
 )
 @click.option("--now", type=InstantType(), default=None, help="Start of the two-year DST scan  [default: now]")
 def lint(
     files: tuple[str, ...],
     output: str,
-    lease_seconds: float | None,
-    retention_seconds: float | None,
+    lease_seconds: str | None,
+    retention_seconds: str | None,
     now: datetime | None,
 ) -> None:
     """Check Scheduler jobs (`gcloud scheduler jobs describe --format=json`) and routes files.
@@ -596,11 +610,8 @@ def lint(
             default_routes = load_routes(settings)
         except ConfigError as exc:
             raise click.ClickException(str(exc)) from exc
-    config = LintConfig(
-        lease_seconds=lease_seconds if lease_seconds is not None else settings.lease_seconds,
-        retention_seconds=retention_seconds if retention_seconds is not None else settings.retention_seconds,
-        now=now,
-    )
+    checked = _lint_settings(settings, {"lease_seconds": lease_seconds, "retention_seconds": retention_seconds})
+    config = LintConfig(lease_seconds=checked.lease_seconds, retention_seconds=checked.retention_seconds, now=now)
     findings = lint_files(list(files), config, default_routes)
     errors = sum(f.severity == "error" for f in findings)
     warnings = len(findings) - errors
@@ -613,6 +624,32 @@ def lint(
             click.echo(finding.line())
         click.echo(f"{len(files)} file(s): {errors} error(s), {warnings} warning(s)")
     sys.exit(1 if errors else 0)
+
+
+def _lint_settings(settings: Settings, flags: dict[str, str | None]) -> Settings:
+    """The settings with `lint`'s flags in place of RUNONCE_LEASE_SECONDS / RUNONCE_RETENTION_SECONDS,
+    validated as the server validates them (`runonce serve` would refuse what lint must not accept);
+    a flag that disagrees with the setting this environment gives `serve` is said on stderr."""
+    given = {name: value for name, value in flags.items() if value is not None}
+    if not given:
+        return settings
+    try:
+        checked = load_settings(**given)
+    except ConfigError as exc:
+        message = str(exc).removeprefix("bad settings: ")
+        for name in given:
+            message = message.replace(f"RUNONCE_{name.upper()}", f"--{name.replace('_', '-')}")
+        raise click.UsageError(message) from exc
+    for name in given:
+        ours, theirs = getattr(checked, name), getattr(settings, name)
+        if ours != theirs:
+            click.echo(
+                f"note: --{name.replace('_', '-')} {ours:g} differs from RUNONCE_{name.upper()} ({theirs:g}, "
+                f"{'set here' if f'RUNONCE_{name.upper()}' in os.environ else 'its default'}), which runonce serve "
+                "would use: checking against the flag",
+                err=True,
+            )
+    return checked
 
 
 main.add_command(schedule)

@@ -6,7 +6,9 @@ Any mistake stops start-up with one `ConfigError` naming the file, the route and
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -16,7 +18,14 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 
 from runonce import names
-from runonce.run.delivery import JOB_PATTERN, LOCATION_PATTERN, PROJECT_PATTERN, SchedulePolicy
+from runonce.run.delivery import (
+    JOB_PATTERN,
+    LOCATION_PATTERN,
+    PATTERN_WORDS,
+    PROJECT_PATTERN,
+    SchedulePolicy,
+    pattern_words,
+)
 from runonce.run.guarantees import RouteGuard
 from runonce.schedules import ScheduleError, get_zone, parse_schedule
 from runonce.settings import EMAIL_PATTERN, MAX_DURATION_SECONDS, ConfigError, Settings
@@ -26,6 +35,11 @@ ROUTE_NAME_PATTERN = rf"^{names.ROUTE_NAME}$"
 """Lower-case letters, digits, `-` and `_`, at most 63 characters (as in URLs and the run_id)."""
 
 logger = logging.getLogger("runonce.routes")
+
+MAX_CONCURRENT_DISPATCHES = 10_000
+"""More dispatches in flight than one process could hold open is a typo."""
+MAX_NESTING = 64
+"""Deepest nesting of mappings and lists a routes file may have (a target's body included)."""
 
 RouteName = Annotated[str, StringConstraints(pattern=ROUTE_NAME_PATTERN)]
 Email = Annotated[str, StringConstraints(pattern=EMAIL_PATTERN)]
@@ -67,12 +81,18 @@ class Route(BaseModel):
         "separate",
         description="A Scheduler force run: a run of its own, the run at that time, or refused with 409.",
     )
-    max_concurrent_dispatches: int | None = Field(None, ge=1, description="Per process; over it: 429.")
+    max_concurrent_dispatches: int | None = Field(
+        None, ge=1, le=MAX_CONCURRENT_DISPATCHES, strict=True, description="Per process; over it: 429."
+    )
     overlap: Literal["allow", "skip", "wait"] = Field(
         "allow", description="While the route's previous execution runs: dispatch, record skipped, or 409."
     )
     max_lateness_seconds: int | None = Field(
-        None, gt=0, strict=True, description="A run first claimed later than this after its schedule time is skipped."
+        None,
+        gt=0,
+        le=MAX_DURATION_SECONDS,
+        strict=True,
+        description="A run first claimed later than this after its schedule time is skipped.",
     )
     # Missed runs (runonce/missed/audit.py): the Scheduler job that calls this route, so every fire time of
     # `schedule` has the run_id that job's delivery would get; what the audit dispatches when one
@@ -89,6 +109,7 @@ class Route(BaseModel):
         None,
         ge=1,
         le=MAX_DURATION_SECONDS,
+        strict=True,
         description="How far back a catch-up looks; below RUNONCE_RETENTION_SECONDS, which is the default.",
     )
     body: dict[str, Any] = Field(
@@ -197,6 +218,10 @@ def load_routes(settings: Settings) -> dict[str, Route]:
             text = Path(settings.routes_file).read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"{origin}: cannot read: {exc.strerror}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"{origin}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); save it as UTF-8"
+            ) from exc
     elif settings.routes:
         origin, text = "RUNONCE_ROUTES", settings.routes
     else:
@@ -225,21 +250,196 @@ def route_warnings(routes: Mapping[str, Route]) -> list[str]:
 
 
 def parse_routes(text: str, origin: str) -> dict[str, Route]:
+    """The routes in `text` (YAML or JSON), validated. Raises `ConfigError`: one line naming
+    `origin`, the route, the field and the reason."""
     try:
-        data = yaml.safe_load(text)  # YAML 1.1 is a superset of JSON: one parser for both
+        data = _json(text) if text.lstrip().startswith("{") else _NOT_JSON
+        if data is _NOT_JSON:
+            data = yaml.load(text, Loader=_RoutesLoader)  # a SafeLoader (below)
+    except yaml.MarkedYAMLError as exc:
+        raise ConfigError(f"{origin}: {_yaml_problem(exc)}") from exc
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{origin}: not valid YAML or JSON: {exc}") from exc
+        raise ConfigError(f"{origin}: not valid YAML or JSON: {' '.join(str(exc).split())}") from exc
+    except ConfigError as exc:  # a rule of the routes loader (JSON or YAML)
+        raise ConfigError(f"{origin}: {exc}") from exc
     if not isinstance(data, Mapping):
         raise ConfigError(f"{origin}: expected a mapping with a top-level 'routes:' key")
+    too_big = _check_size(data)
+    if too_big:
+        raise ConfigError(f"{origin}: {too_big}")
     try:
         return dict(RoutesConfig.model_validate(data).routes)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(origin, exc)) from exc
 
 
+_NOT_JSON = object()
+
+
+def _json(text: str) -> object:
+    """`text` read as JSON, with the routes loader's rules (no repeated key, no NaN, integers of
+    at most 20 digits), or `_NOT_JSON` when it is not JSON (then it is read as YAML, which reports
+    the error with its line). JSON is read as JSON because YAML 1.1 reads an escaped UTF-16 pair
+    (`"\\ud83d\\ude00"`) as two halves that are not text."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_pairs, parse_constant=_no_constant, parse_int=_short_int)
+    except json.JSONDecodeError:
+        return _NOT_JSON
+    except RecursionError as exc:
+        raise ConfigError(f"nested more than {MAX_NESTING} deep") from exc
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+        raise ConfigError(f"the key {twice!r} is given twice in one object")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ConfigError(f"{name} is not a JSON number")
+
+
+def _short_int(digits: str) -> int:
+    if len(digits.lstrip("-")) > 20:
+        raise ConfigError("an integer is beyond 64 bits")
+    return int(digits)
+
+
+def _yaml_problem(exc: yaml.MarkedYAMLError) -> str:
+    """`line 3, column 5: found the key 'a' twice`, in one line."""
+    mark = exc.problem_mark or exc.context_mark
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    problem = " ".join(str(exc.problem or exc.context or "not valid YAML or JSON").split())
+    return f"not valid YAML or JSON: {where}{problem}"
+
+
+def _refused(problem: str, mark: yaml.Mark | None) -> ConfigError:
+    """What the routes loader refuses that YAML allows, at its line and column."""
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return ConfigError(where + problem)
+
+
+_INT = re.compile(r"[-+]?[0-9]+\Z")
+_FLOAT = re.compile(
+    r"(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))\Z"
+)
+MAX_NODES = 100_000
+"""Most values a routes file may hold, counting every use of a YAML alias (`*name`) anew."""
+
+
+class _RoutesLoader(yaml.SafeLoader):
+    """YAML's safe loader, stricter where a routes file could mean something else than it says:
+
+    - a key given twice in one mapping is refused (YAML and JSON parsers keep the last one);
+    - numbers are YAML 1.2's and JSON's: decimal ASCII digits, so `017` is not octal 15, `1_000`
+      and `1:30` (sexagesimal 90) are not numbers, and `1e30` is a float (a string in YAML 1.1);
+    - an integer is at most 20 digits, and nesting at most `MAX_NESTING` deep, so neither reaches
+      Python's own limits (whose errors are tracebacks).
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        self._depth += 1
+        try:
+            if self._depth > MAX_NESTING:
+                event = self.peek_event()  # type: ignore[no-untyped-call]  # types-PyYAML leaves it untyped
+                raise _refused(f"nested more than {MAX_NESTING} deep", event.start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[object, object]:
+        seen: set[object] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: SafeLoader's own error says so
+                break
+            if duplicate:
+                raise _refused(f"the key {key!r} is given twice in one mapping", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        text = str(self.construct_scalar(node))
+        if not _INT.match(text):
+            raise _refused("an integer is written in decimal ASCII digits", node.start_mark)
+        if len(text.lstrip("+-")) > 20:
+            raise _refused("an integer is beyond 64 bits", node.start_mark)
+        return int(text, 10)
+
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
+        text = str(self.construct_scalar(node))
+        if not _FLOAT.match(text):
+            raise _refused("a number is written in decimal ASCII digits", node.start_mark)
+        return super().construct_yaml_float(node)
+
+
+# YAML 1.1's int and float resolvers out (each first character's list is copied, not shared with
+# SafeLoader's), the decimal ones in.
+_RoutesLoader.yaml_implicit_resolvers = {
+    first: [
+        (tag, regexp) for tag, regexp in resolvers if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+    ]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_RoutesLoader.add_implicit_resolver("tag:yaml.org,2002:int", _INT, list("-+0123456789"))
+_RoutesLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+_RoutesLoader.add_constructor("tag:yaml.org,2002:int", _RoutesLoader.construct_yaml_int)
+_RoutesLoader.add_constructor("tag:yaml.org,2002:float", _RoutesLoader.construct_yaml_float)
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_size(data: object) -> str | None:
+    """Why `data` is too big or too deep to validate (aliases can make a small file hold a huge or
+    cyclic structure), or None."""
+    stack: list[tuple[object, int]] = [(data, 1)]
+    count = 0
+    while stack:
+        value, depth = stack.pop()
+        count += 1
+        if count > MAX_NODES:
+            return f"holds more than {MAX_NODES} values (counting each use of an alias)"
+        if depth > MAX_NESTING:
+            return f"nested more than {MAX_NESTING} deep (or an alias refers to itself)"
+        if isinstance(value, str) and not _is_text(value):
+            return "holds a string with half of a UTF-16 pair (an escape such as \\ud800): not text"
+        if isinstance(value, dict):
+            stack.extend((item, depth + 1) for pair in value.items() for item in pair)
+        elif isinstance(value, list):
+            stack.extend((item, depth + 1) for item in value)
+    return None
+
+
+ROUTE_PATTERN_WORDS = {
+    **PATTERN_WORDS,
+    ROUTE_NAME_PATTERN: (
+        "a route name: 1 to 63 lower-case letters, digits, '-' and '_', starting with a letter or digit"
+    ),
+    EMAIL_PATTERN: "an email address (the caller's service account, e.g. scheduler@my-project.iam.gserviceaccount.com)",
+}
+"""What every pattern of the routes file accepts, in words (a test holds every pattern to a line here)."""
+
+
 def format_validation_error(origin: str, exc: ValidationError) -> str:
-    """`routes file r.yaml: route 'etl': field 'target.url': Input should be a valid URL`, one line
-    per problem."""
+    """`routes file r.yaml: route 'etl': field 'target.url': Input should be a valid URL`; several
+    problems are joined with `; ` so the error stays one line."""
     lines = []
     for error in exc.errors():
         loc: list[Any] = list(error["loc"])
@@ -252,8 +452,21 @@ def format_validation_error(origin: str, exc: ValidationError) -> str:
         if len(loc) >= 2 and loc[0] == "target" and loc[1] in TARGET_TYPES:
             del loc[1]  # the union's tag: "target.http.url" -> "target.url"
         field = ".".join(str(part) for part in loc)
-        message = error["msg"].removeprefix("Value error, ")
-        if error["type"] == "string_pattern_mismatch":
-            message = f"{error.get('input')!r} does not match {error['ctx']['pattern']}"
-        lines.append(f"{origin}: {where}{f'field {field!r}: ' if field else ''}{message}")
-    return "\n".join(lines)
+        lines.append(f"{origin}: {where}{f'field {field!r}: ' if field else ''}{_in_words(error)}")
+    return "; ".join(lines)
+
+
+def _in_words(error: Any) -> str:
+    """pydantic's error as a user of the routes file needs it: what is allowed, never an expression."""
+    kind, ctx, given = error["type"], error.get("ctx") or {}, error.get("input")
+    if kind == "string_pattern_mismatch":
+        return f"{given!r} {pattern_words(ctx['pattern'], str(given), ROUTE_PATTERN_WORDS)}"
+    if kind == "union_tag_invalid":
+        tag = str(ctx["discriminator"]).strip("'")
+        return f"unknown {tag} {ctx['tag']!r}; use one of: {ctx['expected_tags']}"
+    if kind == "union_tag_not_found":
+        tag = str(ctx["discriminator"]).strip("'")
+        return f"needs a {tag}: one of {', '.join(repr(name) for name in TARGET_TYPES)}"
+    if kind in ("int_type", "int_from_float", "int_parsing"):
+        return f"must be a whole number written in digits, got {given!r}"
+    return str(error["msg"]).removeprefix("Value error, ")

@@ -30,6 +30,17 @@ CsvList = Annotated[list[str], NoDecode]
 """A list given in the environment as `a,b,c`."""
 
 
+_NUMBER = re.compile(r"[-+]?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+
+
+def ascii_number(value: object) -> object:
+    """A number given as text must be written in ASCII digits, as in `300` or `2.5`: Python's
+    `int()` and `float()` (and pydantic) also take `1_000`, `٣٠٠` and `nan`, which no one means."""
+    if isinstance(value, str) and not _NUMBER.fullmatch(value.strip()):
+        raise ValueError(f"must be a number in ASCII digits, such as 300 or 2.5, got {value!r}")
+    return value
+
+
 def _split_csv(value: object) -> object:
     if isinstance(value, str):
         return [item.strip() for item in value.split(",") if item.strip()]
@@ -69,9 +80,11 @@ class Settings(_EndpointSettings):  # type: ignore[valid-type,misc]  # a base bu
 
     store: str = Field(
         "sqlite:///runonce.db",
+        repr=False,  # it may hold a password: shown only through redact_store_url
         description="The claim store's URL: `sqlite:///PATH` (a path relative to the working directory; "
         "`sqlite:////PATH` for an absolute one), `firestore`, `spanner://projects/P/instances/I/databases/D`, "
-        "`redis://HOST:PORT/DB` or `rediss://…` (Store URLs, in the stores how-to).",
+        "`redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]` or `rediss://…` (Store URLs, in the stores how-to). "
+        "Its credentials are never logged or shown.",
     )
     store_timeout_seconds: float = Field(
         5.0,
@@ -146,6 +159,20 @@ class Settings(_EndpointSettings):  # type: ignore[valid-type,misc]  # a base bu
         description="Serve the API description: `/docs` (Swagger UI), `/redoc` and `/openapi.json`, "
         "their assets from the package. `false`: all three answer 404.",
     )
+
+    @field_validator(
+        "store_timeout_seconds",
+        "lease_seconds",
+        "retention_seconds",
+        "dispatch_timeout_seconds",
+        "forced_run_tolerance_seconds",
+        "shutdown_grace_seconds",
+        "oidc_clock_skew_seconds",
+        mode="before",
+    )
+    @classmethod
+    def _ascii_number(cls, value: object) -> object:
+        return ascii_number(value)
 
     @field_validator("audience", "allowed_callers", "admin_callers", mode="before")
     @classmethod

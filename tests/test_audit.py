@@ -281,7 +281,11 @@ def test_a_catch_up_window_the_retention_cannot_see_stops_start_up() -> None:
         ("job: j, schedule: '* * * * *'", "job", "needs 'namespace'"),
         ("catch_up_window_seconds: 60", "catch_up_window_seconds", "only with catch_up"),
         ("catch_up: sometimes", "catch_up", "'none', 'latest' or 'all'"),
-        ("job: 'a b', schedule: '* * * * *', namespace: {project: proj-1, location: l}", "job", "does not match"),
+        (
+            "job: 'a b', schedule: '* * * * *', namespace: {project: proj-1, location: l}",
+            "job",
+            "is not an id of letters",
+        ),
     ],
 )
 def test_bad_audit_fields_stop_start_up_naming_the_route_and_field(fields: str, field: str, reason: str) -> None:

@@ -54,7 +54,7 @@ def test_settings_accept_every_backend_url(url: str) -> None:
         ("spanner://projects/my-proj/instances/main/databases/jobs?table=1x", "is not a Spanner table name"),
         ("spanner://projects/my-proj/instances/main/databases/jobs?tabel=x", "unknown option 'tabel'"),
         ("redis://h:6379/0?ca_file=/x", "unknown option 'ca_file'"),  # plaintext: a CA file means nothing
-        ("redis://h:6379/zero", "database number must be an integer"),
+        ("redis://h:6379/zero", "database number in a redis:// URL must be an integer"),
         ("redis://h:6379/0?wait_replicas=-1", "wait_replicas must be an integer from 0 to 16"),
         ("redis:///0", "a host is required"),
     ],

@@ -25,7 +25,7 @@ from runonce.routes import load_routes
 from runonce.run.admission import Shutdown
 from runonce.run.runner import Runner, utcnow
 from runonce.settings import ConfigError, Settings, load_settings
-from runonce.stores import RunStore, open_store
+from runonce.stores import RunStore, open_store, redact_store_url
 from runonce.targets import Target, TargetContext, build_target
 from runonce.targets.transport import target_client
 
@@ -114,7 +114,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         shutdown=state.shutdown,
         guards={n: r.guard for n, r in routes.items()},
     )
-    logger.info("runonce ready: %d route(s), store %s", len(routes), settings.store.split("?")[0])
+    logger.info("runonce ready: %d route(s), store %s", len(routes), redact_store_url(settings.store))
     try:
         yield
     finally:

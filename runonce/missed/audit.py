@@ -58,7 +58,7 @@ RETENTION_MARGIN = timedelta(seconds=1)
 """The earliest auditable fire time is this much after now − retention: a record claimed at its
 fire time expires exactly at fire time + retention, when a store already counts it absent."""
 
-_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+_DURATION = re.compile(r"(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?")  # ASCII digits only
 
 
 class RangeRefused(errors.InvalidDelivery):

@@ -55,6 +55,21 @@ TASKS_TASK = "X-CloudTasks-TaskName"
 TASKS_RETRY_COUNT = "X-CloudTasks-TaskRetryCount"
 TASKS_EXECUTION_COUNT = "X-CloudTasks-TaskExecutionCount"
 
+IDENTITY_HEADERS = (SCHEDULER_JOB, SCHEDULER_TIME, TASKS_QUEUE, TASKS_TASK, TASKS_RETRY_COUNT, TASKS_EXECUTION_COUNT)
+"""Every header a delivery's identity is read from: each may be given once."""
+
+PATTERN_WORDS = {
+    PROJECT_PATTERN: (
+        "a project id: 6 to 30 lower-case letters, digits and hyphens, starting with a letter "
+        "(my-project), optionally domain-scoped (example.com:my-project)"
+    ),
+    LOCATION_PATTERN: "a location: lower-case letters, digits and hyphens, starting with a letter (us-central1)",
+    JOB_PATTERN: "an id of letters, digits, hyphens and underscores (as Scheduler's job ids and Tasks' task ids are)",
+    QUEUE_PATTERN: "a queue id: letters, digits and hyphens",
+}
+"""What each identity pattern accepts, in the words an error gives (never the expression itself).
+`TASK_PATTERN` is `JOB_PATTERN`'s text, so one line covers both."""
+
 Source = Literal["scheduler", "scheduler-forced", "tasks"]
 
 _RFC3339 = re.compile(
@@ -72,6 +87,14 @@ def matches(pattern: str, value: str) -> bool:
     """`value` matches the whole of `pattern`, in ASCII (`$` alone would let a final newline through,
     and `\\d` would accept every script's digits)."""
     return re.fullmatch(pattern, value, flags=re.ASCII) is not None
+
+
+def pattern_words(pattern: str, value: str, words: Mapping[str, str] = PATTERN_WORDS) -> str:
+    """Why `value` does not match `pattern`, as a predicate in words: `is not a location: …`, or
+    `is a project number; use the project id` (the mistake a number in a project field is)."""
+    if pattern == PROJECT_PATTERN and matches(names.PROJECT_NUMBER, value):
+        return "is a project number; use the project id (gcloud projects describe NUMBER --format='value(projectId)')"
+    return f"is not {words.get(pattern, 'in the accepted form')}"
 
 
 @dataclass(frozen=True)
@@ -176,6 +199,18 @@ def check_run_id(run_id: str, field: str = "run_id") -> str:
     return run_id
 
 
+def _repeated(headers: Mapping[str, str]) -> str | None:
+    """The first identity header given more than once, if any. Starlette's and httpx's headers keep
+    every copy (`getlist`, `get_list`); `get` would pick one and hide the other."""
+    values = getattr(headers, "getlist", None) or getattr(headers, "get_list", None)
+    if values is None:
+        return None  # a plain mapping holds one value per name
+    for name in IDENTITY_HEADERS:
+        if len(values(name)) > 1:
+            return name
+    return None
+
+
 def _header(headers: Mapping[str, str], name: str, pattern: str | None = None) -> str | None:
     value = headers.get(name)
     if value is None:
@@ -186,7 +221,7 @@ def _header(headers: Mapping[str, str], name: str, pattern: str | None = None) -
     if len(value) > MAX_HEADER_LENGTH:
         raise InvalidDelivery(name, f"is {len(value)} characters long; at most {MAX_HEADER_LENGTH}")
     if pattern and not matches(pattern, value):
-        raise InvalidDelivery(name, f"does not match {pattern}")
+        raise InvalidDelivery(name, pattern_words(pattern, value))
     return value
 
 
@@ -213,7 +248,7 @@ def parse_namespace(query: Mapping[str, list[str]], default: object | None) -> t
             raise InvalidDelivery(f"query.{name}", "given more than once")
         if given:
             if not matches(pattern, given[0]):
-                raise InvalidDelivery(f"query.{name}", f"does not match {pattern}")
+                raise InvalidDelivery(f"query.{name}", pattern_words(pattern, given[0]))
             values[name] = given[0]
         else:
             values[name] = getattr(default, name) if default else ""
@@ -227,12 +262,12 @@ def parse_queue(value: str, namespace: tuple[str, str]) -> tuple[str, str, str]:
     A resource name carries its own namespace. A namespace part already named by the query or the
     route must agree with it, else the delivery is refused: runs of two projects are never merged.
     """
-    resource = re.match(QUEUE_RESOURCE_PATTERN, value)
+    resource = re.fullmatch(QUEUE_RESOURCE_PATTERN, value)
     if resource is None:
-        if not re.match(QUEUE_PATTERN, value):
+        if not matches(QUEUE_PATTERN, value):
             raise InvalidDelivery(
                 TASKS_QUEUE,
-                f"is neither a queue id ({QUEUE_PATTERN}) nor a queue's resource name "
+                f"is neither {PATTERN_WORDS[QUEUE_PATTERN]}, nor a queue's resource name "
                 "(projects/PROJECT/locations/LOCATION/queues/QUEUE)",
             )
         return value, namespace[0], namespace[1]
@@ -242,8 +277,10 @@ def parse_queue(value: str, namespace: tuple[str, str]) -> tuple[str, str, str]:
         ("location", location, LOCATION_PATTERN, namespace[1]),
     )
     for part, named, pattern, given in (*parts, ("queue", queue, QUEUE_PATTERN, "")):
-        if not re.match(pattern, named):
-            raise InvalidDelivery(TASKS_QUEUE, f"the {part} in the queue's resource name does not match {pattern}")
+        if not matches(pattern, named):
+            raise InvalidDelivery(
+                TASKS_QUEUE, f"the {part} in the queue's resource name {pattern_words(pattern, named)}"
+            )
         if given and given != named:
             raise InvalidDelivery(
                 TASKS_QUEUE,
@@ -268,6 +305,9 @@ def parse_delivery(
     Raises `InvalidDelivery` naming the header at fault (`ForcedRunRefused` for a refused force run).
     """
     policy = policy or SchedulePolicy()
+    repeated = _repeated(headers)
+    if repeated:
+        raise InvalidDelivery(repeated, "given more than once; a delivery carries each identity header once")
     project, location = namespace
     job = _header(headers, SCHEDULER_JOB, JOB_PATTERN)
     queue = _header(headers, TASKS_QUEUE)

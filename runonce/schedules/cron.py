@@ -75,9 +75,12 @@ def _fail(spec: FieldSpec, text: str, reason: str) -> ScheduleError:
     return ScheduleError(spec.name, reason, text)
 
 
+_DIGITS = frozenset("0123456789")
+
+
 def _value(spec: FieldSpec, text: str, token: str) -> tuple[int, bool]:
     """(value, written in lower case)."""
-    if token.isdigit():
+    if token.isascii() and token.isdigit():  # str.isdigit() alone takes every script's digits, and '²'
         value = int(token)
         if not spec.low <= value <= spec.high:
             raise _fail(spec, text, f"{value} is out of range {spec.low}-{spec.high}")
@@ -92,8 +95,8 @@ def _value(spec: FieldSpec, text: str, token: str) -> tuple[int, bool]:
             raise _fail(spec, text, f"unknown name {token!r} (use {spec.names[0]}-{spec.names[-1]} or numbers)")
         raise _fail(spec, text, f"names are not allowed in the {spec.name} field; use numbers {spec.low}-{spec.high}")
     # Mixed: the first character that does not belong (5L, 15W, MON#2, 1.5).
-    if token[:1].isdigit():
-        bad = next(c for c in token if not c.isdigit())
+    if token[:1] in _DIGITS:
+        bad = next(c for c in token if c not in _DIGITS)
     else:
         bad = next((c for c in token if not c.isalpha()), token[:1])
     raise _fail(spec, text, _UNSUPPORTED.get(bad.upper(), f"unexpected character {bad!r}"))
@@ -109,7 +112,7 @@ def parse_field(spec: FieldSpec, text: str) -> ParsedField:
         base = item
         if "/" in item:
             base, step_text = item.split("/", 1)
-            if not step_text.isdigit():
+            if not (step_text.isascii() and step_text.isdigit()):
                 raise _fail(spec, text, f"step {step_text!r} is not a positive number")
             step = int(step_text)
             if step == 0:

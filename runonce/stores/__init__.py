@@ -24,12 +24,25 @@ from runonce.stores.base import (
     StoreUnavailable,
 )
 from runonce.stores.sqlite import SQLiteStore
-from runonce.stores.urls import RedisURL, SpannerURL, parse_redis_url, parse_spanner_url
+from runonce.stores.urls import (
+    RedisURL,
+    SpannerURL,
+    parse_redis_url,
+    parse_spanner_url,
+    redact_store_url,
+    secrets_of,
+    split_credentials,
+)
 
 
 def _check_sqlite(url: str) -> None:
-    if len(url) <= len("sqlite:///"):
-        raise ValueError("must be sqlite:///PATH (e.g. sqlite:///runonce.db)")
+    if not url.startswith("sqlite:///") or len(url) == len("sqlite:///"):
+        raise ValueError(
+            "must be sqlite:///PATH: sqlite:///runonce.db is runonce.db in the working directory, "
+            "sqlite:////var/lib/runonce.db an absolute path (four slashes)"
+        )
+    if "?" in url or "#" in url:
+        raise ValueError("sqlite:///PATH takes no options: a path with ? or # is not supported")
 
 
 def _check_firestore(url: str) -> None:
@@ -55,17 +68,26 @@ def _open_firestore(url: str, timeout: float, options: dict[str, Any]) -> RunSto
             timeout_seconds=timeout,
         )
     except DefaultCredentialsError as exc:
-        raise ConfigError(
-            "RUNONCE_STORE=firestore found no Google credentials: run `gcloud auth application-default "
-            "login` (or set GOOGLE_APPLICATION_CREDENTIALS), or set FIRESTORE_EMULATOR_HOST to use an emulator"
-        ) from exc
+        raise _no_credentials("firestore", "FIRESTORE_EMULATOR_HOST") from exc
+
+
+def _no_credentials(store: str, emulator: str) -> ConfigError:
+    return ConfigError(
+        f"RUNONCE_STORE={store}… found no Google credentials: run `gcloud auth application-default "
+        f"login` (or set GOOGLE_APPLICATION_CREDENTIALS), or set {emulator} to use an emulator"
+    )
 
 
 def _open_spanner(url: str, timeout: float, options: dict[str, Any]) -> RunStore:
     # Deferred: only a spanner:// start imports google-cloud-spanner (tests/test_store_new_backends.py).
+    from google.auth.exceptions import DefaultCredentialsError  # deferred, measured: see above
+
     from runonce.stores.spanner import SpannerStore  # deferred, measured: see above
 
-    return SpannerStore(parse_spanner_url(url), timeout_seconds=timeout)
+    try:
+        return SpannerStore(parse_spanner_url(url), timeout_seconds=timeout)
+    except DefaultCredentialsError as exc:
+        raise _no_credentials("spanner://", "SPANNER_EMULATOR_HOST") from exc
 
 
 def _open_redis(url: str, timeout: float, options: dict[str, Any]) -> RunStore:
@@ -104,13 +126,27 @@ def backend_for(url: str) -> Backend:
     backend = BACKENDS.get(scheme)
     if backend is None or ("://" in url) != ("://" in backend.form):
         forms = ", ".join(b.form for b in BACKENDS.values())
-        raise ValueError(f"unknown store {url.split('?')[0]!r}: use one of {forms}")
+        raise ValueError(f"unknown store {redact_store_url(url).split('?')[0]!r}: use one of {forms}")
     return backend
 
 
+def scrub(message: str, url: str) -> str:
+    """`message` with every secret of `url` (`secrets_of`) replaced by `***`: a second guard, as
+    messages are written never to quote them. (Secrets under 4 characters are left: replacing a
+    one-letter user name everywhere would garble the message and hide nothing worth hiding.)"""
+    for secret in secrets_of(url):
+        if len(secret) >= 4:
+            message = message.replace(secret, "***")
+    return message
+
+
 def check_store_url(url: str) -> str:
-    """Validate `RUNONCE_STORE` without importing any driver (settings call this)."""
-    backend_for(url).check(url)
+    """Validate `RUNONCE_STORE` without importing any driver (settings call this). The error never
+    quotes the URL's credentials or option values."""
+    try:
+        backend_for(url).check(url)
+    except ValueError as exc:
+        raise ValueError(scrub(str(exc), url)) from None
     return url
 
 
@@ -124,8 +160,7 @@ def open_store(
 ) -> RunStore:
     """The store named by `RUNONCE_STORE` (see `BACKENDS`). Tests that want the in-memory store
     build `runonce.stores.memory.MemoryStore` themselves."""
-    backend = backend_for(url)
-    backend.check(url)
+    backend = backend_for(check_store_url(url))
     options = {
         "firestore_project": firestore_project,
         "firestore_database": firestore_database,
@@ -139,6 +174,8 @@ def open_store(
         raise ConfigError(
             f"RUNONCE_STORE={backend.scheme}://… needs its driver: pip install 'runonce[{backend.extra}]' ({exc})"
         ) from exc
+    except StoreUnavailable as exc:
+        raise StoreUnavailable(scrub(str(exc), url)) from exc
 
 
 __all__ = [
@@ -158,4 +195,8 @@ __all__ = [
     "open_store",
     "parse_redis_url",
     "parse_spanner_url",
+    "redact_store_url",
+    "scrub",
+    "secrets_of",
+    "split_credentials",
 ]
