@@ -61,6 +61,7 @@ class World:
         self.runner = Runner(
             store,
             {"etl": self.etl, "report": self.report, AUDIT_ROUTE: self.audit},
+            routes=ROUTES,
             lease=LEASE,
             retention=RETENTION,
             dispatch_timeout=timedelta(seconds=30),

@@ -60,6 +60,10 @@ class RouteGuard:
         return self.overlap != "allow" or self.max_lateness is not None
 
 
+UNGUARDED = RouteGuard()
+"""A route with neither policy: overlap allowed, never late."""
+
+
 class Skip(RunonceError):
     """Do not dispatch: record the run `skipped` with this reason (retries replay it)."""
 
@@ -182,7 +186,7 @@ async def previous_state(
                     continue  # that attempt started nothing
             if await target.is_running(resource):
                 return Previous.RUNNING, resource
-        except Exception as exc:  # noqa: BLE001 - TargetError, or an adapter bug: as unknown as a failed read
+        except Exception as exc:
             if not isinstance(exc, TargetError):
                 logger.exception("%s target: reading the state of run %s raised unexpectedly", target.type, run.run_id)
             what = resource or f"run {run.run_id} of the route (looked up by its run_id)"

@@ -378,11 +378,11 @@ class Instance:
             self.runner = Runner(
                 self.store,
                 targets,
+                routes=world.routes,
                 lease=timedelta(seconds=settings.lease_seconds),
                 retention=timedelta(seconds=settings.retention_seconds),
                 dispatch_timeout=timedelta(seconds=settings.dispatch_timeout_seconds),
                 clock=self.clock,
-                guards=world.guards,
             )
 
     def clock(self) -> datetime:
