@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from runonce.missed.audit import RangeRefused, scheduled_runs
-from runonce.missed.backfill import NOT_STARTED, older_than_retention, run_all, runs_to_backfill
+from runonce.missed.backfill import NOT_STARTED, Outcome, older_than_retention, run_all, runs_to_backfill
 from runonce.routes import parse_routes
 from runonce.run.runner import Runner
 from runonce.stores.memory import MemoryStore
@@ -281,3 +281,120 @@ async def test_http_backfill_on_a_wait_route_gives_up_after_its_timeout_naming_w
     body = await backfill_over_http("wait", executions, 3, timeout="1s")
     assert [run["outcome"] for run in body["runs"]] == ["processed", "waiting", "not_started"]
     assert len(executions.started) == 1
+
+
+# -- runonce backfill: the same Runner and guards as serve ----------------------------------------
+
+
+def overlap_settings(overlap: str, extra: str = ""):
+    from runonce.settings import Settings
+
+    text = OVERLAP_ROUTES.replace("OVERLAP", overlap) + extra
+    return Settings(routes=text, auth="none", store="sqlite:///unused.db"), parse_routes(text, "t")
+
+
+async def test_the_cli_backfills_runner_skips_what_overlaps_as_serve_does() -> None:
+    """Before, `local_runner` built its Runner without the route guards: all three ran at once."""
+    from runonce.missed.backfill import local_runner
+
+    settings, routes = overlap_settings("skip")
+    executions = Executions(polls=None)
+    target = ScriptedTarget(executions.dispatch, running=executions.is_running)
+    runs = runs_to_backfill("etl", routes["etl"], NOW - timedelta(hours=1), NOW - timedelta(minutes=30), NOW)
+    async with local_runner(settings, routes, MemoryStore(), targets={"etl": target}) as local:
+        outcomes = await run_all(local, runs, routes["etl"], concurrency=4)
+    assert [o.outcome for o in outcomes] == ["processed", "skipped", "skipped"] and len(executions.started) == 1
+    assert outcomes[1].result.body()["reason"] == "overlap"
+
+
+async def test_the_cli_backfill_keeps_to_max_concurrent_dispatches() -> None:
+    from runonce.missed.backfill import local_runner
+
+    settings, routes = overlap_settings("allow", "    max_concurrent_dispatches: 2\n")
+    active = peak = 0
+
+    async def slow(request: DispatchRequest) -> str:
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        await asyncio.sleep(0.01)
+        active -= 1
+        return f"exec/{request.run_id}"
+
+    runs = runs_to_backfill("etl", routes["etl"], NOW - timedelta(hours=1), NOW, NOW)
+    async with local_runner(settings, routes, MemoryStore(), targets={"etl": ScriptedTarget(slow)}) as local:
+        outcomes = await run_all(local, runs, routes["etl"], concurrency=8)
+    assert [o.outcome for o in outcomes] == ["processed"] * 6 and peak == 2
+
+
+def test_a_runner_cannot_be_built_without_its_targets_route_rules() -> None:
+    with pytest.raises(ValueError, match="no route rules for target.s. minutely"):
+        Runner(
+            MemoryStore(),
+            {"minutely": ScriptedTarget()},
+            routes={},
+            lease=timedelta(seconds=300),
+            retention=timedelta(days=1),
+            dispatch_timeout=timedelta(seconds=30),
+        )
+
+
+async def test_a_backfill_outcome_says_no_why_and_an_audits_missed_run_does() -> None:
+    """`why` is the audit's word for a missed run; a backfilled time was judged by no audit
+    (before: `"why": "no delivery"` beside `"outcome": "duplicate"`)."""
+    store = MemoryStore()
+    runs = runs_to_backfill("minutely", ROUTE, NOW - timedelta(minutes=2), NOW, NOW)
+    await run_all(runner(ScriptedTarget(), store), runs, ROUTE, concurrency=1)
+    again = await run_all(runner(ScriptedTarget(), store), runs, ROUTE, concurrency=1)
+    assert [row["outcome"] for row in map(Outcome.to_json, again)] == ["duplicate", "duplicate"]
+    assert all("why" not in row for row in map(Outcome.to_json, again))
+
+
+@pytest.fixture
+def wait_route(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, quick_polls):
+    """The CLI on an `overlap: wait` route whose target (built by `local_runner`) is scripted."""
+    from runonce.missed import backfill
+
+    path = tmp_path / "routes.yaml"
+    path.write_text(OVERLAP_ROUTES.replace("OVERLAP", "wait"))
+    monkeypatch.setenv("RUNONCE_ROUTES_FILE", str(path))
+    cli.executions = Executions(polls=None)
+    target = ScriptedTarget(cli.executions.dispatch, running=cli.executions.is_running)
+    monkeypatch.setattr(backfill, "build_target", lambda config, context: target)
+    return cli
+
+
+def test_runonce_backfill_gives_up_after_timeout_naming_what_is_left(wait_route) -> None:
+    end = END.replace(minute=0)
+    result = wait_route(
+        "backfill", "etl", "--from", stamp(end - timedelta(minutes=30)), "--to", stamp(end), "--timeout", "1s"
+    )
+    assert result.exit_code == 1, result.output
+    started = wait_route.executions.started
+    assert len(started) == 1
+    second = stamp(end - timedelta(minutes=20))
+    assert (
+        f"backfill etl: {second} waits: the route's previous execution {started[0]} is still running" in result.stderr
+    )
+    assert (
+        f"gave up after --timeout 1s: 2 fire time(s) left, from {second}: the route's previous execution "
+        f"{started[0]} is still running (overlap: wait)" in result.stderr
+    ), result.stderr
+    outcomes = [line.split()[3] for line in result.stdout.splitlines()[1:]]
+    assert outcomes == ["processed", "waiting", "not_started"]
+
+
+def test_runonce_backfill_shows_one_plain_line_per_run_when_stderr_is_no_terminal(wait_route) -> None:
+    wait_route.executions.polls = 0
+    end = END.replace(minute=0)
+    result = wait_route("backfill", "etl", "--from", stamp(end - timedelta(minutes=30)), "--to", stamp(end))
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.stderr.splitlines() if line.startswith("backfill etl: ")]
+    assert lines == [
+        f"backfill etl: {n}/3 {stamp(end - timedelta(minutes=30 - 10 * (n - 1)))} processed" for n in (1, 2, 3)
+    ]
+
+
+def test_runonce_backfill_refuses_a_bad_timeout(cli_routes) -> None:
+    result = cli_routes("backfill", *span("minutely", timedelta(minutes=3)), "--timeout", "soon")
+    assert result.exit_code == 2 and "--timeout: 'soon' is not a duration" in result.output, result.output

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -41,7 +41,7 @@ from runonce.run.delivery import format_schedule_time
 from runonce.run.runner import Runner, RunResult
 from runonce.settings import Settings
 from runonce.stores import RunStore, StoreUnavailable
-from runonce.targets import TargetContext, build_target
+from runonce.targets import Target, TargetContext, build_target
 from runonce.targets.transport import target_client
 
 MAX_RUNS = 1000
@@ -102,6 +102,8 @@ class Outcome:
         resource = (self.result.record.target or {}).get("resource") if self.result is not None else None
         if resource is not None:
             body["resource"] = resource
+        if self.result is not None and "reason" in (answered := self.result.body()):  # skipped: late or overlap
+            body["reason"], body["message"] = answered["reason"], answered["message"]
         if self.error is not None:
             body["error"] = self.error.message
         return body
@@ -180,11 +182,13 @@ async def run_all(
     stop: asyncio.Event | None = None,
     done: Callable[[Outcome], None] | None = None,
     timeout: timedelta | None = None,
+    waiting: Callable[[Outcome], None] | None = None,
 ) -> list[Outcome]:
     """Every run through the protocol, started oldest first, at most `backfill_concurrency` at
     once; once `stop` is set no more start (they are `not_started`). A run answered `waiting` is
     tried again every POLL_SECONDS until `timeout` (None: no retry) has passed since the backfill
-    began; then it stays `waiting`, and the runs after it are `not_started`. In the order of `runs`."""
+    began; then it stays `waiting`, and the runs after it are `not_started`. `done` is told each
+    run's outcome, `waiting` each run that first answers `waiting`. In the order of `runs`."""
     stop = stop or asyncio.Event()
     gave_up = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -193,6 +197,7 @@ async def run_all(
     pending = iter(enumerate(runs))
 
     async def one(run: ScheduledRun) -> Outcome:
+        told = False
         while True:
             outcome = await run_one(runner, run, route)
             if not outcome.waiting or stop.is_set():
@@ -201,6 +206,9 @@ async def run_all(
             if left <= 0:
                 gave_up.set()
                 return outcome
+            if waiting is not None and not told:
+                waiting(outcome)
+                told = True
             await asyncio.sleep(min(POLL_SECONDS, left))
 
     async def worker() -> None:
@@ -238,6 +246,9 @@ async def catch_up(
         except StoreUnavailable as exc:
             logger.warning("catch-up of route %s skipped: the claim store did not answer (%s)", name, exc)
             return []
+        except RangeRefused as exc:  # start-up refuses such a window (check_catch_up_windows); never silent
+            logger.error("catch-up of route %s skipped, nothing dispatched: %s", name, exc.reason)
+            return []
         outcomes = []
         for run in runs:
             outcome = await run_one(runner, run, route)
@@ -271,22 +282,31 @@ async def release_unknown(store: RunStore, outcomes: list[Outcome], now: datetim
 
 
 @asynccontextmanager
-async def local_runner(settings: Settings, routes: dict[str, Route], store: RunStore) -> AsyncIterator[Runner]:
+async def local_runner(
+    settings: Settings,
+    routes: dict[str, Route],
+    store: RunStore,
+    *,
+    targets: Mapping[str, Target] | None = None,
+) -> AsyncIterator[Runner]:
     """A `Runner` in this process with the settings `serve` uses (store, lease, timeouts, endpoint
-    overrides, ADC for the targets), for `routes` only."""
+    overrides, ADC for the targets) and the same route guards, for `routes` only. `targets` (by
+    route name) is for tests; by default they are built from the routes."""
     http = target_client(settings.dispatch_timeout_seconds)
     context = TargetContext(http=http, endpoints=settings.endpoint_overrides())
-    targets = {name: build_target(route.target, context) for name, route in routes.items()}
+    built = (
+        dict(targets) if targets is not None else {name: build_target(r.target, context) for name, r in routes.items()}
+    )
     try:
         yield Runner(
             store,
-            targets,
+            built,
             routes=routes,
             lease=timedelta(seconds=settings.lease_seconds),
             retention=timedelta(seconds=settings.retention_seconds),
             dispatch_timeout=timedelta(seconds=settings.dispatch_timeout_seconds),
         )
     finally:
-        for target in targets.values():
+        for target in built.values():
             await target.aclose()
         await http.aclose()
