@@ -442,6 +442,8 @@ class AuditTarget(Target):
         now = self.clock()
         since = audit_since(request.payload)
         start, end = audit_window(at, now, since, lease=self.lease, retention=self.retention)
+        if start >= end:  # a late retry of an audit older than the store keeps
+            return f"audit: nothing to report (its range ends at {format_schedule_time(end)}, before the store's records)"
         try:
             report = await audit(self.store, self.routes, start, end, now, lease=self.lease, retention=self.retention)
         except RangeRefused as exc:  # nothing due in that range (a force run of the audit job, say)
