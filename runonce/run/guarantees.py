@@ -177,7 +177,8 @@ async def previous_state(
         if resource is None and run.lease_expires > now:
             return (
                 Previous.UNKNOWN,
-                f"run {run.run_id} of the route is being dispatched now (its lease runs to {run.lease_expires:%Y-%m-%dT%H:%M:%SZ})",
+                f"run {run.run_id} of the route is being dispatched now (its lease runs to "
+                f"{run.lease_expires:%Y-%m-%dT%H:%M:%SZ})",
             )
         try:
             if resource is None:

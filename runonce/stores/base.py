@@ -236,9 +236,8 @@ def finished_record(held: RunRecord, finish: Finish, now: datetime) -> RunRecord
     return replace(
         held,
         status=finish.status,
-        target=finish.target
-        if finish.target is not None
-        else held.target,  # pragma: no mutate - held.target is always None here: only completed records have a target, and they are never held
+        # held.target is always None here: only completed records have a target, and they are never held
+        target=finish.target if finish.target is not None else held.target,  # pragma: no mutate
         last_error=finish.last_error,
         updated_at=now,
     )

@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import fields
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc
 from google.api_core import exceptions as gexc
@@ -136,6 +136,7 @@ class FirestoreStore(RunStore):
     async def _commit_once(self, request: Any) -> Any:
         if self._commit_stub is None:
             self._stubs()
+        assert self._commit_stub is not None  # set by _stubs()
         try:
             return await self._commit_stub(request, timeout=_COMMIT_TIMEOUT, metadata=self._metadata)
         except grpc.RpcError as exc:
@@ -144,6 +145,7 @@ class FirestoreStore(RunStore):
     async def _batch_get_once(self, request: Any) -> Any:
         if self._batch_get_stub is None:
             self._stubs()
+        assert self._batch_get_stub is not None  # set by _stubs()
         call = self._batch_get_stub(request, timeout=_BATCH_GET_TIMEOUT, metadata=self._metadata)
         try:
             await call.wait_for_connection()  # where api_core's retry sees a stream's errors
@@ -174,9 +176,9 @@ class FirestoreStore(RunStore):
         if response is None or not response.HasField("found"):
             return None
         found = response.found  # decoded as DocumentSnapshot.to_dict() does (not on a fresh run's path)
-        return _from_doc(
-            _helpers.decode_dict(found.fields, self._client)
-        ), found.update_time  # pragma: no mutate - the client decodes only references, which records never hold
+        # A record is a plain map; the client decodes only references, which records never hold.
+        fields = cast("dict[str, Any]", _helpers.decode_dict(found.fields, self._client))  # pragma: no mutate
+        return _from_doc(fields), found.update_time  # pragma: no mutate - see above
 
     async def _read_one(self, request: Any) -> Any:
         call = await self._batch_get_call(request)
@@ -270,5 +272,7 @@ def _from_doc(doc: dict[str, Any] | None) -> RunRecord:
     for name in ("lease_expires", "expire_at", "created_at", "updated_at"):
         # DatetimeWithNanoseconds -> plain datetime, so records compare equal across stores
         value = values[name]
-        values[name] = datetime(*value.timetuple()[:6], value.microsecond, tzinfo=UTC)
+        values[name] = datetime(
+            value.year, value.month, value.day, value.hour, value.minute, value.second, value.microsecond, tzinfo=UTC
+        )
     return RunRecord(**values)

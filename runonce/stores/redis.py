@@ -35,7 +35,6 @@ from redis import exceptions as rexc
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from runonce.stores import RedisURL
 from runonce.stores.base import (
     Claim,
     Decision,
@@ -51,6 +50,7 @@ from runonce.stores.base import (
     new_attempt_id,
     rfc3339,
 )
+from runonce.stores.urls import RedisURL
 
 logger = logging.getLogger("runonce.stores.redis")
 
@@ -138,9 +138,10 @@ class RedisStore(RunStore):
     def __init__(self, url: RedisURL, timeout_seconds: float):
         self.url = url
         self._timeout = timeout_seconds
-        tls = (
+        # The tests have no TLS redis-server (rediss:// URLs are checked in test_store_new_backends).
+        tls: dict[str, Any] = (
             {"connection_class": aioredis.SSLConnection, "ssl_ca_certs": url.ca_file} if url.tls else {}
-        )  # pragma: no mutate - the tests have no TLS redis-server (rediss:// URLs are checked in test_store_new_backends)
+        )  # pragma: no mutate
         # A bounded pool that waits (up to the store timeout) for a free connection: a storm of
         # deliveries queues for the pool instead of failing with "too many connections".
         pool = aioredis.BlockingConnectionPool(
@@ -185,9 +186,8 @@ class RedisStore(RunStore):
         """Run a write script; with wait_replicas, WAIT on the same connection (one pipeline)."""
         if not self.url.wait_replicas:
             return await self._call(op, script(keys=[self._key(run_id)], args=args))
-        async with (
-            self._client.pipeline(transaction=False) as pipe
-        ):  # pragma: no mutate - inside MULTI, WAIT does not block: with a replica that lags, the write is refused (503), never relied on
+        # Inside MULTI, WAIT does not block: with a replica that lags, the write is refused (503), never relied on.
+        async with self._client.pipeline(transaction=False) as pipe:  # pragma: no mutate
             pipe.eval(script.script, 1, self._key(run_id), *args)
             pipe.wait(
                 self.url.wait_replicas, max(1, int(self._timeout * 1000 / 2))

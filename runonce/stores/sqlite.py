@@ -146,7 +146,8 @@ class SQLiteStore(RunStore):
                 self.path,
                 isolation_level=None,  # autocommit: each statement is its own transaction
                 timeout=self._timeout,
-                check_same_thread=False,  # pragma: no mutate - busy_timeout is set right after; the connection is used on the store's one thread only
+                # busy_timeout is set right after; the connection is used on the store's one thread only
+                check_same_thread=False,  # pragma: no mutate
             )
             try:
                 conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
@@ -218,7 +219,8 @@ class SQLiteStore(RunStore):
         def work(conn: sqlite3.Connection) -> list[RunRecord]:
             rows = conn.execute(
                 f"{_SELECT} WHERE expire_at > ? AND (? IS NULL OR route = ?) AND (? IS NULL OR status = ?)"
-                " ORDER BY created_at DESC LIMIT ?",  # pragma: no mutate - SQL keywords and pragma names are case-insensitive
+                " ORDER BY created_at DESC LIMIT "
+                "?",  # pragma: no mutate - SQL keywords and pragma names are case-insensitive
                 (rfc3339(now), route, route, status, status, limit),
             ).fetchall()
             return [_from_row(row) for row in rows]
