@@ -430,6 +430,11 @@ class _CountingStore:
         return found
 
 
+def _counting(store: Any, advance: Callable[[int], None]) -> Any:
+    """`store`, counting its reads (typed as the store it stands for)."""
+    return _CountingStore(store, advance)
+
+
 @main.command("audit")
 @click.option("--route", help="Only this route  [default: every route that names its Scheduler job]")
 @click.option("--since", help="Audit back this far from now: 90m, 6h, 1d, 1h30m.")
@@ -485,7 +490,7 @@ def audit_command(
                 report = _with_store(
                     settings,
                     lambda store: audit(
-                        _CountingStore(store, progress.advance),
+                        _counting(store, progress.advance),
                         routes,
                         first,
                         last,

@@ -328,7 +328,7 @@ async def test_the_cli_backfill_keeps_to_max_concurrent_dispatches() -> None:
 
 
 def test_a_runner_cannot_be_built_without_its_targets_route_rules() -> None:
-    with pytest.raises(ValueError, match="no route rules for target.s. minutely"):
+    with pytest.raises(ValueError, match=r"no route rules for target\(s\) minutely"):
         Runner(
             MemoryStore(),
             {"minutely": ScriptedTarget()},

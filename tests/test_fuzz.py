@@ -450,7 +450,7 @@ durations = st.one_of(
     good_durations,
     st.sampled_from(["30d", "0", "-5m", "", "²m", "1e3", "3651d"]),
     st.integers(-5, 10**12).map(lambda n: f"{n}{'' if n % 3 else 's'}"),
-    st.text(alphabet="0123456789dhms ٠١", max_size=8),
+    st.text(alphabet="0123456789dhms ٠١", max_size=8),  # noqa: RUF001 - other scripts' digits, on purpose
     json_leaves,
 )
 
@@ -501,7 +501,7 @@ class MissedFuzz(Fuzz):
     outcome a delivery of it could have, none of a fire time after the answer; an audit's 200 catches
     up nothing after now. Keeps the run_ids each answer says it left recorded."""
 
-    OUTCOMES = {"processed", "duplicate", "skipped", "not_started"}
+    OUTCOMES = frozenset({"processed", "duplicate", "skipped", "not_started"})
 
     def __init__(self, server: ServerProcess):
         super().__init__(server)

@@ -148,7 +148,7 @@ async def backfill(
         try:
             timeout = parse_duration(payload["timeout"], "body.timeout")
         except RangeRefused as exc:
-            raise RangeRefused(exc.field, exc.reason, route=route) from exc
+            raise RangeRefused("body.timeout", exc.reason, route=route) from exc
         if timeout > MAX_SERVER_TIMEOUT:
             raise errors.InvalidDelivery(
                 "body.timeout",

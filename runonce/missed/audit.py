@@ -285,9 +285,10 @@ async def catch_up_runs(
     retention: timedelta,
 ) -> list[ScheduledRun]:
     """The runs a route's `catch_up` policy dispatches at `at` (the audit's schedule time, or now if
-    that is later), oldest first, among the fire times due then (before `at` − the lease) and inside the window (after `at`
-    − catch_up_window_seconds, default the retention): `latest` the route's latest fire time due if
-    it was missed (an older miss is superseded by the newer run and is only reported); `all`
+    that is earlier), oldest first, among the fire times due then (before `at` − the lease) and
+    inside the window (after `at` − catch_up_window_seconds, default the retention): `latest` the
+    route's latest fire time due if it was missed (an older miss is superseded by the newer run
+    and is only reported); `all`
     every missed run, at most MAX_CATCH_UP_PER_ROUTE. Never past what the store keeps: there,
     absence would re-run a run that did happen."""
     if route.catch_up == "none":
@@ -443,7 +444,9 @@ class AuditTarget(Target):
         since = audit_since(request.payload)
         start, end = audit_window(at, now, since, lease=self.lease, retention=self.retention)
         if start >= end:  # a late retry of an audit older than the store keeps
-            return f"audit: nothing to report (its range ends at {format_schedule_time(end)}, before the store's records)"
+            return (
+                f"audit: nothing to report (its range ends at {format_schedule_time(end)}, before the store's records)"
+            )
         try:
             report = await audit(self.store, self.routes, start, end, now, lease=self.lease, retention=self.retention)
         except RangeRefused as exc:  # nothing due in that range (a force run of the audit job, say)
