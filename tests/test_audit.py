@@ -459,3 +459,21 @@ async def test_a_catch_up_that_cannot_be_computed_is_logged_as_an_error_never_si
     [line] = [r for r in caplog.records if r.name == "runonce.catch_up"]
     assert line.levelname == "ERROR" and "catch-up of route minutely skipped" in line.getMessage()
     assert "more than 20000 fire times" in line.getMessage()
+
+
+async def test_an_audit_delivery_without_a_schedule_time_is_refused_before_its_run_is_claimed() -> None:
+    """A Cloud Tasks delivery (found by the fuzz): before, its run was claimed and the audit raised,
+    answering 504 `unknown` with the claim kept."""
+    from runonce.stores.memory import MemoryStore
+
+    store = MemoryStore()
+    app = create_app(Settings(routes=WIDE_ROUTES, auth="none"), store=store, clock=lambda: NOW)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://runonce") as http,
+    ):
+        headers = {"X-CloudTasks-QueueName": "q", "X-CloudTasks-TaskName": "t"}
+        refused = await http.post("/v1/audit:run?project=proj-1&location=us-central1", json={}, headers=headers)
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["field"] == "X-CloudScheduler-ScheduleTime"
+        assert await store.list(NOW, route="_audit") == []

@@ -68,15 +68,22 @@ async def run_audit(
         )
         logs.bind(labels={"run_id": delivery.run_id, "route": AUDIT_ROUTE})
         payload, body_sha256 = await read_body(request, AUDIT_ROUTE, delivery.run_id)
-        if delivery.schedule_time is not None:  # a bad body, or a range no audit can compute: 400, nothing claimed
-            check_audit(
-                routes,
-                delivery.schedule_time,
-                clock(),
-                audit_since(payload),
-                lease=runner.lease,
-                retention=runner.retention,
+        if delivery.schedule_time is None:  # a Cloud Tasks delivery: the audit's range is its schedule time's
+            raise errors.InvalidDelivery(
+                "X-CloudScheduler-ScheduleTime",
+                "missing: the audit is the delivery of a Scheduler job, keyed and ranged by its schedule time",
+                route=AUDIT_ROUTE,
+                run_id=delivery.run_id,
             )
+        # a bad body, or a range no audit can compute: 400, nothing claimed
+        check_audit(
+            routes,
+            delivery.schedule_time,
+            clock(),
+            audit_since(payload),
+            lease=runner.lease,
+            retention=runner.retention,
+        )
         result = await runner.run(delivery, payload, body_sha256)
     except errors.DeliveryError as exc:
         outcome.update(outcome=answer_for(exc).status, error=exc.message)
