@@ -151,7 +151,7 @@ async def count_round_trips(store_kind: str, backends: Backends) -> dict[str, in
     """Store requests of one fresh scheduled delivery through the Runner (as `runonce serve` runs
     it), counted on the store's client after a warm-up run: {"claim+finish": n, "delivery": n}."""
     from runonce.run.delivery import Delivery
-    from runonce.run.runner import Runner
+    from runonce.run.runner import Rules, Runner
     from runonce.stores import Finish, NewRun, open_store
     from runonce.targets.scripted import ScriptedTarget
 
@@ -167,6 +167,7 @@ async def count_round_trips(store_kind: str, backends: Backends) -> dict[str, in
     runner = Runner(
         store,
         {"bench": ScriptedTarget()},
+        routes={"bench": Rules()},
         lease=lease,
         retention=retention,
         dispatch_timeout=timedelta(seconds=30),

@@ -379,8 +379,81 @@ def _routes(settings: Settings) -> dict[str, Any]:
 
 def _range_error(exc: Any) -> click.UsageError:
     """A `RangeRefused` in terms of the flags."""
-    flag = {"from": "--from", "to": "--to", "since": "--since", "range": "--from/--to"}.get(exc.field, exc.field)
+    flags = {"from": "--from", "to": "--to", "since": "--since", "range": "--from/--to", "timeout": "--timeout"}
+    flag = flags.get(exc.field, exc.field)
     return click.UsageError(f"{flag}: {exc.reason}")
+
+
+class _Progress:
+    """Progress of a long command on stderr: a bar on a terminal; else (a log, CI) plain lines, one
+    per step told with a `line`, and otherwise one each tenth of the way."""
+
+    def __init__(self, label: str, unit: str, total: int | None = None):
+        self.label, self.unit = label, unit
+        self.tty = sys.stderr.isatty()
+        self.total, self.done, self.shown = total, 0, 0
+        self.bar: Any = None
+
+    def __enter__(self) -> _Progress:
+        if self.total is not None:
+            self.start(self.total)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.render_finish()
+
+    def start(self, total: int) -> None:
+        """The work is `total` steps."""
+        self.total = total
+        if self.tty:
+            self.bar = click.progressbar(length=total, label=self.label, file=sys.stderr)
+            self.bar.render_progress()
+
+    def advance(self, steps: int = 1, line: str | None = None) -> None:
+        self.done += steps
+        if self.bar is not None:
+            self.bar.update(steps)
+            if line is not None and self.bar.is_hidden:  # pragma: no cover - a hidden bar on a terminal
+                click.echo(line, err=True)
+            return
+        total = self.total or 0
+        tenth = max(1, total // 10)
+        if line is not None:
+            click.echo(f"{self.label}: {self.done}/{total} {line}", err=True)
+        elif self.done // tenth > self.shown // tenth or self.done == total:
+            click.echo(f"{self.label}: {self.done}/{total} {self.unit}", err=True)
+        self.shown = self.done
+
+    def note(self, line: str) -> None:
+        """A line that is no step (a run that waits)."""
+        click.echo(("\n" if self.bar is not None else "") + f"{self.label}: {line}", err=True)
+
+
+class _CountingStore:
+    """The store, telling `advance` how many runs each read looked up (the audit's progress)."""
+
+    def __init__(self, store: Any, advance: Callable[[int], None]):
+        self.store, self.advance = store, advance
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    async def get(self, run_id: str, now: datetime) -> Any:
+        found = await self.store.get(run_id, now)
+        self.advance(1)
+        return found
+
+    async def get_many(self, run_ids: Any, now: datetime) -> Any:
+        run_ids = list(run_ids)
+        found = await self.store.get_many(run_ids, now)
+        self.advance(len(run_ids))
+        return found
+
+
+def _counting(store: Any, advance: Callable[[int], None]) -> Any:
+    """`store`, counting its reads (typed as the store it stands for)."""
+    return _CountingStore(store, advance)
 
 
 @main.command("audit")
@@ -434,12 +507,21 @@ def audit_command(
                 audit(MemoryStore(), routes, first, last, now, lease=lease, retention=retention, start_field=field)
             )
         else:
-            report = _with_store(
-                settings,
-                lambda store: audit(
-                    store, routes, first, last, now, lease=lease, retention=retention, start_field=field
-                ),
-            )
+            with _Progress("audit", "fire times looked up") as progress:
+                report = _with_store(
+                    settings,
+                    lambda store: audit(
+                        _counting(store, progress.advance),
+                        routes,
+                        first,
+                        last,
+                        now,
+                        lease=lease,
+                        retention=retention,
+                        start_field=field,
+                        progress=progress.start,
+                    ),
+                )
     except RangeRefused as exc:
         raise _range_error(exc) from exc
     if output == "json":
@@ -477,23 +559,40 @@ def _audited_route(routes: dict[str, Any], name: str, flag: str) -> Any:
 @click.option("--concurrency", type=AsciiIntRange(1, 64), default=4, show_default=True, help="Runs in flight at once.")
 @click.option("--format", "output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--yes", is_flag=True, help="Run more than 1000 fire times, or fire times older than the retention.")
+@click.option(
+    "--timeout",
+    default="1h",
+    show_default=True,
+    help="How long to keep trying runs that wait for the route's previous execution (overlap): 90s, 30m, 2h.",
+)
 def backfill_command(
-    route_name: str, start: datetime, end: datetime, dry_run: bool, concurrency: int, output: str, yes: bool
+    route_name: str,
+    start: datetime,
+    end: datetime,
+    dry_run: bool,
+    concurrency: int,
+    output: str,
+    yes: bool,
+    timeout: str,
 ) -> None:
     """Run ROUTE's fire times in [--from, --to) through the protocol, each with the run_id Scheduler's
     delivery would have: a time that already ran, or a second backfill, replays (`duplicate`).
 
-    Uses the settings `serve` uses (RUNONCE_STORE, the routes, ADC for the target). Ctrl-C starts no
-    more runs and lets those in flight finish; a second Ctrl-C cuts them short and releases their
-    claims. Exit 0 when every run is processed or duplicate, 1 otherwise, 130 when interrupted.
+    Uses the settings and route guards `serve` uses (RUNONCE_STORE, the routes, ADC for the target).
+    On a route with `overlap`, runs go one after another: `skip` records a run `skipped` while the
+    one before it still runs; `wait` starts each once the one before has finished, giving up after
+    --timeout. Ctrl-C starts no more runs and lets those in flight finish; a second Ctrl-C cuts them
+    short and releases their claims. Exit 0 when every run is processed, duplicate or skipped, 1
+    otherwise, 130 when interrupted.
     """
-    from runonce.missed.audit import RangeRefused  # deferred (tests/test_cold_start.py)
+    from runonce.missed.audit import RangeRefused, parse_duration  # deferred (tests/test_cold_start.py)
     from runonce.missed.backfill import MAX_RUNS, older_than_retention, runs_to_backfill  # deferred (as above)
 
     settings = _settings()
     route = _audited_route(_routes(settings), route_name, "ROUTE")
     now = _now()
     try:
+        waits = parse_duration(timeout, "timeout")
         runs = runs_to_backfill(route_name, route, start, end, now)
     except RangeRefused as exc:
         raise _range_error(exc) from exc
@@ -513,15 +612,29 @@ def backfill_command(
         )
     outcomes, interrupted = _with_store(
         settings,
-        lambda store: _backfill(settings, route_name, route, store, runs, concurrency),
+        lambda store: _backfill(settings, route_name, route, store, runs, concurrency, waits),
         create=True,
     )
     _print_backfill(route_name, runs, outcomes, output, interrupted=interrupted)
+    left = [outcome for outcome in outcomes if outcome.waiting or outcome.outcome == "not_started"]
+    if left and not interrupted:
+        first = left[0]
+        click.echo(
+            f"gave up after --timeout {timeout}: {len(left)} fire time(s) left, from "
+            f"{first.run.to_json()['schedule_time']}: {first.error.message if first.error else 'not started'}",
+            err=True,
+        )
     sys.exit(130 if interrupted else 0 if all(outcome.ok for outcome in outcomes) else 1)
 
 
 async def _backfill(
-    settings: Settings, name: str, route: Any, store: Any, runs: list[Any], concurrency: int
+    settings: Settings,
+    name: str,
+    route: Any,
+    store: Any,
+    runs: list[Any],
+    concurrency: int,
+    timeout: timedelta,
 ) -> tuple[list[Any], bool]:
     """The backfill with Ctrl-C handled: the first stops starting runs, the second cuts the
     dispatches in flight short. Claims left `unknown` are released at the end, not left to the lease."""
@@ -546,9 +659,23 @@ async def _backfill(
 
         loop.add_signal_handler(signal.SIGINT, interrupt)
         try:
-            with click.progressbar(length=len(runs), label=f"backfill {name}", file=sys.stderr) as bar:
+            with _Progress(f"backfill {name}", "runs", total=len(runs)) as progress:
+
+                def done(outcome: Any) -> None:
+                    progress.advance(1, f"{outcome.run.to_json()['schedule_time']} {outcome.outcome}")
+
+                def waiting(outcome: Any) -> None:
+                    progress.note(f"{outcome.run.to_json()['schedule_time']} waits: {outcome.error.message}")
+
                 outcomes = await run_all(
-                    runner, runs, route, concurrency=concurrency, stop=stop, done=lambda _: bar.update(1)
+                    runner,
+                    runs,
+                    route,
+                    concurrency=concurrency,
+                    stop=stop,
+                    done=done,
+                    timeout=timeout,
+                    waiting=waiting,
                 )
         finally:
             loop.remove_signal_handler(signal.SIGINT)

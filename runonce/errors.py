@@ -42,15 +42,15 @@
 
 The branches carry facts, never HTTP. Under `DeliveryError` the families (InProgress, Throttled,
 ...) are what the caller is told and the leaves are what happened, each built from facts (run_id,
-route, target, retry_after, the cause) by the code that saw them. `runonce/api/answers.py` alone maps
-each family to its HTTP status, `status` word and headers, in one table that also feeds the
-OpenAPI document.
+route, target, retry_after, the cause) by the code that saw them. Each family names its `status` word
+(what a caller, and `runonce backfill`'s output, is told); `runonce/api/answers.py` alone maps each
+family to its HTTP status and headers, in one table that also feeds the OpenAPI document.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 
 class RunonceError(Exception):
@@ -71,6 +71,11 @@ class DeliveryError(RunonceError):
     """A delivery that ends without `processed`/`duplicate`. Its facts are what the answer names:
     `message` (the error's words), `field` (what in the request is at fault), `run_id`, `route`,
     `target` (`{type, resource}`) and `retry_after` (seconds until a retry can succeed)."""
+
+    status: ClassVar[str]
+    """The outcome word the caller is told (`invalid`, `waiting`, ...): one per family. The same
+    word names the outcome of a backfill run in `runonce backfill`'s output; `api/answers.py` maps
+    each family to its HTTP status and headers."""
 
     def __init__(
         self,
@@ -98,6 +103,8 @@ class InvalidDelivery(DeliveryError):
     """The request does not identify a run, or its body is not accepted; nothing is claimed.
     `field` names the header, query parameter or `body` at fault, `reason` says why."""
 
+    status = "invalid"
+
     def __init__(self, field: str, reason: str, *, route: str | None = None, run_id: str | None = None):
         super().__init__(reason, field=field, route=route, run_id=run_id)
         self.reason = reason
@@ -113,9 +120,13 @@ class PayloadTooLarge(InvalidDelivery):
 class ForcedRunRefused(InvalidDelivery):
     """A force run on a route with `forced_runs: reject`; nothing is claimed."""
 
+    status = "forced_run_refused"
+
 
 class Unauthenticated(DeliveryError):
     """No or invalid bearer token."""
+
+    status = "unauthenticated"
 
     token_sent = True
     """False when the request carried no credentials: RFC 6750 then names no error."""
@@ -124,9 +135,13 @@ class Unauthenticated(DeliveryError):
 class Forbidden(DeliveryError):
     """The caller is not allowed on this route (or API)."""
 
+    status = "forbidden"
+
 
 class NotFound(DeliveryError):
     """No such route is configured, or no such run is kept."""
+
+    status = "not_found"
 
 
 # -- the run's claim -----------------------------------------------------------------------------
@@ -134,6 +149,8 @@ class NotFound(DeliveryError):
 
 class InProgress(DeliveryError):
     """Another attempt holds the run; a retry after `retry_after` gets its outcome."""
+
+    status = "in_progress"
 
 
 class LeaseHeld(InProgress):
@@ -161,6 +178,8 @@ class LostRun(InProgress):
 
 class PayloadMismatch(DeliveryError):
     """This run_id was delivered before with a different body; a run's body cannot change."""
+
+    status = "payload_mismatch"
 
     def __init__(self, *, run_id: str, route: str, recorded_sha256: str, body_sha256: str):
         super().__init__(
@@ -196,6 +215,8 @@ class Waiting(DeliveryError):
     """Not dispatched now, because of the route's `overlap` policy; the claim was given back, so
     a retry after `retry_after` decides again."""
 
+    status = "waiting"
+
 
 class PreviousRunning(Waiting):
     """`situation`: the route's previous execution still runs (`overlap: wait`), or its state
@@ -225,6 +246,8 @@ class PreviousRunning(Waiting):
 
 class Throttled(DeliveryError):
     """Slow down: the target, or the route's own limit, says so. The claim was given back."""
+
+    status = "throttled"
 
 
 class DispatchThrottled(Throttled):
@@ -273,6 +296,8 @@ class RouteBusy(Throttled):
 class Failed(DeliveryError):
     """The target created nothing; the claim was given back, so a retry dispatches again."""
 
+    status = "failed"
+
 
 class DispatchFailed(Failed):
     def __init__(
@@ -285,6 +310,8 @@ class DispatchFailed(Failed):
 
 class Unavailable(DeliveryError):
     """runonce cannot take the run right now (the target was not called); retry later."""
+
+    status = "unavailable"
 
 
 class StoreDown(Unavailable):
@@ -325,6 +352,8 @@ class ShuttingDown(Unavailable):
 class OutcomeUnknown(DeliveryError):
     """The target may have acted (timeout, lost response); the claim is kept and a later attempt
     reconciles after the lease."""
+
+    status = "unknown"
 
 
 class DispatchUnknown(OutcomeUnknown):

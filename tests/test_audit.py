@@ -356,6 +356,10 @@ def test_runonce_audit_json_and_exit_0_when_nothing_is_missed(audited) -> None:
             "--route: route 'unaudited' does not name its Scheduler 'job' (routes with job: hourly, nightly)",
         ),
         (("--since", "soon"), "not a duration"),
+        (
+            ("--from", "2026-01-02T00:00:00Z", "--to", "2026-01-01T00:00:00Z"),
+            "--to: 2026-01-01T00:00:00Z is not after the start of the range 2026-01-02T00:00:00Z",
+        ),
     ],
 )
 def test_runonce_audit_refuses_what_it_cannot_answer_with_exit_2(audited, args: tuple[str, ...], says: str) -> None:
@@ -372,3 +376,108 @@ def test_runonce_audit_without_a_store_reports_every_due_run(
     result = cli("audit", "--route", "hourly", "--since", "3h")
     assert result.exit_code == 1 and len(result.stdout.splitlines()) in (2, 3) and "no store" in result.stderr
     assert not cli.db.exists()
+
+
+def test_runonce_audit_shows_plain_progress_lines_when_stderr_is_no_terminal(audited) -> None:
+    result = audited("audit", "--route", "hourly", "--since", "6h")
+    progress = [line for line in result.stderr.splitlines() if line.startswith("audit: ")]
+    assert progress and progress[-1] == f"audit: {audited.due}/{audited.due} fire times looked up", result.stderr
+
+
+# -- what can refuse an audit is refused before its run is claimed --------------------------------
+
+WIDE_ROUTES = """
+routes:
+  minutely:
+    target: {type: log}
+    job: minutely-job
+    schedule: "* * * * *"
+    namespace: {project: proj-1, location: us-central1}
+"""
+
+
+async def test_an_audit_too_wide_to_compute_is_refused_before_its_run_is_claimed() -> None:
+    """The audit's answer agrees with its record: a 400 leaves no `completed` audit run behind
+    (before, the run was recorded completed with nothing reported)."""
+    from runonce.stores.memory import MemoryStore
+
+    store = MemoryStore()
+    settings = Settings(routes=WIDE_ROUTES, auth="none", retention_seconds=40 * 86400)
+    app = create_app(settings, store=store, clock=lambda: NOW)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://runonce") as http,
+    ):
+        headers = {"X-CloudScheduler-JobName": "runonce-audit", "X-CloudScheduler-ScheduleTime": "2026-03-08T12:00:00Z"}
+        refused = await http.post("/v1/audit:run", json={"since": "30d"}, headers=headers)
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["field"] == "body.since" and "more than 20000 fire times" in refused.text
+        assert await store.list(NOW, route="_audit") == []
+        fine = await http.post("/v1/audit:run", json={"since": "10m"}, headers=headers)
+        assert fine.status_code == 200 and fine.json()["status"] == "processed"
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ("catch_up: latest", "the default, RUNONCE_RETENTION_SECONDS: 3.456e+06s"),
+        ("catch_up: all, catch_up_window_seconds: 1500000", "catch_up_window_seconds: 1.5e+06s"),
+    ],
+)
+def test_a_catch_up_window_with_more_fire_times_than_an_audit_computes_stops_start_up(fields: str, says: str) -> None:
+    """Every audit would refuse such a window: the route would never be caught up while each audit's
+    record said done. Start-up refuses it, naming the route, the field and a window that fits."""
+    text = WIDE_ROUTES.replace(
+        "    namespace: {project: proj-1, location: us-central1}\n",
+        "    namespace: {project: proj-1, location: us-central1}\n    " + fields.replace(", ", "\n    ") + "\n",
+    )
+    with pytest.raises(ConfigError) as refused:
+        create_app(Settings(routes=text, auth="none", retention_seconds=40 * 86400))
+    message = str(refused.value)
+    assert "route 'minutely': field 'catch_up_window_seconds'" in message and says in message, message
+    assert "more than 20000 fire times of '* * * * *'" in message
+    fits = int(message.rsplit("at most ", 1)[1])
+    assert 19000 * 60 < fits < 20000 * 60
+    narrowed = text.replace("catch_up_window_seconds: 1500000", f"catch_up_window_seconds: {fits}")
+    if "catch_up_window_seconds" not in narrowed:
+        narrowed = narrowed.replace("catch_up: latest", f"catch_up: latest\n    catch_up_window_seconds: {fits}")
+    create_app(Settings(routes=narrowed, auth="none", retention_seconds=40 * 86400))  # starts
+
+
+async def test_a_catch_up_that_cannot_be_computed_is_logged_as_an_error_never_silent(store: RunStore, caplog) -> None:
+    """Past start-up's check (say, routes handed to catch_up directly), the audit still answers and
+    the route's catch-up is an ERROR line naming why."""
+    import logging
+
+    from runonce.missed.backfill import catch_up
+    from runonce.run.runner import Runner
+
+    text = WIDE_ROUTES.replace("    job: minutely-job", "    job: minutely-job\n    catch_up: all")
+    routes = parse_routes(text, "t")
+    runner = Runner(
+        store, {}, routes=routes, lease=LEASE, retention=timedelta(days=40), dispatch_timeout=timedelta(seconds=30)
+    )
+    with caplog.at_level(logging.ERROR, logger="runonce.catch_up"):
+        caught = await catch_up(runner, store, routes, NOW, NOW, lease=LEASE, retention=timedelta(days=40))
+    assert caught == []
+    [line] = [r for r in caplog.records if r.name == "runonce.catch_up"]
+    assert line.levelname == "ERROR" and "catch-up of route minutely skipped" in line.getMessage()
+    assert "more than 20000 fire times" in line.getMessage()
+
+
+async def test_an_audit_delivery_without_a_schedule_time_is_refused_before_its_run_is_claimed() -> None:
+    """A Cloud Tasks delivery (found by the fuzz): before, its run was claimed and the audit raised,
+    answering 504 `unknown` with the claim kept."""
+    from runonce.stores.memory import MemoryStore
+
+    store = MemoryStore()
+    app = create_app(Settings(routes=WIDE_ROUTES, auth="none"), store=store, clock=lambda: NOW)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://runonce") as http,
+    ):
+        headers = {"X-CloudTasks-QueueName": "q", "X-CloudTasks-TaskName": "t"}
+        refused = await http.post("/v1/audit:run?project=proj-1&location=us-central1", json={}, headers=headers)
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["field"] == "X-CloudScheduler-ScheduleTime"
+        assert await store.list(NOW, route="_audit") == []

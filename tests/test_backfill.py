@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from runonce.missed.audit import RangeRefused, scheduled_runs
-from runonce.missed.backfill import NOT_STARTED, older_than_retention, run_all, runs_to_backfill
+from runonce.missed.backfill import NOT_STARTED, Outcome, older_than_retention, run_all, runs_to_backfill
 from runonce.routes import parse_routes
 from runonce.run.runner import Runner
 from runonce.stores.memory import MemoryStore
@@ -41,6 +41,7 @@ def runner(target: ScriptedTarget, store: MemoryStore | None = None) -> Runner:
     return Runner(
         store or MemoryStore(),
         {"minutely": target},
+        routes=ROUTES,
         lease=timedelta(seconds=300),
         retention=timedelta(days=1),
         dispatch_timeout=timedelta(seconds=30),
@@ -172,18 +173,228 @@ def test_runonce_backfill_refuses_with_exit_2_naming_the_flag(cli_routes, args: 
 async def test_max_lateness_does_not_stop_a_backfill_of_past_times() -> None:
     """A backfill (and a catch-up) is an explicit run of past times: the route's lateness limit,
     which stops late Scheduler deliveries, does not apply (README, Scheduled-run guarantees)."""
-    from runonce.run.guarantees import RouteGuard
-
+    routes = parse_routes(
+        ROUTES_TEXT.replace("body: {mode: full}", "body: {mode: full}\n    max_lateness_seconds: 60"), "t"
+    )
     target = ScriptedTarget()
     late_route = Runner(
         MemoryStore(),
         {"minutely": target},
+        routes=routes,
         lease=timedelta(seconds=300),
         retention=timedelta(days=1),
         dispatch_timeout=timedelta(seconds=30),
         clock=lambda: NOW,
-        guards={"minutely": RouteGuard(max_lateness=timedelta(seconds=60))},
     )
     runs = runs_to_backfill("minutely", ROUTE, NOW - timedelta(minutes=10), NOW - timedelta(minutes=5), NOW)
-    outcomes = await run_all(late_route, runs, ROUTE, concurrency=1)
+    outcomes = await run_all(late_route, runs, routes["minutely"], concurrency=1)
     assert [o.outcome for o in outcomes] == ["processed"] * 5 and len(target.dispatched) == 5
+
+
+# -- backfill on an overlap route: one after another, through the route's guards -----------------
+
+OVERLAP_ROUTES = """
+routes:
+  etl:
+    target: {type: workflows, workflow: projects/proj-12345/locations/us-central1/workflows/w}
+    job: etl-job
+    schedule: "*/10 * * * *"
+    namespace: {project: proj-1, location: us-central1}
+    overlap: OVERLAP
+"""
+
+
+class Executions:
+    """The downstream's executions: each runs until it has been asked about `polls` times."""
+
+    def __init__(self, polls: int | None):
+        self.polls = polls  # None: runs for ever
+        self.asked: dict[str, int] = {}
+        self.started: list[str] = []
+        self.finished: list[str] = []
+
+    async def dispatch(self, request: DispatchRequest) -> str:
+        self.started.append(f"exec/{request.run_id}")
+        return f"exec/{request.run_id}"
+
+    async def is_running(self, resource: str) -> bool:
+        self.asked[resource] = self.asked.get(resource, 0) + 1
+        running = self.polls is None or self.asked[resource] <= self.polls
+        if not running and resource not in self.finished:
+            self.finished.append(resource)
+        return running
+
+
+async def backfill_over_http(overlap: str, executions: Executions, hours: int, **body) -> dict:
+    import httpx
+
+    from runonce.api.main import create_app
+    from runonce.settings import Settings
+
+    target = ScriptedTarget(executions.dispatch, running=executions.is_running)
+    settings = Settings(routes=OVERLAP_ROUTES.replace("OVERLAP", overlap), auth="none", store="sqlite:///unused.db")
+    app = create_app(settings, store=MemoryStore(), targets={"etl": target}, clock=lambda: NOW)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://runonce") as client,
+    ):
+        start = NOW - timedelta(hours=1)
+        response = await client.post(
+            "/v1/routes/etl:backfill",
+            json={"from": stamp(start), "to": stamp(start + timedelta(minutes=10 * hours)), **body},
+        )
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+@pytest.fixture
+def quick_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+    from runonce.missed import backfill
+
+    monkeypatch.setattr(backfill, "POLL_SECONDS", 0.01, raising=False)
+
+
+async def test_http_backfill_on_a_skip_route_dispatches_the_first_and_skips_what_overlaps_it(quick_polls) -> None:
+    executions = Executions(polls=None)  # the first execution runs for the whole backfill
+    body = await backfill_over_http("skip", executions, 3)
+    assert [run["outcome"] for run in body["runs"]] == ["processed", "skipped", "skipped"]
+    assert len(executions.started) == 1 and body["runs"][0]["resource"] == executions.started[0]
+
+
+async def test_http_backfill_on_a_skip_route_runs_each_once_the_previous_is_done(quick_polls) -> None:
+    executions = Executions(polls=0)  # done by the time the next run asks
+    body = await backfill_over_http("skip", executions, 4)
+    assert [run["outcome"] for run in body["runs"]] == ["processed"] * 4 and len(executions.started) == 4
+
+
+async def test_http_backfill_on_a_wait_route_starts_each_when_the_previous_has_finished(quick_polls) -> None:
+    executions = Executions(polls=2)  # each execution is still running the first two times it is asked
+    body = await backfill_over_http("wait", executions, 3)
+    assert [run["outcome"] for run in body["runs"]] == ["processed"] * 3
+    # In fire-time order, each started only after the one before it was seen finished.
+    assert executions.started == [run["resource"] for run in body["runs"]]
+    assert executions.finished[:2] == executions.started[:2]
+
+
+async def test_http_backfill_on_a_wait_route_gives_up_after_its_timeout_naming_what_is_left(quick_polls) -> None:
+    executions = Executions(polls=None)
+    body = await backfill_over_http("wait", executions, 3, timeout="1s")
+    assert [run["outcome"] for run in body["runs"]] == ["processed", "waiting", "not_started"]
+    assert len(executions.started) == 1
+
+
+# -- runonce backfill: the same Runner and guards as serve ----------------------------------------
+
+
+def overlap_settings(overlap: str, extra: str = ""):
+    from runonce.settings import Settings
+
+    text = OVERLAP_ROUTES.replace("OVERLAP", overlap) + extra
+    return Settings(routes=text, auth="none", store="sqlite:///unused.db"), parse_routes(text, "t")
+
+
+async def test_the_cli_backfills_runner_skips_what_overlaps_as_serve_does() -> None:
+    """Before, `local_runner` built its Runner without the route guards: all three ran at once."""
+    from runonce.missed.backfill import local_runner
+
+    settings, routes = overlap_settings("skip")
+    executions = Executions(polls=None)
+    target = ScriptedTarget(executions.dispatch, running=executions.is_running)
+    runs = runs_to_backfill("etl", routes["etl"], NOW - timedelta(hours=1), NOW - timedelta(minutes=30), NOW)
+    async with local_runner(settings, routes, MemoryStore(), targets={"etl": target}) as local:
+        outcomes = await run_all(local, runs, routes["etl"], concurrency=4)
+    assert [o.outcome for o in outcomes] == ["processed", "skipped", "skipped"] and len(executions.started) == 1
+    assert outcomes[1].result.body()["reason"] == "overlap"
+
+
+async def test_the_cli_backfill_keeps_to_max_concurrent_dispatches() -> None:
+    from runonce.missed.backfill import local_runner
+
+    settings, routes = overlap_settings("allow", "    max_concurrent_dispatches: 2\n")
+    active = peak = 0
+
+    async def slow(request: DispatchRequest) -> str:
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        await asyncio.sleep(0.01)
+        active -= 1
+        return f"exec/{request.run_id}"
+
+    runs = runs_to_backfill("etl", routes["etl"], NOW - timedelta(hours=1), NOW, NOW)
+    async with local_runner(settings, routes, MemoryStore(), targets={"etl": ScriptedTarget(slow)}) as local:
+        outcomes = await run_all(local, runs, routes["etl"], concurrency=8)
+    assert [o.outcome for o in outcomes] == ["processed"] * 6 and peak == 2
+
+
+def test_a_runner_cannot_be_built_without_its_targets_route_rules() -> None:
+    with pytest.raises(ValueError, match=r"no route rules for target\(s\) minutely"):
+        Runner(
+            MemoryStore(),
+            {"minutely": ScriptedTarget()},
+            routes={},
+            lease=timedelta(seconds=300),
+            retention=timedelta(days=1),
+            dispatch_timeout=timedelta(seconds=30),
+        )
+
+
+async def test_a_backfill_outcome_says_no_why_and_an_audits_missed_run_does() -> None:
+    """`why` is the audit's word for a missed run; a backfilled time was judged by no audit
+    (before: `"why": "no delivery"` beside `"outcome": "duplicate"`)."""
+    store = MemoryStore()
+    runs = runs_to_backfill("minutely", ROUTE, NOW - timedelta(minutes=2), NOW, NOW)
+    await run_all(runner(ScriptedTarget(), store), runs, ROUTE, concurrency=1)
+    again = await run_all(runner(ScriptedTarget(), store), runs, ROUTE, concurrency=1)
+    assert [row["outcome"] for row in map(Outcome.to_json, again)] == ["duplicate", "duplicate"]
+    assert all("why" not in row for row in map(Outcome.to_json, again))
+
+
+@pytest.fixture
+def wait_route(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, quick_polls):
+    """The CLI on an `overlap: wait` route whose target (built by `local_runner`) is scripted."""
+    from runonce.missed import backfill
+
+    path = tmp_path / "routes.yaml"
+    path.write_text(OVERLAP_ROUTES.replace("OVERLAP", "wait"))
+    monkeypatch.setenv("RUNONCE_ROUTES_FILE", str(path))
+    cli.executions = Executions(polls=None)
+    target = ScriptedTarget(cli.executions.dispatch, running=cli.executions.is_running)
+    monkeypatch.setattr(backfill, "build_target", lambda config, context: target)
+    return cli
+
+
+def test_runonce_backfill_gives_up_after_timeout_naming_what_is_left(wait_route) -> None:
+    end = END.replace(minute=0)
+    result = wait_route(
+        "backfill", "etl", "--from", stamp(end - timedelta(minutes=30)), "--to", stamp(end), "--timeout", "1s"
+    )
+    assert result.exit_code == 1, result.output
+    started = wait_route.executions.started
+    assert len(started) == 1
+    second = stamp(end - timedelta(minutes=20))
+    assert (
+        f"backfill etl: {second} waits: the route's previous execution {started[0]} is still running" in result.stderr
+    )
+    assert (
+        f"gave up after --timeout 1s: 2 fire time(s) left, from {second}: the route's previous execution "
+        f"{started[0]} is still running (overlap: wait)" in result.stderr
+    ), result.stderr
+    outcomes = [line.split()[3] for line in result.stdout.splitlines()[1:]]
+    assert outcomes == ["processed", "waiting", "not_started"]
+
+
+def test_runonce_backfill_shows_one_plain_line_per_run_when_stderr_is_no_terminal(wait_route) -> None:
+    wait_route.executions.polls = 0
+    end = END.replace(minute=0)
+    result = wait_route("backfill", "etl", "--from", stamp(end - timedelta(minutes=30)), "--to", stamp(end))
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.stderr.splitlines() if line.startswith("backfill etl: ")]
+    assert lines == [
+        f"backfill etl: {n}/3 {stamp(end - timedelta(minutes=30 - 10 * (n - 1)))} processed" for n in (1, 2, 3)
+    ]
+
+
+def test_runonce_backfill_refuses_a_bad_timeout(cli_routes) -> None:
+    result = cli_routes("backfill", *span("minutely", timedelta(minutes=3)), "--timeout", "soon")
+    assert result.exit_code == 2 and "--timeout: 'soon' is not a duration" in result.output, result.output

@@ -16,7 +16,7 @@ from runonce.metrics import Metrics
 from runonce.missed.audit import AUDIT_ROUTE, AuditTarget, body_sha256, catch_up_runs, scheduled_runs
 from runonce.missed.backfill import catch_up, run_one
 from runonce.routes import parse_routes
-from runonce.run.delivery import parse_delivery
+from runonce.run.delivery import format_schedule_time, parse_delivery
 from runonce.run.runner import Runner
 from runonce.stores.sqlite import SQLiteStore
 from runonce.targets import DispatchRequest, TargetFailed
@@ -61,6 +61,7 @@ class World:
         self.runner = Runner(
             store,
             {"etl": self.etl, "report": self.report, AUDIT_ROUTE: self.audit},
+            routes=ROUTES,
             lease=LEASE,
             retention=RETENTION,
             dispatch_timeout=timedelta(seconds=30),
@@ -258,3 +259,39 @@ async def test_a_catch_up_of_a_time_whose_force_run_is_unresolved_runs_the_sched
     assert [(o.run.route, o.run.time, o.outcome) for o in caught] == [("etl", MISSED, "processed")]
     dispatched = world.etl.dispatched[-1]
     assert dispatched.run_id == caught[0].run.run_id != forced.run_id and dispatched.source == "scheduler"
+
+
+# -- a fire time that is not due yet is never dispatched ------------------------------------------
+
+
+@pytest.mark.parametrize("ahead", [timedelta(seconds=4), timedelta(minutes=52), timedelta(days=3)])
+async def test_an_audit_with_a_future_schedule_time_audits_up_to_now_and_dispatches_nothing_not_due(
+    world: World, ahead: timedelta
+) -> None:
+    """A force run of the audit job (Scheduler sends the next schedule time) or an admin's call with
+    a future X-CloudScheduler-ScheduleTime: the audit reports and catches up to now, never past it."""
+    latest = AUDIT_AT - timedelta(minutes=5)  # due by now − the lease
+    await fill(world, skip={MISSED, latest})
+    now = world.clock()
+    result, caught = await world.run_audit(at=now + ahead)
+    assert result.status == "processed"
+    assert [(outcome.run.time, outcome.outcome) for outcome in caught] == [(latest, "processed")]
+    assert all(datetime.fromisoformat(r.schedule_time) <= now for r in world.etl.dispatched + world.report.dispatched)
+    assert result.record.target["resource"].endswith(f"{format_schedule_time(now - LEASE)}: 4 missed of 4")
+
+
+async def test_catch_up_runs_of_a_future_audit_time_stop_at_now(world: World) -> None:
+    now = world.clock()
+    runs = await catch_up_runs(
+        world.store, "etl", ROUTES["etl"], now + timedelta(hours=5), now, lease=LEASE, retention=RETENTION
+    )
+    assert runs and all(run.time <= now - LEASE for run in runs)
+
+
+async def test_a_backfill_or_catch_up_of_a_fire_time_after_now_is_refused_and_claims_nothing(world: World) -> None:
+    now = world.clock()
+    [future] = scheduled_runs({"etl": ROUTES["etl"]}, now + timedelta(minutes=1), now + timedelta(minutes=6))
+    outcome = await run_one(world.runner, future, ROUTES["etl"])
+    assert (outcome.outcome, outcome.error.field) == ("invalid", "schedule_time")
+    assert "is not due yet" in outcome.error.message and world.etl.dispatched == []
+    assert await world.store.get(future.run_id, now) is None

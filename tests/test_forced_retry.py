@@ -17,7 +17,7 @@ import pytest
 from runonce import errors
 from runonce.api.main import create_app
 from runonce.run.delivery import Delivery
-from runonce.run.runner import Runner
+from runonce.run.runner import Rules, Runner
 from runonce.settings import Settings
 from runonce.stores import StoreUnavailable
 from runonce.stores.memory import MemoryStore
@@ -192,6 +192,7 @@ async def test_store_down_for_the_force_run_read_gives_the_claim_back_and_answer
     runner = Runner(
         store,
         {"separate": target},
+        routes={"separate": Rules()},
         lease=timedelta(seconds=3),
         retention=timedelta(days=1),
         dispatch_timeout=timedelta(seconds=1),
@@ -230,6 +231,7 @@ async def test_store_down_for_the_force_runs_claim_answers_503_for_the_force_run
     runner = Runner(
         store,
         {"separate": target},
+        routes={"separate": Rules()},
         lease=timedelta(seconds=3),
         retention=timedelta(days=1),
         dispatch_timeout=timedelta(seconds=1),

@@ -27,7 +27,7 @@ from runonce.run.guarantees import (
     skip_note,
     skip_reason,
 )
-from runonce.run.runner import Runner, _new_run
+from runonce.run.runner import Rules, Runner, _new_run
 from runonce.settings import Settings
 from runonce.stores import Finish, NewRun, RunRecord
 from runonce.stores.base import COMPLETED, FAILED, IN_PROGRESS, SKIPPED
@@ -158,11 +158,11 @@ def runner(target: ScriptedTarget, clock: Clock, guard: RouteGuard, store=None, 
     return Runner(
         store or BrokenStore(),
         {"etl": target},
+        routes={"etl": Rules(guard)},
         lease=LEASE,
         retention=timedelta(days=1),
         dispatch_timeout=timedelta(seconds=dispatch_timeout),
         clock=clock,
-        guards={"etl": guard},
     )
 
 

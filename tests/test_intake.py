@@ -17,7 +17,7 @@ from runonce import errors
 from runonce.api.main import create_app
 from runonce.logs import SPAN_ID, trace_fields
 from runonce.run.delivery import Delivery
-from runonce.run.runner import Runner
+from runonce.run.runner import Rules, Runner
 from runonce.settings import Settings
 from runonce.stores.base import FAILED
 from runonce.stores.memory import MemoryStore
@@ -143,6 +143,7 @@ def runner_for(target: Target, clock: Clock) -> Runner:
     return Runner(
         MemoryStore(),
         {"etl": target},
+        routes={"etl": Rules()},
         lease=timedelta(seconds=300),
         retention=timedelta(days=1),
         dispatch_timeout=timedelta(seconds=30),

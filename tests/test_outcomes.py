@@ -18,7 +18,7 @@ import pytest
 from runonce import errors
 from runonce.api.answers import render
 from runonce.run.delivery import Delivery
-from runonce.run.runner import ROUTE_BUSY_RETRY_AFTER_SECONDS, THROTTLE_BACKOFF_SECONDS, Runner
+from runonce.run.runner import ROUTE_BUSY_RETRY_AFTER_SECONDS, THROTTLE_BACKOFF_SECONDS, Rules, Runner
 from runonce.stores import Fenced, NewRun
 from runonce.stores.base import COMPLETED, FAILED, IN_PROGRESS
 from runonce.stores.memory import MemoryStore
@@ -62,11 +62,11 @@ def make_runner(
     return Runner(
         store or MemoryStore(),
         {"etl": target or ScriptedTarget()},
+        routes={"etl": Rules(max_concurrent_dispatches=limit)},
         lease=LEASE,
         retention=timedelta(days=1),
         dispatch_timeout=timedelta(seconds=dispatch_timeout),
         clock=clock,
-        concurrency_limits={"etl": limit} if limit else None,
     )
 
 

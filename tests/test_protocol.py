@@ -10,7 +10,7 @@ import pytest
 
 from runonce import errors
 from runonce.api.answers import render
-from runonce.run.runner import THROTTLE_BACKOFF_SECONDS, Runner
+from runonce.run.runner import THROTTLE_BACKOFF_SECONDS, Rules, Runner
 from runonce.stores.base import COMPLETED, FAILED, IN_PROGRESS
 from runonce.stores.memory import MemoryStore
 from runonce.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown, TargetThrottled
@@ -23,6 +23,7 @@ def runner(target: ScriptedTarget, clock: Clock, store=None, dispatch_timeout: f
     return Runner(
         store or MemoryStore(),
         {"etl": target},
+        routes={"etl": Rules()},
         lease=LEASE,
         retention=timedelta(days=1),
         dispatch_timeout=timedelta(seconds=dispatch_timeout),
@@ -292,7 +293,7 @@ async def test_an_attempt_fenced_off_during_dispatch_answers_in_progress(clock: 
 
 def test_dispatch_timeout_must_be_below_the_lease() -> None:
     with pytest.raises(ValueError, match="below the lease"):
-        Runner(MemoryStore(), {}, lease=LEASE, retention=timedelta(days=1), dispatch_timeout=LEASE)
+        Runner(MemoryStore(), {}, routes={}, lease=LEASE, retention=timedelta(days=1), dispatch_timeout=LEASE)
 
 
 # -- shutdown -------------------------------------------------------------------------------------

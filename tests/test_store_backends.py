@@ -301,7 +301,7 @@ async def test_firestore_fresh_scheduled_run_reads_the_force_run_beside_its_clai
     """The force-run check costs no extra wait: `get` of the force run's record runs while the
     claim's `create` is in flight, so a fresh scheduled run waits one round trip, then `update`s."""
     from runonce.run.delivery import Delivery
-    from runonce.run.runner import Runner
+    from runonce.run.runner import Rules, Runner
     from runonce.targets.scripted import ScriptedTarget
 
     store = firestore_store()
@@ -330,6 +330,7 @@ async def test_firestore_fresh_scheduled_run_reads_the_force_run_beside_its_clai
     runner = Runner(
         store,
         {"etl": ScriptedTarget()},
+        routes={"etl": Rules()},
         lease=LEASE,
         retention=RETENTION,
         dispatch_timeout=timedelta(seconds=30),

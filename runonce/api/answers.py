@@ -3,7 +3,8 @@
 body looks (`render`), the exception handlers `create_app` installs, and the OpenAPI
 `responses=` the endpoints declare.
 
-The domain (errors.py) knows nothing of HTTP; this table is the only place that does.
+The domain (errors.py) knows nothing of HTTP; this table is the only place that does. The `status`
+word is each family's own (`errors.DeliveryError.status`), which the CLI's backfill output shares.
 """
 
 from __future__ import annotations
@@ -28,34 +29,48 @@ class Answer:
 
 
 ANSWERS: dict[type[errors.DeliveryError], Answer] = {
-    errors.InvalidDelivery: Answer(400, "invalid", "Missing or invalid identity headers, query or body."),
-    errors.PayloadTooLarge: Answer(413, "invalid", "Request body over 32 KiB."),
-    errors.Unauthenticated: Answer(401, "unauthenticated", "No or invalid bearer token."),
-    errors.Forbidden: Answer(403, "forbidden", "The caller is not allowed on this route."),
-    errors.NotFound: Answer(404, "not_found", "Unknown route (or run)."),
+    errors.InvalidDelivery: Answer(
+        400, errors.InvalidDelivery.status, "Missing or invalid identity headers, query or body."
+    ),
+    errors.PayloadTooLarge: Answer(413, errors.PayloadTooLarge.status, "Request body over 32 KiB."),
+    errors.Unauthenticated: Answer(401, errors.Unauthenticated.status, "No or invalid bearer token."),
+    errors.Forbidden: Answer(403, errors.Forbidden.status, "The caller is not allowed on this route."),
+    errors.NotFound: Answer(404, errors.NotFound.status, "Unknown route (or run)."),
     errors.InProgress: Answer(
-        409, "in_progress", "Another attempt holds a live lease on this run; retry after Retry-After seconds."
+        409,
+        errors.InProgress.status,
+        "Another attempt holds a live lease on this run; retry after Retry-After seconds.",
     ),
     errors.ForcedRunRefused: Answer(
-        409, "forced_run_refused", "A Scheduler force run on a route with forced_runs: reject; nothing was claimed."
+        409,
+        errors.ForcedRunRefused.status,
+        "A Scheduler force run on a route with forced_runs: reject; nothing was claimed.",
     ),
     errors.Waiting: Answer(
         409,
-        "waiting",
+        errors.Waiting.status,
         "overlap: wait (or skip, when the state cannot be read): the route's previous execution is still "
         "running; the claim was released, retry after Retry-After seconds.",
     ),
-    errors.PayloadMismatch: Answer(422, "payload_mismatch", "This run_id was delivered before with a different body."),
+    errors.PayloadMismatch: Answer(
+        422, errors.PayloadMismatch.status, "This run_id was delivered before with a different body."
+    ),
     errors.Throttled: Answer(
-        429, "throttled", "The target or the route's concurrency limit says slow down; the claim was released."
+        429,
+        errors.Throttled.status,
+        "The target or the route's concurrency limit says slow down; the claim was released.",
     ),
     errors.Failed: Answer(
-        502, "failed", "The target failed and created nothing; the claim was released, a retry dispatches again."
+        502,
+        errors.Failed.status,
+        "The target failed and created nothing; the claim was released, a retry dispatches again.",
     ),
-    errors.Unavailable: Answer(503, "unavailable", "The claim store is unreachable; the target was not called."),
+    errors.Unavailable: Answer(
+        503, errors.Unavailable.status, "The claim store is unreachable; the target was not called."
+    ),
     errors.OutcomeUnknown: Answer(
         504,
-        "unknown",
+        errors.OutcomeUnknown.status,
         "The target may have acted (timeout, lost response); the claim is kept and the run is "
         "reconciled after the lease.",
     ),

@@ -14,9 +14,10 @@ from fastapi.responses import JSONResponse
 from runonce import errors, logs
 from runonce.api.answers import RESPONSES, SUCCESSES, answer_for
 from runonce.api.deps import AuthDep, ClockDep, RoutesDep, RunnerDep, SettingsDep
+from runonce.api.intake import query_params, read_body
 from runonce.auth.callers import Authenticator
 from runonce.routes import Route
-from runonce.run.delivery import MAX_BODY_BYTES, ROUTE_PATH, Delivery, parse_body, parse_delivery, parse_namespace
+from runonce.run.delivery import ROUTE_PATH, Delivery, parse_delivery, parse_namespace
 from runonce.settings import Settings
 
 router = APIRouter()
@@ -47,7 +48,7 @@ async def deliver(
     try:
         delivery = await _identify(route, request, settings, routes, auth, clock, outcome)
         logs.bind(labels={"run_id": delivery.run_id, "route": route})
-        payload, body_sha256 = await _read_body(request, route, delivery.run_id)
+        payload, body_sha256 = await read_body(request, route, delivery.run_id)
         result = await runner.run(delivery, payload, body_sha256)
     except errors.DeliveryError as exc:
         outcome.update(outcome=answer_for(exc).status, error=exc.message)
@@ -94,7 +95,7 @@ async def _identify(
     request.state.logged_path = ROUTE_PATH.format(route=route)
     outcome["route"] = route
     auth.authorize(caller, config.allowed_callers or settings.allowed_callers, f"route {route!r}")
-    namespace = parse_namespace(_query(request), config.namespace)
+    namespace = parse_namespace(query_params(request), config.namespace)
     received_at = clock()
     delivery = parse_delivery(
         route,
@@ -116,29 +117,3 @@ async def _identify(
     if delivery.source == "scheduler" and delivery.schedule_time is not None:  # not a force run: never late
         outcome["lateness_seconds"] = round((received_at - delivery.schedule_time).total_seconds(), 3)
     return delivery
-
-
-def _query(request: Request) -> dict[str, list[str]]:
-    values: dict[str, list[str]] = {}
-    for key, value in request.query_params.multi_items():
-        values.setdefault(key, []).append(value)
-    return values
-
-
-async def _read_body(request: Request, route: str, run_id: str) -> tuple[dict[str, Any], str]:
-    """Stream the body within `MAX_BODY_BYTES` (413 beyond), then `parse_body` it."""
-    context = {"route": route, "run_id": run_id}
-    declared = request.headers.get("content-length", "")
-    if declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise errors.PayloadTooLarge("body", f"body is over {MAX_BODY_BYTES} bytes (Content-Length)", **context)
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise errors.PayloadTooLarge("body", f"body is over {MAX_BODY_BYTES} bytes", **context)
-        chunks.append(chunk)
-    try:
-        return parse_body(b"".join(chunks))
-    except errors.InvalidDelivery as exc:
-        exc.run_id = run_id  # the run is known by now: the answer names it
-        raise

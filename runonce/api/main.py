@@ -105,14 +105,13 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     state.runner = Runner(
         state.store,
         built,
+        routes=routes,
         lease=timedelta(seconds=settings.lease_seconds),
         retention=timedelta(seconds=settings.retention_seconds),
         dispatch_timeout=timedelta(seconds=settings.dispatch_timeout_seconds),
         clock=state.clock,
         metrics=state.metrics,
-        concurrency_limits={n: r.max_concurrent_dispatches for n, r in routes.items() if r.max_concurrent_dispatches},
         shutdown=state.shutdown,
-        guards={n: r.guard for n, r in routes.items()},
     )
     logger.info("runonce ready: %d route(s), store %s", len(routes), redact_store_url(settings.store))
     try:

@@ -4,7 +4,9 @@ backfill.py; this module carries the request there and the answer back.
 
 The audit is itself a scheduled run: its Scheduler job's headers key it (route `_audit`), the
 `Runner` claims it, and `AuditTarget` reports the missed runs as its dispatch. Only the delivery that
-processed it then applies the routes' `catch_up`; a duplicate replays the first answer.
+processed it then applies the routes' `catch_up`; a duplicate replays the first answer. Whatever
+can refuse the audit is checked before its run is claimed, so an error answer never sits beside a
+`completed` record; a schedule time in the future (a force run of the audit job) audits up to now.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from fastapi.responses import JSONResponse
 
 from runonce import errors, logs
 from runonce.api.answers import RESPONSES, answer_for
-from runonce.api.deliveries import _query, _read_body
 from runonce.api.deps import AuthDep, ClockDep, RoutesDep, RunnerDep, SettingsDep, StoreDep
-from runonce.missed.audit import AUDIT_ROUTE, AuditTarget, RangeRefused, audit_since
+from runonce.api.intake import query_params, read_body
+from runonce.missed.audit import AUDIT_ROUTE, AuditTarget, RangeRefused, audit_since, check_audit, parse_duration
 from runonce.missed.backfill import (
     MAX_SERVER_RUNS,
+    MAX_SERVER_TIMEOUT,
     SERVER_CONCURRENCY,
+    SERVER_TIMEOUT,
     catch_up,
     older_than_retention,
     run_all,
@@ -55,7 +59,7 @@ async def run_audit(
         delivery = parse_delivery(
             AUDIT_ROUTE,
             request.headers,
-            parse_namespace(_query(request), None),
+            parse_namespace(query_params(request), None),
             received_at=clock(),
             forced_run_tolerance=timedelta(seconds=settings.forced_run_tolerance_seconds),
         )
@@ -63,8 +67,23 @@ async def run_audit(
             run_id=delivery.run_id, source=delivery.source, job=delivery.job, schedule_time=delivery.schedule_time_text
         )
         logs.bind(labels={"run_id": delivery.run_id, "route": AUDIT_ROUTE})
-        payload, body_sha256 = await _read_body(request, AUDIT_ROUTE, delivery.run_id)
-        audit_since(payload)  # a bad body is 400 before anything is claimed
+        payload, body_sha256 = await read_body(request, AUDIT_ROUTE, delivery.run_id)
+        if delivery.schedule_time is None:  # a Cloud Tasks delivery: the audit's range is its schedule time's
+            raise errors.InvalidDelivery(
+                "X-CloudScheduler-ScheduleTime",
+                "missing: the audit is the delivery of a Scheduler job, keyed and ranged by its schedule time",
+                route=AUDIT_ROUTE,
+                run_id=delivery.run_id,
+            )
+        # a bad body, or a range no audit can compute: 400, nothing claimed
+        check_audit(
+            routes,
+            delivery.schedule_time,
+            clock(),
+            audit_since(payload),
+            lease=runner.lease,
+            retention=runner.retention,
+        )
         result = await runner.run(delivery, payload, body_sha256)
     except errors.DeliveryError as exc:
         outcome.update(outcome=answer_for(exc).status, error=exc.message)
@@ -76,8 +95,15 @@ async def run_audit(
     if result.status == "processed" and delivery.schedule_time is not None:
         if report is not None:
             body["missed"] = [run.to_json() for run in report.missed]
+        now = clock()
         caught = await catch_up(
-            runner, store, dict(routes), delivery.schedule_time, clock(), lease=runner.lease, retention=runner.retention
+            runner,
+            store,
+            dict(routes),
+            min(delivery.schedule_time, now),
+            now,
+            lease=runner.lease,
+            retention=runner.retention,
         )
         body["caught_up"] = [found.to_json() for found in caught]
     headers = {"Runonce-Replayed": "true"} if result.replayed else {}
@@ -96,8 +122,10 @@ async def backfill(
     runner: RunnerDep,
     clock: ClockDep,
 ) -> JSONResponse:
-    """Body: `{"from": T1, "to": T2, "dry_run": false}` (RFC 3339). At most MAX_SERVER_RUNS fire
-    times, none older than the retention; answers when every run has its outcome."""
+    """Body: `{"from": T1, "to": T2, "dry_run": false, "timeout": "60s"}` (RFC 3339). At most
+    MAX_SERVER_RUNS fire times, none older than the retention; answers when every run has its
+    outcome. `timeout`: how long runs answered `waiting` (an overlap route's previous execution
+    still runs) are tried again, at most MAX_SERVER_TIMEOUT."""
     caller = await auth.authenticate(request.headers)
     auth.authorize(caller, settings.admin_callers, "backfill")
     config = routes.get(route)
@@ -108,11 +136,11 @@ async def backfill(
             route=route,
         )
     request.state.logged_path = BACKFILL_PATH.format(route=route)
-    payload, _ = await _read_body(request, route, None)  # type: ignore[arg-type]
-    unknown = sorted(set(payload) - {"from", "to", "dry_run"})
+    payload, _ = await read_body(request, route, None)
+    unknown = sorted(set(payload) - {"from", "to", "dry_run", "timeout"})
     if unknown:
         raise errors.InvalidDelivery(
-            f"body.{unknown[0]}", "unknown field; the body takes from, to and dry_run", route=route
+            f"body.{unknown[0]}", "unknown field; the body takes from, to, dry_run and timeout", route=route
         )
     for name in ("from", "to"):
         if not isinstance(payload.get(name), str):
@@ -120,6 +148,20 @@ async def backfill(
     dry_run = payload.get("dry_run", False)
     if not isinstance(dry_run, bool):
         raise errors.InvalidDelivery("body.dry_run", "must be true or false", route=route)
+    timeout = SERVER_TIMEOUT
+    if "timeout" in payload:
+        if not isinstance(payload["timeout"], str):
+            raise errors.InvalidDelivery("body.timeout", 'must be a duration string such as "5m"', route=route)
+        try:
+            timeout = parse_duration(payload["timeout"], "body.timeout")
+        except RangeRefused as exc:
+            raise RangeRefused("body.timeout", exc.reason, route=route) from exc
+        if timeout > MAX_SERVER_TIMEOUT:
+            raise errors.InvalidDelivery(
+                "body.timeout",
+                f"at most {MAX_SERVER_TIMEOUT.total_seconds() / 60:g}m (use runonce backfill)",
+                route=route,
+            )
     start, end = parse_rfc3339(payload["from"], "body.from"), parse_rfc3339(payload["to"], "body.to")
     now = clock()
     try:
@@ -142,6 +184,6 @@ async def backfill(
     if dry_run:
         body["runs"] = [run.to_json() for run in runs]
     else:
-        outcomes = await run_all(runner, runs, config, concurrency=SERVER_CONCURRENCY)
+        outcomes = await run_all(runner, runs, config, concurrency=SERVER_CONCURRENCY, timeout=timeout)
         body["runs"] = [found.to_json() for found in outcomes]
     return JSONResponse(body)

@@ -98,8 +98,9 @@ class ScheduledRun:
 
     delivery: Delivery
     zone: ZoneInfo
-    why: str = NO_DELIVERY
-    """Why the run counts as missed: no delivery left a record, or its record says it `failed`."""
+    why: str | None = None
+    """Why the run counts as missed (set by `missing`): no delivery left a record, or its record
+    says it `failed`. None for a fire time nobody has judged missed (a backfill's)."""
 
     @property
     def route(self) -> str:
@@ -115,15 +116,17 @@ class ScheduledRun:
         return self.delivery.run_id
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        body = {
             "route": self.route,
             "job": self.delivery.job,
             "schedule_time": format_schedule_time(self.time),
             "local_time": self.time.astimezone(self.zone).isoformat(),
             "time_zone": self.zone.key,
             "run_id": self.run_id,
-            "why": self.why,
         }
+        if self.why is not None:
+            body["why"] = self.why
+        return body
 
     def line(self) -> str:
         local = self.time.astimezone(self.zone)
@@ -253,10 +256,18 @@ async def audit(
     lease: timedelta,
     retention: timedelta,
     start_field: str = "from",
+    progress: Callable[[int], None] | None = None,
 ) -> AuditReport:
-    """The missed runs of `routes` with fire times in [start, end), cut to what is due."""
+    """The missed runs of `routes` with fire times in [start, end), cut to what is due. `progress`
+    is told how many fire times there are, before the store is read."""
+    if start >= end:
+        raise RangeRefused(
+            "to", f"{format_schedule_time(end)} is not after the start of the range {format_schedule_time(start)}"
+        )
     start, end = due_range(start, end, now, lease=lease, retention=retention, start_field=start_field)
     runs = scheduled_runs(routes, start, end)
+    if progress is not None:
+        progress(len(runs))
     return AuditReport(start, end, sorted(auditable(routes)), len(runs), await missing(store, runs, now))
 
 
@@ -273,15 +284,17 @@ async def catch_up_runs(
     lease: timedelta,
     retention: timedelta,
 ) -> list[ScheduledRun]:
-    """The runs a route's `catch_up` policy dispatches at `at` (the audit's schedule time), oldest
-    first, among the fire times due then (before `at` − the lease) and inside the window (after `at`
-    − catch_up_window_seconds, default the retention): `latest` the route's latest fire time due if
-    it was missed (an older miss is superseded by the newer run and is only reported); `all`
+    """The runs a route's `catch_up` policy dispatches at `at` (the audit's schedule time, or now if
+    that is earlier), oldest first, among the fire times due then (before `at` − the lease) and
+    inside the window (after `at` − catch_up_window_seconds, default the retention): `latest` the
+    route's latest fire time due if it was missed (an older miss is superseded by the newer run
+    and is only reported); `all`
     every missed run, at most MAX_CATCH_UP_PER_ROUTE. Never past what the store keeps: there,
     absence would re-run a run that did happen."""
     if route.catch_up == "none":
         return []
-    window = timedelta(seconds=route.catch_up_window_seconds) if route.catch_up_window_seconds else retention
+    at = min(at, now)  # a future schedule time (a force run of the audit job) catches up to now, never past
+    window = catch_up_window(route, retention)
     due = at - lease
     start = max(at - window, now - retention + RETENTION_MARGIN)
     if start >= due:
@@ -292,8 +305,23 @@ async def catch_up_runs(
     return (await missing(store, runs, now))[:MAX_CATCH_UP_PER_ROUTE]
 
 
-def check_catch_up_windows(routes: Mapping[str, Route], retention_seconds: float) -> list[str]:
-    """Start-up errors: a catch-up window the store's retention cannot see to the end of."""
+def catch_up_window(route: Route, retention: timedelta) -> timedelta:
+    """How far back a route's catch-up looks: catch_up_window_seconds, by default the retention."""
+    return timedelta(seconds=route.catch_up_window_seconds) if route.catch_up_window_seconds else retention
+
+
+CATCH_UP_WINDOW_MARGIN = timedelta(hours=2)
+"""Counted on top of a catch-up window at start-up: a day with a DST change has an hour more."""
+
+
+def check_catch_up_windows(
+    routes: Mapping[str, Route], retention_seconds: float, now: datetime | None = None
+) -> list[str]:
+    """Start-up errors: a catch-up window the store's retention cannot see to the end of, or one
+    holding more fire times than one audit computes (MAX_FIRE_TIMES): every audit would refuse it,
+    so the route would never be caught up."""
+    now = now or datetime.now(UTC)
+    retention = timedelta(seconds=retention_seconds)
     problems = []
     for name, route in sorted(routes.items()):
         window = route.catch_up_window_seconds
@@ -302,7 +330,63 @@ def check_catch_up_windows(routes: Mapping[str, Route], retention_seconds: float
                 f"route {name!r}: field 'catch_up_window_seconds': {window} must be below RUNONCE_RETENTION_SECONDS "
                 f"({retention_seconds:g}): older runs have no record left, so a catch-up could run them again"
             )
+            continue
+        if route.catch_up == "none" or route.job is None:
+            continue
+        span = catch_up_window(route, retention) + CATCH_UP_WINDOW_MARGIN
+        try:
+            scheduled_runs({name: route}, now - span, now)
+        except RangeRefused:
+            assert route.schedule is not None  # pragma: no mutate - a route with job has one (Route validates)
+            fires = parse_schedule(route.schedule).iter_after(now - span, get_zone(route.time_zone))
+            first = next(fires)
+            for _ in range(MAX_FIRE_TIMES - 1):
+                last = next(fires)
+            fits = int((last - first - CATCH_UP_WINDOW_MARGIN).total_seconds())
+            given = "catch_up_window_seconds" if window is not None else "the default, RUNONCE_RETENTION_SECONDS"
+            problems.append(
+                f"route {name!r}: field 'catch_up_window_seconds': the catch-up window ({given}: "
+                f"{catch_up_window(route, retention).total_seconds():g}s) holds more than {MAX_FIRE_TIMES} fire times "
+                f"of {route.schedule!r}, more than one audit computes, so the route would never be caught up; "
+                f"set catch_up_window_seconds to at most {fits}"
+            )
     return problems
+
+
+def audit_window(
+    at: datetime, now: datetime, since: timedelta, *, lease: timedelta, retention: timedelta
+) -> tuple[datetime, datetime]:
+    """What the audit run scheduled at `at` reports: [A − lease − since, A − lease), A being `at`
+    or now if that is earlier (a force run of the audit job carries a future schedule time: it
+    audits up to now, never past), and never older than the store keeps (a late retry of an old
+    audit reports what the store still knows, never a false miss)."""
+    end = min(at, now) - lease
+    return max(end - since, now - retention + RETENTION_MARGIN), end
+
+
+def check_audit(
+    routes: Mapping[str, Route],
+    at: datetime,
+    now: datetime,
+    since: timedelta,
+    *,
+    lease: timedelta,
+    retention: timedelta,
+) -> None:
+    """Refuse, before the audit's run is claimed, an audit that could not be computed (more fire
+    times than MAX_FIRE_TIMES): `RangeRefused` naming `body.since`. A range with nothing due passes
+    (the audit then reports nothing, truthfully)."""
+    start, end = audit_window(at, now, since, lease=lease, retention=retention)
+    if start >= end:
+        return
+    try:
+        start, end = due_range(start, end, now, lease=lease, retention=retention)
+    except RangeRefused:
+        return
+    try:
+        scheduled_runs(routes, start, end)
+    except RangeRefused as exc:
+        raise RangeRefused("body.since", exc.reason) from exc
 
 
 AUDIT_ROUTE = "_audit"
@@ -371,9 +455,12 @@ class AuditTarget(Target):
         assert request.schedule_time is not None  # pragma: no mutate - an audit delivery is keyed by one
         at = datetime.fromisoformat(request.schedule_time.replace("Z", "+00:00"))
         now = self.clock()
-        end = at - self.lease
-        # A late retry of an old audit reports what the store still knows (never a false miss).
-        start = max(end - audit_since(request.payload), now - self.retention + RETENTION_MARGIN)
+        since = audit_since(request.payload)
+        start, end = audit_window(at, now, since, lease=self.lease, retention=self.retention)
+        if start >= end:  # a late retry of an audit older than the store keeps
+            return (
+                f"audit: nothing to report (its range ends at {format_schedule_time(end)}, before the store's records)"
+            )
         try:
             report = await audit(self.store, self.routes, start, end, now, lease=self.lease, retention=self.retention)
             stuck = await unresolved_runs(self.store, now, self.lease)  # read before anything is logged

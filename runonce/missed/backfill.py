@@ -1,34 +1,47 @@
 """Backfill and catch-up: fire times run through the protocol as the delivery Scheduler would have
-sent for each (`audit.scheduled_delivery`: same run_id, same body).
+sent for each (`audit.scheduled_delivery`: same run_id, same body), through the same `Runner` and
+route guards as Scheduler's deliveries.
 
 So a run that already happened, or a second backfill of the same range, replays (`duplicate`)
 instead of executing again, and a Scheduler delivery of a backfilled time is a duplicate too — as
 long as the records last (RUNONCE_RETENTION_SECONDS): before that the store cannot tell, and
-`runs_to_backfill` says so.
+`runs_to_backfill` says so. A fire time that is not due yet (after now) is never run.
 
-Backfill runs are started oldest first, at most `concurrency` at once. `stop` (Ctrl-C) starts no
-more; the runs in flight finish through the protocol, so no claim is left held. A catch-up (after an
-audit run) dispatches what each route's `catch_up` policy picks, a route's runs one after another.
+Backfill runs are started oldest first, at most `concurrency` at once (and never more than the
+route's max_concurrent_dispatches). On a route with an `overlap` policy they run one after another,
+in order, as Scheduler's deliveries would: `skip` records a fire time `skipped` when the one before
+it still runs; a run answered `waiting` (`wait`, or a state that cannot be read) is tried again
+every POLL_SECONDS until the backfill's timeout, then it and the rest are left. `stop` (Ctrl-C)
+starts no more; the runs in flight finish through the protocol, so no claim is left held. A
+catch-up (after an audit run) dispatches what each route's `catch_up` policy picks, a route's runs
+one after another.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from runonce import errors
-from runonce.missed.audit import RangeRefused, ScheduledRun, auditable, body_sha256, catch_up_runs, scheduled_runs
+from runonce.missed.audit import (
+    RangeRefused,
+    ScheduledRun,
+    auditable,
+    body_sha256,
+    catch_up_runs,
+    scheduled_runs,
+)
 from runonce.routes import Route
 from runonce.run.delivery import format_schedule_time
 from runonce.run.runner import Runner, RunResult
 from runonce.settings import Settings
 from runonce.stores import RunStore, StoreUnavailable
-from runonce.targets import TargetContext, build_target
+from runonce.targets import Target, TargetContext, build_target
 from runonce.targets.transport import target_client
 
 MAX_RUNS = 1000
@@ -38,7 +51,17 @@ MAX_SERVER_RUNS = 100
 SERVER_CONCURRENCY = 4
 MAX_CONCURRENCY = 64
 NOT_STARTED = "not_started"
-"""The outcome of a run left alone because the backfill was stopped (Ctrl-C) first."""
+"""The outcome of a run left alone: the backfill was stopped (Ctrl-C) or timed out first."""
+POLL_SECONDS = 1.0
+"""How often a backfill run answered `waiting` (the route's previous execution still runs) is tried again."""
+SERVER_TIMEOUT = timedelta(seconds=60)
+"""How long `POST /v1/routes/{route}:backfill` waits, by default, for runs answered `waiting`."""
+MAX_SERVER_TIMEOUT = timedelta(minutes=55)
+"""The longest `timeout` the endpoint takes: below Cloud Run's longest request (60 minutes)."""
+
+
+class NotDue(RangeRefused):
+    """A fire time after now: Scheduler's to deliver when it comes, never a backfill's or a catch-up's."""
 
 
 @dataclass(frozen=True)
@@ -57,13 +80,17 @@ class Outcome:
             return self.result.status
         if self.error is None:
             return NOT_STARTED
-        from runonce.api.answers import answer_for  # the one table of status words (the web layer's)
-
-        return answer_for(self.error).status
+        return self.error.status
 
     @property
     def ok(self) -> bool:
         return self.result is not None
+
+    @property
+    def waiting(self) -> bool:
+        """Not dispatched now, and worth trying again: the route's previous execution still runs (or
+        its state cannot be read), or the route is at its max_concurrent_dispatches."""
+        return isinstance(self.error, (errors.Waiting, errors.RouteBusy))
 
     @property
     def unknown(self) -> bool:
@@ -75,6 +102,8 @@ class Outcome:
         resource = (self.result.record.target or {}).get("resource") if self.result is not None else None
         if resource is not None:
             body["resource"] = resource
+        if self.result is not None and "reason" in (answered := self.result.body()):  # skipped: late or overlap
+            body["reason"], body["message"] = answered["reason"], answered["message"]
         if self.error is not None:
             body["error"] = self.error.message
         return body
@@ -113,13 +142,35 @@ def older_than_retention(runs: list[ScheduledRun], now: datetime, retention: tim
 
 async def run_one(runner: Runner, run: ScheduledRun, route: Route) -> Outcome:
     """`run` through the protocol with the body its Scheduler job sends. An explicit run of a past
-    time (backfill, catch-up): the route's max_lateness_seconds does not stop it, its overlap does."""
+    time (backfill, catch-up): the route's max_lateness_seconds does not stop it, its overlap and
+    max_concurrent_dispatches do. A fire time after now is refused (`NotDue`), nothing claimed."""
+    now = runner.clock()
+    if run.time > now:
+        refused = NotDue(
+            "schedule_time",
+            f"{format_schedule_time(run.time)} is not due yet (now {format_schedule_time(now)}); "
+            "Scheduler delivers it when it comes",
+            route=run.route,
+            run_id=run.run_id,
+        )
+        return Outcome(run, error=refused)
     try:
         return Outcome(
             run, result=await runner.run(run.delivery, dict(route.body), body_sha256(route.body), late_ok=True)
         )
     except errors.DeliveryError as exc:
         return Outcome(run, error=exc)
+
+
+def backfill_concurrency(route: Route, asked: int) -> int:
+    """How many of a route's backfill runs go at once: one on an overlap route (each after the one
+    before it, as Scheduler would: concurrent runs would see each other's claims and all wait),
+    never over its max_concurrent_dispatches."""
+    if route.overlap != "allow":
+        return 1
+    if route.max_concurrent_dispatches is not None:
+        return max(1, min(asked, route.max_concurrent_dispatches))
+    return max(1, asked)
 
 
 async def run_all(
@@ -130,23 +181,47 @@ async def run_all(
     concurrency: int,
     stop: asyncio.Event | None = None,
     done: Callable[[Outcome], None] | None = None,
+    timeout: timedelta | None = None,
+    waiting: Callable[[Outcome], None] | None = None,
 ) -> list[Outcome]:
-    """Every run through the protocol, started oldest first, at most `concurrency` at once; once
-    `stop` is set no more start (they are `not_started`). In the order of `runs`."""
+    """Every run through the protocol, started oldest first, at most `backfill_concurrency` at
+    once; once `stop` is set no more start (they are `not_started`). A run answered `waiting` is
+    tried again every POLL_SECONDS until `timeout` (None: no retry) has passed since the backfill
+    began; then it stays `waiting`, and the runs after it are `not_started`. `done` is told each
+    run's outcome, `waiting` each run that first answers `waiting`. In the order of `runs`."""
     stop = stop or asyncio.Event()
+    gave_up = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + (timeout.total_seconds() if timeout is not None else 0.0)
     outcomes: dict[int, Outcome] = {}
     pending = iter(enumerate(runs))
 
+    async def one(run: ScheduledRun) -> Outcome:
+        told = False
+        while True:
+            outcome = await run_one(runner, run, route)
+            if not outcome.waiting or stop.is_set():
+                return outcome
+            left = deadline - loop.time()
+            if left <= 0:
+                gave_up.set()
+                return outcome
+            if waiting is not None and not told:
+                waiting(outcome)
+                told = True
+            await asyncio.sleep(min(POLL_SECONDS, left))
+
     async def worker() -> None:
         for index, run in pending:  # one shared iterator: each run is taken once
-            if stop.is_set():
+            if stop.is_set() or gave_up.is_set():
                 outcomes[index] = Outcome(run)
                 continue
-            outcomes[index] = await run_one(runner, run, route)
+            outcomes[index] = await one(run)
             if done is not None:
                 done(outcomes[index])
 
-    await asyncio.gather(*(worker() for _ in range(max(1, min(concurrency, len(runs))))))
+    workers = backfill_concurrency(route, min(concurrency, len(runs)))
+    await asyncio.gather(*(worker() for _ in range(workers)))
     return [outcomes[index] for index in range(len(runs))]
 
 
@@ -170,6 +245,9 @@ async def catch_up(
             runs = await catch_up_runs(store, name, route, at, now, lease=lease, retention=retention)
         except StoreUnavailable as exc:
             logger.warning("catch-up of route %s skipped: the claim store did not answer (%s)", name, exc)
+            return []
+        except RangeRefused as exc:  # start-up refuses such a window (check_catch_up_windows); never silent
+            logger.error("catch-up of route %s skipped, nothing dispatched: %s", name, exc.reason)
             return []
         outcomes = []
         for run in runs:
@@ -204,21 +282,31 @@ async def release_unknown(store: RunStore, outcomes: list[Outcome], now: datetim
 
 
 @asynccontextmanager
-async def local_runner(settings: Settings, routes: dict[str, Route], store: RunStore) -> AsyncIterator[Runner]:
+async def local_runner(
+    settings: Settings,
+    routes: dict[str, Route],
+    store: RunStore,
+    *,
+    targets: Mapping[str, Target] | None = None,
+) -> AsyncIterator[Runner]:
     """A `Runner` in this process with the settings `serve` uses (store, lease, timeouts, endpoint
-    overrides, ADC for the targets), for `routes` only."""
+    overrides, ADC for the targets) and the same route guards, for `routes` only. `targets` (by
+    route name) is for tests; by default they are built from the routes."""
     http = target_client(settings.dispatch_timeout_seconds)
     context = TargetContext(http=http, endpoints=settings.endpoint_overrides())
-    targets = {name: build_target(route.target, context) for name, route in routes.items()}
+    built = (
+        dict(targets) if targets is not None else {name: build_target(r.target, context) for name, r in routes.items()}
+    )
     try:
         yield Runner(
             store,
-            targets,
+            built,
+            routes=routes,
             lease=timedelta(seconds=settings.lease_seconds),
             retention=timedelta(seconds=settings.retention_seconds),
             dispatch_timeout=timedelta(seconds=settings.dispatch_timeout_seconds),
         )
     finally:
-        for target in targets.values():
+        for target in built.values():
             await target.aclose()
         await http.aclose()

@@ -60,6 +60,10 @@ class RouteGuard:
         return self.overlap != "allow" or self.max_lateness is not None
 
 
+UNGUARDED = RouteGuard()
+"""A route with neither policy: overlap allowed, never late."""
+
+
 class Skip(RunonceError):
     """Do not dispatch: record the run `skipped` with this reason (retries replay it)."""
 

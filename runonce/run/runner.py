@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 from runonce import errors
 from runonce.metrics import Metrics
@@ -90,30 +90,61 @@ class RunResult:
         return body
 
 
+class RouteRules(Protocol):
+    """What the Runner holds a route to before dispatching: its `guard` (overlap policy and
+    max_lateness_seconds, guarantees.py) and its `max_concurrent_dispatches`. A `routes.Route` is one."""
+
+    @property
+    def guard(self) -> guarantees.RouteGuard: ...
+
+    @property
+    def max_concurrent_dispatches(self) -> int | None: ...
+
+
+@dataclass(frozen=True)
+class Rules:
+    """`RouteRules` given by hand: for a route with no routes-file entry (the audit's own) and tests."""
+
+    guard: guarantees.RouteGuard = guarantees.UNGUARDED
+    max_concurrent_dispatches: int | None = None
+
+
+INTERNAL_ROUTE_PREFIX = "_"
+"""Routes runonce keys its own runs under (the audit's `_audit`): no configured route can start with it."""
+
+
 class Runner:
-    """Applies the protocol for every route. Shared by all requests of the process."""
+    """Applies the protocol for every route. Shared by all requests of the process.
+
+    Every path that may start a downstream execution (a Scheduler or Tasks delivery, a catch-up, a
+    backfill over HTTP or from the CLI) runs through a Runner, and a Runner cannot be built without
+    each route's rules: the overlap policy, max_lateness_seconds and max_concurrent_dispatches."""
 
     def __init__(
         self,
         store: RunStore,
         targets: Mapping[str, Target],
         *,
+        routes: Mapping[str, RouteRules],
         lease: timedelta,
         retention: timedelta,
         dispatch_timeout: timedelta,
         clock: Callable[[], datetime] = utcnow,
         metrics: Metrics | None = None,
-        concurrency_limits: Mapping[str, int] | None = None,
         shutdown: Shutdown | None = None,
-        guards: Mapping[str, guarantees.RouteGuard] | None = None,
     ):
-        """`concurrency_limits`: route -> its `max_concurrent_dispatches`. `shutdown`: the drain
-        that `runonce serve` starts on SIGTERM (by default one of the runner's own). `guards`:
-        route -> its overlap policy and max_lateness_seconds (guarantees.py)."""
+        """`routes`: route -> its rules (the loaded routes file: `Route`s are `RouteRules`); every
+        target's route must have them, but for internal routes (`_audit`), which have none.
+        `shutdown`: the drain that `runonce serve` starts on SIGTERM (by default one of the runner's own)."""
         if dispatch_timeout >= lease:
             raise ValueError("the dispatch timeout must be below the lease")
-        self.limits = RouteLimits(concurrency_limits)
-        self.guards = {route: guard for route, guard in (guards or {}).items() if guard.active}
+        unruled = sorted(name for name in targets if name not in routes and not name.startswith(INTERNAL_ROUTE_PREFIX))
+        if unruled:
+            raise ValueError(f"no route rules for target(s) {', '.join(unruled)}: pass the routes they belong to")
+        self.limits = RouteLimits(
+            {name: rules.max_concurrent_dispatches for name, rules in routes.items() if rules.max_concurrent_dispatches}
+        )
+        self.guards = {name: rules.guard for name, rules in routes.items() if rules.guard.active}
         self.shutdown = shutdown if shutdown is not None else Shutdown()
         self.store = store
         self.targets = targets

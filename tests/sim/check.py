@@ -1,4 +1,4 @@
-"""The invariants of issue 10, checked over one finished history (Jepsen-style: over what every
+"""The invariants, checked over one finished history (Jepsen-style: over what every
 party saw, not over the code's own view). `world.covered` counts what the history exercised."""
 
 from __future__ import annotations
@@ -119,6 +119,106 @@ def check(world: World, records: list[RunRecord]) -> list[str]:
             )
     violations += _guarantees(world, records)
     violations += _catch_ups(world, by_id)
+    violations += _not_due(world, by_id)
+    violations += _audit_answers(world)
+    violations += _backfill_progress(world)
+    return violations
+
+
+def _backfill_progress(world: World) -> list[str]:
+    """I15: a backfill makes progress on an overlap route: its first fire time is not answered
+    `waiting` unless another party kept the route busy (an execution running, or another attempt
+    that may have held a live claim), as a backfill's own runs must not keep each other waiting."""
+    violations = []
+    for backfill in world.config.backfills:
+        runs = sorted(
+            (a for a in world.answers if a.execution == backfill.id and "schedule_time" in a.body),
+            key=lambda a: a.body["schedule_time"],
+        )
+        if not runs or runs[0].status != "waiting" or backfill.route not in OVERLAP:
+            continue
+        first = runs[0]
+        world.covered["backfills whose first run waited (I15)"] += 1
+        until = first.body.get("waited_at", first.answered)  # when it first waited (the CLI's path says)
+        if not _route_busy(world, backfill.route, first.sent - world.config.lease, until, backfill.id):
+            violations.append(
+                f"I15 {backfill.id} on {backfill.route}: its first fire time {first.body['schedule_time']} was "
+                "answered waiting with nothing else on the route"
+            )
+    return violations
+
+
+def _route_busy(world: World, route: str, since: float, until: float, origin: str) -> bool:
+    """Whether, between `since` and `until`, an execution ran on `route` or a party other than
+    `origin` sent an attempt there (which may have held a live claim)."""
+    downstream = world.downstreams[route]
+    running = any(
+        started <= until and downstream.ends[resource] >= since
+        for executions in downstream.executions.values()
+        for resource, started, _ in executions
+    )
+    scheduler = any(
+        other.execution.route == route and any(since <= sent <= until for sent, _ in other.attempts)
+        for other in world.outcomes.values()
+    )
+    others = any(
+        run.catch_up.route == route and run.catch_up.id != origin and since <= run.answer.sent <= until
+        for run in world.caught_up
+    )
+    return running or scheduler or others
+
+
+def _job_of(world: World, route: str, origin: str) -> str:
+    """The Scheduler job an execution belongs to: Scheduler's own (`j0.1`, `j0.1.forced`: job-0), or
+    the route's job for a catch-up, a backfill or an audit's catch-up (`c0`, `b0`, `a0`)."""
+    if origin.startswith("j"):
+        return f"job-{origin[1:].split('.')[0]}"
+    return str(world.routes[route].job)
+
+
+def _not_due(world: World, by_id: dict[str, RunRecord]) -> list[str]:
+    """I12: no execution of a fire time starts before that time, whatever started it (a force run
+    of the audit job with a future schedule time included). Scheduler's own force runs are early
+    by design (keyed apart, or as the time's run with forced_runs: dedupe) and are not judged."""
+    from .world import T0  # (world imports this module)
+
+    violations = []
+    skew = world.config.max_skew + 0.01
+    for downstream in world.downstreams.values():
+        for run_id, executions in downstream.executions.items():
+            record = by_id.get(run_id)
+            if record is None or record.source != "scheduler" or record.schedule_time is None:
+                continue
+            due = (datetime.fromisoformat(record.schedule_time) - T0).total_seconds()
+            for resource, t, origin in executions:
+                world.covered["executions of a fire time (I12)"] += 1
+                if origin.endswith(".forced"):
+                    continue
+                if t < due - skew:
+                    violations.append(
+                        f"I12 {resource} ({origin}) of fire time {record.schedule_time} started at {t:.2f}, "
+                        f"{due - t:.2f}s before it was due"
+                    )
+    return violations
+
+
+def _audit_answers(world: World) -> list[str]:
+    """I14: an audit's answer agrees with its run's record, read right after: a 200 leaves it
+    completed, an error answer never leaves it completed unless an earlier answer said so (the
+    endpoint checks what can refuse the audit before claiming its run)."""
+    violations, told_done = [], set()
+    for answer, record in world.audits:
+        run_id = answer.body.get("run_id") or answer.body.get("audit_run_id")
+        completed = record is not None and record.status == COMPLETED
+        if answer.ok:
+            told_done.add(run_id)
+            if not completed:
+                violations.append(f"I14 {answer.execution} was told {answer.status}, its run's record: {record}")
+        elif completed and run_id not in told_done and answer.status != "unknown":
+            violations.append(
+                f"I14 {answer.execution} was told {answer.code} {answer.status} ({answer.body.get('error')}), "
+                f"yet its run {str(run_id)[:8]} is recorded completed"
+            )
     return violations
 
 
@@ -129,18 +229,27 @@ def _guarantees(world: World, records: list[RunRecord]) -> list[str]:
     # I6: on a route with overlap skip|wait, no execution starts while another run of the same
     # Scheduler job still runs (Scheduler never has two executions of a job outstanding; runs of
     # different jobs on one route may race, by design).
+    # I13: ... whatever started it: Scheduler's delivery, a catch-up after an audit, or a backfill
+    # (over HTTP or the CLI's run_all) of that job's route. Each is keyed to its job.
     for route in OVERLAP:
         started = [
-            (t, run_id, origin.split(".")[0], resource)
+            (t, run_id, _job_of(world, route, origin), resource)
             for run_id, executions in world.downstreams[route].executions.items()
             for resource, t, origin in executions
         ]
         ends = world.downstreams[route].ends
+        origins = {
+            resource: origin
+            for executions in world.downstreams[route].executions.values()
+            for resource, _, origin in executions
+        }
         for t, run_id, job, resource in started:
             for other_t, other_run, other_job, other in started:
                 if job == other_job and other_run != run_id and other_t <= t < ends[other]:
+                    code = "I6" if origins[resource][0] == "j" and origins[other][0] == "j" else "I13"
                     violations.append(
-                        f"I6 {resource} of {job} started at {t:.2f} while {other} ran ({other_t:.2f}-{ends[other]:.2f})"
+                        f"{code} {resource} of {job} ({origins[resource]}) started at {t:.2f} while {other} "
+                        f"({origins[other]}) ran ({other_t:.2f}-{ends[other]:.2f})"
                     )
     for record in records:
         world.covered[f"runs {record.status}"] += 1
@@ -184,7 +293,7 @@ def _catch_ups(world: World, by_id: dict[str, RunRecord]) -> list[str]:
         if a.ok
         and a.status in ("processed", "duplicate")
         and not _for_a_force_run(a, by_id)
-        and (a.execution in scheduled or a.execution.startswith("c"))
+        and (a.execution in scheduled or a.execution[0] in "cba")
     ]
     for run in world.caught_up:
         name, answer, key = run.catch_up.id, run.answer, (run.catch_up.job, run.time)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -210,3 +211,85 @@ def test_an_answer_past_a_deadline_that_follows_the_retry_rule_is_a_failure(monk
 
     monkeypatch.setattr(Runner, "run", slow)
     assert any(v.startswith("I2 ") for v in run_history(config, {}).violations)
+
+
+# -- the paths around the core: backfill, the audit and its catch-up --------------------------------
+# Each planted bug is one these paths had (or could have): the seeds are histories that meet it.
+
+
+def test_the_checker_catches_a_catch_up_past_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A catch-up that runs fire times up to a future schedule time (a force run of the audit job)
+    and a run_one that does not refuse them: executions before their time (I12), on the app's
+    path and the Runner's."""
+    import runonce.api.missed as api_missed
+    from runonce import errors
+    from runonce.missed import backfill
+    from runonce.missed.audit import body_sha256
+
+    real = backfill.catch_up
+
+    async def ahead(runner, store, routes, at, now, **kwargs):  # type: ignore[no-untyped-def]
+        return await real(runner, store, routes, at + timedelta(hours=1), now + timedelta(hours=1), **kwargs)
+
+    async def any_time(runner, run, route):  # type: ignore[no-untyped-def]
+        try:
+            result = await runner.run(run.delivery, dict(route.body), body_sha256(route.body), late_ok=True)
+        except errors.DeliveryError as exc:
+            return backfill.Outcome(run, error=exc)
+        return backfill.Outcome(run, result=result)
+
+    for seed in (20261021, 20261025):  # the app (web), the Runner
+        assert run_history(draw_config(seed, "memory")).violations == []
+    monkeypatch.setattr(world, "catch_up", ahead)
+    monkeypatch.setattr(api_missed, "catch_up", ahead)
+    monkeypatch.setattr(backfill, "run_one", any_time)
+    for seed in (20261021, 20261025):
+        assert any(v.startswith("I12 ") for v in run_history(draw_config(seed, "memory")).violations), seed
+
+
+def test_the_checker_catches_a_backfill_without_the_route_guards(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI's backfill Runner, as it was built (no guards): an execution started while the one
+    before it on an overlap route ran (I13)."""
+    real = world.run_all
+
+    async def unguarded(runner, runs, route, **kwargs):  # type: ignore[no-untyped-def]
+        guards, runner.guards = runner.guards, {}
+        try:
+            return await real(runner, runs, route, **kwargs)
+        finally:
+            runner.guards = guards
+
+    assert run_history(draw_config(20261062, "memory")).violations == []
+    monkeypatch.setattr(world, "run_all", unguarded)
+    assert any(v.startswith("I13 ") for v in run_history(draw_config(20261062, "memory")).violations)
+
+
+def test_the_checker_catches_an_audit_that_answers_an_error_after_completing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A catch-up that fails after the audit's run was recorded completed: the answer (400 on the
+    app's path, 500 on the Runner's) disagrees with the record (I14)."""
+    import runonce.api.missed as api_missed
+    from runonce.missed.audit import RangeRefused
+
+    async def refusing(*args: Any, **kwargs: Any) -> Any:
+        raise RangeRefused("range", "more than 20000 fire times")
+
+    monkeypatch.setattr(world, "catch_up", refusing)
+    monkeypatch.setattr(api_missed, "catch_up", refusing)
+    for seed in (20261021, 20261025):
+        assert any(v.startswith("I14 ") for v in run_history(draw_config(seed, "memory")).violations), seed
+
+
+def test_the_checker_catches_a_backfill_whose_runs_keep_each_other_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Backfill as it was over HTTP: every fire time of an overlap route at once, no retry; each
+    sees the others' claims and waits, so the first waits with nothing else on the route (I15)."""
+    from runonce.missed import backfill
+
+    real = world.run_all
+
+    async def at_once(runner, runs, route, **kwargs):  # type: ignore[no-untyped-def]
+        return await real(runner, runs, route, **{**kwargs, "timeout": None})
+
+    assert run_history(draw_config(20261062, "memory")).violations == []
+    monkeypatch.setattr(backfill, "backfill_concurrency", lambda route, asked: max(1, asked))
+    monkeypatch.setattr(world, "run_all", at_once)
+    assert any(v.startswith("I15 ") for v in run_history(draw_config(20261062, "memory")).violations)

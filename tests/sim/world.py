@@ -39,8 +39,9 @@ from httpx._transports import default as httpx_default
 from runonce import errors
 from runonce.api.answers import render
 from runonce.api.main import create_app
-from runonce.missed.audit import ScheduledRun, scheduled_delivery
-from runonce.missed.backfill import run_one
+from runonce.metrics import Metrics
+from runonce.missed.audit import AUDIT_ROUTE, AuditTarget, ScheduledRun, audit_since, check_audit, scheduled_delivery
+from runonce.missed.backfill import catch_up, run_all, run_one, runs_to_backfill
 from runonce.routes import load_routes
 from runonce.run.delivery import parse_delivery, parse_namespace
 from runonce.run.runner import Runner
@@ -148,6 +149,34 @@ class CatchUp:
 
 
 @dataclass(frozen=True)
+class Backfill:
+    """An operator's `runonce backfill` (web histories: `POST /v1/routes/{route}:backfill`) of a
+    job's route over [first, last) (virtual seconds from T0; the route's fire times are minutely),
+    sent at `start`, giving up on runs that wait after `timeout`. `last` after `start` asks for
+    fire times not due yet: refused, nothing claimed."""
+
+    id: str
+    route: str
+    job: str
+    start: float
+    first: float
+    last: float
+    timeout: float
+
+
+@dataclass(frozen=True)
+class Audit:
+    """The audit job's delivery, sent at `start` with a schedule time `ahead` seconds after it (a
+    force run of the audit job carries the next schedule time; an admin may send any), retried as
+    Scheduler does on anything but a 200. The routes' `catch_up` (Config.catch_up_policies) follows."""
+
+    id: str
+    start: float
+    ahead: float
+    since: str = "10m"
+
+
+@dataclass(frozen=True)
 class Config:
     seed: int
     store: str
@@ -170,6 +199,9 @@ class Config:
     run_length: float = 0.0  # an execution of an overlap route runs up to this long
     max_lateness: int = 1  # route `lat`
     catch_ups: tuple[CatchUp, ...] = ()
+    backfills: tuple[Backfill, ...] = ()
+    audits: tuple[Audit, ...] = ()
+    catch_up_policies: tuple[tuple[str, str, int], ...] = ()  # (route, catch_up, window seconds) for the audits
 
     def settings(self) -> Settings:
         routes: dict[str, dict[str, Any]] = {
@@ -178,13 +210,17 @@ class Config:
         for name, overlap in OVERLAP.items():  # a target type that reads state (the sim's own is used)
             routes[name].update(overlap=overlap, target={"type": "workflows", "workflow": SIM_WORKFLOW})
         routes["lat"]["max_lateness_seconds"] = self.max_lateness
-        for catch_up in self.catch_ups:  # the fields a route's fire times need a run_id (issue 13 §3)
-            routes[catch_up.route].update(
-                job=catch_up.job,
+        jobs = [(c.route, c.job) for c in self.catch_ups] + [(b.route, b.job) for b in self.backfills]
+        jobs += [(route, job) for route, job in self.audited_jobs()]
+        for route, job in jobs:  # the fields a route's fire times need a run_id
+            routes[route].update(
+                job=job,
                 schedule="* * * * *",
                 body=BODY,
                 namespace={"project": QUERY["project"][0], "location": QUERY["location"][0]},
             )
+        for route, policy, window in self.catch_up_policies:
+            routes[route].update(catch_up=policy, catch_up_window_seconds=window)
         routes = {"routes": routes}
         return Settings(
             routes=json.dumps(routes),
@@ -196,6 +232,11 @@ class Config:
             store_timeout_seconds=self.store_timeout,
             forced_run_tolerance_seconds=self.tolerance,
         )
+
+    def audited_jobs(self) -> list[tuple[str, str]]:
+        """(route, job) of each route the audits catch up: the one job on that route."""
+        jobs = {sequence[0].route: sequence[0].key[0] for sequence in self.jobs}
+        return [(route, jobs[route]) for route, _, _ in self.catch_up_policies]
 
 
 def draw_config(seed: int, store: str) -> Config:
@@ -247,6 +288,9 @@ def draw_config(seed: int, store: str) -> Config:
         tasks.append(Execution(f"t{t}", "tsk", headers, rng.uniform(0, 60.0), ("exports", name), tasks=True))
     return Config(
         catch_ups=draw_catch_ups(seed, jobs),
+        backfills=draw_backfills(seed, jobs),
+        audits=draw_audits(seed, jobs)[0],
+        catch_up_policies=draw_audits(seed, jobs)[1],
         seed=seed,
         store=store,
         instances=rng.randint(1, 3),
@@ -294,6 +338,54 @@ def draw_catch_ups(seed: int, jobs: list[tuple[Execution, ...]]) -> tuple[CatchU
         again = rng.choice([None, 0.0, rng.uniform(0, 60.0)]) if rng.random() < 0.5 else None
         found.append(CatchUp(f"c{n}", sequence[0].route, sequence[0].key[0], times, start, again))
     return tuple(found)
+
+
+def _alone(jobs: list[tuple[Execution, ...]]) -> list[tuple[Execution, ...]]:
+    """The job sequences alone on their route (a route names one job)."""
+    routes = Counter(sequence[0].route for sequence in jobs)
+    return [sequence for sequence in jobs if routes[sequence[0].route] == 1]
+
+
+def draw_backfills(seed: int, jobs: list[tuple[Execution, ...]]) -> tuple[Backfill, ...]:
+    """In one history in four, one or two operators' backfills of a job's route, over a few of its
+    (minutely) fire times, often on an overlap route. Drawn from their own RNG, so a seed's other
+    draws are those it had before."""
+    rng = random.Random(f"{seed}/backfill")
+    alone = _alone(jobs)
+    if rng.random() >= 1 / 4 or not alone:
+        return ()
+    found = []
+    overlap = [sequence for sequence in alone if sequence[0].route in OVERLAP]
+    for n in range(rng.randint(1, 2)):
+        sequence = rng.choice(overlap if overlap and rng.random() < 0.6 else alone)
+        start = rng.uniform(120.0, 360.0)
+        first = rng.choice([0.0, 60.0, 120.0]) + rng.choice([0.0, rng.uniform(0, 59.0)])
+        first = min(first, start - 2.0)
+        last = min(first + rng.choice([60.0, 180.0, 300.0]), start - 1.0)  # due on every instance's clock
+        if rng.random() < 0.1:
+            last = start + rng.uniform(1.0, 120.0)  # fire times not due yet: refused
+        timeout = rng.choice([1.0, 10.0, 60.0, 300.0])
+        found.append(Backfill(f"b{n}", sequence[0].route, sequence[0].key[0], start, first, last, timeout))
+    return tuple(found)
+
+
+def draw_audits(
+    seed: int, jobs: list[tuple[Execution, ...]]
+) -> tuple[tuple[Audit, ...], tuple[tuple[str, str, int], ...]]:
+    """In one history in four, audits (some force runs with a future schedule time) and a
+    `catch_up` policy on one or two routes alone with their job."""
+    rng = random.Random(f"{seed}/audit")
+    alone = _alone(jobs)
+    if rng.random() >= 1 / 4 or not alone:
+        return (), ()
+    routes = sorted({sequence[0].route for sequence in rng.sample(alone, rng.randint(1, min(2, len(alone))))})
+    # A window of minutes, so a catch-up reaches the times Scheduler's own executions run at.
+    policies = tuple((route, rng.choice(["latest", "all"]), rng.choice([120, 600, 1800])) for route in routes)
+    audits = tuple(
+        Audit(f"a{n}", rng.uniform(30.0, 360.0), rng.choice([0.0, 3.0, 3120.0, 259_200.0]), rng.choice(["10m", "1h"]))
+        for n in range(rng.randint(1, 2))
+    )
+    return audits, policies
 
 
 # -- faults --------------------------------------------------------------------------------------
@@ -376,14 +468,22 @@ class Instance:
         if world.config.web:
             self.app = create_app(settings, store=self.store, targets=targets, clock=self.clock)
         else:  # the Runner as create_app's lifespan builds it
+            targets[AUDIT_ROUTE] = AuditTarget(  # type: ignore[assignment]
+                self.store,
+                world.routes,
+                lease=timedelta(seconds=settings.lease_seconds),
+                retention=timedelta(seconds=settings.retention_seconds),
+                clock=self.clock,
+                metrics=Metrics(),
+            )
             self.runner = Runner(
                 self.store,
                 targets,
+                routes=world.routes,
                 lease=timedelta(seconds=settings.lease_seconds),
                 retention=timedelta(seconds=settings.retention_seconds),
                 dispatch_timeout=timedelta(seconds=settings.dispatch_timeout_seconds),
                 clock=self.clock,
-                guards=world.guards,
             )
 
     def clock(self) -> datetime:
@@ -467,6 +567,140 @@ class Instance:
         for run_id in dict.fromkeys([run.run_id, body.get("run_id") or run.run_id]):
             records.append(await world.store_io(lambda run_id=run_id: self.inner.get(run_id, self.clock())))
         return CaughtUp(catch_up, time, run.run_id, answered, tuple(r for r in records if r is not None), rerun)
+
+    async def backfill(self, backfill: Backfill) -> list[Answer]:
+        """The operator's backfill: over HTTP as `POST :backfill` (web histories), else as `runonce
+        backfill` does (`run_all` on a Runner built like serve's). One answer per fire time run,
+        as a delivery of it would have been answered; a refused range is one answer for them all."""
+        world = self.world
+        route = world.routes[backfill.route]
+        start, end = (T0 + timedelta(seconds=backfill.first), T0 + timedelta(seconds=backfill.last))
+        sent = world.loop.time()
+        if self.client is not None:
+            body = {"from": _stamp(start), "to": _stamp(end), "timeout": f"{max(1, round(backfill.timeout))}s"}
+            response = await self.client.post(f"/v1/routes/{backfill.route}:backfill", json=body)
+            code, found = response.status_code, response.json()
+            if code != 200:
+                return [Answer(backfill.id, self.name, sent, world.loop.time(), code, found)]
+            rows = found["runs"]
+        else:
+            try:
+                runs = runs_to_backfill(backfill.route, route, start, end, self.clock())
+            except errors.DeliveryError as exc:
+                answer = render(exc)
+                return [Answer(backfill.id, self.name, sent, world.loop.time(), answer.http_status, answer.body)]
+            timeout = timedelta(seconds=backfill.timeout)
+            waited: dict[str, float] = {}  # run_id -> when it was first answered waiting
+
+            def waiting(outcome: Any) -> None:
+                waited[outcome.run.run_id] = world.loop.time()
+
+            outcomes = await run_all(self.runner, runs, route, concurrency=4, timeout=timeout, waiting=waiting)
+            rows = [{**outcome.to_json(), "waited_at": waited.get(outcome.run.run_id)} for outcome in outcomes]
+        answers = []
+        for row in rows:
+            world.caught_up_runs.add(row["run_id"])
+            if row["outcome"] == "not_started":
+                continue
+            code = 200 if row["outcome"] in ("processed", "duplicate", "skipped") else _http_status(row["outcome"])
+            answer = {"run_id": row["run_id"], "status": row["outcome"], "route": backfill.route}
+            answer["schedule_time"] = row["schedule_time"]
+            if "resource" in row:
+                answer["target"] = {"type": SimTarget.type, "resource": row["resource"]}
+            answer.update({key: row[key] for key in ("reason", "message") if key in row})
+            if row.get("waited_at") is not None:
+                answer["waited_at"] = row["waited_at"]
+            answers.append(Answer(backfill.id, self.name, sent, world.loop.time(), code, answer))
+        return answers
+
+    async def audit(self, audit: Audit, schedule_time: str) -> tuple[Answer, list[Answer], RunRecord | None]:
+        """One delivery of the audit job, through `POST /v1/audit:run` (web) or as that endpoint
+        does it; its answer, one answer per run it caught up, and its run's record right after."""
+        world = self.world
+        headers = {"X-CloudScheduler-JobName": "runonce-audit", "X-CloudScheduler-ScheduleTime": schedule_time}
+        sent = world.loop.time()
+        caught: list[dict[str, Any]] = []
+        try:
+            if self.client is not None:
+                response = await self.client.post(
+                    f"/v1/audit:run?{NAMESPACE}", headers=headers, json={"since": audit.since}
+                )
+                code, body = response.status_code, response.json()
+                caught = body.get("caught_up", [])
+            else:
+                code, body, caught = await self._audit(headers, audit)
+        except Exception as exc:  # noqa: BLE001 - an exception out of the app is a 500
+            code, body = 500, {"status": "internal_error", "error": {"message": repr(exc)}}
+        answered = world.loop.time()
+        answer = Answer(audit.id, self.name, sent, answered, code, body)
+        # The audit run's record, right after: keyed as the endpoint keyed it (an error answer may name no run).
+        run_id = body.get("run_id") or self._audit_run_id(headers, sent)
+        record = await world.store_io(lambda: self.inner.get(run_id, self.clock()))
+        if not body.get("run_id"):
+            answer.body["audit_run_id"] = run_id
+        runs = []
+        for row in caught:
+            world.caught_up_runs.add(row["run_id"])
+            status = row["outcome"]
+            code = 200 if status in ("processed", "duplicate", "skipped") else _http_status(status)
+            found = {"run_id": row["run_id"], "status": status, "route": row["route"]}
+            found["schedule_time"] = row["schedule_time"]
+            if "resource" in row:
+                found["target"] = {"type": SimTarget.type, "resource": row["resource"]}
+            found.update({key: row[key] for key in ("reason", "message") if key in row})
+            runs.append(Answer(audit.id, self.name, sent, answered, code, found))
+        return answer, runs, record
+
+    def _audit_run_id(self, headers: dict[str, str], sent: float) -> str:
+        """The run_id the audit endpoint gives this delivery, received at `sent` on this instance's clock."""
+        received = T0 + timedelta(seconds=sent + self.skew)
+        tolerance = timedelta(seconds=self.world.settings.forced_run_tolerance_seconds)
+        return parse_delivery(AUDIT_ROUTE, headers, parse_namespace(QUERY, None), received, tolerance).run_id
+
+    async def _audit(self, headers: dict[str, str], audit: Audit) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
+        """What `api.missed.run_audit` does, without HTTP."""
+        world = self.world
+        payload = {"since": audit.since}
+        try:
+            delivery = parse_delivery(
+                AUDIT_ROUTE,
+                headers,
+                parse_namespace(QUERY, None),
+                received_at=self.clock(),
+                forced_run_tolerance=timedelta(seconds=world.settings.forced_run_tolerance_seconds),
+            )
+            assert delivery.schedule_time is not None
+            check_audit(
+                world.routes,
+                delivery.schedule_time,
+                self.clock(),
+                audit_since(payload),
+                lease=self.runner.lease,
+                retention=self.runner.retention,
+            )
+            result = await self.runner.run(delivery, payload, _sha256(payload))
+        except errors.DeliveryError as exc:
+            if exc.route is None:
+                exc.route = AUDIT_ROUTE
+            answer = render(exc)
+            return answer.http_status, answer.body, []
+        body = result.body()
+        audit_target: AuditTarget = self.runner.targets[AUDIT_ROUTE]  # type: ignore[assignment]
+        audit_target.reports.pop(result.record.run_id, None)
+        caught = []
+        if result.status == "processed":
+            now = self.clock()
+            outcomes = await catch_up(
+                self.runner,
+                self.store,
+                dict(world.routes),
+                min(delivery.schedule_time, now),
+                now,
+                lease=self.runner.lease,
+                retention=self.runner.retention,
+            )
+            caught = [outcome.to_json() for outcome in outcomes]
+        return 200, body, caught
 
     async def boundary(self, fault: str | None) -> None:
         """Crash here if told to (or if the process already died): nothing after this runs."""
@@ -686,6 +920,7 @@ class World:
         self.outcomes: dict[str, Outcome] = {}
         self.caught_up: list[CaughtUp] = []  # catch-up / backfill runs that ended (not crashed)
         self.caught_up_runs: set[str] = set()  # every run_id a catch-up / backfill touched
+        self.audits: list[tuple[Answer, RunRecord | None]] = []  # each audit answer, and its run's record right after
         self.requests: dict[asyncio.Task[Answer], Instance] = {}
         self.frozen: set[asyncio.Task[Any]] = set()
         self.instances: list[Instance] = []
@@ -842,6 +1077,58 @@ class World:
                     break
                 self.caught_up.append(task.result())
 
+    async def _on_live_instance(self, key: str, work: Callable[[Instance], Awaitable[T]]) -> T | None:
+        """`work` on a live instance, until it ends or that instance crashes (None: frozen for good)."""
+        live = [i for i in self.slots if i is not None and not i.dead]
+        if not live:
+            return None
+        instance = random.Random(f"{self.config.seed}/{key}").choice(live)
+        context = contextvars.copy_context()
+        context.run(EXECUTION.set, key.split("/")[0])
+        task = self.loop.create_task(work(instance), context=context)  # type: ignore[arg-type]
+        self.requests[task] = instance  # type: ignore[index]
+        while not task.done() and not instance.dead:  # a crash freezes it for good
+            await asyncio.wait({task}, timeout=1.0)
+        return task.result() if task.done() else None
+
+    def _run_of(self, origin: str, route: str, answer: Answer) -> CaughtUp:
+        """A backfill's or an audit catch-up's run, for the catch-up invariants (I9, I10), keyed by
+        its route's job and fire time (its record is not read right after: no I11)."""
+        job = self.routes[route].job
+        assert job is not None
+        catch_up = CatchUp(origin, route, job, (), answer.sent)
+        return CaughtUp(catch_up, answer.body["schedule_time"], answer.body["run_id"], answer, (), False)
+
+    async def run_backfill(self, backfill: Backfill) -> None:
+        await asyncio.sleep(backfill.start)
+        answers = await self._on_live_instance(f"{backfill.id}/0", lambda instance: instance.backfill(backfill))
+        for answer in answers or ():
+            self.answers.append(answer)
+            self.covered[f"backfill runs {answer.status}"] += 1
+            if answer.body.get("schedule_time"):
+                self.caught_up.append(self._run_of(backfill.id, backfill.route, answer))
+
+    async def run_audit(self, audit: Audit) -> None:
+        """The audit job's execution, retried as Scheduler does until it gets a 200 (at most 4 tries)."""
+        await asyncio.sleep(audit.start)
+        schedule_time = _stamp(T0 + timedelta(seconds=round(self.loop.time() + audit.ahead)))
+        for attempt in range(4):
+            found = await self._on_live_instance(
+                f"{audit.id}/{attempt}", lambda instance: instance.audit(audit, schedule_time)
+            )
+            if found is not None:
+                answer, runs, record = found
+                self.answers.append(answer)
+                self.answers.extend(runs)
+                self.audits.append((answer, record))
+                for run in runs:
+                    self.caught_up.append(self._run_of(audit.id, run.body["route"], run))
+                self.covered[f"audit answers {answer.status}"] += 1
+                self.covered["audit catch-up runs"] += len(runs)
+                if answer.ok:
+                    return
+            await asyncio.sleep(2.0 * (attempt + 1))
+
     async def play(self) -> None:
         self.slots = [None] * self.config.instances
         for slot in range(self.config.instances):
@@ -850,6 +1137,8 @@ class World:
             self.run_task(t) for t in self.config.task_executions
         ]
         parties += [self.run_catch_up(c) for c in self.config.catch_ups]
+        parties += [self.run_backfill(b) for b in self.config.backfills]
+        parties += [self.run_audit(a) for a in self.config.audits]
         await asyncio.gather(*parties)
         for _ in range(10_000):  # let every attempt still running (not crashed) finish
             running = [t for t, i in self.requests.items() if not t.done() and not i.dead]
@@ -872,6 +1161,23 @@ class World:
         for instance in self.instances:
             await self.store_io(instance.stop)
         shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def _stamp(value: datetime) -> str:
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _sha256(payload: dict[str, Any]) -> str:
+    from runonce.missed.audit import body_sha256
+
+    return body_sha256(payload)
+
+
+def _http_status(status: str) -> int:
+    """The HTTP status of an error family's status word (runonce/api/answers.py)."""
+    from runonce.api.answers import ANSWERS
+
+    return next(answer.http_status for answer in ANSWERS.values() if answer.status == status)
 
 
 SERVER_STORES = {"spanner": "RUNONCE_SIM_SPANNER_URL", "redis": "RUNONCE_SIM_REDIS_URL"}
