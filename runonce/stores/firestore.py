@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -37,7 +37,7 @@ from google.cloud.firestore_v1 import _helpers
 from google.cloud.firestore_v1.services.firestore.transports.base import DEFAULT_CLIENT_INFO
 from google.cloud.firestore_v1.types import firestore as rpc
 
-from runonce.stores.base import RunRecord, RunStatus, RunStore, StoreUnavailable, Version
+from runonce.stores.base import GET_MANY_BATCH, RunRecord, RunStatus, RunStore, StoreUnavailable, Version, chunks, live
 
 T = TypeVar("T")
 
@@ -74,6 +74,11 @@ _BATCH_GET_RETRY = retry_async.AsyncRetry(
 )
 
 _FIELDS = tuple(f.name for f in fields(RunRecord))
+
+INDEXES = (("route", "status"), ("route",), ("status",))
+"""The composite indexes `list` needs: each of these fields ascending, then `created_at`
+descending, on the collection (terraform/indexes.tf declares them; `runonce store init` prints the
+gcloud commands). A list with no filter uses the automatic single-field index on created_at."""
 
 
 class FirestoreStore(RunStore):
@@ -211,16 +216,45 @@ class FirestoreStore(RunStore):
     async def list(
         self, now: datetime, route: str | None = None, status: RunStatus | None = None, limit: int = 50
     ) -> list[RunRecord]:
-        # Equality filters only: served by single-field indexes, no composite index to deploy.
+        """Newest first, `limit` at a time, through a composite index on the filtered fields and
+        `created_at` descending (INDEXES; the emulator needs none). Expired documents the TTL has not
+        deleted yet are dropped here; they are the oldest, so a page ending in one ends the list."""
         query: Any = self._collection
         if route is not None:
             query = query.where(filter=firestore.FieldFilter("route", "==", route))
         if status is not None:
             query = query.where(filter=firestore.FieldFilter("status", "==", status))
-        snaps = await self._rpc("query", query.get())
-        records = [_from_doc(snap.to_dict()) for snap in snaps]
-        live = [r for r in records if r.expire_at > now]
-        return sorted(live, key=lambda r: r.created_at, reverse=True)[:limit]
+        query = query.order_by("created_at", direction=firestore.Query.DESCENDING).limit(limit)
+        found: list[RunRecord] = []
+        page = query
+        while True:
+            snaps = await self._rpc("query", page.get())
+            records = [_from_doc(snap.to_dict()) for snap in snaps]
+            found.extend(r for r in records if r.expire_at > now)
+            if len(found) >= limit or len(records) < limit or records[-1].expire_at <= now:
+                return found[:limit]
+            page = query.start_after(snaps[-1])
+
+    async def get_many(self, run_ids: Iterable[str], now: datetime) -> dict[str, RunRecord]:
+        """One BatchGetDocuments per GET_MANY_BATCH run_ids."""
+        found: dict[str, RunRecord] = {}
+        for batch in chunks(list(dict.fromkeys(run_ids)), GET_MANY_BATCH):
+            request = _BatchGetRequest(database=self._database, documents=[self._documents + r for r in batch])
+            responses = await self._rpc("get_many", self._read_all(request))
+            records = (
+                _from_doc(_helpers.decode_dict(response.found.fields, self._client))
+                for response in responses
+                if response.HasField("found")
+            )
+            found.update(live(records, now))
+        return found
+
+    async def _read_all(self, request: Any) -> list[Any]:
+        call = await self._batch_get_call(request)
+        try:
+            return [response async for response in call]
+        except grpc.RpcError as exc:
+            raise gexc.from_grpc_error(exc) from exc
 
     async def ping(self) -> None:
         # A read of a document that never exists: proves reachability and permission.

@@ -26,8 +26,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Iterable
 from dataclasses import fields
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -37,6 +38,7 @@ from redis.backoff import NoBackoff
 
 from runonce.stores import RedisURL
 from runonce.stores.base import (
+    GET_MANY_BATCH,
     Claim,
     Decision,
     Fenced,
@@ -47,7 +49,9 @@ from runonce.stores.base import (
     RunStore,
     StoreUnavailable,
     Version,
+    chunks,
     fresh_record,
+    live,
     new_attempt_id,
     rfc3339,
 )
@@ -59,20 +63,63 @@ MAX_CONNECTIONS = 32  # per process; Memorystore allows 65,000 clients
 _TIME_FIELDS = ("lease_expires", "expire_at", "created_at", "updated_at")
 _FIELDS = [f.name for f in fields(RunRecord)]
 
+INDEX_PREFIX = "runonce:idx:"
+"""Sorted sets of run_ids scored by `created_at` (microseconds since the epoch), which `list` reads
+newest first, so a route's newest runs cost what `limit` asks, not the route's history:
+
+    runonce:idx:all                       every run
+    runonce:idx:status:{status}           the runs in that status
+    runonce:idx:route:{route}             the route's runs
+    runonce:idx:route-status:{status}:{route}
+
+The scripts that write a record keep its entries in the same atomic step, and a claim trims the
+sets it touches of entries older than its retention (their records are gone or expired). The keys
+are built inside the scripts, so the store needs one Redis node (Memorystore for Redis), not a
+Redis Cluster."""
+
+# Lua helpers every write script shares: the index keys of a (route, status) and moving a run
+# between them. ARGV[#ARGV] is INDEX_PREFIX.
+_INDEX_LUA = """
+local prefix = ARGV[#ARGV]
+local function status_keys(route, status)
+  return {prefix .. 'status:' .. status, prefix .. 'route-status:' .. status .. ':' .. route}
+end
+local function unindex(record, run_id)
+  for _, key in ipairs(status_keys(record.route, record.status)) do redis.call('ZREM', key, run_id) end
+end
+local function index(record, run_id, score)
+  for _, key in ipairs(status_keys(record.route, record.status)) do redis.call('ZADD', key, score, run_id) end
+end
+"""
+
 # base.decide and base.takeover_record, in Lua. ARGV: now, body_sha256, fresh record JSON,
-# its TTL in ms, new attempt_id, lease_expires, task_retry_count, task_execution_count (JSON).
+# its TTL in ms, new attempt_id, lease_expires, task_retry_count, task_execution_count (JSON),
+# run_id, route, created_at score, trim score (now - retention), INDEX_PREFIX.
 # Returns {decision, record written or found, record replaced (or false)}.
-_CLAIM = """
+_CLAIM = (
+    _INDEX_LUA
+    + """
 local raw = redis.call('GET', KEYS[1])
 local now = ARGV[1]
+local run_id, route = ARGV[9], ARGV[10]
 local found = raw and cjson.decode(raw)
 if not found or found.expire_at <= now then
+  if found then unindex(found, run_id) end
   redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
+  local keys = {prefix .. 'all', prefix .. 'route:' .. route}
+  for _, status in ipairs({'in_progress', 'completed', 'failed', 'skipped'}) do
+    for _, key in ipairs(status_keys(route, status)) do table.insert(keys, key) end
+  end
+  for _, key in ipairs(keys) do redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. ARGV[12]) end
+  redis.call('ZADD', prefix .. 'all', ARGV[11], run_id)
+  redis.call('ZADD', prefix .. 'route:' .. route, ARGV[11], run_id)
+  index({route = route, status = 'in_progress'}, run_id, ARGV[11])
   return {'create', ARGV[3], raw}
 end
 if found.body_sha256 ~= ARGV[2] then return {'mismatch', raw, false} end
 if found.status == 'completed' or found.status == 'skipped' then return {'replay', raw, false} end
 if found.status == 'in_progress' and found.lease_expires > now then return {'busy', raw, false} end
+unindex(found, run_id)
 found.status = 'in_progress'
 found.attempt_id = ARGV[5]
 found.attempts = found.attempts + 1
@@ -82,17 +129,23 @@ found.task_retry_count = cjson.decode(ARGV[7])
 found.task_execution_count = cjson.decode(ARGV[8])
 local written = cjson.encode(found)
 redis.call('SET', KEYS[1], written, 'KEEPTTL')
+index(found, run_id, ARGV[11])
 return {'takeover', written, raw}
 """
+)
 
 # base.holds and base.finished_record. ARGV: attempt_id, status, target JSON (null keeps the
-# stored one), last_error JSON, updated_at. Returns {'ok', written} or {'fenced', found or false}.
-_FINISH = """
+# stored one), last_error JSON, updated_at, run_id, created_at score, INDEX_PREFIX.
+# Returns {'ok', written} or {'fenced', found or false}.
+_FINISH = (
+    _INDEX_LUA
+    + """
 local raw = redis.call('GET', KEYS[1])
 local found = raw and cjson.decode(raw)
 if not found or found.attempt_id ~= ARGV[1] or found.status ~= 'in_progress' then
   return {'fenced', raw}
 end
+unindex(found, ARGV[6])
 found.status = ARGV[2]
 local target = cjson.decode(ARGV[3])
 if target ~= cjson.null then found.target = target end
@@ -100,8 +153,10 @@ found.last_error = cjson.decode(ARGV[4])
 found.updated_at = ARGV[5]
 local written = cjson.encode(found)
 redis.call('SET', KEYS[1], written, 'KEEPTTL')
+index(found, ARGV[6], ARGV[7])
 return {'ok', written}
 """
+)
 
 # base.releasable. ARGV: now. Returns the written record, or false when there is nothing to release.
 _RELEASE = """
@@ -118,20 +173,77 @@ redis.call('SET', KEYS[1], written, 'KEEPTTL')
 return written
 """
 
+# The newest live records of one index set. KEYS[1]: the set. ARGV: limit, now, route or '',
+# status or '', KEY_PREFIX. Reads pages of `limit` until it has `limit` records or the set ends;
+# entries whose record is gone, expired or no longer matches (a trim has not reached them) are
+# passed over. Returns the records' JSON as stored (never re-encoded).
+_LIST = """
+local limit, now, route, status, key_prefix = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local out, start = {}, 0
+while #out < limit do
+  local ids = redis.call('ZREVRANGE', KEYS[1], start, start + limit - 1)
+  for _, run_id in ipairs(ids) do
+    local raw = redis.call('GET', key_prefix .. run_id)
+    if raw then
+      local found = cjson.decode(raw)
+      if found.expire_at > now and (route == '' or found.route == route)
+          and (status == '' or found.status == status) and #out < limit then
+        table.insert(out, raw)
+      end
+    end
+  end
+  if #ids < limit then break end
+  start = start + limit
+end
+return out
+"""
+
+_COUNTERS = ("task_retry_count", "task_execution_count")
+"""Integer fields a script copies but never computes with, stored as decimal text: Lua numbers are
+doubles, and cjson would write 9007199254740993 back as 9.007199254741e+15."""
+
 
 def _to_json(record: RunRecord) -> str:
     values = record.as_dict()
     for name in _TIME_FIELDS:
         values[name] = rfc3339(values[name])
+    for name in _COUNTERS:
+        values[name] = _counter(values[name])
     return json.dumps(values, separators=(",", ":"))  # pragma: no mutate - spacing only
+
+
+def _counter(value: int | None) -> str | None:
+    return None if value is None else str(value)
 
 
 def _from_json(raw: bytes | str) -> RunRecord:
     values = json.loads(raw)
     for name in _TIME_FIELDS:
         values[name] = datetime.fromisoformat(values[name])
+    for name in _COUNTERS:  # text since counters are kept exactly; a number in records written before
+        if values.get(name) is not None:
+            values[name] = int(values[name])
     # What a script rewrote reads back as written: cjson writes 2 (not 2.0) and {} (not []).
     return RunRecord(**{name: values.get(name) for name in _FIELDS})
+
+
+def _score(when: datetime) -> int:
+    """A time as an index score: microseconds since the epoch (exact in a double until 2255)."""
+    return (when - _EPOCH) // timedelta(microseconds=1)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _index_key(route: str | None, status: RunStatus | None) -> str:
+    """The set `list` reads for these filters (see INDEX_PREFIX)."""
+    if route is not None and status is not None:
+        return f"{INDEX_PREFIX}route-status:{status}:{route}"
+    if route is not None:
+        return f"{INDEX_PREFIX}route:{route}"
+    if status is not None:
+        return f"{INDEX_PREFIX}status:{status}"
+    return f"{INDEX_PREFIX}all"
 
 
 class RedisStore(RunStore):
@@ -164,6 +276,7 @@ class RedisStore(RunStore):
         self._claim = self._client.register_script(_CLAIM)
         self._finish = self._client.register_script(_FINISH)
         self._release = self._client.register_script(_RELEASE)
+        self._list = self._client.register_script(_LIST)
         self.round_trips = 0
         self._eviction_checked = False  # pragma: no mutate - None is as false
         """Requests sent (a script plus its WAIT go in one pipeline: one round trip)."""
@@ -214,8 +327,13 @@ class RedisStore(RunStore):
             ttl_ms,
             new_attempt_id(),
             rfc3339(now + lease),
-            json.dumps(new.task_retry_count),
-            json.dumps(new.task_execution_count),
+            json.dumps(_counter(new.task_retry_count)),
+            json.dumps(_counter(new.task_execution_count)),
+            new.run_id,
+            new.route,
+            _score(fresh.created_at),
+            _score(now - retention),
+            INDEX_PREFIX,
         ]
         decision, record, previous = await self._write("claim", self._claim, new.run_id, args)
         return Claim(
@@ -231,6 +349,9 @@ class RedisStore(RunStore):
             json.dumps(finish.target),
             json.dumps(finish.last_error),
             rfc3339(now),
+            claim.record.run_id,
+            _score(claim.record.created_at),
+            INDEX_PREFIX,
         ]
         outcome, record = await self._write("finish", self._finish, claim.record.run_id, args)
         if outcome == b"fenced":
@@ -244,26 +365,20 @@ class RedisStore(RunStore):
     async def list(
         self, now: datetime, route: str | None = None, status: RunStatus | None = None, limit: int = 50
     ) -> list[RunRecord]:
-        """Scans the prefix (an admin command, not a delivery path): fine for thousands of runs."""
+        """One script over the index set of these filters (INDEX_PREFIX), newest first."""
+        if limit <= 0:
+            return []
+        args: list[str | int] = [limit, rfc3339(now), route or "", status or "", KEY_PREFIX]
+        raws = await self._call("list", self._list(keys=[_index_key(route, status)], args=args))
+        return [_from_json(raw) for raw in raws]
 
-        async def scan() -> list[RunRecord]:
-            records = []
-            ours = KEY_PREFIX + "*"  # a shared instance has other keys too
-            async for key in self._client.scan_iter(
-                match=ours, count=500
-            ):  # pragma: no mutate - count is a batch-size hint
-                raw = await self._client.get(key)
-                if raw:
-                    records.append(_from_json(raw))
-            return records
-
-        records = await self._call("list", scan())
-        live = [
-            r
-            for r in records
-            if r.expire_at > now and (route is None or r.route == route) and (status is None or r.status == status)
-        ]
-        return sorted(live, key=lambda r: r.created_at, reverse=True)[:limit]
+    async def get_many(self, run_ids: Iterable[str], now: datetime) -> dict[str, RunRecord]:
+        """One MGET per GET_MANY_BATCH run_ids."""
+        found: dict[str, RunRecord] = {}
+        for batch in chunks(list(dict.fromkeys(run_ids)), GET_MANY_BATCH):
+            raws = await self._call("get_many", self._client.mget([self._key(run_id) for run_id in batch]))
+            found.update(live((_from_json(raw) for raw in raws if raw), now))
+        return found
 
     async def release(self, run_id: str, now: datetime) -> RunRecord | None:
         written = await self._write("release", self._release, run_id, [rfc3339(now)])
