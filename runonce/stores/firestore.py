@@ -22,6 +22,8 @@ CPU than the gRPC calls themselves. `list` and `ping` are not on the hot path an
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import fields
@@ -40,6 +42,11 @@ from google.cloud.firestore_v1.types import firestore as rpc
 from runonce.stores.base import GET_MANY_BATCH, RunRecord, RunStatus, RunStore, StoreUnavailable, Version, chunks, live
 
 T = TypeVar("T")
+
+logger = logging.getLogger("runonce.stores.firestore")
+
+RETRY_INDEX_SECONDS = 300.0
+"""How long `list` reads a collection without its composite indexes before it tries them again."""
 
 # The errors that are the protocol's answers, not store failures, per write: the record is not as
 # the write expected (it exists already; it changed or went since it was read). Anywhere else they
@@ -81,6 +88,16 @@ descending, on the collection (terraform/indexes.tf declares them; `runonce stor
 gcloud commands). A list with no filter uses the automatic single-field index on created_at."""
 
 
+def index_commands(collection: str) -> list[str]:
+    """The gcloud commands that create INDEXES on `collection` (`runonce store init` prints them)."""
+    return [
+        f"gcloud firestore indexes composite create --collection-group={collection} "
+        + " ".join(f"--field-config=field-path={name},order=ascending" for name in fields_)
+        + " --field-config=field-path=created_at,order=descending"
+        for fields_ in INDEXES
+    ]
+
+
 class FirestoreStore(RunStore):
     def __init__(
         self,
@@ -93,6 +110,7 @@ class FirestoreStore(RunStore):
         self._client = client or firestore.AsyncClient(project=project, database=database)
         self._collection = self._client.collection(collection)
         self._timeout = timeout_seconds
+        self._unindexed_until = 0.0  # monotonic time before which list reads without the index
         self.round_trips: Counter[str] = Counter()
         """Firestore calls made, by operation (`create`, `get`, `update`, `query`)."""
         self._database = self._client._database_string
@@ -224,16 +242,33 @@ class FirestoreStore(RunStore):
             query = query.where(filter=firestore.FieldFilter("route", "==", route))
         if status is not None:
             query = query.where(filter=firestore.FieldFilter("status", "==", status))
-        query = query.order_by("created_at", direction=firestore.Query.DESCENDING).limit(limit)
+        if time.monotonic() < self._unindexed_until:
+            return await self._list_unordered(query, now, limit)
+        ordered = query.order_by("created_at", direction=firestore.Query.DESCENDING).limit(limit)
         found: list[RunRecord] = []
-        page = query
+        page = ordered
         while True:
-            snaps = await self._rpc("query", page.get())
+            try:
+                snaps = await self._rpc("query", page.get())
+            except StoreUnavailable as exc:
+                if not isinstance(exc.__cause__, gexc.FailedPrecondition) or "index" not in str(exc):
+                    raise
+                # A collection whose composite indexes are not built yet (`runonce store init` says
+                # how): read as before, every record of the filter, and try the index again later.
+                self._unindexed_until = time.monotonic() + RETRY_INDEX_SECONDS
+                logger.warning("firestore list needs a composite index, reading without it: %s", exc)
+                return await self._list_unordered(query, now, limit)
             records = [_from_doc(snap.to_dict()) for snap in snaps]
             found.extend(r for r in records if r.expire_at > now)
             if len(found) >= limit or len(records) < limit or records[-1].expire_at <= now:
                 return found[:limit]
-            page = query.start_after(snaps[-1])
+            page = ordered.start_after(snaps[-1])
+
+    async def _list_unordered(self, query: Any, now: datetime, limit: int) -> list[RunRecord]:
+        """Every record of the equality filters, sorted here: what needs no composite index."""
+        snaps = await self._rpc("query", query.get())
+        live_records = [r for r in (_from_doc(snap.to_dict()) for snap in snaps) if r.expire_at > now]
+        return sorted(live_records, key=lambda r: r.created_at, reverse=True)[:limit]
 
     async def get_many(self, run_ids: Iterable[str], now: datetime) -> dict[str, RunRecord]:
         """One BatchGetDocuments per GET_MANY_BATCH run_ids."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import fields
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -59,6 +59,7 @@ from runonce.stores.base import (
 logger = logging.getLogger("runonce.stores.redis")
 
 KEY_PREFIX = "runonce:run:"
+INIT_TIMEOUT_SECONDS = 600.0  # `store init` indexing every record: minutes for millions
 MAX_CONNECTIONS = 32  # per process; Memorystore allows 65,000 clients
 _TIME_FIELDS = ("lease_expires", "expire_at", "created_at", "updated_at")
 _FIELDS = [f.name for f in fields(RunRecord)]
@@ -76,6 +77,10 @@ The scripts that write a record keep its entries in the same atomic step, and a 
 sets it touches of entries older than its retention (their records are gone or expired). The keys
 are built inside the scripts, so the store needs one Redis node (Memorystore for Redis), not a
 Redis Cluster."""
+
+INDEXED = INDEX_PREFIX + "built"
+"""Set once every record is in the index sets (by `runonce store init`, or by a list that found no
+records to index). Until then `list` scans every run key, as a store written before the sets did."""
 
 # Lua helpers every write script shares: the index keys of a (route, status) and moving a run
 # between them. ARGV[#ARGV] is INDEX_PREFIX.
@@ -173,11 +178,13 @@ redis.call('SET', KEYS[1], written, 'KEEPTTL')
 return written
 """
 
-# The newest live records of one index set. KEYS[1]: the set. ARGV: limit, now, route or '',
+# The newest live records of one index set. KEYS[1]: the set, KEYS[2]: INDEXED (false when the
+# records are not indexed yet). ARGV: limit, now, route or '',
 # status or '', KEY_PREFIX. Reads pages of `limit` until it has `limit` records or the set ends;
 # entries whose record is gone, expired or no longer matches (a trim has not reached them) are
 # passed over. Returns the records' JSON as stored (never re-encoded).
 _LIST = """
+if redis.call('EXISTS', KEYS[2]) == 0 then return false end
 local limit, now, route, status, key_prefix = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local out, start = {}, 0
 while #out < limit do
@@ -235,6 +242,16 @@ def _score(when: datetime) -> int:
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
+def _index_keys(record: RunRecord) -> list[str]:
+    """Every index set a record belongs to (what the scripts maintain)."""
+    return [
+        _index_key(None, None),
+        _index_key(record.route, None),
+        _index_key(None, record.status),
+        _index_key(record.route, record.status),
+    ]
+
+
 def _index_key(route: str | None, status: RunStatus | None) -> str:
     """The set `list` reads for these filters (see INDEX_PREFIX)."""
     if route is not None and status is not None:
@@ -277,6 +294,7 @@ class RedisStore(RunStore):
         self._finish = self._client.register_script(_FINISH)
         self._release = self._client.register_script(_RELEASE)
         self._list = self._client.register_script(_LIST)
+        self._unindexed_warned = False
         self.round_trips = 0
         self._eviction_checked = False  # pragma: no mutate - None is as false
         """Requests sent (a script plus its WAIT go in one pipeline: one round trip)."""
@@ -284,11 +302,13 @@ class RedisStore(RunStore):
     def _key(self, run_id: str) -> str:
         return KEY_PREFIX + run_id
 
-    async def _call(self, op: str, coro: Any) -> Any:
+    async def _call(self, op: str, coro: Any, timeout: float | None = None) -> Any:
+        """`coro`'s result, bounded by `timeout` (default the store timeout); any failure as
+        StoreUnavailable."""
         self.round_trips += 1
         try:
             async with asyncio.timeout(
-                self._timeout
+                timeout or self._timeout
             ):  # pragma: no mutate - the sockets' own timeouts are the same: two bounds, one value
                 return await coro
         except (TimeoutError, rexc.RedisError, OSError) as exc:
@@ -369,8 +389,53 @@ class RedisStore(RunStore):
         if limit <= 0:
             return []
         args: list[str | int] = [limit, rfc3339(now), route or "", status or "", KEY_PREFIX]
-        raws = await self._call("list", self._list(keys=[_index_key(route, status)], args=args))
+        raws = await self._call("list", self._list(keys=[_index_key(route, status), INDEXED], args=args))
+        if raws is None:  # records from before the index sets: scan them, as then
+            records = await self._call("list", self._scan_records())
+            if await self._call("list", self._all_indexed(records)):
+                await self._call("list", self._client.set(INDEXED, "1"))  # from now on the sets suffice
+            elif not self._unindexed_warned:
+                self._unindexed_warned = True
+                logger.warning(
+                    "redis run records are not indexed yet: listing runs scans every key; run `runonce store init`"
+                )
+            live_records = [
+                r for r in records if r.expire_at > now and route in (None, r.route) and status in (None, r.status)
+            ]
+            return sorted(live_records, key=lambda r: r.created_at, reverse=True)[:limit]
         return [_from_json(raw) for raw in raws]
+
+    async def _all_indexed(self, records: list[RunRecord]) -> bool:
+        """Whether every record is in the index sets already (all written since they exist)."""
+        for batch in chunks([r.run_id for r in records], GET_MANY_BATCH):
+            if None in await self._client.zmscore(_index_key(None, None), list(batch)):
+                return False
+        return True
+
+    async def _scan_records(self) -> list[RunRecord]:
+        records = []
+        async for key in self._client.scan_iter(match=KEY_PREFIX + "*", count=500):  # pragma: no mutate - a hint
+            raw = await self._client.get(key)
+            if raw:
+                records.append(_from_json(raw))
+        return records
+
+    async def reindex(self, say: Callable[[str], None]) -> None:
+        """`runonce store init`: put every run record in the index sets (idempotent), then mark the
+        store indexed so `list` reads the sets. Run it after every instance runs this version."""
+        records = await self._call("init", self._scan_records(), INIT_TIMEOUT_SECONDS)
+        missing = 0 if await self._call("init", self._all_indexed(records), INIT_TIMEOUT_SECONDS) else len(records)
+        async with self._client.pipeline(transaction=False) as pipe:
+            for record in records:
+                score = _score(record.created_at)
+                for key in _index_keys(record):
+                    pipe.zadd(key, {record.run_id: score})
+            pipe.set(INDEXED, "1")
+            await self._call("init", pipe.execute(), INIT_TIMEOUT_SECONDS)
+        if missing:
+            say(f"redis: indexed {len(records)} run record(s) by route and status; lists read the index from now on")
+        else:
+            say(f"redis: all {len(records)} run record(s) were indexed already; nothing changed")
 
     async def get_many(self, run_ids: Iterable[str], now: datetime) -> dict[str, RunRecord]:
         """One MGET per GET_MANY_BATCH run_ids."""

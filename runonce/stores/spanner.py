@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import time
 from collections import Counter
@@ -40,6 +41,8 @@ from runonce.stores import SpannerURL
 from runonce.stores.base import GET_MANY_BATCH, RunRecord, RunStatus, RunStore, StoreUnavailable, Version, chunks, live
 
 T = TypeVar("T")
+
+logger = logging.getLogger("runonce.stores.spanner")
 
 DDL = """CREATE TABLE {table} (
   run_id STRING(MAX) NOT NULL,
@@ -75,6 +78,9 @@ INDEX_DDL = (
 """The secondary indexes `list` reads through: a route's newest runs (of one status) cost what the
 limit asks, not the route's history. `store init` creates those missing; Terraform's database
 carries them after the table."""
+_NO_INDEX = re.compile(r"secondary index|index .*not found|does not have .*index", re.IGNORECASE)
+RETRY_INDEX_SECONDS = 300.0
+"""How long `list` reads a table without its indexes before it tries them again."""
 _INDEX_FOR = {(True, True): "by_route_status", (True, False): "by_route", (False, True): "by_status"}
 
 _COLUMNS = [f.name for f in fields(RunRecord)]
@@ -116,6 +122,7 @@ class SpannerStore(RunStore):
         self._client = spanner.Client(project=url.project)
         self._database = self._client.instance(url.instance).database(url.database)
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="runonce-spanner")
+        self._unindexed_until = 0.0  # monotonic time before which list reads without an index hint
         self.calls: Counter[str] = Counter()
         """Primitives called, by name (`load`, `insert`, `replace`; each costs what the module says)."""
 
@@ -205,7 +212,8 @@ class SpannerStore(RunStore):
             params["status"] = status
         types = {name: _LIST_TYPES[name] for name in params}
         index = _INDEX_FOR.get((route is not None, status is not None))
-        source = f"{self.table}@{{FORCE_INDEX={self.table}_{index}}}" if index else self.table
+        hinted = index is not None and time.monotonic() >= self._unindexed_until
+        source = f"{self.table}@{{FORCE_INDEX={self.table}_{index}}}" if hinted else self.table
         sql = (
             f"SELECT {', '.join(_COLUMNS)} FROM {source} WHERE {' AND '.join(where)}"
             " ORDER BY created_at DESC LIMIT @limit"
@@ -215,7 +223,21 @@ class SpannerStore(RunStore):
             with self._database.snapshot() as snapshot:
                 return [_from_row(row) for row in snapshot.execute_sql(sql, params=params, param_types=types)]
 
-        return await self._run("list", query)
+        try:
+            return await self._run("list", query)
+        except StoreUnavailable as exc:
+            if not hinted or not _NO_INDEX.search(str(exc)):
+                raise
+        # A table from before the indexes (`runonce store init` adds them): read it as before, a
+        # scan, and try the index again in a while.
+        self._unindexed_until = time.monotonic() + RETRY_INDEX_SECONDS
+        logger.warning(
+            "spanner table %s has no index %s_%s: listing runs scans the table; run `runonce store init`",
+            self.table,
+            self.table,
+            index,
+        )
+        return await self.list(now, route, status, limit)
 
     async def get_many(self, run_ids: Iterable[str], now: datetime) -> dict[str, RunRecord]:
         """One strong read of a KeySet per GET_MANY_BATCH run_ids."""
