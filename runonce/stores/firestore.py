@@ -112,7 +112,9 @@ class FirestoreStore(RunStore):
         self._timeout = timeout_seconds
         self._unindexed_until = 0.0  # monotonic time before which list reads without the index
         self.round_trips: Counter[str] = Counter()
-        """Firestore calls made, by operation (`create`, `get`, `update`, `query`)."""
+        """Firestore calls made, by operation (`create`, `get`, `update`, `query`, `get_many`)."""
+        self.documents_read = 0
+        """Documents the calls returned: what Firestore bills reads by."""
         self._database = self._client._database_string
         self._documents = f"{self._database}/documents/{collection}/"
         # The document API's metadata (resource prefix; on the emulator, its owner token), plus what
@@ -196,6 +198,7 @@ class FirestoreStore(RunStore):
         response = await self._rpc("get", self._read_one(request))
         if response is None or not response.HasField("found"):
             return None
+        self.documents_read += 1
         found = response.found  # decoded as DocumentSnapshot.to_dict() does (not on a fresh run's path)
         return _from_doc(
             _helpers.decode_dict(found.fields, self._client)
@@ -259,6 +262,7 @@ class FirestoreStore(RunStore):
                 logger.warning("firestore list needs a composite index, reading without it: %s", exc)
                 return await self._list_unordered(query, now, limit)
             records = [_from_doc(snap.to_dict()) for snap in snaps]
+            self.documents_read += len(records)
             found.extend(r for r in records if r.expire_at > now)
             if len(found) >= limit or len(records) < limit or records[-1].expire_at <= now:
                 return found[:limit]
@@ -267,6 +271,7 @@ class FirestoreStore(RunStore):
     async def _list_unordered(self, query: Any, now: datetime, limit: int) -> list[RunRecord]:
         """Every record of the equality filters, sorted here: what needs no composite index."""
         snaps = await self._rpc("query", query.get())
+        self.documents_read += len(snaps)
         live_records = [r for r in (_from_doc(snap.to_dict()) for snap in snaps) if r.expire_at > now]
         return sorted(live_records, key=lambda r: r.created_at, reverse=True)[:limit]
 
@@ -276,6 +281,7 @@ class FirestoreStore(RunStore):
         for batch in chunks(list(dict.fromkeys(run_ids)), GET_MANY_BATCH):
             request = _BatchGetRequest(database=self._database, documents=[self._documents + r for r in batch])
             responses = await self._rpc("get_many", self._read_all(request))
+            self.documents_read += sum(1 for response in responses if response.HasField("found"))
             records = (
                 _from_doc(_helpers.decode_dict(response.found.fields, self._client))
                 for response in responses
