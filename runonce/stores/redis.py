@@ -35,6 +35,7 @@ import redis.asyncio as aioredis
 from redis import exceptions as rexc
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.maint_notifications import MaintNotificationsConfig
 
 from runonce.stores import RedisURL
 from runonce.stores.base import (
@@ -283,6 +284,11 @@ class RedisStore(RunStore):
             socket_connect_timeout=timeout_seconds,  # pragma: no mutate - see above
             max_connections=MAX_CONNECTIONS,
             timeout=timeout_seconds,
+            # The pool checks a pooled connection before handing it out and reconnects one the server
+            # closed (a restart): nothing was sent on it, so that is always safe. With maintenance
+            # notifications on ("auto", redis-py's default on RESP3) it skips that check, and every
+            # stale connection then fails its next command after a restart.
+            maint_notifications_config=MaintNotificationsConfig(enabled=False),
             **tls,  # pragma: no mutate - see above
         )
         # No silent resend: a claim resent after a lost reply would find its own write and answer
@@ -313,6 +319,16 @@ class RedisStore(RunStore):
                 return await coro
         except (TimeoutError, rexc.RedisError, OSError) as exc:
             raise StoreUnavailable(f"redis {op}: {type(exc).__name__}: {exc}") from exc
+
+    async def _read(self, op: str, make: Callable[[], Any]) -> Any:
+        """A read (nothing it sends changes anything): `make()`'s result, made again once on a new
+        connection when the first went down under it (a server restarted since the pool checked it)."""
+        try:
+            return await self._call(op, make())
+        except StoreUnavailable as exc:
+            if not isinstance(exc.__cause__, rexc.ConnectionError):
+                raise
+        return await self._call(op, make())
 
     async def _write(self, op: str, script: Any, run_id: str, args: list[Any]) -> Any:
         """Run a write script; with wait_replicas, WAIT on the same connection (one pipeline)."""
@@ -379,7 +395,7 @@ class RedisStore(RunStore):
         return _from_json(record)
 
     async def load(self, run_id: str) -> tuple[RunRecord, Version] | None:
-        raw = await self._call("get", self._client.get(self._key(run_id)))
+        raw = await self._read("get", lambda: self._client.get(self._key(run_id)))
         return (_from_json(raw), raw) if raw else None
 
     async def list(
@@ -389,9 +405,9 @@ class RedisStore(RunStore):
         if limit <= 0:
             return []
         args: list[str | int] = [limit, rfc3339(now), route or "", status or "", KEY_PREFIX]
-        raws = await self._call("list", self._list(keys=[_index_key(route, status), INDEXED], args=args))
+        raws = await self._read("list", lambda: self._list(keys=[_index_key(route, status), INDEXED], args=args))
         if raws is None:  # records from before the index sets: scan them, as then
-            records = await self._call("list", self._scan_records())
+            records = await self._read("list", self._scan_records)
             if await self._call("list", self._all_indexed(records)):
                 await self._call("list", self._client.set(INDEXED, "1"))  # from now on the sets suffice
             elif not self._unindexed_warned:
@@ -441,7 +457,8 @@ class RedisStore(RunStore):
         """One MGET per GET_MANY_BATCH run_ids."""
         found: dict[str, RunRecord] = {}
         for batch in chunks(list(dict.fromkeys(run_ids)), GET_MANY_BATCH):
-            raws = await self._call("get_many", self._client.mget([self._key(run_id) for run_id in batch]))
+            keys = [self._key(run_id) for run_id in batch]
+            raws = await self._read("get_many", lambda keys=keys: self._client.mget(keys))  # type: ignore[misc]
             found.update(live((_from_json(raw) for raw in raws if raw), now))
         return found
 
@@ -450,7 +467,7 @@ class RedisStore(RunStore):
         return _from_json(written) if written else None
 
     async def ping(self) -> None:
-        await self._call("ping", self._client.ping())
+        await self._read("ping", self._client.ping)
         if not self._eviction_checked:
             self._eviction_checked = True
             await self._warn_if_evicting()
