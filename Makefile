@@ -9,13 +9,26 @@ PIP_TOOLS := .tools/pip-tools/bin
 PIP_COMPILE = $(PIP_TOOLS)/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras \
 	--no-emit-index-url --no-emit-find-links --all-build-deps $(PIP_COMPILE_ARGS)
 
-.PHONY: run test test-core test-deploy bench mutate clean lock redis-server
+.PHONY: run test test-fast lint test-core test-deploy bench mutate clean lock redis-server
 
 run: $(VENV)/.installed ## Run the proxy on 127.0.0.1:8080: SQLite store, demo route, auth off.
 	RUNONCE_AUTH=none RUNONCE_ROUTES_FILE=examples/demo-routes.yaml RUNONCE_STORE=sqlite:///runonce.db \
 		$(BIN)/runonce serve --host 127.0.0.1 --port 8080
 
-test: test-core test-deploy ## The whole test suite: the service, then the deployment artifacts.
+test: lint test-core test-deploy ## The whole test suite: the rules (fast, first), the service, then the deployment artifacts.
+
+lint: $(VENV)/.installed ## Lint, format, types and the layers' import contract (pyproject.toml: [tool.ruff], [tool.mypy], [tool.importlinter]).
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy
+
+# In-process tests only (SQLite and memory stores, the app in-process): no emulator, redis-server,
+# gcloud, podman or root. Tests that need one are marked `services` (tests/conftest.py does it for
+# the store fixtures' users); one that starts a service unmarked fails here, naming the marker.
+test-fast: $(VENV)/.installed ## The in-process suite in about a minute, with nothing but the venv.
+	RUNONCE_TESTS_IN_PROCESS_ONLY=1 $(BIN)/pytest -q -p no:cacheprovider -m "not deploy and not e2e and not services" \
+		--ignore=tests/sim $(PYTEST_ARGS)
 
 test-core: $(VENV)/.installed $(TASKS_EMULATOR) redis-server ## The service's tests (start their own Firestore, Spanner and Cloud Tasks emulators and redis-server).
 	$(BIN)/pytest $(PYTEST_ARGS)

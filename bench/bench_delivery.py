@@ -277,7 +277,8 @@ def main() -> None:
 
     print(f"fresh deliveries against the Firestore emulator; {args.rounds} round(s), medians over rounds")
     print(
-        f"{'Firestore RTT':>13} {'':9} {'median ms':>10} {'p99 ms':>9} {'deliv/s @' + str(args.concurrency):>13} {'RPCs/run':>9}"
+        f"{'Firestore RTT':>13} {'':9} {'median ms':>10} {'p99 ms':>9} {'deliv/s @' + str(args.concurrency):>13} "
+        f"{'RPCs/run':>9}"
     )
     for rtt, figures in results.items():
         for name, fig in figures.items():

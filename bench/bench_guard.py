@@ -73,9 +73,9 @@ def main() -> None:
             guard = Guard(store, GuardSettings(), environ={"IDEMPOTENCY_KEY": run_id})
             bare.document(f"{run_id}-warm").set(record)  # channel and emulator warm-up, untimed
             guard.once("warm")(lambda: None)()
-            results["bare write"] += timed(lambda i: bare.document(f"{run_id}-{i}").set(record), steps)
-            results["guard, fresh step"] += timed(lambda i: guard.once(f"s{i}")(lambda: None)(), steps)
-            results["guard, replay"] += timed(lambda i: guard.once(f"s{i}")(lambda: None)(), steps)
+            results["bare write"] += timed(lambda i, run_id=run_id: bare.document(f"{run_id}-{i}").set(record), steps)
+            results["guard, fresh step"] += timed(lambda i, guard=guard: guard.once(f"s{i}")(lambda: None)(), steps)
+            results["guard, replay"] += timed(lambda i, guard=guard: guard.once(f"s{i}")(lambda: None)(), steps)
         print(f"{rounds} rounds x {steps} steps, one client, sequential, Firestore emulator")
         print(f"{'contender':<20} {'median ms':>10} {'p99 ms':>8} {'steps/s':>8}")
         for name, samples in results.items():

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -44,6 +45,7 @@ import uvloop
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
 
 from tests.support.procs import FirestoreEmulator, free_port, start_firestore_emulator  # noqa: E402
 
@@ -293,10 +295,8 @@ def process_tree(pid: int) -> list[int]:
         current = queue.pop()
         found.append(current)
         for task in Path(f"/proc/{current}/task").glob("*"):
-            try:
+            with contextlib.suppress(OSError):
                 queue.extend(int(child) for child in (task / "children").read_text().split())
-            except OSError:
-                pass
     return found
 
 

@@ -24,8 +24,8 @@ from cronsim import CronSim
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runonce.schedules import get_zone, parse_schedule  # noqa: E402
-from runonce.schedules.zones import timeline  # noqa: E402
+from runonce.schedules import get_zone, parse_schedule
+from runonce.schedules.zones import timeline
 
 CRON_EXPRS = ["* * * * *", "*/5 * * * *", "30 2 * * *", "0 9 * * MON-FRI", "0 0 1 JAN,APR,JUL,OCT *", "15 10 1,15 * *"]
 ZONES = ["UTC", "America/New_York", "Australia/Lord_Howe"]

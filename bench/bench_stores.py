@@ -310,8 +310,10 @@ def table(
         for store, fig in figures.items():
             t = trips.get(store, {})
             lines.append(
-                f"| {store} | {'loopback' if rtt == 0 else f'{rtt:g} ms'} | {fig['median_ms']:.1f} | {fig['p99_ms']:.1f} "
-                f"| {fig['median_ms'] / base['median_ms']:.2f}x | {fig['cpu_ms']:.2f} | {fig['cpu_ms'] / base['cpu_ms']:.2f}x "
+                f"| {store} | {'loopback' if rtt == 0 else f'{rtt:g} ms'} | {fig['median_ms']:.1f} | "
+                f"{fig['p99_ms']:.1f} "
+                f"| {fig['median_ms'] / base['median_ms']:.2f}x | {fig['cpu_ms']:.2f} | "
+                f"{fig['cpu_ms'] / base['cpu_ms']:.2f}x "
                 f"| {t.get('delivery', '?')} ({t.get('claim+finish', '?')}) |"
             )
     return lines

@@ -22,8 +22,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runonce.targets.transport import target_client  # noqa: E402
-from tests.support.procs import free_port  # noqa: E402
+from runonce.targets.transport import target_client
+from tests.support.procs import free_port
 
 BODY = b'{"run_id":"' + b"0" * 64 + b'","route":"r","job":"j","schedule_time":"2026-10-16T12:00:00Z","payload":{}}'
 HEADERS = {"Idempotency-Key": "0" * 64, "Content-Type": "application/json"}

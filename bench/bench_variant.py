@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_perf import Downstream, Figures, contenders, measure_rounds, with_servers  # noqa: E402
-from tests.support.procs import start_firestore_emulator  # noqa: E402
+from bench.bench_perf import Downstream, Figures, contenders, measure_rounds, with_servers
+from tests.support.procs import start_firestore_emulator
 
 
 def main() -> None:

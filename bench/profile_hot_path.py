@@ -248,7 +248,8 @@ def main() -> None:
     total = summary.samples
     mode = "python frames only" if args.no_native else "--native"
     print(
-        f"{'OIDC on' if args.oidc else 'RUNONCE_AUTH=none'}; py-spy record {mode}, {args.rate} Hz, {args.deliveries} fresh deliveries at {args.concurrency} concurrent "
+        f"{'OIDC on' if args.oidc else 'RUNONCE_AUTH=none'}; py-spy record {mode}, {args.rate} Hz, {args.deliveries} "
+        f"fresh deliveries at {args.concurrency} concurrent "
         f"({args.deliveries / wall:.0f}/s with py-spy attached)"
     )
     print(

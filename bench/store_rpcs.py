@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_stores import GRPC_CALLS, STORES, Backends, count_round_trips  # noqa: E402
+from bench.bench_stores import GRPC_CALLS, STORES, Backends, count_round_trips
 
 
 def main() -> None:

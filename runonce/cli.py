@@ -6,6 +6,7 @@ import asyncio
 import gc
 import json
 import os
+import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -14,9 +15,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import click
+import httpx
 
+from runonce.errors import InvalidDelivery
+from runonce.logs import configure_logging, uvicorn_log_config
+from runonce.routes import load_routes
+from runonce.run.delivery import check_run_id, parse_delivery, parse_namespace
 from runonce.schedules.cli import InstantType, schedule
 from runonce.settings import ConfigError, Settings, load_settings
+from runonce.stores import StoreUnavailable, backend_for, open_store
+from runonce.stores.memory import MemoryStore
 
 T = TypeVar("T")
 
@@ -40,7 +48,6 @@ def _no_store(settings: Settings) -> str | None:
 def _with_store(settings: Settings, use: Callable[[Any], Awaitable[T]], *, create: bool = False) -> T:
     """Run `use(store)` on the configured store, which must already exist unless `create` (a SQLite
     file is created only by `store init`: `runs` commands read, or release what exists)."""
-    from runonce.stores import StoreUnavailable, open_store
 
     missing = None if create else _no_store(settings)
     if missing:
@@ -84,9 +91,9 @@ def main() -> None:
 def serve(host: str, port: int | None, workers: int) -> None:
     """Run the proxy (uvicorn)."""
     with _collector_paused_for_start_up():
-        import uvicorn
+        import uvicorn  # deferred (tests/test_cold_start.py)
 
-        from runonce.api.server import DrainingServer
+        from runonce.api.server import DrainingServer  # deferred (tests/test_cold_start.py)
 
         app, options = _start_up(host, port, workers)
     if workers > 1:  # each worker drains its connections; dispatches get uvicorn's timeout only
@@ -97,10 +104,8 @@ def serve(host: str, port: int | None, workers: int) -> None:
 
 def _start_up(host: str, port: int | None, workers: int) -> tuple[Any, dict[str, Any]]:
     """The app (or, with several workers, its factory's name) and uvicorn's options."""
-    from runonce.api.main import create_app
-    from runonce.auth.callers import check_auth_config
-    from runonce.logs import configure_logging, uvicorn_log_config
-    from runonce.routes import load_routes
+    from runonce.api.main import create_app  # deferred (tests/test_cold_start.py)
+    from runonce.auth.callers import check_auth_config  # deferred (tests/test_cold_start.py)
 
     settings = _settings()
     configure_logging(settings.log_format)
@@ -206,7 +211,6 @@ def store() -> None:
 @store.command("init")
 def store_init() -> None:
     """Create what the store needs (idempotent: a second run changes nothing), or say what to do."""
-    from runonce.stores import backend_for
 
     settings = _settings()
     scheme = backend_for(settings.store).scheme
@@ -249,7 +253,6 @@ def _row(run_id: str, status: str, route: str, job: str, when: str, resource: st
 
 
 def _check_run_id(run_id: str) -> None:
-    from runonce.run.delivery import InvalidDelivery, check_run_id
 
     try:
         check_run_id(run_id)
@@ -279,11 +282,11 @@ _KEY_FLAGS = {
 """The flag of `runonce key` that stands for each part of a delivery, to name it in errors."""
 
 
-def _key_error(field: str, reason: str) -> click.UsageError:
+def _key_error(field: str | None, reason: str) -> click.UsageError:
     """A parse error of `runonce key` in terms of its flags (header names only mean something over HTTP)."""
     for name, flag in _KEY_FLAGS.items():
         reason = reason.replace(name, flag)
-    return click.UsageError(f"{_KEY_FLAGS.get(field, field)}: {reason}")
+    return click.UsageError(f"{_KEY_FLAGS.get(field, field) if field else field}: {reason}")
 
 
 @main.command()
@@ -295,7 +298,8 @@ def _key_error(field: str, reason: str) -> click.UsageError:
 @click.option("--forced", is_flag=True, help="Key of a force run (source scheduler-forced).")
 @click.option(
     "--queue",
-    help="Cloud Tasks queue (X-CloudTasks-QueueName): its id, or projects/P/locations/L/queues/Q (which sets the namespace).",
+    help="Cloud Tasks queue (X-CloudTasks-QueueName): its id, or projects/P/locations/L/queues/Q "
+    "(which sets the namespace).",
 )
 @click.option("--task", help="Cloud Tasks task (X-CloudTasks-TaskName).")
 @click.option(
@@ -315,10 +319,6 @@ def key(
     canonical: bool,
 ) -> None:
     """Compute the run_id of a delivery, as the proxy would, from the routes the proxy reads."""
-    import httpx
-
-    from runonce.routes import load_routes
-    from runonce.run.delivery import InvalidDelivery, parse_delivery, parse_namespace
 
     settings = _settings()
     try:
@@ -358,7 +358,6 @@ def key(
 
 
 def _routes(settings: Settings) -> dict[str, Any]:
-    from runonce.routes import load_routes
 
     try:
         return load_routes(settings)
@@ -387,7 +386,13 @@ def audit_command(
     except those within the lease of now (Scheduler may still deliver them), is looked up in the
     store by the run_id Scheduler's delivery would have. Exit 1 if any run was missed, else 0.
     """
-    from runonce.missed.audit import AuditReport, RangeRefused, audit, auditable, parse_duration
+    from runonce.missed.audit import (  # deferred (tests/test_cold_start.py)
+        AuditReport,
+        RangeRefused,
+        audit,
+        auditable,
+        parse_duration,
+    )
 
     report: AuditReport
 
@@ -412,7 +417,6 @@ def audit_command(
         missing = _no_store(settings)
         if missing:  # nothing has ever run here: every fire time due is missed
             click.echo(missing, err=True)
-            from runonce.stores.memory import MemoryStore
 
             report = asyncio.run(
                 audit(MemoryStore(), routes, first, last, now, lease=lease, retention=retention, start_field=field)
@@ -441,7 +445,7 @@ def audit_command(
 
 def _audited_route(routes: dict[str, Any], name: str, flag: str) -> Any:
     """The route `name`, which must name its Scheduler job (its fire times' run_ids need it)."""
-    from runonce.missed.audit import auditable
+    from runonce.missed.audit import auditable  # deferred (tests/test_cold_start.py)
 
     found = auditable(routes)
     if name not in found:
@@ -471,8 +475,8 @@ def backfill_command(
     more runs and lets those in flight finish; a second Ctrl-C cuts them short and releases their
     claims. Exit 0 when every run is processed or duplicate, 1 otherwise, 130 when interrupted.
     """
-    from runonce.missed.audit import RangeRefused
-    from runonce.missed.backfill import MAX_RUNS, older_than_retention, runs_to_backfill
+    from runonce.missed.audit import RangeRefused  # deferred (tests/test_cold_start.py)
+    from runonce.missed.backfill import MAX_RUNS, older_than_retention, runs_to_backfill  # deferred (as above)
 
     settings = _settings()
     route = _audited_route(_routes(settings), route_name, "ROUTE")
@@ -491,7 +495,8 @@ def backfill_command(
     old = older_than_retention(runs, now, timedelta(seconds=settings.retention_seconds))
     if old and not yes:
         raise click.UsageError(
-            f"--from: {len(old)} fire time(s) are older than RUNONCE_RETENTION_SECONDS ({settings.retention_seconds:g}): "
+            f"--from: {len(old)} fire time(s) are older than RUNONCE_RETENTION_SECONDS "
+            f"({settings.retention_seconds:g}): "
             "the store no longer knows whether they ran, so any that did would run again; pass --yes to run them"
         )
     outcomes, interrupted = _with_store(
@@ -508,9 +513,8 @@ async def _backfill(
 ) -> tuple[list[Any], bool]:
     """The backfill with Ctrl-C handled: the first stops starting runs, the second cuts the
     dispatches in flight short. Claims left `unknown` are released at the end, not left to the lease."""
-    import signal
 
-    from runonce.missed.backfill import local_runner, release_unknown, run_all
+    from runonce.missed.backfill import local_runner, release_unknown, run_all  # deferred (tests/test_cold_start.py)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -590,8 +594,7 @@ def lint(
 
     Exit 1 if any error was found, 0 with warnings only.
     """
-    from runonce.lint import LintConfig, lint_files
-    from runonce.routes import load_routes
+    from runonce.lint import LintConfig, lint_files  # deferred (tests/test_cold_start.py)
 
     settings = _settings()
     default_routes = None

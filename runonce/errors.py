@@ -1,7 +1,7 @@
 """Every exception runonce raises on purpose, in one tree with one root, `RunonceError`.
 
     RunonceError
-     ├── ConfigError             settings.py          a setting or the routes file is wrong: start-up stops
+     ├── ConfigError             errors.py            a setting or the routes file is wrong: start-up stops
      ├── ScheduleError           schedules/errors.py  a schedule or time zone Scheduler would reject (also a ValueError)
      ├── CertsUnavailable        certs.py             token-signing certificates unreadable, none kept from before
      ├── RangeRefused            audit.py             a range the audit or backfill cannot answer truthfully
@@ -55,6 +55,12 @@ from typing import Any
 
 class RunonceError(Exception):
     """The root: catch this to catch everything runonce raises on purpose."""
+
+
+class ConfigError(RunonceError):
+    """Bad configuration: start-up stops with this one message. Raised by settings, the routes
+    file and the store registry (a store URL whose driver is missing); it lives here, below all
+    of them, so the stores need not import settings."""
 
 
 def _utc(value: datetime) -> str:

@@ -248,7 +248,8 @@ def _check_target(
                 known = ", ".join(sorted(routes)) or "none"
                 report.error(
                     "unknown_route",
-                    f"httpTarget.uri names route {route_name!r}, which the routes file does not define (routes: {known})",
+                    f"httpTarget.uri names route {route_name!r}, which the routes file does not define (routes: "
+                    f"{known})",
                 )
         query = parse_qs(parts.query, keep_blank_values=True)
         unknown = sorted(set(query) - {"project", "location"})
@@ -322,7 +323,7 @@ def _check_schedule(
     _schedule_findings(report, schedule, job.get("timeZone"), config, snap)
     if route is not None and route.schedule is not None:
         declared_zone = get_zone(route.time_zone).key
-        if route.schedule.strip() != text.strip() or declared_zone != get_zone(job.get("timeZone")).key:  # type: ignore[union-attr]
+        if route.schedule.strip() != str(text).strip() or declared_zone != get_zone(job.get("timeZone")).key:
             report.error(
                 "schedule_mismatch",
                 f"the job runs {text!r} in {get_zone(job.get('timeZone')).key}, but its route "

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -154,4 +153,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

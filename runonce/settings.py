@@ -13,13 +13,9 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, ValidationError, create_model, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from runonce.errors import RunonceError
+from runonce.errors import ConfigError as ConfigError  # raised here; defined below the stores, which raise it too
+from runonce.stores import check_store_url
 from runonce.targets import ENDPOINTS
-
-
-class ConfigError(RunonceError):
-    """Bad configuration: start-up stops with this one message."""
-
 
 EMAIL_PATTERN = r"^[^@\s,]+@[^@\s,]+$"
 """A caller's email, as in allow-lists (routes' `allowed_callers`, RUNONCE_*_CALLERS)."""
@@ -49,7 +45,8 @@ def _endpoint(value: str | None) -> str | None:
     return value
 
 
-_EndpointSettings: type[BaseSettings] = create_model(  # type: ignore[call-overload]
+# create_model's typed overloads take no **fields spread; the class is checked at run time by pydantic
+_EndpointSettings: type[BaseSettings] = create_model(  # type: ignore[call-overload]  # **fields, see above
     "_EndpointSettings",
     __base__=BaseSettings,
     **{
@@ -64,7 +61,7 @@ _EndpointSettings: type[BaseSettings] = create_model(  # type: ignore[call-overl
 (`runonce/targets`): adding a target adds its override here without editing this file."""
 
 
-class Settings(_EndpointSettings):  # type: ignore[valid-type,misc]
+class Settings(_EndpointSettings):  # type: ignore[valid-type,misc]  # a base built at run time (above)
     model_config = SettingsConfigDict(env_prefix="RUNONCE_", extra="ignore", frozen=True)
 
     routes_file: str | None = Field(None, description="Path of the routes file (YAML or JSON).")
@@ -72,7 +69,8 @@ class Settings(_EndpointSettings):  # type: ignore[valid-type,misc]
 
     store: str = Field(
         "sqlite:///runonce.db",
-        description="`sqlite:///PATH`, `firestore`, `spanner://projects/P/instances/I/databases/D` or `redis://HOST:PORT/DB` (see runonce/stores).",
+        description="`sqlite:///PATH`, `firestore`, `spanner://projects/P/instances/I/databases/D` or "
+        "`redis://HOST:PORT/DB` (see runonce/stores).",
     )
     store_timeout_seconds: float = Field(
         5.0,
@@ -119,9 +117,7 @@ class Settings(_EndpointSettings):  # type: ignore[valid-type,misc]
     @field_validator("store")
     @classmethod
     def _store_url(cls, value: str) -> str:
-        from runonce.stores import check_store_url  # the registry: the same table open_store reads
-
-        return check_store_url(value)
+        return check_store_url(value)  # the registry: the same table open_store reads
 
     @model_validator(mode="after")
     def _no_overlap(self) -> Settings:
@@ -151,7 +147,7 @@ class Settings(_EndpointSettings):  # type: ignore[valid-type,misc]
 def load_settings(**overrides: object) -> Settings:
     """Settings from the environment, with `ConfigError` naming each bad variable."""
     try:
-        return Settings(**overrides)  # type: ignore[arg-type]
+        return Settings(**overrides)
     except ValidationError as exc:
         problems = []
         for error in exc.errors():

@@ -20,10 +20,28 @@ from tests.support import oidc
 from tests.support.backends import Server, create_spanner_database, start_redis, start_spanner_emulator
 from tests.support.clock import Clock
 from tests.support.procs import FirestoreEmulator, start_firestore_emulator
-from tests.support.stores import STORE_KINDS, firestore_store, redis_url, spanner_table_url, with_server
+from tests.support.stores import STORE_KINDS, STORE_SERVERS, firestore_store, redis_url, spanner_table_url, with_server
 
 if TYPE_CHECKING:
     from tests.support.api import Harness
+
+
+SERVICE_FIXTURES = {"firestore_emulator", "redis_server", "spanner_database", "tasks_emulator"}
+"""Fixtures that start a process outside the venv: a test that uses one is marked `services`."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark `services` every test that needs an emulator or redis-server, through a fixture or a
+    store parameter (any fixture's param named like a served store: `firestore`, `spanner`, `redis`),
+    so `make test-fast` (`-m "not services"`) leaves it out. A test that starts one some other way
+    fails under test-fast until it is marked (tests/support/procs.py)."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        params = callspec.params.values() if callspec else ()
+        served = any(isinstance(value, str) and value in STORE_SERVERS for value in params)
+        if served or SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.services)
 
 
 def recorded_violations() -> list[str]:

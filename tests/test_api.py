@@ -412,7 +412,7 @@ def test_an_error_of_no_family_is_a_type_error_naming_its_class() -> None:
     class Orphan(errors.DeliveryError):
         pass
 
-    with pytest.raises(TypeError, match="^Orphan has no answer: add its family to ANSWERS$"):
+    with pytest.raises(TypeError, match=r"^Orphan has no answer: add its family to ANSWERS$"):
         render(Orphan("nobody answers this"))
 
 

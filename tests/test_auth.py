@@ -21,7 +21,10 @@ from tests.support.procs import REPO, free_port
 
 AUDIENCE = "https://runonce-abc123-uc.a.run.app"
 CALLER = "scheduler-invoker@proj.iam.gserviceaccount.com"
-ROUTES = "routes: {demo: {target: {type: log}}, etl: {target: {type: log}, allowed_callers: [etl@proj.iam.gserviceaccount.com]}}"
+ROUTES = (
+    "routes: {demo: {target: {type: log}}, "
+    "etl: {target: {type: log}, allowed_callers: [etl@proj.iam.gserviceaccount.com]}}"
+)
 
 
 def settings(**values: object) -> Settings:
@@ -38,7 +41,7 @@ def test_oidc_without_an_audience_refuses_to_start() -> None:
 
 
 def test_oidc_with_no_allowed_caller_anywhere_refuses_to_start() -> None:
-    with pytest.raises(ConfigError, match="no caller is allowed on route.*'demo'.*set RUNONCE_ALLOWED_CALLERS"):
+    with pytest.raises(ConfigError, match=r"no caller is allowed on route.*'demo'.*set RUNONCE_ALLOWED_CALLERS"):
         check_auth_config(settings(allowed_callers=[]), {"demo": []}, environ={})
 
 
@@ -60,7 +63,7 @@ def test_a_malformed_caller_email_refuses_to_start(variable: str) -> None:
 
 
 def test_auth_none_on_cloud_run_refuses_to_start() -> None:
-    with pytest.raises(ConfigError, match="K_SERVICE is set.*RUNONCE_ALLOW_UNAUTHENTICATED=true"):
+    with pytest.raises(ConfigError, match=r"K_SERVICE is set.*RUNONCE_ALLOW_UNAUTHENTICATED=true"):
         build_authenticator(settings(auth="none"), {"demo": []}, environ={"K_SERVICE": "runonce"})
 
 
@@ -138,7 +141,7 @@ async def test_a_certs_endpoint_that_cannot_be_reached_answers_503(key: oidc.Sig
     token = oidc.sign(key, oidc.claims(audience=AUDIENCE, email=CALLER))
     async with httpx.AsyncClient() as http:
         auth = authenticator(f"http://127.0.0.1:{free_port()}/certs", http)
-        with pytest.raises(errors.Unavailable, match="cannot verify the token right now.*retry later"):
+        with pytest.raises(errors.Unavailable, match=r"cannot verify the token right now.*retry later"):
             await auth.authenticate(bearer(token))
 
 

@@ -148,6 +148,6 @@ async def test_a_response_without_usable_certificates_counts_as_a_failure(cache,
 
 
 async def test_one_bad_certificate_does_not_spoil_the_others(cache, server, key):
-    server.raw_body = ('{"broken": "nope", "%s": %s}' % (key.kid, httpx.Response(200, json=key.cert_pem).text)).encode()
+    server.raw_body = (f'{{"broken": "nope", "{key.kid}": {httpx.Response(200, json=key.cert_pem).text}}}').encode()
     assert await cache.get(key.kid) == key.cert_pem
     assert await cache.get("broken") is None

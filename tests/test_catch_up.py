@@ -142,7 +142,7 @@ async def test_a_run_that_failed_until_scheduler_gave_up_is_missed_and_caught_up
     world.etl.on_dispatch = real
     executed = len(world.etl.dispatched)
     with caplog.at_level(logging.ERROR, logger="runonce.audit"):
-        result, caught = await world.run_audit()
+        _result, caught = await world.run_audit()
     reported = {
         r.fields["route"]: r.fields for r in caplog.records if getattr(r, "fields", {}).get("outcome") == "missed"
     }
@@ -160,7 +160,7 @@ async def test_a_run_that_failed_until_scheduler_gave_up_is_missed_and_caught_up
 
 def caught_id(when: datetime) -> str:
     """The run_id of etl's Scheduler delivery at `when`."""
-    [run] = [r for r in scheduled_runs({"etl": ROUTES["etl"]}, when, when + timedelta(seconds=1))]
+    [run] = list(scheduled_runs({"etl": ROUTES["etl"]}, when, when + timedelta(seconds=1)))
     return run.run_id
 
 

@@ -62,13 +62,34 @@ def modules_after_start_up(tmp_path: Path, routes: dict) -> set[str]:
 
 
 def google_clients(modules: set[str]) -> set[str]:
-    """The heavy Google client packages among `modules` (gRPC and the generated API clients)."""
+    """The heavy Google client packages among `modules` (gRPC, the generated API clients, api-core,
+    and google-auth's transports and ID tokens, which only a route that calls Google needs)."""
     return {
         m
         for m in modules
         if m == "grpc"
-        or m.startswith(("google.cloud.workflows", "google.cloud.firestore", "google.api_core.grpc_helpers"))
+        or m.startswith(
+            (
+                "google.cloud.workflows",
+                "google.cloud.firestore",
+                "google.api_core",
+                "google.oauth2",
+                "google.auth.transport",
+            )
+        )
     }
+
+
+def test_the_commands_that_do_not_serve_start_without_the_web_app() -> None:
+    """`runonce lint`, `key`, `schedule next` and the runs commands import runonce/cli.py, not the
+    web app, the callers' auth, the missed-runs code or Google's auth: cli.py defers those imports
+    to the commands that use them."""
+    code = "import json, sys, runonce.cli; print(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    loaded = set(json.loads(done.stdout))
+    deferred = ("fastapi", "uvicorn", "google.auth", "runonce.api", "runonce.auth", "runonce.missed", "runonce.lint")
+    assert sorted(m for m in loaded if m.startswith(deferred)) == []
 
 
 def test_http_and_log_routes_on_sqlite_load_no_google_client(tmp_path: Path) -> None:

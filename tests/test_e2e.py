@@ -1,5 +1,6 @@
 """End to end: the real `runonce serve` process, over HTTP like Cloud Scheduler, against each real
-store (SQLite, the Firestore and Spanner emulators, redis-server), calling a real local downstream that counts what it receives."""
+store (SQLite, the Firestore and Spanner emulators, redis-server), calling a real local downstream
+that counts what it receives."""
 
 from __future__ import annotations
 

@@ -145,7 +145,7 @@ async def test_force_run_whose_retries_all_failed_is_completed_by_the_scheduled_
     # The force run created nothing; the scheduled delivery takes its key (one execution for S).
     assert (scheduled["status"], scheduled["run_id"]) == ("processed", forced["run_id"])
     assert len([k for k in api.downstream.keys if k[1] == forced["run_id"]]) == 3
-    assert len(set(k for _, k in api.downstream.keys)) == 1
+    assert len({k for _, k in api.downstream.keys}) == 1
 
 
 async def test_scheduled_delivery_before_any_force_run_is_unaffected(api: Api) -> None:
@@ -177,7 +177,7 @@ async def test_other_policies_key_the_retry_as_the_scheduled_run(api: Api, route
     else:
         assert first["status"] == "forced_run_refused" and retry["status"] == "processed"
         assert scheduled["status"] == "duplicate" and scheduled["run_id"] == retry["run_id"]
-    assert len(set(k for _, k in api.downstream.keys)) == 1
+    assert len({k for _, k in api.downstream.keys}) == 1
 
 
 class GetFails(MemoryStore):

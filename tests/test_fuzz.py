@@ -29,6 +29,7 @@ import uuid
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote, quote_from_bytes
 
 import httpx
@@ -38,6 +39,9 @@ from hypothesis import strategies as st
 
 from tests.support.procs import REPO, ServerProcess, start_server
 from tests.support.stores import FIRESTORE_PROJECT
+
+if TYPE_CHECKING:
+    from tests.support import oidc
 
 pytestmark = pytest.mark.e2e
 
@@ -101,11 +105,11 @@ schedule_times = st.one_of(
         st.datetimes(datetime(9999, 12, 30), datetime.max) | st.datetimes(datetime.min, datetime(1, 1, 2)),
         st.none() | st.integers(-1439, 1439),
     ),
-    st.text(alphabet="0123456789٠١٢٣٤٥٦٧٨٩²-:TZz.+ ", max_size=35),
+    st.text(alphabet="0123456789٠١٢٣٤٥٦٧٨٩²-:TZz.+ ", max_size=35),  # noqa: RUF001 - other scripts' digits, on purpose
 )
 counters = st.one_of(
     st.integers(0, 2**70).map(str),
-    st.text(alphabet="0123456789²³¹٠١٢٣٤٥٦٧٨٩۰０１ -+.", min_size=1, max_size=25),
+    st.text(alphabet="0123456789²³¹٠١٢٣٤٥٦٧٨٩۰０１ -+.", min_size=1, max_size=25),  # noqa: RUF001 - on purpose
 )
 json_leaves = st.one_of(
     st.none(),

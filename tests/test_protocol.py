@@ -193,7 +193,7 @@ async def test_dispatch_past_the_timeout_is_unknown_and_keeps_the_claim(clock: C
         return "late"
 
     r = runner(ScriptedTarget(hangs), clock, dispatch_timeout=0.05)
-    with pytest.raises(errors.OutcomeUnknown, match="longer than 0.05s"):
+    with pytest.raises(errors.OutcomeUnknown, match=r"longer than 0.05s"):
         await r.run(DELIVERY, {}, BODY)
     assert (await record(r)).status == IN_PROGRESS
 

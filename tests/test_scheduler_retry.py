@@ -57,9 +57,9 @@ def test_a_time_limit_alone_retries_too() -> None:
 
 
 def test_from_job_names_the_bad_field() -> None:
-    with pytest.raises(ValueError, match="retryConfig.minBackoffDuration: '5m' is not a duration"):
+    with pytest.raises(ValueError, match=r"retryConfig.minBackoffDuration: '5m' is not a duration"):
         RetryConfig.from_job({"retryConfig": {"minBackoffDuration": "5m"}})
-    with pytest.raises(ValueError, match="retryConfig.retryCount"):
+    with pytest.raises(ValueError, match=r"retryConfig.retryCount"):
         RetryConfig.from_job({"retryConfig": {"retryCount": -1}})
 
 

@@ -49,7 +49,8 @@ def test_schedule_next_prints_rfc3339_lines_and_flags_dst(runner: CliRunner) -> 
     )
     assert result.exit_code == 0
     assert result.stdout.splitlines() == [
-        "2026-03-08T03:00:00-04:00  # skipped local time: 02:30 does not exist on 2026-03-08 (clocks jump to 03:00); runs at the jump",
+        "2026-03-08T03:00:00-04:00  # skipped local time: 02:30 does not exist on 2026-03-08 (clocks jump to 03:00); "
+        "runs at the jump",
         "2026-03-09T02:30:00-04:00",
         "2026-03-10T02:30:00-04:00",
     ]
@@ -85,7 +86,8 @@ def test_schedule_next_groc_says_the_header_is_not_guaranteed(runner: CliRunner)
     )
     assert result.exit_code == 0
     assert result.stdout.splitlines() == [
-        "2026-04-05T01:45:00+11:00  # ambiguous local time: 01:45 occurs twice on 2026-04-05; this is the first pass, runs again in the second",
+        "2026-04-05T01:45:00+11:00  # ambiguous local time: 01:45 occurs twice on 2026-04-05; this is the first pass, "
+        "runs again in the second",
         "2026-04-05T01:45:00+10:30  # ambiguous local time: 01:45 occurs twice on 2026-04-05; this is the second pass",
     ]
     assert "does not guarantee X-CloudScheduler-ScheduleTime" in result.stderr
@@ -176,8 +178,10 @@ def test_lint_reports_each_finding_with_file_and_job_and_exits_1_on_errors(runne
     assert report["errors"] == 4 and not any(f[1] == "job nightly-etl" and f[2] == "error" for f in found)
     dst = [f["message"] for f in report["findings"] if f["subject"] == "job nightly-etl"]
     assert dst == [
-        "'30 2 * * *': 2027-03-14 in America/New_York: the clock skips 02:30; runs once at 03:00, the first minute after the jump, instead",
-        "'30 2 * * *': 2028-03-12 in America/New_York: the clock skips 02:30; runs once at 03:00, the first minute after the jump, instead",
+        "'30 2 * * *': 2027-03-14 in America/New_York: the clock skips 02:30; runs once at 03:00, the first minute "
+        "after the jump, instead",
+        "'30 2 * * *': 2028-03-12 in America/New_York: the clock skips 02:30; runs once at 03:00, the first minute "
+        "after the jump, instead",
     ]
 
 
@@ -210,7 +214,8 @@ def test_lint_compares_with_the_lease_and_retention_from_settings_or_flags(
 def test_lint_groc_job_whose_route_rejects_missing_times(runner: CliRunner, tmp_path: Path) -> None:
     routes = tmp_path / "routes.yaml"
     routes.write_text(
-        "routes:\n  every-5-minutes:\n    target: {type: log}\n    namespace: {project: acme-data, location: us-central1}\n"
+        "routes:\n  every-5-minutes:\n    target: {type: log}\n    namespace: "
+        "{project: acme-data, location: us-central1}\n"
     )
     result = run(runner, "lint", str(routes), str(EXAMPLES / "scheduler" / "every-5-minutes.json"), "--now", NOW)
     assert "groc_without_snap" in result.stdout and result.exit_code == 0

@@ -203,7 +203,7 @@ def test_groc_matches_googles_evaluator() -> None:
         theirs = [int(t) for t in answer["matches"]]
         compared += 1
         if ours != theirs:
-            fmt = lambda ts: [datetime.fromtimestamp(t, zone).strftime("%m-%d %H:%M%z") for t in ts]  # noqa: E731
+            fmt = lambda ts, zone=zone: [datetime.fromtimestamp(t, zone).strftime("%m-%d %H:%M%z") for t in ts]  # noqa: E731
             mismatches.append(
                 f"{case['expr']!r} in {case['tz']} after {start:%Y-%m-%dT%H:%M:%SZ}:\n"
                 f"  ours   {fmt(ours)}\n  Google {fmt(theirs)}"

@@ -80,7 +80,10 @@ def test_store_urls_carry_the_backend_options() -> None:
 
 def test_the_service_does_not_import_optional_drivers() -> None:
     """Cold start: a store never configured costs nothing."""
-    code = "import sys, runonce.api.main; print(sorted(m for m in sys.modules if m.split('.')[0] == 'redis' or 'spanner' in m))"
+    code = (
+        "import sys, runonce.api.main; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'redis' or 'spanner' in m))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -152,6 +155,7 @@ async def test_redis_wait_replicas_unmet_is_unavailable(redis_server) -> None:
         await store.close()
 
 
+@pytest.mark.services  # starts its own redis-server
 async def test_redis_killed_is_unavailable_and_the_error_names_the_operation(tmp_path: Path) -> None:
     server = start_redis(tmp_path)
     store = open_store(f"redis://127.0.0.1:{server.port}/0", timeout_seconds=1)
@@ -173,13 +177,14 @@ async def test_redis_killed_is_unavailable_and_the_error_names_the_operation(tmp
         await store.close()
 
 
+@pytest.mark.services  # starts its own redis-server
 async def test_redis_killed_under_wait_replicas_names_the_operation_too(tmp_path: Path) -> None:
     """The write and its WAIT go out in one pipeline; its failure still says which write it was."""
     server = start_redis(tmp_path)
     store = open_store(f"redis://127.0.0.1:{server.port}/0?wait_replicas=1", timeout_seconds=1)
     try:
         server.kill()
-        with pytest.raises(StoreUnavailable, match="^redis claim: "):
+        with pytest.raises(StoreUnavailable, match=r"^redis claim: "):
             await claim(store)
     finally:
         server.stop()
@@ -196,6 +201,7 @@ async def test_redis_fresh_run_is_two_round_trips(redis_server) -> None:
         await store.close()
 
 
+@pytest.mark.services  # starts its own redis-server
 async def test_redis_wait_replicas_met_by_a_real_replica(tmp_path: Path) -> None:
     import redis
 
@@ -218,6 +224,7 @@ async def test_redis_wait_replicas_met_by_a_real_replica(tmp_path: Path) -> None
         primary.stop()
 
 
+@pytest.mark.services  # starts its own redis-server
 async def test_redis_url_user_password_and_database_are_used(tmp_path: Path) -> None:
     import redis
 
@@ -258,6 +265,7 @@ async def test_redis_finish_of_a_vanished_record_is_fenced_and_other_keys_are_le
         await store.close()
 
 
+@pytest.mark.services  # starts its own redis-server
 async def test_redis_full_with_noeviction_refuses_the_claim(tmp_path: Path) -> None:
     """The README's advice for Memorystore: with `noeviction` a full instance refuses the write
     (503, nothing dispatched) instead of evicting another run's record."""
@@ -288,6 +296,7 @@ async def test_redis_full_with_noeviction_refuses_the_claim(tmp_path: Path) -> N
         ("volatile-lru", 0, False),  # no memory limit: nothing is ever evicted
     ],
 )
+@pytest.mark.services  # starts its own redis-server
 async def test_redis_that_would_evict_run_keys_is_warned_about_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, policy: str, limit: int, warned: bool
 ) -> None:

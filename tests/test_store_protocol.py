@@ -248,11 +248,11 @@ async def test_a_backend_missing_a_write_primitive_says_what_to_implement() -> N
     from runonce.stores.base import Claim, fresh_record
 
     store = OnlyReads()
-    with pytest.raises(NotImplementedError, match="^OnlyReads must implement insert_if_absent, or override claim$"):
+    with pytest.raises(NotImplementedError, match=r"^OnlyReads must implement insert_if_absent, or override claim$"):
         await claim(store)
     held = Claim(Decision.CREATE, fresh_record(new_run(), T0, LEASE, RETENTION), version="v")
     with pytest.raises(
         NotImplementedError,
-        match="^OnlyReads must implement replace_if_version, or override claim, finish and release$",
+        match=r"^OnlyReads must implement replace_if_version, or override claim, finish and release$",
     ):
         await store.finish(held, Finish(COMPLETED), T0)

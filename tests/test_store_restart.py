@@ -54,9 +54,9 @@ async def test_redis_down_is_unavailable_and_serves_again_once_back(tmp_path: Pa
     try:
         await asyncio.gather(*(claim(store, run=new_run(run_id=f"{i:064x}")) for i in range(8)))
         await asyncio.to_thread(server.stop)
-        with pytest.raises(StoreUnavailable, match="^redis claim: "):
+        with pytest.raises(StoreUnavailable, match=r"^redis claim: "):
             await claim(store, run=new_run(run_id="d" * 64))
-        with pytest.raises(StoreUnavailable, match="^redis ping: "):
+        with pytest.raises(StoreUnavailable, match=r"^redis ping: "):
             await store.ping()
         server = await asyncio.to_thread(start_redis, tmp_path, server.port, persist=True)
         await store.ping()

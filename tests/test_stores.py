@@ -1,6 +1,8 @@
-"""One conformance suite for every claim store (memory, SQLite, Firestore and Spanner on the real emulators, Redis on a real redis-server).
+"""One conformance suite for every claim store (memory, SQLite, Firestore and Spanner on the real
+emulators, Redis on a real redis-server).
 
-Each test is a rule of the run protocol (docs/contract.md, "The run record and its protocol"). Time is injected: no test sleeps for a lease.
+Each test is a rule of the run protocol (docs/contract.md, "The run record and its protocol"). Time
+is injected: no test sleeps for a lease.
 """
 
 from __future__ import annotations

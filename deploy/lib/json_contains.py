@@ -15,7 +15,9 @@ def differences(wanted: object, current: object, path: str = "") -> list[str]:
         current = current if isinstance(current, dict) else {}
         return [d for key, value in wanted.items() for d in differences(value, current.get(key), f"{path}.{key}")]
     if isinstance(wanted, list) and isinstance(current, list) and len(wanted) == len(current):
-        return [d for i, (w, c) in enumerate(zip(wanted, current)) for d in differences(w, c, f"{path}[{i}]")]
+        return [
+            d for i, (w, c) in enumerate(zip(wanted, current, strict=False)) for d in differences(w, c, f"{path}[{i}]")
+        ]
     if wanted == current or (current is None and wanted in (0, "", False, [], {})):
         return []
     return [f"{path.lstrip('.')}: {current!r} -> {wanted!r}"]

@@ -8,8 +8,8 @@ One grant a line, tab-separated: `ROLE  KIND  RESOURCE`, where KIND says where i
 `--predefined-cloud-build-role` grants roles/cloudbuild.builds.editor instead of the custom
 runonceBuildRunner (README's IAM table: the trade-off). The README's IAM table,
 per resource where the API allows it (Cloud Run jobs, Cloud Tasks queues), else per project
-(Workflows, Cloud Build have no per-resource IAM). Warnings for what the file cannot tell (an http audience's service) go to
-stderr. Reads JSON always, YAML when PyYAML is installed. Exit 2 on a bad file.
+(Workflows, Cloud Build have no per-resource IAM). Warnings for what the file cannot tell (an http
+audience's service) go to stderr. Reads JSON always, YAML when PyYAML is installed. Exit 2 on a bad file.
 """
 
 from __future__ import annotations

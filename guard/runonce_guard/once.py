@@ -234,7 +234,7 @@ class Once:
                 f"once({self.step!r}) cannot guard a generator: its body runs after the call returns"
             )
         if inspect.iscoroutinefunction(fn):
-            return self._async(fn)  # type: ignore[return-value]
+            return self._async(fn)  # type: ignore[return-value]  # the wrapper keeps fn's signature: F
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -245,7 +245,7 @@ class Once:
                 step.set_result(value)
                 return value
 
-        return wrapper  # type: ignore[return-value]
+        return wrapper  # type: ignore[return-value]  # functools.wraps(fn): F's signature
 
     def _async(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """`async def` steps: the body is awaited; the store calls (blocking) run in a thread."""
@@ -292,7 +292,8 @@ class Once:
                 raise NotStartedByRunonce(
                     f"step {self.step!r}: no run_id in ${name}, so this job was not started by runonce "
                     f"(runonce's cloud_run_job target sets ${name} on every execution it starts). Start it "
-                    "through runonce, pass the run_id (run_id=... / --run-id), or run unguarded with allow_missing=True "
+                    "through runonce, pass the run_id (run_id=... / --run-id), or run unguarded with "
+                    "allow_missing=True "
                     "(--allow-missing)."
                 )
             warnings.warn(

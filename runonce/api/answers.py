@@ -8,12 +8,13 @@ The domain (errors.py) knows nothing of HTTP; this table is the only place that 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from runonce import errors
@@ -71,7 +72,7 @@ with that code describing it (409: `in_progress`)."""
 def answer_for(exc: errors.DeliveryError) -> Answer:
     for cls in type(exc).__mro__:
         if cls in ANSWERS:
-            return ANSWERS[cls]  # type: ignore[index]
+            return ANSWERS[cls]
     raise TypeError(f"{type(exc).__name__} has no answer: add its family to ANSWERS")
 
 
@@ -128,10 +129,10 @@ async def validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
     field_name = ".".join(str(p) for p in first["loc"])
-    return await delivery_error(request, errors.InvalidDelivery(field_name, first["msg"]))
+    return await delivery_error(request, errors.InvalidDelivery(field_name, str(first["msg"])))
 
 
-HANDLERS = {
+HANDLERS: dict[int | type[Exception], Callable[[Request, Any], Coroutine[Any, Any, Response]]] = {
     errors.DeliveryError: delivery_error,
     StarletteHTTPException: http_error,
     RequestValidationError: validation_error,

@@ -24,7 +24,7 @@ from runonce.missed.audit import AUDIT_ROUTE, AuditTarget, check_catch_up_window
 from runonce.routes import load_routes
 from runonce.run.admission import Shutdown
 from runonce.run.runner import Runner, utcnow
-from runonce.settings import ConfigError, Settings
+from runonce.settings import ConfigError, Settings, load_settings
 from runonce.stores import RunStore, open_store
 from runonce.targets import Target, TargetContext, build_target
 from runonce.targets.transport import target_client
@@ -132,12 +132,9 @@ def _open_store(settings: Settings) -> RunStore:
 
 def app_from_environment() -> FastAPI:
     """Factory for `uvicorn --factory` (each worker process builds its own app)."""
-    from runonce.logs import configure_logging
-    from runonce.settings import load_settings
-
     try:
         settings = load_settings()
-        configure_logging(settings.log_format)
+        logs.configure_logging(settings.log_format)
         return create_app(settings)
     except ConfigError as exc:  # one message, not a traceback, as `runonce serve` does
         raise SystemExit(f"runonce: {exc}") from None

@@ -31,6 +31,7 @@ from google.auth import jwt
 
 from runonce import errors
 from runonce.auth.certs import CertCache, CertsUnavailable
+from runonce.auth.cloud_run_iam import check_invoker_iam
 from runonce.settings import EMAIL_PATTERN, ConfigError, Settings
 from runonce.tls import client_context
 
@@ -293,8 +294,6 @@ def build_authenticator(
             logger.warning("RUNONCE_AUTH=none on Cloud Run with RUNONCE_ALLOW_UNAUTHENTICATED=true: anyone can call")
         return Authenticator()
     if settings.auth == "cloud_run_iam":
-        from runonce.auth.cloud_run_iam import check_invoker_iam
-
         check_invoker_iam(settings, environ)
     http = httpx.AsyncClient(headers={"User-Agent": "runonce/0.1"}, verify=client_context())
     certs = CertCache(settings.oidc_certs_url, http)

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import httpx
 
@@ -70,7 +71,7 @@ def check_invoker_iam(settings: Settings, environ: Mapping[str, str] = os.enviro
             )
 
 
-def _metadata_reader(http: httpx.Client, host: str):
+def _metadata_reader(http: httpx.Client, host: str) -> Callable[[str], str]:
     def read(path: str) -> str:
         response = http.get(f"http://{host}/computeMetadata/v1/{path}", headers={"Metadata-Flavor": "Google"})
         response.raise_for_status()
@@ -79,7 +80,7 @@ def _metadata_reader(http: httpx.Client, host: str):
     return read
 
 
-def _read(http: httpx.Client, url: str, headers: dict[str, str], name: str, permission: str) -> dict:
+def _read(http: httpx.Client, url: str, headers: dict[str, str], name: str, permission: str) -> dict[str, Any]:
     response = http.get(url, headers=headers)
     if response.status_code in (401, 403, 404):
         raise ConfigError(
@@ -88,4 +89,5 @@ def _read(http: httpx.Client, url: str, headers: dict[str, str], name: str, perm
             '"cloud_run_iam", grants run.services.get and run.services.getIamPolicy)'
         )
     response.raise_for_status()
-    return response.json()
+    document: dict[str, Any] = response.json()
+    return document

@@ -335,7 +335,8 @@ def _snapped(
     if fire is None:
         raise InvalidDelivery(
             "X-CloudScheduler-ScheduleTime",
-            f"missing, and the route's schedule {policy.schedule.text!r} has no fire time before {received_at:%Y-%m-%dT%H:%M:%SZ}",
+            f"missing, and the route's schedule {policy.schedule.text!r} has no fire time before "
+            f"{received_at:%Y-%m-%dT%H:%M:%SZ}",
         )
     return Delivery(
         source="scheduler",

@@ -173,7 +173,8 @@ async def previous_state(
         if resource is None and run.lease_expires > now:
             return (
                 Previous.UNKNOWN,
-                f"run {run.run_id} of the route is being dispatched now (its lease runs to {run.lease_expires:%Y-%m-%dT%H:%M:%SZ})",
+                f"run {run.run_id} of the route is being dispatched now (its lease runs to "
+                f"{run.lease_expires:%Y-%m-%dT%H:%M:%SZ})",
             )
         try:
             if resource is None:
@@ -182,7 +183,7 @@ async def previous_state(
                     continue  # that attempt started nothing
             if await target.is_running(resource):
                 return Previous.RUNNING, resource
-        except Exception as exc:  # noqa: BLE001 - TargetError, or an adapter bug: as unknown as a failed read
+        except Exception as exc:
             if not isinstance(exc, TargetError):
                 logger.exception("%s target: reading the state of run %s raised unexpectedly", target.type, run.run_id)
             what = resource or f"run {run.run_id} of the route (looked up by its run_id)"

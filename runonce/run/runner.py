@@ -18,6 +18,7 @@ or the `RunResult`, into the HTTP answer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from runonce.targets import (
     NOTHING_SENT,
     DispatchRequest,
     Target,
+    TargetError,
     TargetFailed,
     TargetOutcomeUnknown,
     TargetThrottled,
@@ -184,6 +186,7 @@ class Runner:
             # Cannot tell which run this delivery is: hold nothing, let Scheduler retry.
             await self._undo(claimed, "could not tell whether this delivery retries a force run")
             raise forced_record
+        assert not isinstance(forced_record, BaseException)  # raised above, StoreDown included
         if forced_record is None or forced_record.status in (COMPLETED, SKIPPED):
             return claimed  # no force run, or one resolved for good: the delivery is the scheduled run
         logger.info(
@@ -212,10 +215,8 @@ class Runner:
         runs out and the next attempt takes over (and reconciles, finding nothing)."""
         if not claim.won:
             return
-        try:
-            await self._give_back(claim, reason)
-        except errors.InProgress:
-            pass  # fenced: another attempt holds that run now, nothing of ours to give back
+        with contextlib.suppress(errors.InProgress):  # fenced: another attempt holds that run now,
+            await self._give_back(claim, reason)  # nothing of ours to give back
 
     async def _route_busy(self, claim: Claim, limit: int) -> RunResult:
         """Over the route's limit: give the claim back untouched downstream and answer 429."""
@@ -292,7 +293,7 @@ class Runner:
         except TimeoutError as exc:
             step = "reconciliation" if must_reconcile else "dispatch"
             limit = "the shutdown grace" if self.shutdown.draining else f"{self.dispatch_timeout.total_seconds():g}s"
-            outcome = TargetOutcomeUnknown(f"{step} took longer than {limit}; the target may have acted")
+            outcome: TargetError = TargetOutcomeUnknown(f"{step} took longer than {limit}; the target may have acted")
             return await self._finish_error(claim, target, outcome, cause=exc)
         except (TargetThrottled, TargetFailed, TargetOutcomeUnknown) as exc:
             return await self._finish_error(claim, target, exc)
@@ -304,7 +305,8 @@ class Runner:
             outcome = TargetOutcomeUnknown(f"{target.type} target raised {type(exc).__name__}: {exc}")
             return await self._finish_error(claim, target, outcome, cause=exc)
 
-        done = Finish(status=COMPLETED, target={"type": target.type, "resource": resource})
+        recorded = {"type": target.type, "resource": resource}
+        done = Finish(status=COMPLETED, target=recorded)
         try:
             record = await self._finish(claim, done)
         except Fenced as exc:
@@ -321,7 +323,7 @@ class Runner:
                 retry_after=(held.lease_expires - self.clock()).total_seconds(),
                 run_id=held.run_id,
                 route=held.route,
-                target=done.target,
+                target=recorded,
             ) from exc
         return RunResult("processed", record)
 

@@ -82,7 +82,11 @@ class Schedule(ABC):
 
     kind: str  # "unix-cron" or "groc"
     header_guaranteed: bool  # does Scheduler always send X-CloudScheduler-ScheduleTime?
-    dst_rule_text: str  # the DST rule, stated for humans (CLI, lint, README)
+
+    @property
+    def dst_rule_text(self) -> str:
+        """The DST rule, stated for humans (CLI, lint, README); each kind of schedule states its own."""
+        raise NotImplementedError(f"{type(self).__name__} states no DST rule")
 
     def __init__(self, text: str):
         self.text = text

@@ -156,7 +156,8 @@ class CronSchedule(WallSchedule):
             extra = " (no seconds or year field)" if len(parts) in (6, 7) else ""
             raise ScheduleError(
                 "schedule",
-                f"{text!r} has {len(parts)} field(s); unix-cron takes 5: minute hour day-of-month month day-of-week{extra}",
+                f"{text!r} has {len(parts)} field(s); unix-cron takes 5: minute hour day-of-month month "
+                f"day-of-week{extra}",
             )
         parsed = [parse_field(spec, part) for spec, part in zip(FIELDS, parts, strict=True)]
         minute, hour, dom, month, dow = parsed
@@ -184,7 +185,7 @@ class CronSchedule(WallSchedule):
         self._day_cache: dict[tuple[int, int], list[int]] = {}
 
     @property
-    def dst_rule_text(self) -> str:  # type: ignore[override]
+    def dst_rule_text(self) -> str:
         if self.fixed_time:
             return (
                 "fixed-time unix-cron job: a fire time the clock skips runs once at the transition; "

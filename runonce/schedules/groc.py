@@ -441,7 +441,7 @@ class IntervalSchedule(Schedule):
         return self.start is None
 
     @property
-    def dst_rule_text(self) -> str:  # type: ignore[override]
+    def dst_rule_text(self) -> str:
         if self.plain:
             return (
                 "groc plain interval: elapsed time, DST has no effect (runonce's snap grid: "
@@ -518,10 +518,8 @@ class IntervalSchedule(Schedule):
             if self._weekday_ok(tl, found):
                 return found
             next_day = self._combine(tl, tl.wall(found) // 86400 * 86400 + 86400, (0, 0))
-            if self.start is None:
-                last_on_day = next_day - self.seconds  # candidates are start + interval
-            else:
-                last_on_day = self._grid_prev(tl, next_day - 1)
+            # without a start, candidates are start + interval
+            last_on_day = next_day - self.seconds if self.start is None else self._grid_prev(tl, next_day - 1)
             t += max(1, -(-(last_on_day - t) // self.seconds)) * self.seconds
         return None
 
@@ -530,7 +528,7 @@ class IntervalSchedule(Schedule):
         if self.start is None:
             return t // self.seconds * self.seconds
         window_start = self._previous(tl, t, self.start)
-        window_end = self._following(tl, window_start - 1, self.end)  # type: ignore[arg-type]
+        window_end = self._following(tl, window_start - 1, self.end)  # type: ignore[arg-type]  # end is set with start
         steps = (t - window_start) // self.seconds
         if steps >= 1:
             steps = min(steps, (window_end - window_start) // self.seconds)
@@ -551,7 +549,7 @@ class IntervalSchedule(Schedule):
         findings = []
         for tr in transitions:
             window_start = self._previous(tl, tr.at, self.start)
-            window_end = self._following(tl, window_start - 1, self.end)  # type: ignore[arg-type]
+            window_end = self._following(tl, window_start - 1, self.end)  # type: ignore[arg-type]  # set with start
             if not window_start <= tr.at <= window_end:
                 continue
             lo, hi = sorted((tr.at + tr.before, tr.at + tr.after))

@@ -178,5 +178,8 @@ def describe_wall(tl: Timeline, instant: int) -> str | None:
     instants = tl.wall_instants(wall)
     if len(instants) == 2:
         which = "first" if instant == instants[0] else "second"
-        return f"ambiguous: {wall_datetime(wall):%H:%M} occurs twice on {wall_datetime(wall):%Y-%m-%d}; this is the {which}"
+        return (
+            f"ambiguous: {wall_datetime(wall):%H:%M} occurs twice on {wall_datetime(wall):%Y-%m-%d}; "
+            f"this is the {which}"
+        )
     return None

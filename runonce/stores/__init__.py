@@ -7,13 +7,11 @@ URL. A backend's SDK is imported only by its own module, and that module only wh
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
 
-from runonce import names
+from runonce.errors import ConfigError
 from runonce.stores.base import (
     Claim,
     Decision,
@@ -25,84 +23,8 @@ from runonce.stores.base import (
     StoreError,
     StoreUnavailable,
 )
-
-
-@dataclass(frozen=True)
-class SpannerURL:
-    """`spanner://projects/P/instances/I/databases/D[?table=runonce_runs]`"""
-
-    project: str
-    instance: str
-    database: str
-    table: str = "runonce_runs"
-
-
-@dataclass(frozen=True)
-class RedisURL:
-    """`redis://[[user]:password@]HOST[:PORT][/DB][?wait_replicas=N]`, or `rediss://…[&ca_file=PATH]`."""
-
-    host: str
-    port: int = 6379
-    db: int = 0
-    username: str | None = None
-    password: str | None = None
-    tls: bool = False
-    ca_file: str | None = None
-    wait_replicas: int = 0
-
-
-def _query(url: str, allowed: tuple[str, ...]) -> dict[str, str]:
-    params = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
-    unknown = sorted(set(params) - set(allowed))
-    if unknown:
-        known = ", ".join(allowed) or "none"
-        raise ValueError(f"unknown option {unknown[0]!r} in {url.split('://')[0]}:// URL (options: {known})")
-    return params
-
-
-_SPANNER_PATH = re.compile(
-    rf"spanner://projects/({names.PROJECT_ID})/instances/([a-z][a-z0-9-]*[a-z0-9])"
-    r"/databases/([a-z][a-z0-9_-]*[a-z0-9])(\?.*)?"
-)
-_TABLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
-
-
-def parse_spanner_url(url: str) -> SpannerURL:
-    match = _SPANNER_PATH.fullmatch(url)
-    if match is None:
-        raise ValueError("must be spanner://projects/PROJECT/instances/INSTANCE/databases/DATABASE[?table=NAME]")
-    table = _query(url, ("table",)).get("table", "runonce_runs")
-    if not _TABLE_NAME.fullmatch(table):
-        raise ValueError(f"table {table!r} is not a Spanner table name (letters, digits, _; a letter first)")
-    return SpannerURL(match[1], match[2], match[3], table)
-
-
-def parse_redis_url(url: str) -> RedisURL:
-    parts = urlsplit(url)
-    if not parts.hostname:
-        raise ValueError("must be redis://[:PASSWORD@]HOST:PORT/DB or rediss://… (a host is required)")
-    try:
-        port = parts.port or 6379
-    except ValueError as exc:
-        raise ValueError(f"bad port in {parts.scheme}:// URL: {exc}") from exc
-    db_text = parts.path.strip("/") or "0"
-    if not db_text.isdigit():
-        raise ValueError(f"the database number must be an integer, got {db_text!r}")
-    tls = parts.scheme == "rediss"
-    params = _query(url, ("wait_replicas", "ca_file") if tls else ("wait_replicas",))
-    wait = params.get("wait_replicas", "0")
-    if not wait.isdigit() or int(wait) > 16:
-        raise ValueError(f"wait_replicas must be an integer from 0 to 16, got {wait!r}")
-    return RedisURL(
-        host=parts.hostname,
-        port=port,
-        db=int(db_text),
-        username=unquote(parts.username) if parts.username else None,
-        password=unquote(parts.password) if parts.password is not None else None,
-        tls=tls,
-        ca_file=params.get("ca_file") or None,
-        wait_replicas=int(wait),
-    )
+from runonce.stores.sqlite import SQLiteStore
+from runonce.stores.urls import RedisURL, SpannerURL, parse_redis_url, parse_spanner_url
 
 
 def _check_sqlite(url: str) -> None:
@@ -116,15 +38,14 @@ def _check_firestore(url: str) -> None:
 
 
 def _open_sqlite(url: str, timeout: float, options: dict[str, Any]) -> RunStore:
-    from runonce.stores.sqlite import SQLiteStore
-
     return SQLiteStore.from_url(url, timeout)
 
 
 def _open_firestore(url: str, timeout: float, options: dict[str, Any]) -> RunStore:
-    from google.auth.exceptions import DefaultCredentialsError
+    # Deferred: a SQLite start imports neither google.cloud.firestore nor grpc (tests/test_cold_start.py).
+    from google.auth.exceptions import DefaultCredentialsError  # deferred, measured: see above
 
-    from runonce.stores.firestore import FirestoreStore  # imports grpc: only when configured
+    from runonce.stores.firestore import FirestoreStore  # deferred, measured: see above
 
     try:
         return FirestoreStore(
@@ -134,8 +55,6 @@ def _open_firestore(url: str, timeout: float, options: dict[str, Any]) -> RunSto
             timeout_seconds=timeout,
         )
     except DefaultCredentialsError as exc:
-        from runonce.settings import ConfigError
-
         raise ConfigError(
             "RUNONCE_STORE=firestore found no Google credentials: run `gcloud auth application-default "
             "login` (or set GOOGLE_APPLICATION_CREDENTIALS), or set FIRESTORE_EMULATOR_HOST to use an emulator"
@@ -143,13 +62,15 @@ def _open_firestore(url: str, timeout: float, options: dict[str, Any]) -> RunSto
 
 
 def _open_spanner(url: str, timeout: float, options: dict[str, Any]) -> RunStore:
-    from runonce.stores.spanner import SpannerStore  # imports google-cloud-spanner: only when configured
+    # Deferred: only a spanner:// start imports google-cloud-spanner (tests/test_store_new_backends.py).
+    from runonce.stores.spanner import SpannerStore  # deferred, measured: see above
 
     return SpannerStore(parse_spanner_url(url), timeout_seconds=timeout)
 
 
 def _open_redis(url: str, timeout: float, options: dict[str, Any]) -> RunStore:
-    from runonce.stores.redis import RedisStore  # imports redis-py: only when configured
+    # Deferred: only a redis:// start imports redis-py (tests/test_store_new_backends.py).
+    from runonce.stores.redis import RedisStore  # deferred, measured: see above
 
     return RedisStore(parse_redis_url(url), timeout_seconds=timeout)
 
@@ -215,8 +136,6 @@ def open_store(
     except ModuleNotFoundError as exc:
         if backend.extra is None:
             raise
-        from runonce.settings import ConfigError
-
         raise ConfigError(
             f"RUNONCE_STORE={backend.scheme}://… needs its driver: pip install 'runonce[{backend.extra}]' ({exc})"
         ) from exc
@@ -229,8 +148,10 @@ __all__ = [
     "Fenced",
     "Finish",
     "NewRun",
+    "RedisURL",
     "RunRecord",
     "RunStore",
+    "SpannerURL",
     "StoreError",
     "StoreUnavailable",
     "check_store_url",

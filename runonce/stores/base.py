@@ -238,9 +238,8 @@ def finished_record(held: RunRecord, finish: Finish, now: datetime) -> RunRecord
     return replace(
         held,
         status=finish.status,
-        target=finish.target
-        if finish.target is not None
-        else held.target,  # pragma: no mutate - held.target is always None here: only completed records have a target, and they are never held
+        # held.target is always None here: only completed records have a target, and they are never held
+        target=finish.target if finish.target is not None else held.target,  # pragma: no mutate
         last_error=finish.last_error,
         updated_at=now,
     )
@@ -259,6 +258,10 @@ GET_MANY_CONCURRENCY = 16
 GET_MANY_BATCH = 500
 """Most run_ids one batch read asks for (Firestore's BatchGet and a Redis MGET take this many
 comfortably; SQLite's bound-parameter limit is 32,766)."""
+
+
+Records = list[RunRecord]
+"""A list of records (the name `list` is a method of every store)."""
 
 
 def live(records: Iterable[RunRecord], now: datetime) -> dict[str, RunRecord]:

@@ -25,10 +25,10 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc
 from google.api_core import exceptions as gexc
@@ -39,7 +39,17 @@ from google.cloud.firestore_v1 import _helpers
 from google.cloud.firestore_v1.services.firestore.transports.base import DEFAULT_CLIENT_INFO
 from google.cloud.firestore_v1.types import firestore as rpc
 
-from runonce.stores.base import GET_MANY_BATCH, RunRecord, RunStatus, RunStore, StoreUnavailable, Version, chunks, live
+from runonce.stores.base import (
+    GET_MANY_BATCH,
+    Records,
+    RunRecord,
+    RunStatus,
+    RunStore,
+    StoreUnavailable,
+    Version,
+    chunks,
+    live,
+)
 
 T = TypeVar("T")
 
@@ -161,6 +171,7 @@ class FirestoreStore(RunStore):
     async def _commit_once(self, request: Any) -> Any:
         if self._commit_stub is None:
             self._stubs()
+        assert self._commit_stub is not None  # set by _stubs()
         try:
             return await self._commit_stub(request, timeout=_COMMIT_TIMEOUT, metadata=self._metadata)
         except grpc.RpcError as exc:
@@ -169,6 +180,7 @@ class FirestoreStore(RunStore):
     async def _batch_get_once(self, request: Any) -> Any:
         if self._batch_get_stub is None:
             self._stubs()
+        assert self._batch_get_stub is not None  # set by _stubs()
         call = self._batch_get_stub(request, timeout=_BATCH_GET_TIMEOUT, metadata=self._metadata)
         try:
             await call.wait_for_connection()  # where api_core's retry sees a stream's errors
@@ -200,9 +212,9 @@ class FirestoreStore(RunStore):
             return None
         self.documents_read += 1
         found = response.found  # decoded as DocumentSnapshot.to_dict() does (not on a fresh run's path)
-        return _from_doc(
-            _helpers.decode_dict(found.fields, self._client)
-        ), found.update_time  # pragma: no mutate - the client decodes only references, which records never hold
+        # A record is a plain map; the client decodes only references, which records never hold.
+        fields = cast("dict[str, Any]", _helpers.decode_dict(found.fields, self._client))  # pragma: no mutate
+        return _from_doc(fields), found.update_time  # pragma: no mutate - see above
 
     async def _read_one(self, request: Any) -> Any:
         call = await self._batch_get_call(request)
@@ -268,7 +280,7 @@ class FirestoreStore(RunStore):
                 return found[:limit]
             page = ordered.start_after(snaps[-1])
 
-    async def _list_unordered(self, query: Any, now: datetime, limit: int) -> list[RunRecord]:
+    async def _list_unordered(self, query: Any, now: datetime, limit: int) -> Records:
         """Every record of the equality filters, sorted here: what needs no composite index."""
         snaps = await self._rpc("query", query.get())
         self.documents_read += len(snaps)
@@ -283,14 +295,14 @@ class FirestoreStore(RunStore):
             responses = await self._rpc("get_many", self._read_all(request))
             self.documents_read += sum(1 for response in responses if response.HasField("found"))
             records = (
-                _from_doc(_helpers.decode_dict(response.found.fields, self._client))
+                _from_doc(cast("dict[str, Any]", _helpers.decode_dict(response.found.fields, self._client)))
                 for response in responses
                 if response.HasField("found")
             )
             found.update(live(records, now))
         return found
 
-    async def _read_all(self, request: Any) -> list[Any]:
+    async def _read_all(self, request: Any) -> Sequence[Any]:
         call = await self._batch_get_call(request)
         try:
             return [response async for response in call]
@@ -345,5 +357,7 @@ def _from_doc(doc: dict[str, Any] | None) -> RunRecord:
     for name in ("lease_expires", "expire_at", "created_at", "updated_at"):
         # DatetimeWithNanoseconds -> plain datetime, so records compare equal across stores
         value = values[name]
-        values[name] = datetime(*value.timetuple()[:6], value.microsecond, tzinfo=UTC)
+        values[name] = datetime(
+            value.year, value.month, value.day, value.hour, value.minute, value.second, value.microsecond, tzinfo=UTC
+        )
     return RunRecord(**values)

@@ -37,7 +37,6 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.maint_notifications import MaintNotificationsConfig
 
-from runonce.stores import RedisURL
 from runonce.stores.base import (
     GET_MANY_BATCH,
     Claim,
@@ -45,6 +44,7 @@ from runonce.stores.base import (
     Fenced,
     Finish,
     NewRun,
+    Records,
     RunRecord,
     RunStatus,
     RunStore,
@@ -56,6 +56,7 @@ from runonce.stores.base import (
     new_attempt_id,
     rfc3339,
 )
+from runonce.stores.urls import RedisURL
 
 logger = logging.getLogger("runonce.stores.redis")
 
@@ -268,9 +269,10 @@ class RedisStore(RunStore):
     def __init__(self, url: RedisURL, timeout_seconds: float):
         self.url = url
         self._timeout = timeout_seconds
-        tls = (
+        # The tests have no TLS redis-server (rediss:// URLs are checked in test_store_new_backends).
+        tls: dict[str, Any] = (
             {"connection_class": aioredis.SSLConnection, "ssl_ca_certs": url.ca_file} if url.tls else {}
-        )  # pragma: no mutate - the tests have no TLS redis-server (rediss:// URLs are checked in test_store_new_backends)
+        )  # pragma: no mutate
         # A bounded pool that waits (up to the store timeout) for a free connection: a storm of
         # deliveries queues for the pool instead of failing with "too many connections".
         pool = aioredis.BlockingConnectionPool(
@@ -334,9 +336,8 @@ class RedisStore(RunStore):
         """Run a write script; with wait_replicas, WAIT on the same connection (one pipeline)."""
         if not self.url.wait_replicas:
             return await self._call(op, script(keys=[self._key(run_id)], args=args))
-        async with (
-            self._client.pipeline(transaction=False) as pipe
-        ):  # pragma: no mutate - inside MULTI, WAIT does not block: with a replica that lags, the write is refused (503), never relied on
+        # Inside MULTI, WAIT does not block: with a replica that lags, the write is refused (503), never relied on.
+        async with self._client.pipeline(transaction=False) as pipe:  # pragma: no mutate
             pipe.eval(script.script, 1, self._key(run_id), *args)
             pipe.wait(
                 self.url.wait_replicas, max(1, int(self._timeout * 1000 / 2))
@@ -421,14 +422,14 @@ class RedisStore(RunStore):
             return sorted(live_records, key=lambda r: r.created_at, reverse=True)[:limit]
         return [_from_json(raw) for raw in raws]
 
-    async def _all_indexed(self, records: list[RunRecord]) -> bool:
+    async def _all_indexed(self, records: Records) -> bool:
         """Whether every record is in the index sets already (all written since they exist)."""
         for batch in chunks([r.run_id for r in records], GET_MANY_BATCH):
             if None in await self._client.zmscore(_index_key(None, None), list(batch)):
                 return False
         return True
 
-    async def _scan_records(self) -> list[RunRecord]:
+    async def _scan_records(self) -> Records:
         records = []
         async for key in self._client.scan_iter(match=KEY_PREFIX + "*", count=500):  # pragma: no mutate - a hint
             raw = await self._client.get(key)

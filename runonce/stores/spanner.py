@@ -37,8 +37,8 @@ from google.api_core import exceptions as gexc
 from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
 
-from runonce.stores import SpannerURL
 from runonce.stores.base import GET_MANY_BATCH, RunRecord, RunStatus, RunStore, StoreUnavailable, Version, chunks, live
+from runonce.stores.urls import SpannerURL
 
 T = TypeVar("T")
 
@@ -110,7 +110,9 @@ def _from_row(row: list[Any]) -> RunRecord:
     values["target"] = json.loads(values["target"]) if values["target"] is not None else None
     for name in _TIME_COLUMNS:  # DatetimeWithNanoseconds -> datetime, so records compare equal across stores
         value = values[name]
-        values[name] = datetime(*value.timetuple()[:6], value.microsecond, tzinfo=UTC)
+        values[name] = datetime(
+            value.year, value.month, value.day, value.hour, value.minute, value.second, value.microsecond, tzinfo=UTC
+        )
     return RunRecord(**values)
 
 
@@ -150,7 +152,8 @@ class SpannerStore(RunStore):
             deadline = time.monotonic() + self._timeout
             while True:
                 try:
-                    return self._database.run_in_transaction(body, timeout_secs=self._timeout)
+                    result: T = self._database.run_in_transaction(body, timeout_secs=self._timeout)
+                    return result
                 except (gexc.NotFound, gexc.FailedPrecondition) as exc:
                     # A transaction the server dropped (its session gone; the emulator drops all but
                     # one concurrent transaction) never committed: run it again from the read.

@@ -164,7 +164,8 @@ class SQLiteStore(RunStore):
                 self.path,
                 isolation_level=None,  # autocommit: each statement is its own transaction
                 timeout=self._timeout,
-                check_same_thread=False,  # pragma: no mutate - busy_timeout is set right after; the connection is used on the store's one thread only
+                # busy_timeout is set right after; the connection is used on the store's one thread only
+                check_same_thread=False,  # pragma: no mutate
             )
             try:
                 conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")

@@ -7,7 +7,7 @@ below; the routes' validation, `build_target` and the endpoint settings follow f
 
 from __future__ import annotations
 
-from typing import Annotated, Union
+from typing import TYPE_CHECKING, Annotated, Protocol, Union
 
 from pydantic import Field
 
@@ -40,16 +40,25 @@ TARGET_TYPES: dict[str, TargetType] = {
 ENDPOINTS: tuple[str, ...] = tuple(dict.fromkeys(t.endpoint for t in TARGET_TYPES.values() if t.endpoint))
 """Endpoint names; each is overridden by the setting RUNONCE_<NAME>_ENDPOINT."""
 
-TargetConfig = Annotated[
-    Union[tuple(entry.config for entry in TARGET_TYPES.values())],  # type: ignore[valid-type]  # noqa: UP007
-    Field(discriminator="type"),
-]
-"""A route's `target:` block; `type` picks the adapter."""
+if TYPE_CHECKING:
+
+    class TargetConfig(Protocol):
+        """What a type checker sees of the union below, which is built from TARGET_TYPES at import."""
+
+        @property
+        def type(self) -> str: ...
+
+else:
+    TargetConfig = Annotated[
+        Union[tuple(entry.config for entry in TARGET_TYPES.values())],  # noqa: UP007 - built at run time
+        Field(discriminator="type"),
+    ]
+    """A route's `target:` block; `type` picks the adapter."""
 
 
 def build_target(config: TargetConfig, context: TargetContext) -> Target:
     """The adapter for one route's validated target block."""
-    entry = TARGET_TYPES[config.type]  # type: ignore[union-attr]
+    entry = TARGET_TYPES[config.type]
     return entry.build(config, context, entry.endpoint_override(context.endpoints))
 
 

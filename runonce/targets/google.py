@@ -97,7 +97,10 @@ def resource_name_problem(name: str, collection: str, resource_id: str, id_rule:
     parts = name.split("/")
     if len(parts) != 6 or parts[0::2] != ["projects", "locations", collection]:
         singular = collection.removesuffix("s")
-        return f"must be a {singular}'s full name, projects/PROJECT/locations/LOCATION/{collection}/{singular.upper()} (got {name!r})"
+        return (
+            f"must be a {singular}'s full name, projects/PROJECT/locations/LOCATION/{collection}/{singular.upper()} "
+            f"(got {name!r})"
+        )
     project, location, resource = parts[1::2]
     if not re.fullmatch(PROJECT, project, flags=re.ASCII):
         return (
@@ -161,7 +164,9 @@ class _TokenSource:
         return self._credentials.token
 
     def _refresh(self) -> None:
-        import google.auth.transport.requests
+        # Google's auth transports and API errors load with a route that calls Google only:
+        # tests/test_cold_start.py checks an http/log start imports none of them.
+        import google.auth.transport.requests  # deferred (cold start)
 
         with self._thread_lock:  # the asyncio lock is per event loop; this one is for threads
             if self._credentials is not None and self._credentials.valid:
@@ -182,7 +187,7 @@ class GoogleAuth:
 
     @staticmethod
     def _default_credentials(request: Any) -> Any:
-        import google.auth
+        import google.auth  # deferred (cold start)
 
         credentials, _project = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE], request=request)
         return credentials
@@ -193,7 +198,7 @@ class GoogleAuth:
     async def id_token(self, audience: str) -> str:
         source = self._id_tokens.get(audience)
         if source is None:
-            import google.oauth2.id_token
+            import google.oauth2.id_token  # deferred (cold start)
 
             def make(request: Any) -> Any:
                 return google.oauth2.id_token.fetch_id_token_credentials(audience, request=request)
@@ -284,8 +289,8 @@ def outcome_for_auth_error(action: str, exc: Exception) -> TargetError:
 @contextmanager
 def translated(action: str) -> Iterator[None]:
     """Turn the foreign errors of one Google API call into outcomes, chained `from` the original."""
-    from google.api_core.exceptions import GoogleAPICallError
-    from google.auth.exceptions import GoogleAuthError
+    from google.api_core.exceptions import GoogleAPICallError  # deferred (cold start)
+    from google.auth.exceptions import GoogleAuthError  # deferred (cold start)
 
     try:
         yield

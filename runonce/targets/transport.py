@@ -72,11 +72,14 @@ def _timeout(timeouts: Mapping[str, float | None]) -> aiohttp.ClientTimeout:
     )
 
 
+_HTTPX_DEFAULT_LIMITS = httpx.Limits()
+
+
 class AiohttpTransport(httpx.AsyncBaseTransport):
     """An httpx transport on one `aiohttp.ClientSession`, opened on first use (it needs the event
     loop) and closed with the client. Pool limits and keep-alive expiry are httpx's defaults."""
 
-    def __init__(self, limits: httpx.Limits = httpx.Limits()) -> None:
+    def __init__(self, limits: httpx.Limits = _HTTPX_DEFAULT_LIMITS) -> None:
         self._limits = limits
         self._session: aiohttp.ClientSession | None = None
 
@@ -92,7 +95,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             connector=connector,
             trust_env=bool(proxies_from_environment()),
             auto_decompress=False,  # httpx decodes, as with its own transport
-            cookie_jar=aiohttp.DummyCookieJar(),  # pragma: no mutate - httpx keeps the client's cookies; a second jar only holds memory
+            # httpx keeps the client's cookies; a second jar only holds memory
+            cookie_jar=aiohttp.DummyCookieJar(),  # pragma: no mutate
             # httpcore read header lines up to 100 KiB; aiohttp's default stops at 8 KiB
             max_field_size=MAX_HEADER_BYTES,
             max_headers=MAX_HEADERS,

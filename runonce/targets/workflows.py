@@ -83,9 +83,11 @@ class WorkflowsTarget(Target):
     type = "workflows"
 
     def __init__(self, config: WorkflowsTargetConfig, auth: GoogleAuth, endpoint: str | None = None):
-        import grpc
-        from google.cloud.workflows.executions_v1 import ExecutionsAsyncClient
-        from google.cloud.workflows.executions_v1.services.executions.transports import (
+        # The gRPC client loads with a workflows route only: tests/test_cold_start.py checks that a
+        # start without one imports neither grpc nor google.cloud.workflows.
+        import grpc  # deferred (cold start)
+        from google.cloud.workflows.executions_v1 import ExecutionsAsyncClient  # deferred (cold start)
+        from google.cloud.workflows.executions_v1.services.executions.transports import (  # deferred (cold start)
             ExecutionsGrpcAsyncIOTransport,
         )
 
@@ -113,7 +115,7 @@ class WorkflowsTarget(Target):
         }
 
     async def dispatch(self, request: DispatchRequest) -> str:
-        from google.cloud.workflows.executions_v1.types import Execution
+        from google.cloud.workflows.executions_v1.types import Execution  # deferred (cold start)
 
         action = f"create an execution of {self.config.workflow}"
         argument = json.dumps(self.argument(request), separators=(",", ":"), ensure_ascii=False)
@@ -124,7 +126,8 @@ class WorkflowsTarget(Target):
             labels={**self.config.labels, RUN_ID_LABEL: run_id_label(request.run_id)},
         )
         if self.config.call_log_level:
-            execution.call_log_level = Execution.CallLogLevel[self.config.call_log_level]
+            # proto-plus enums are IntEnums at run time; the stubs do not show their metaclass's __getitem__
+            execution.call_log_level = Execution.CallLogLevel[self.config.call_log_level]  # type: ignore[misc]  # see above
         with translated(action):
             created = await self._client.create_execution(
                 parent=self.config.workflow, execution=execution, metadata=await self._metadata(), retry=None
@@ -132,7 +135,10 @@ class WorkflowsTarget(Target):
         return created.name
 
     async def reconcile(self, request: DispatchRequest) -> str | None:
-        from google.cloud.workflows.executions_v1.types import ExecutionView, ListExecutionsRequest
+        from google.cloud.workflows.executions_v1.types import (  # deferred (cold start)
+            ExecutionView,
+            ListExecutionsRequest,
+        )
 
         label = run_id_label(request.run_id)
         found: list[str] = []
@@ -156,8 +162,8 @@ class WorkflowsTarget(Target):
     async def is_running(self, resource: str) -> bool:
         """`executions.get`: ACTIVE or QUEUED (in the backlog) runs; SUCCEEDED, FAILED, CANCELLED
         or gone does not; UNAVAILABLE ("execution data is unavailable") cannot tell."""
-        from google.api_core.exceptions import NotFound
-        from google.cloud.workflows.executions_v1.types import Execution
+        from google.api_core.exceptions import NotFound  # deferred (cold start)
+        from google.cloud.workflows.executions_v1.types import Execution  # deferred (cold start)
 
         states = Execution.State
         with reading(f"get {resource}"):

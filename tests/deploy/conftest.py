@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from deploy_tools import run, tool  # noqa: E402
+from deploy_tools import run, tool
 
 
 @pytest.fixture(scope="session")

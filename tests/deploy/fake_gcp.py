@@ -156,7 +156,7 @@ class FakeGoogle:
             status, payload = 400, _error(400, "INVALID_ARGUMENT", str(exc))
         except NotFound as exc:
             status, payload = 404, _error(404, "NOT_FOUND", str(exc))
-        except Exception as exc:  # the fake could not handle it: fail the test, answer like Google would
+        except Exception as exc:  # noqa: BLE001 - the fake could not handle it: fail the test, answer like Google would
             self.violations.append(f"{handler.command} {path}: the fake failed on this request: {exc!r}")
             status, payload = 500, _error(500, "INTERNAL", repr(exc))
         data = json.dumps(payload).encode()

@@ -47,7 +47,8 @@ routes:
   demo:
     target: {{type: log}}
   rollup:
-    target: {{type: bigquery_job, project: bq-proj, location: US, configuration: {{query: {{query: "SELECT @run_id"}}}}}}
+    target: {{type: bigquery_job, project: bq-proj, location: US,
+              configuration: {{query: {{query: "SELECT @run_id"}}}}}}
 """
 
 
@@ -280,7 +281,8 @@ def test_help_documents_every_flag_the_script_parses(deploy, script: str) -> Non
                 "--lease-seconds",
                 "40",
             ],
-            "--lease-seconds (40) must be at least --dispatch-timeout-seconds (30) + 2 x the store timeout (5) + 1 = 41",
+            "--lease-seconds (40) must be at least --dispatch-timeout-seconds (30) + 2 x the store timeout (5) + 1 = "
+            "41",
         ),
         (
             "scheduler-job.sh",
@@ -300,7 +302,8 @@ def test_help_documents_every_flag_the_script_parses(deploy, script: str) -> Non
                 "--dispatch-timeout-seconds",
                 "95",
             ],
-            "--lease-seconds (100) must be at least --dispatch-timeout-seconds (95) + 2 x the store timeout (5) + 1 = 106",
+            "--lease-seconds (100) must be at least --dispatch-timeout-seconds (95) + 2 x the store timeout (5) + 1 = "
+            "106",
         ),
         (
             "setup.sh",
@@ -725,7 +728,7 @@ def test_deploy_service_is_private_runs_as_runtime_account_with_routes_as_config
     # On an existing service, --no-allow-unauthenticated makes gcloud rewrite the policy without
     # allUsers: every deploy re-asserts that the service is private, and the invoker keeps its grant.
     updates = fake.mutations()
-    assert [r.method_id for r in updates][0] == "run.namespaces.services.replaceService"
+    assert next(r.method_id for r in updates) == "run.namespaces.services.replaceService"
     for write in updates[1:]:
         assert write.method_id == "run.projects.locations.services.setIamPolicy"
         assert policy_bindings(write) == [("roles/run.invoker", (f"serviceAccount:{INVOKER}",), None)]
@@ -940,7 +943,8 @@ def test_setup_brings_a_custom_role_with_other_permissions_back_to_exactly_its_o
 ) -> None:
     routes = tmp_path / "routes.yaml"
     routes.write_text(
-        "routes:\n  build:\n    target: {type: cloud_build_trigger, trigger: projects/cb-proj/locations/global/triggers/t}\n"
+        "routes:\n  build:\n    target: "
+        "{type: cloud_build_trigger, trigger: projects/cb-proj/locations/global/triggers/t}\n"
     )
     name = "projects/cb-proj/roles/runonceBuildRunner"
     fake.state.roles[name] = {
@@ -950,7 +954,7 @@ def test_setup_brings_a_custom_role_with_other_permissions_back_to_exactly_its_o
         "includedPermissions": ["cloudbuild.builds.create", "cloudbuild.builds.update"],
     }
     deploy("setup.sh", "--project", PROJECT, "--region", REGION, "--routes-file", str(routes))
-    (patch,) = fake.find("iam.projects.roles.patch")
+    (_patch,) = fake.find("iam.projects.roles.patch")
     assert sorted(fake.state.roles[name]["includedPermissions"]) == [
         "cloudbuild.builds.create",
         "cloudbuild.builds.get",

@@ -31,7 +31,7 @@ def test_hadolint_finds_nothing_at_warning_level() -> None:
 
 
 def test_dockerignore_keeps_the_build_context_to_the_package() -> None:
-    lines = [l for l in (REPO / ".dockerignore").read_text().splitlines() if l and not l.startswith("#")]
+    lines = [line for line in (REPO / ".dockerignore").read_text().splitlines() if line and not line.startswith("#")]
     assert lines[0] == "*"
     assert {"!pyproject.toml", "!README.md", "!runonce/", "!requirements/runtime.txt"} <= set(lines)
 
@@ -129,7 +129,8 @@ def test_every_module_serve_imports_is_precompiled_in_the_image(image: str) -> N
     script = (
         "import importlib.util, os, sys\n"
         "import runonce.cli, runonce.api.main, runonce.stores.firestore, uvicorn\n"
-        "sources = [m.__file__ for m in list(sys.modules.values()) if (getattr(m, '__file__', None) or '').endswith('.py')]\n"
+        "sources = [m.__file__ for m in list(sys.modules.values()) if (getattr(m, '__file__', None) or "
+        "'').endswith('.py')]\n"
         "missing = [f for f in sources if not os.path.exists(importlib.util.cache_from_source(f))]\n"
         "print(len(sources), missing)"
     )

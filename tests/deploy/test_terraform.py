@@ -147,7 +147,7 @@ def test_example_passes_only_and_all_required_module_variables(hcl_trees: dict[s
     variables = {name: body for t in module_trees(hcl_trees) for name, _, body in blocks(t, "variable")}
     required = {name for name, body in variables.items() if "default" not in body}
     example = hcl_trees["terraform/examples/basic/main.tf"]
-    ((name, _, call),) = blocks(example, "module")
+    ((_name, _, call),) = blocks(example, "module")
     assert string(call["source"]) == "../.."
     arguments = {key for key, _ in items(call)} - {"source"}
     assert arguments - set(variables) == set(), "the example passes arguments the module does not declare"
@@ -287,7 +287,7 @@ def test_scheduler_jobs_carry_oidc_token_retry_config_and_namespace(hcl_trees: d
         "?project=${var.project_id}&location=${local.scheduler_region}"
     )
     retry = job["retry_config"][0]
-    assert set(k for k, _ in items(retry)) == {
+    assert {k for k, _ in items(retry)} == {
         "retry_count",
         "min_backoff_duration",
         "max_backoff_duration",
@@ -546,7 +546,8 @@ def test_cloud_tasks_routes_grant_on_their_queue_and_actas_on_their_oidc_account
         ({"subnetwork": "runonce"}, "subnetwork is set but network is not"),
         (
             {"store": "redis", "network": "default", "service_name": "r" * 41},
-            "the Memorystore instance is named after service_name, which must then be at most 40 characters (it has 41)",
+            "the Memorystore instance is named after service_name, which must then be at most 40 characters (it has "
+            "41)",
         ),
         ({"store": "mysql"}, "store must be one of: firestore, spanner, redis."),
         (

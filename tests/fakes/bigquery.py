@@ -63,7 +63,7 @@ _TIMESTAMP = re.compile(
 class FakeBigQuery(FakeRestApi):
     discovery_name = "bigquery.v2"
     domain = "bigquery.googleapis.com"
-    creating_methods = {INSERT}
+    creating_methods = frozenset({INSERT})
 
     def __init__(self, metadata: FakeMetadataServer):
         super().__init__(metadata)

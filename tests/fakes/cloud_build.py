@@ -32,7 +32,7 @@ def _time(text: str) -> datetime:
 class FakeCloudBuild(FakeRestApi):
     discovery_name = "cloudbuild.v1"
     domain = "cloudbuild.googleapis.com"
-    creating_methods = {RUN}
+    creating_methods = frozenset({RUN})
 
     def __init__(self, metadata: FakeMetadataServer, token_substitution: str = "_IDEMPOTENCY_KEY"):
         super().__init__(metadata)

@@ -29,7 +29,7 @@ GET = "run.projects.locations.jobs.executions.get"
 class FakeCloudRun(FakeRestApi):
     discovery_name = "run.v2"
     domain = "run.googleapis.com"
-    creating_methods = {RUN}
+    creating_methods = frozenset({RUN})
 
     def __init__(self, metadata: FakeMetadataServer, token_env: str = "IDEMPOTENCY_KEY"):
         super().__init__(metadata)

@@ -39,7 +39,7 @@ MAX_HEADERS_BYTES = 80 * 1024
 class FakeCloudTasks(FakeRestApi):
     discovery_name = "cloudtasks.v2"
     domain = "cloudtasks.googleapis.com"
-    creating_methods = {CREATE}
+    creating_methods = frozenset({CREATE})
 
     def __init__(self, metadata: FakeMetadataServer):
         super().__init__(metadata)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from tests.support.discovery import Discovery, Violation
 
@@ -31,7 +31,7 @@ class ApiError(Exception):
 class FakeRestApi(FakeGoogleApi):
     discovery_name: str
     domain: str
-    creating_methods: set[str] = set()
+    creating_methods: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, metadata: FakeMetadataServer):
         super().__init__()

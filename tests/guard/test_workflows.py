@@ -54,7 +54,7 @@ def assigned_literals(workflow: dict[str, Any]) -> dict[str, Any]:
 
 def check_workflow_file(source: dict[str, Any]) -> int:
     checked = 0
-    for name, workflow in source.items():
+    for _name, workflow in source.items():
         literals = assigned_literals(workflow)
         for connector, args in connector_calls(workflow):
             args = dict(args)
@@ -165,7 +165,7 @@ def test_claim_then_in_progress_then_done_then_skip(workflows, collection: str, 
     assert workflows("runonce_done", claim=claim, result={"published": 3}) is True
     skip = workflows("runonce_once", run_id=run_id, step="publish")
     assert skip["run"] is False and skip["result"] == '{"published":3}'
-    assert [c for c in workflows.rest.calls] == [
+    assert list(workflows.rest.calls) == [
         ("createDocument", 200),
         ("createDocument", 409),
         ("get", 200),

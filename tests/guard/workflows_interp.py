@@ -124,10 +124,10 @@ class Interpreter:
                 return raw
             expression = re.sub(r"\bif\(", "_if(", match.group(1))
             try:
-                return to_map(eval(expression, {"__builtins__": {}}, {**self.functions, **scope}))  # noqa: S307
+                return to_map(eval(expression, {"__builtins__": {}}, {**self.functions, **scope}))
             except WorkflowError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - becomes a Workflows error, as at runtime
+            except Exception as exc:
                 raise WorkflowError({"message": f"{raw}: {type(exc).__name__}: {exc}", "tags": ["ValueError"]}) from exc
         if isinstance(raw, dict):
             return Map({k: self.value(v, scope) for k, v in raw.items()})

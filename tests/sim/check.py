@@ -106,7 +106,8 @@ def check(world: World, records: list[RunRecord]) -> list[str]:
         if record is None or record.status != expected:
             state = record.status if record else "no record"
             violations.append(
-                f"I5 {answer.execution} was told {answer.status} for run {answer.body.get('run_id', '')[:8]}, record: {state}"
+                f"I5 {answer.execution} was told {answer.status} for run {answer.body.get('run_id', '')[:8]}, record: "
+                f"{state}"
             )
         elif answer.status == "skipped" and answer.body.get("reason") != skip_reason(record)[0]:
             violations.append(
@@ -196,7 +197,8 @@ def _catch_ups(world: World, by_id: dict[str, RunRecord]) -> list[str]:
                 continue
             if other.body.get("run_id", run.run_id) != run.run_id:
                 violations.append(
-                    f"I9 {name} ran {run.time} as {run.run_id[:8]}, Scheduler's {other.execution} as {other.body['run_id'][:8]}"
+                    f"I9 {name} ran {run.time} as {run.run_id[:8]}, Scheduler's {other.execution} as "
+                    f"{other.body['run_id'][:8]}"
                 )
             world.covered["catch-up runs racing a Scheduler attempt"] += (
                 other.sent <= answer.answered and answer.sent <= other.answered
@@ -222,7 +224,8 @@ def _catch_ups(world: World, by_id: dict[str, RunRecord]) -> list[str]:
             ]
             if started or (answer.ok and answer.status != "duplicate"):
                 violations.append(
-                    f"I10 {name} of completed run {run.run_id[:8]} ({run.time}) answered {answer.status}, {len(started)} execution(s) started"
+                    f"I10 {name} of completed run {run.run_id[:8]} ({run.time}) answered {answer.status}, "
+                    f"{len(started)} execution(s) started"
                 )
         # I11: right after a crash-free run, no claim is held beyond a lease from then, and a 200
         # left the run it answered for finished.
@@ -232,7 +235,8 @@ def _catch_ups(world: World, by_id: dict[str, RunRecord]) -> list[str]:
             until = record.lease_expires - (T0 + timedelta(seconds=answer.answered))
             if until > lease or (answer.ok and answer.body.get("run_id") == record.run_id):
                 violations.append(
-                    f"I11 {name} of {run.time} answered {answer.code} {answer.status}, left run {record.run_id[:8]} in_progress for {until}"
+                    f"I11 {name} of {run.time} answered {answer.code} {answer.status}, left run {record.run_id[:8]} "
+                    f"in_progress for {until}"
                 )
     return violations
 

@@ -99,7 +99,8 @@ def replay_command(report: Report) -> str:
 
 def describe(report: Report) -> list[str]:
     lines = [
-        f"  seed {report.config.seed} ({report.config.store}): {len(report.violations)} violation(s) with faults {report.faults}"
+        f"  seed {report.config.seed} ({report.config.store}): {len(report.violations)} violation(s) with faults "
+        f"{report.faults}"
     ]
     lines += [f"    {v}" for v in report.violations[:5]]
     lines.append(f"    replay: {replay_command(report)}")

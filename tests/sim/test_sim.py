@@ -55,9 +55,7 @@ def test_simulation_on_redis(redis_server, monkeypatch: pytest.MonkeyPatch, caps
 
 
 def test_a_seed_replays_the_same_history() -> None:
-    config = next(
-        c for c in map(lambda seed: draw_config(seed, "sqlite"), range(20261016, 20261116)) if c.fault_rate >= 0.3
-    )
+    config = next(c for c in (draw_config(seed, "sqlite") for seed in range(20261016, 20261116)) if c.fault_rate >= 0.3)
     first, again = run_history(config), run_history(config)
     assert (first.faults, first.answers, first.crashes, first.violations) == (
         again.faults,

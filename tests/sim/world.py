@@ -6,7 +6,8 @@ directly and answer with runonce/api/answers.py's status and body, which is five
 
 Parties and boundaries (a fault can be injected at each `|`):
 
-    Cloud Scheduler / Cloud Tasks --HTTP--> instance (app + Runner) --| store (memory, SQLite, Firestore, Spanner, Redis)
+    Cloud Scheduler / Cloud Tasks --HTTP--> instance (app + Runner) --| store (memory, SQLite, Firestore,
+                                                                        Spanner, Redis)
        retries, attempt deadline,            skewed clock, may crash  --| downstream (reconciles or dedupes)
        duplicates, redelivery                at any boundary (kill -9)
 
@@ -27,7 +28,7 @@ import tempfile
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -464,7 +465,7 @@ class Instance:
         # answered for (a force run for the same time, while that one is unresolved: protocol._claim).
         records = []
         for run_id in dict.fromkeys([run.run_id, body.get("run_id") or run.run_id]):
-            records.append(await world.store_io(lambda: self.inner.get(run_id, self.clock())))
+            records.append(await world.store_io(lambda run_id=run_id: self.inner.get(run_id, self.clock())))
         return CaughtUp(catch_up, time, run.run_id, answered, tuple(r for r in records if r is not None), rerun)
 
     async def boundary(self, fault: str | None) -> None:
@@ -595,7 +596,7 @@ class SimTarget(Target):
     async def reconcile(self, request: DispatchRequest) -> str | None:
         if self.downstream.kind == "dedupes":
             return None  # the default: the downstream honours the token, dispatching again is safe
-        key, fault = self.world.faults.pick("reconcile", request.run_id, RECONCILE_FAULTS)
+        _key, fault = self.world.faults.pick("reconcile", request.run_id, RECONCILE_FAULTS)
         await self.instance.boundary("crash_before" if fault == "crash_before" else None)
         if fault == "cannot_tell":
             raise TargetOutcomeUnknown("simulated: the listing failed")
@@ -606,7 +607,7 @@ class SimTarget(Target):
         return found
 
     async def is_running(self, resource: str) -> bool:
-        key, fault = self.world.faults.pick("state", resource.split("/")[1], STATE_FAULTS)
+        _key, fault = self.world.faults.pick("state", resource.split("/")[1], STATE_FAULTS)
         await self.instance.boundary("crash_before" if fault == "crash_before" else None)
         self.world.covered["state reads"] += 1
         if fault == "cannot_tell":
@@ -972,10 +973,8 @@ def run_history(config: Config, faults: dict[str, str] | None = None) -> Report:
     finally:
         httpx_default.create_ssl_context = real
         for task in asyncio.all_tasks(loop):  # crashed attempts: checked already, now let them go
-            try:
+            with suppress(RuntimeError):
                 task.get_coro().close()
-            except RuntimeError:
-                pass
         loop.close()
 
 

@@ -5,6 +5,7 @@ Both start on free ports, fail (never skip) with an install hint when missing, a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -12,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.procs import REPO, FirestoreEmulator, free_port, listening, wait_for
+from tests.support.procs import REPO, FirestoreEmulator, free_port, listening, require_services, wait_for
 
 SPANNER_PROJECT = "runonce-test"
 SPANNER_INSTANCE = "runonce"
@@ -24,10 +25,8 @@ class Server(FirestoreEmulator):
 
     def kill(self) -> None:
         """SIGKILL: a crash, no clean-up; returns once the port refuses connections."""
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.stop()
 
 
@@ -39,6 +38,7 @@ def _spawn(args: list[str], log: Path) -> subprocess.Popen:
 def start_redis(log_dir: Path, port: int | None = None, *, persist: bool = False) -> Server:
     """A real redis-server, no persistence (a test store), or with `persist` an append-only file
     synced on every write in `log_dir` (a restart keeps the data). `port`: restart on the same one."""
+    require_services("redis-server")
     binary = shutil.which("redis-server")
     if binary is None:
         raise RuntimeError(
@@ -64,6 +64,7 @@ def start_redis(log_dir: Path, port: int | None = None, *, persist: bool = False
 
 def start_spanner_emulator(log_dir: Path) -> Server:
     """The real Cloud Spanner emulator (gRPC on `port`), with instance `SPANNER_INSTANCE` created."""
+    require_services("the Spanner emulator")
     binary = SPANNER_EMULATOR_BINARY
     if not os.access(binary, os.X_OK):
         found = shutil.which("gcloud")
@@ -72,7 +73,7 @@ def start_spanner_emulator(log_dir: Path) -> Server:
             "component (apt-get install google-cloud-cli-spanner-emulator, or gcloud components install "
             f"cloud-spanner-emulator){'' if found else '; gcloud itself is missing too'}"
         )
-    port, rest = free_port(), free_port()
+    port = free_port()
     log = log_dir / f"spanner-emulator-{port}.log"
     proc = _spawn([binary, "--host_port", f"127.0.0.1:{port}", "--override_max_databases_per_instance", "1000"], log)
     server = Server(proc, port, log)

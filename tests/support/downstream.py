@@ -29,7 +29,7 @@ class Downstream:
         downstream = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 length = int(self.headers.get("content-length", 0))
                 raw = self.rfile.read(length)
                 authorization = self.headers.get("Authorization")

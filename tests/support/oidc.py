@@ -163,7 +163,7 @@ class CertsServer:
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            def do_GET(self) -> None:
                 with owner._lock:
                     owner.fetches += 1
                     owner.user_agent = self.headers.get("User-Agent")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -15,6 +16,20 @@ from pathlib import Path
 import httpx
 
 REPO = Path(__file__).resolve().parents[2]
+
+IN_PROCESS_ONLY = "RUNONCE_TESTS_IN_PROCESS_ONLY"
+"""Set by `make test-fast`: a test that starts a process outside the venv then fails, naming the marker."""
+
+
+def require_services(what: str) -> None:
+    """Called by each starter of an emulator, redis-server or `runonce serve`: under `make test-fast`
+    a test that needs one and is not marked `services` (or `e2e`) fails here, so the fast subset stays
+    in-process as tests are added. tests/conftest.py marks the users of the store fixtures itself."""
+    if os.environ.get(IN_PROCESS_ONLY):
+        raise RuntimeError(
+            f"this test starts {what}, and `make test-fast` runs in-process tests only: "
+            "mark it @pytest.mark.services (or e2e if it starts `runonce serve`)"
+        )
 
 
 def free_port() -> int:
@@ -80,6 +95,7 @@ def start_server(
 ) -> ServerProcess:
     """Start `runonce serve` with exactly `env` on top of PATH/HOME-style basics; wait for /healthz.
     `port`: one chosen before (e.g. to put the URL in the env as the audience), else a free one."""
+    require_services("a `runonce serve` process")
     port = port or free_port()
     log = log_dir / f"runonce-{port}.log"
     base = {k: v for k, v in os.environ.items() if not k.startswith("RUNONCE_")}
@@ -117,10 +133,8 @@ class EmulatorProcess:
     def stop(self) -> None:
         """Stop it and its children (gcloud's Java), and return only once the port refuses connections."""
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                pass
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None and not listening(self.port):
@@ -140,6 +154,7 @@ def listening(port: int) -> bool:
 
 def start_firestore_emulator(log_dir: Path) -> FirestoreEmulator:
     """The real Firestore emulator (gcloud + Java) on a free port. Fails, never skips, if missing."""
+    require_services("the Firestore emulator")
     gcloud = shutil.which("gcloud")
     if gcloud is None or shutil.which("java") is None:
         raise RuntimeError(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.support.procs import REPO, EmulatorProcess, free_port, listening, wait_for
+from tests.support.procs import REPO, EmulatorProcess, free_port, listening, require_services, wait_for
 
 EMULATOR = REPO / ".tools" / "tasks-emulator" / "bin" / "gcloud-tasks-emulator"
 
@@ -31,6 +31,7 @@ class TasksEmulator(EmulatorProcess):
 def start_tasks_emulator(log_dir: Path, max_retries: int = 5) -> TasksEmulator:
     """The emulator on a free port; a task is retried at most `max_retries` times. Fails, never
     skips, when it is not installed."""
+    require_services("the Cloud Tasks emulator")
     if not EMULATOR.exists():
         raise RuntimeError(
             f"gcloud-tasks-emulator is required at {EMULATOR}: run `make .tools/tasks-emulator/.installed` "

@@ -331,7 +331,7 @@ async def test_quota_exceeded_is_a_refusal_not_a_throttle(bigquery, http, metada
         "PERMISSION_DENIED",
         "Access Denied: Project runonce-test: User does not have bigquery.jobs.create permission",
     )
-    with pytest.raises(TargetFailed, match="bigquery.jobs.create"):
+    with pytest.raises(TargetFailed, match=r"bigquery.jobs.create"):
         await target_for(bigquery, http, metadata).dispatch(new_request())
 
 

@@ -247,11 +247,12 @@ async def test_reconcile_past_the_name_memory_cannot_tell(fake, http, auth) -> N
     claimed = datetime.now(UTC) - timedelta(minutes=51)
     old = request_for("old", created_at=claimed)
     with pytest.raises(
-        TargetOutcomeUnknown, match="cannot tell whether this run already started: task .* is not in the queue"
+        TargetOutcomeUnknown, match=r"cannot tell whether this run already started: task .* is not in the queue"
     ) as raised:
         await target.reconcile(old)
     assert raised.value.message.endswith(
-        f"the run was first claimed at {claimed:%Y-%m-%dT%H:%M:%SZ}, so a task it created may have run and been deleted "
+        f"the run was first claimed at {claimed:%Y-%m-%dT%H:%M:%SZ}, so a task it created may have run and been "
+        "deleted "
         "longer ago than Cloud Tasks remembers its name (about an hour); a re-send could run it twice"
     )
     unknown_age = DispatchRequest(**{**old.__dict__, "created_at": None})
@@ -372,7 +373,10 @@ def test_a_routes_file_mistake_names_the_route_and_the_field() -> None:
     from runonce.routes import parse_routes
     from runonce.settings import ConfigError
 
-    text = f"routes:\n  r:\n    target: {{type: cloud_tasks_task, queue: {QUEUE}, http_request: {{url: '{URL}', http_method: GET}}}}\n"
+    text = (
+        f"routes:\n  r:\n    target: {{type: cloud_tasks_task, queue: {QUEUE}, "
+        f"http_request: {{url: '{URL}', http_method: GET}}}}\n"
+    )
     with pytest.raises(ConfigError) as raised:
         parse_routes(text, "routes file r.yaml")
     assert str(raised.value) == (

@@ -102,7 +102,7 @@ async def test_a_resource_that_names_no_execution_cannot_tell(case: Case) -> Non
     """Cloud Run and Cloud Build record the operation's name when the answer named no execution."""
     operation = f"projects/{PROJECT}/locations/us-central1/operations/0b7e8c1a-1111"
     reads = case.fake.calls[case.get]
-    with pytest.raises(TargetOutcomeUnknown, match="is not an? (execution|build)'s name"):
+    with pytest.raises(TargetOutcomeUnknown, match=r"is not an? (execution|build)'s name"):
         await case.target.is_running(operation)
     assert case.fake.calls[case.get] == reads  # nothing asked of the API
 

@@ -28,7 +28,8 @@ def test_valid_configs_load() -> None:
                 timeout: 3600s, container: worker}}}}
   c: {{target: {{type: cloud_build_trigger, trigger: {TRIGGER}, substitution: _RUN_KEY,
                 substitutions: {{_ENV: prod}}, tag: v1.2.3}}}}
-  d: {{target: {{type: cloud_build_trigger, trigger: projects/123456789/locations/us-central1/triggers/0f5c9a3e-1c2d-4e5f-8a9b-0c1d2e3f4a5b}}}}
+  d: {{target: {{type: cloud_build_trigger,
+                trigger: projects/123456789/locations/us-central1/triggers/0f5c9a3e-1c2d-4e5f-8a9b-0c1d2e3f4a5b}}}}
   e: {{target: {{type: http, url: 'https://svc-abc-uc.a.run.app/run', audience: 'https://svc-abc-uc.a.run.app'}}}}
 """,
         "r.yaml",
@@ -45,7 +46,8 @@ def test_valid_configs_load() -> None:
     [
         (
             "{type: workflows, workflow: etl}",
-            "field 'target.workflow': must be a workflow's full name, projects/PROJECT/locations/LOCATION/workflows/WORKFLOW (got 'etl')",
+            "field 'target.workflow': must be a workflow's full name, "
+            "projects/PROJECT/locations/LOCATION/workflows/WORKFLOW (got 'etl')",
         ),
         (
             "{type: workflows, workflow: projects/My_Project/locations/us-central1/workflows/etl}",
@@ -58,11 +60,13 @@ def test_valid_configs_load() -> None:
         ),
         (
             "{type: workflows, workflow: projects/my-project/locations/us-central1/workflows/9etl}",
-            "field 'target.workflow': the workflow ID '9etl' must be 1-64 characters of A-Z a-z 0-9 _ -, starting with a letter",
+            "field 'target.workflow': the workflow ID '9etl' must be 1-64 characters of A-Z a-z 0-9 _ -, starting with "
+            "a letter",
         ),
         (
             "{type: workflows, workflow: projects/my-project/regions/us-central1/workflows/etl}",
-            "field 'target.workflow': must be a workflow's full name, projects/PROJECT/locations/LOCATION/workflows/WORKFLOW",
+            "field 'target.workflow': must be a workflow's full name, "
+            "projects/PROJECT/locations/LOCATION/workflows/WORKFLOW",
         ),
         (
             f"{{type: workflows, workflow: {WORKFLOW}, labels: {{Team: x}}}}",

@@ -327,7 +327,7 @@ async def test_a_proxy_in_the_environment_is_used_as_httpx_would(monkeypatch: py
         http = target_client(2.0)
         assert (await http.post("http://downstream.invalid/run", content=b"{}")).status_code == 200
         await http.aclose()
-    [(line, headers, body)] = proxy.requests
+    [(line, _headers, body)] = proxy.requests
     assert line == "POST http://downstream.invalid/run HTTP/1.1" and body == b"{}"
 
 

@@ -81,7 +81,9 @@ def _from_doc(doc: dict[str, Any] | None) -> StepRecord:
     values = dict(doc)
     for name in _TIMESTAMPS:
         value = values[name]  # DatetimeWithNanoseconds -> plain datetime, so records compare equal
-        values[name] = datetime(*value.timetuple()[:6], value.microsecond, tzinfo=UTC)
+        values[name] = datetime(
+            value.year, value.month, value.day, value.hour, value.minute, value.second, value.microsecond, tzinfo=UTC
+        )
     values["attempts"] = int(values["attempts"])
     known = StepRecord.__dataclass_fields__
     return StepRecord(**{k: v for k, v in values.items() if k in known})
