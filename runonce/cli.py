@@ -234,7 +234,7 @@ def store_init() -> None:
         return
     if scheme in ("redis", "rediss"):
         _with_store(settings, lambda s: s.reindex(click.echo))
-        click.echo(f"{scheme}: reachable; nothing to create (each run key carries its own TTL)")
+        click.echo(f"{scheme}: reachable; nothing else to create (each run key carries its own TTL)")
         return
     if scheme == "sqlite":
         path = settings.store.removeprefix("sqlite:///")
