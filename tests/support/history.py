@@ -82,12 +82,21 @@ async def seed(store: RunStore, records: Sequence[RunRecord]) -> None:
 async def _seed_firestore(store: Any, records: Sequence[RunRecord]) -> None:
     from runonce.stores import firestore
 
-    for start in range(0, len(records), 500):  # Firestore's most writes per commit
+    async def commit(batch: Sequence[RunRecord]) -> None:
         request = firestore._CommitRequest(database=store._database)
-        for record in records[start : start + 500]:
+        for record in batch:
             _, write = store._write(record, firestore._FIELDS)
             request.writes.add().CopyFrom(write)
         await store._commit_call(request)
+
+    gate = asyncio.Semaphore(8)
+
+    async def gated(batch: Sequence[RunRecord]) -> None:
+        async with gate:
+            await commit(batch)
+
+    # Firestore's most writes per commit, several commits at once.
+    await asyncio.gather(*(gated(records[start : start + 500]) for start in range(0, len(records), 500)))
 
 
 def _seed_spanner(store: Any, records: Sequence[RunRecord]) -> None:
