@@ -303,3 +303,9 @@ async def test_list_limit_is_met_past_runs_of_other_statuses_and_routes(store: R
     await claim(store, T0 + timedelta(seconds=21), etl[5])
     assert await store.list(T0, route="etl", status=FAILED) == []
     assert [r.run_id for r in await store.list(T0, route="etl", status=IN_PROGRESS)][:1] == [etl[5].run_id]
+    # A takeover keeps the run's place: it is as old as its first claim, whatever is newer.
+    await store.finish(claims[3], Finish(FAILED, last_error="HTTP 500"), T0)
+    await claim(store, T0 + timedelta(seconds=22), etl[3])
+    running = await store.list(T0, route="etl", status=IN_PROGRESS)
+    assert [r.run_id for r in running] == [etl[5].run_id, etl[4].run_id, etl[3].run_id]
+    assert [r.run_id for r in await store.list(T0, status=IN_PROGRESS, limit=7)][-3:] == [r.run_id for r in running]

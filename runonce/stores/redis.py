@@ -94,6 +94,19 @@ end
 local function unindex(record, run_id)
   for _, key in ipairs(status_keys(record.route, record.status)) do redis.call('ZREM', key, run_id) end
 end
+-- A record time (RFC 3339 UTC, microseconds) as its score: microseconds since the epoch, as text
+-- (exact: a double holds them until 2255; tostring would round to 14 digits).
+local function score_of(t)
+  local y, mo, d, h, mi, s, us = string.match(t, '^(%d+)-(%d+)-(%d+)T(%d+):(%d+):(%d+)%.(%d+)Z$')
+  y, mo, d = tonumber(y), tonumber(mo), tonumber(d)
+  if mo <= 2 then y = y - 1 end
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local doy = math.floor((153 * ((mo + 9) % 12) + 2) / 5) + d - 1
+  local days = era * 146097 + yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy - 719468
+  local seconds = days * 86400 + tonumber(h) * 3600 + tonumber(mi) * 60 + tonumber(s)
+  return string.format('%.0f', seconds * 1e6 + tonumber(us))
+end
 local function index(record, run_id, score)
   for _, key in ipairs(status_keys(record.route, record.status)) do redis.call('ZADD', key, score, run_id) end
 end
@@ -101,7 +114,7 @@ end
 
 # base.decide and base.takeover_record, in Lua. ARGV: now, body_sha256, fresh record JSON,
 # its TTL in ms, new attempt_id, lease_expires, task_retry_count, task_execution_count (JSON),
-# run_id, route, created_at score, trim score (now - retention), INDEX_PREFIX.
+# run_id, route, the fresh record's score, trim score (now - retention), INDEX_PREFIX.
 # Returns {decision, record written or found, record replaced (or false)}.
 _CLAIM = (
     _INDEX_LUA
@@ -136,7 +149,7 @@ found.task_retry_count = cjson.decode(ARGV[7])
 found.task_execution_count = cjson.decode(ARGV[8])
 local written = cjson.encode(found)
 redis.call('SET', KEYS[1], written, 'KEEPTTL')
-index(found, run_id, ARGV[11])
+index(found, run_id, score_of(found.created_at))
 return {'takeover', written, raw}
 """
 )
