@@ -236,23 +236,32 @@ def store_init() -> None:
     settings = _settings()
     scheme = backend_for(settings.store).scheme
     if scheme == "firestore":
+        from runonce.stores.firestore import index_commands
+
         project = settings.firestore_project or "PROJECT"
+        where = f"--database='{settings.firestore_database}' --project={project}"
         click.echo(
             "firestore: documents need no schema; nothing to create. Old runs are deleted only with a TTL "
             f"policy on expire_at, once per collection:\n  gcloud firestore fields ttls update expire_at "
-            f"--collection-group={settings.firestore_collection} --enable-ttl "
-            f"--database='{settings.firestore_database}' --project={project}"
+            f"--collection-group={settings.firestore_collection} --enable-ttl {where}"
         )
+        click.echo(
+            "Listing a route's newest runs (the overlap guard, `runonce runs list`) reads through composite "
+            "indexes, once per collection (terraform/indexes.tf declares them; until they are built, lists "
+            "read every record of the route):"
+        )
+        for command in index_commands(settings.firestore_collection):
+            click.echo(f"  {command} {where}")
         return
     if scheme in ("redis", "rediss"):
-        _with_store(settings, lambda s: s.ping())
-        click.echo(f"{scheme}: reachable; nothing to create (each run key carries its own TTL)")
+        _with_store(settings, lambda s: s.reindex(click.echo))
+        click.echo(f"{scheme}: reachable; nothing else to create (each run key carries its own TTL)")
         return
     if scheme == "sqlite":
         path = settings.store.removeprefix("sqlite:///")
         existed = os.path.exists(path)
         _with_store(settings, lambda s: s.ping(), create=True)  # opening creates the file, schema and WAL
-        click.echo(f"sqlite: {path} {'exists; schema checked' if existed else 'created'}")
+        click.echo(f"sqlite: {path} {'exists; schema and indexes checked' if existed else 'created, with its indexes'}")
         return
     if scheme == "spanner":
         _with_store(settings, lambda s: asyncio.to_thread(s.init, click.echo))

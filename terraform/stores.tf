@@ -2,7 +2,7 @@
  * The other claim stores (store = "spanner" | "redis"); Firestore's is in firestore.tf.
  *
  * Spanner: an instance and a database (or existing ones, by name) whose DDL is the run table with
- * its row deletion policy (rules.tf, local.spanner_ddl), and roles/spanner.databaseUser on that
+ * its row deletion policy (rules.tf, local.spanner_ddl) and its indexes (indexes.tf), and roles/spanner.databaseUser on that
  * database only.
  * Redis: a Memorystore instance authorized on var.network, reached through the service's Direct VPC
  * egress (main.tf). With transit encryption the service reads the instance's CA from a file that
@@ -49,7 +49,7 @@ resource "google_spanner_database" "this" {
   instance         = local.spanner_instance_name
   name             = var.spanner_database
   database_dialect = "GOOGLE_STANDARD_SQL"
-  ddl              = [local.spanner_ddl, local.spanner_steps_ddl]
+  ddl              = concat([local.spanner_ddl], local.spanner_index_ddl, [local.spanner_steps_ddl])
   # Run records are the only memory of which runs already happened: losing them re-runs jobs. Spanner
   # refuses to drop the database (as Firestore's delete protection), and Terraform refuses to destroy
   # it; to remove it, set both to false in a copy of the module, or drop it with gcloud.

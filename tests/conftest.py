@@ -83,17 +83,23 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 @pytest.fixture(scope="session")
-def spanner_database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The real Spanner emulator, an instance and a database set up by `runonce store init`;
-    yields the database's RUNONCE_STORE URL. Tests take a table each (`?table=`)."""
+def spanner_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The real Spanner emulator, with its instance (SPANNER_EMULATOR_HOST names it)."""
     previous = os.environ.get("SPANNER_EMULATOR_HOST")
     emulator = start_spanner_emulator(tmp_path_factory.mktemp("spanner"))
-    yield create_spanner_database("runonce")
+    yield emulator
     emulator.stop()
     if previous is None:
         os.environ.pop("SPANNER_EMULATOR_HOST", None)
     else:
         os.environ["SPANNER_EMULATOR_HOST"] = previous
+
+
+@pytest.fixture(scope="session")
+def spanner_database(spanner_emulator: Server) -> str:
+    """A database on the emulator set up by `runonce store init`: its RUNONCE_STORE URL. Tests
+    take a table each (`?table=`)."""
+    return create_spanner_database("runonce")
 
 
 @pytest.fixture(params=STORE_KINDS, ids=STORE_KINDS)

@@ -438,7 +438,14 @@ async def test_sqlite_file_from_before_skipped_takes_it_and_keeps_its_runs(tmp_p
         await store.close()
     with sqlite3.connect(path) as conn:
         names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
-    assert names == {"runs", "runs_by_created", "sqlite_autoindex_runs_1"}
+    assert names == {
+        "runs",
+        "runs_by_created",
+        "runs_by_route_status",
+        "runs_by_route",
+        "runs_by_status",
+        "sqlite_autoindex_runs_1",
+    }
 
 
 async def test_sqlite_keeps_no_target_as_null(tmp_path: Path) -> None:

@@ -119,7 +119,8 @@ def test_store_init_firestore_prints_the_ttl_command(monkeypatch: pytest.MonkeyP
 def test_store_init_redis_has_nothing_to_do(redis_server, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RUNONCE_STORE", redis_url(redis_server))
     done = CliRunner().invoke(main, ["store", "init"])
-    assert done.exit_code == 0 and "nothing to create" in done.output
+    assert done.exit_code == 0 and "nothing else to create" in done.output
+    assert "run record(s) were indexed already; nothing changed" in done.output
 
 
 # -- Redis -------------------------------------------------------------------------------------

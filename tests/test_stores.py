@@ -219,3 +219,93 @@ async def test_a_takeover_records_the_cloud_tasks_counters_of_its_delivery(store
     assert retry.decision is Decision.TAKEOVER
     assert (retry.record.task_retry_count, retry.record.task_execution_count) == (3, 2)
     assert await store.get(retry.record.run_id, T0) == retry.record
+
+
+async def test_integers_round_trip_exactly_through_every_write(store: RunStore) -> None:
+    """A record's integers read back exactly, up to 2^63-1, after the claim, a takeover, a finish and
+    a release wrote them (a store that re-encodes numbers as doubles rounds 2^53+1 to 2^53)."""
+    top, odd = 2**63 - 1, 2**53 + 1
+    counted = replace(new_run(), task_retry_count=top, task_execution_count=odd)
+    first = await store.claim(counted, T0, LEASE, RETENTION)
+    assert (first.record.task_retry_count, first.record.task_execution_count) == (top, odd)
+    assert (await store.get(first.record.run_id, T0)) == first.record
+
+    await store.finish(first, Finish(FAILED, last_error="HTTP 500"), T0)
+    again = replace(counted, task_retry_count=top - 2, task_execution_count=odd + 2)
+    taken = await store.claim(again, T0 + timedelta(seconds=1), LEASE, RETENTION)
+    assert taken.decision is Decision.TAKEOVER
+    await store.release(taken.record.run_id, T0 + timedelta(seconds=2))
+    done = await store.finish(
+        taken, Finish(COMPLETED, target={"type": "log", "resource": "x"}), T0 + timedelta(seconds=3)
+    )
+
+    for read in (
+        await store.get(done.run_id, T0),
+        (await store.get_many([done.run_id], T0))[done.run_id],
+        (await store.list(T0, route="etl"))[0],
+    ):
+        assert read is not None
+        assert (read.task_retry_count, read.task_execution_count) == (top - 2, odd + 2)
+        assert type(read.task_retry_count) is int and read == done
+
+
+async def test_get_many_returns_the_live_records_asked_for_by_run_id(store: RunStore) -> None:
+    runs = [new_run(run_id=f"{i:064x}") for i in range(5)]
+    claims = [await claim(store, T0 + timedelta(seconds=i), run) for i, run in enumerate(runs)]
+    await store.finish(claims[1], Finish(COMPLETED, target={"type": "log", "resource": "x"}), T0)
+    wanted = [runs[1].run_id, runs[3].run_id, "f" * 64, runs[1].run_id]  # one absent, one twice
+
+    found = await store.get_many(wanted, T0 + timedelta(seconds=10))
+
+    assert set(found) == {runs[1].run_id, runs[3].run_id}
+    assert found[runs[1].run_id] == await store.get(runs[1].run_id, T0) and found[runs[1].run_id].status == COMPLETED
+    assert found[runs[3].run_id] == claims[3].record
+    assert await store.get_many([], T0) == {}
+    # Record i expires at T0 + RETENTION + i: only the unexpired are returned.
+    assert set(await store.get_many([r.run_id for r in runs], T0 + RETENTION + timedelta(seconds=2))) == {
+        runs[3].run_id,
+        runs[4].run_id,
+    }
+
+
+async def test_get_many_reads_more_than_one_batch(store: RunStore) -> None:
+    from runonce.stores.base import GET_MANY_BATCH
+
+    count = GET_MANY_BATCH + 3
+    runs = [new_run(run_id=f"{i:064x}") for i in range(0, count, 50)]
+    for run in runs:
+        await claim(store, T0, run)
+    wanted = [f"{i:064x}" for i in range(count)]
+
+    assert set(await store.get_many(wanted, T0)) == {run.run_id for run in runs}
+
+
+async def test_list_limit_is_met_past_runs_of_other_statuses_and_routes(store: RunStore) -> None:
+    """The newest `limit` of a route and status, whatever else is newer (the reads of an overlap
+    guard, by route and status)."""
+    etl = [new_run(run_id=f"{i:064x}") for i in range(6)]
+    claims = [await claim(store, T0 + timedelta(seconds=i), run) for i, run in enumerate(etl)]
+    for done in claims[:3]:
+        await store.finish(done, Finish(COMPLETED, target={"type": "log", "resource": "x"}), T0)
+    for i in range(6, 10):  # newer runs of another route
+        await claim(store, T0 + timedelta(seconds=i), new_run(run_id=f"{i:064x}", route="report"))
+
+    completed = await store.list(T0 + timedelta(seconds=20), route="etl", status=COMPLETED, limit=2)
+    running = await store.list(T0 + timedelta(seconds=20), route="etl", status=IN_PROGRESS, limit=10)
+    newest = await store.list(T0 + timedelta(seconds=20), status=IN_PROGRESS, limit=2)
+
+    assert [r.run_id for r in completed] == [etl[2].run_id, etl[1].run_id]
+    assert [r.run_id for r in running] == [etl[5].run_id, etl[4].run_id, etl[3].run_id]
+    assert [r.run_id for r in newest] == [f"{9:064x}", f"{8:064x}"]
+    # A failed run then taken over moves between statuses: listed once, where it is now.
+    await store.finish(claims[5], Finish(FAILED, last_error="HTTP 500"), T0)
+    assert [r.run_id for r in await store.list(T0, route="etl", status=FAILED)] == [etl[5].run_id]
+    await claim(store, T0 + timedelta(seconds=21), etl[5])
+    assert await store.list(T0, route="etl", status=FAILED) == []
+    assert [r.run_id for r in await store.list(T0, route="etl", status=IN_PROGRESS)][:1] == [etl[5].run_id]
+    # A takeover keeps the run's place: it is as old as its first claim, whatever is newer.
+    await store.finish(claims[3], Finish(FAILED, last_error="HTTP 500"), T0)
+    await claim(store, T0 + timedelta(seconds=22), etl[3])
+    running = await store.list(T0, route="etl", status=IN_PROGRESS)
+    assert [r.run_id for r in running] == [etl[5].run_id, etl[4].run_id, etl[3].run_id]
+    assert [r.run_id for r in await store.list(T0, status=IN_PROGRESS, limit=7)][-3:] == [r.run_id for r in running]

@@ -20,7 +20,6 @@ This module reads routes, a store and a clock handed to it; it knows nothing of 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import re
@@ -49,8 +48,6 @@ from runonce.targets import DispatchRequest, Target, TargetFailed
 MAX_FIRE_TIMES = 20_000
 """Most fire times one audit or backfill computes: a minutely route over two weeks. A wider range is
 refused with a message that says to narrow it, rather than running for minutes."""
-LOOKUP_CONCURRENCY = 16
-"""Store reads in flight at once while auditing."""
 MAX_CATCH_UP_PER_ROUTE = 10
 """Most missed runs of one route that one audit dispatches with `catch_up: all`, oldest first; the
 rest are still missed at the next audit, which dispatches the next ten."""
@@ -213,18 +210,17 @@ async def missing(store: RunStore, runs: Iterable[ScheduledRun], now: datetime) 
     execution, or the route was busy, until Scheduler gave up). `in_progress`, `completed` and
     `skipped` runs are accounted for. Raises `StoreUnavailable`."""
     runs = list(runs)
-    gate = asyncio.Semaphore(LOOKUP_CONCURRENCY)
+    records = await store.get_many([run.run_id for run in runs], now)
 
-    async def why_missed(run: ScheduledRun) -> str | None:
-        async with gate:
-            record = await store.get(run.run_id, now)
+    def why_missed(run: ScheduledRun) -> str | None:
+        record = records.get(run.run_id)
         if record is None:
             return NO_DELIVERY
         if record.status == FAILED:
             return f"failed: {record.last_error}"
         return None
 
-    found = await asyncio.gather(*(why_missed(run) for run in runs))
+    found = [why_missed(run) for run in runs]
     return [replace(run, why=why) for run, why in zip(runs, found, strict=True) if why is not None]
 
 

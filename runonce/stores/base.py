@@ -19,7 +19,7 @@ import asyncio
 import enum
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -253,6 +253,27 @@ MAX_RACES = 20
 FINISH_FIELDS = ("status", "target", "last_error", "updated_at")
 RELEASE_FIELDS = ("lease_expires", "updated_at")
 
+GET_MANY_CONCURRENCY = 16
+"""Reads in flight at once in `RunStore.get_many`'s default (one `get` each)."""
+GET_MANY_BATCH = 500
+"""Most run_ids one batch read asks for (Firestore's BatchGet and a Redis MGET take this many
+comfortably; SQLite's bound-parameter limit is 32,766)."""
+
+
+Records = list[RunRecord]
+"""A list of records (the name `list` is a method of every store)."""
+
+
+def live(records: Iterable[RunRecord], now: datetime) -> dict[str, RunRecord]:
+    """`records` that have not expired, by run_id: what `get_many` returns of a batch read."""
+    return {record.run_id: record for record in records if record.expire_at > now}
+
+
+def chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
+    """`items` in slices of at most `size`, in order."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
 
 class RunStore(ABC):
     """A claim store. Every method takes `now` so tests drive the clock.
@@ -387,14 +408,17 @@ class RunStore(ABC):
             return None
         return loaded[0]
 
-    async def get_many(self, run_ids: Sequence[str], now: datetime) -> dict[str, RunRecord]:
-        """The unexpired records of `run_ids` that exist, by run_id. A store overrides it with one
-        batch read; this default reads them one by one, a few at a time."""
-        gate = asyncio.Semaphore(16)
+    async def get_many(self, run_ids: Iterable[str], now: datetime) -> dict[str, RunRecord]:
+        """The unexpired records of `run_ids` that exist, by run_id (absent ones are left out).
+
+        This default reads them with `get`, GET_MANY_CONCURRENCY at a time; a backend with a batch
+        read overrides it, so the audit costs a request per batch, not per fire time."""
+        gate = asyncio.Semaphore(GET_MANY_CONCURRENCY)
 
         async def one(run_id: str) -> RunRecord | None:
             async with gate:
                 return await self.get(run_id, now)
 
-        found = await asyncio.gather(*(one(run_id) for run_id in run_ids))
+        unique = list(dict.fromkeys(run_ids))
+        found = await asyncio.gather(*(one(run_id) for run_id in unique))
         return {record.run_id: record for record in found if record is not None}

@@ -22,8 +22,10 @@ CPU than the gRPC calls themselves. `list` and `ping` are not on the hot path an
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
@@ -37,9 +39,24 @@ from google.cloud.firestore_v1 import _helpers
 from google.cloud.firestore_v1.services.firestore.transports.base import DEFAULT_CLIENT_INFO
 from google.cloud.firestore_v1.types import firestore as rpc
 
-from runonce.stores.base import RunRecord, RunStatus, RunStore, StoreUnavailable, Version
+from runonce.stores.base import (
+    GET_MANY_BATCH,
+    Records,
+    RunRecord,
+    RunStatus,
+    RunStore,
+    StoreUnavailable,
+    Version,
+    chunks,
+    live,
+)
 
 T = TypeVar("T")
+
+logger = logging.getLogger("runonce.stores.firestore")
+
+RETRY_INDEX_SECONDS = 300.0
+"""How long `list` reads a collection without its composite indexes before it tries them again."""
 
 # The errors that are the protocol's answers, not store failures, per write: the record is not as
 # the write expected (it exists already; it changed or went since it was read). Anywhere else they
@@ -75,6 +92,21 @@ _BATCH_GET_RETRY = retry_async.AsyncRetry(
 
 _FIELDS = tuple(f.name for f in fields(RunRecord))
 
+INDEXES = (("route", "status"), ("route",), ("status",))
+"""The composite indexes `list` needs: each of these fields ascending, then `created_at`
+descending, on the collection (terraform/indexes.tf declares them; `runonce store init` prints the
+gcloud commands). A list with no filter uses the automatic single-field index on created_at."""
+
+
+def index_commands(collection: str) -> list[str]:
+    """The gcloud commands that create INDEXES on `collection` (`runonce store init` prints them)."""
+    return [
+        f"gcloud firestore indexes composite create --collection-group={collection} "
+        + " ".join(f"--field-config=field-path={name},order=ascending" for name in fields_)
+        + " --field-config=field-path=created_at,order=descending"
+        for fields_ in INDEXES
+    ]
+
 
 class FirestoreStore(RunStore):
     def __init__(
@@ -88,8 +120,11 @@ class FirestoreStore(RunStore):
         self._client = client or firestore.AsyncClient(project=project, database=database)
         self._collection = self._client.collection(collection)
         self._timeout = timeout_seconds
+        self._unindexed_until = 0.0  # monotonic time before which list reads without the index
         self.round_trips: Counter[str] = Counter()
-        """Firestore calls made, by operation (`create`, `get`, `update`, `query`)."""
+        """Firestore calls made, by operation (`create`, `get`, `update`, `query`, `get_many`)."""
+        self.documents_read = 0
+        """Documents the calls returned: what Firestore bills reads by."""
         self._database = self._client._database_string
         self._documents = f"{self._database}/documents/{collection}/"
         # The document API's metadata (resource prefix; on the emulator, its owner token), plus what
@@ -175,6 +210,7 @@ class FirestoreStore(RunStore):
         response = await self._rpc("get", self._read_one(request))
         if response is None or not response.HasField("found"):
             return None
+        self.documents_read += 1
         found = response.found  # decoded as DocumentSnapshot.to_dict() does (not on a fresh run's path)
         # A record is a plain map; the client decodes only references, which records never hold.
         fields = cast("dict[str, Any]", _helpers.decode_dict(found.fields, self._client))  # pragma: no mutate
@@ -213,16 +249,65 @@ class FirestoreStore(RunStore):
     async def list(
         self, now: datetime, route: str | None = None, status: RunStatus | None = None, limit: int = 50
     ) -> list[RunRecord]:
-        # Equality filters only: served by single-field indexes, no composite index to deploy.
+        """Newest first, `limit` at a time, through a composite index on the filtered fields and
+        `created_at` descending (INDEXES; the emulator needs none). Expired documents the TTL has not
+        deleted yet are dropped here; they are the oldest, so a page ending in one ends the list."""
         query: Any = self._collection
         if route is not None:
             query = query.where(filter=firestore.FieldFilter("route", "==", route))
         if status is not None:
             query = query.where(filter=firestore.FieldFilter("status", "==", status))
+        if time.monotonic() < self._unindexed_until:
+            return await self._list_unordered(query, now, limit)
+        ordered = query.order_by("created_at", direction=firestore.Query.DESCENDING).limit(limit)
+        found: list[RunRecord] = []
+        page = ordered
+        while True:
+            try:
+                snaps = await self._rpc("query", page.get())
+            except StoreUnavailable as exc:
+                if not isinstance(exc.__cause__, gexc.FailedPrecondition) or "index" not in str(exc):
+                    raise
+                # A collection whose composite indexes are not built yet (`runonce store init` says
+                # how): read as before, every record of the filter, and try the index again later.
+                self._unindexed_until = time.monotonic() + RETRY_INDEX_SECONDS
+                logger.warning("firestore list needs a composite index, reading without it: %s", exc)
+                return await self._list_unordered(query, now, limit)
+            records = [_from_doc(snap.to_dict()) for snap in snaps]
+            self.documents_read += len(records)
+            found.extend(r for r in records if r.expire_at > now)
+            if len(found) >= limit or len(records) < limit or records[-1].expire_at <= now:
+                return found[:limit]
+            page = ordered.start_after(snaps[-1])
+
+    async def _list_unordered(self, query: Any, now: datetime, limit: int) -> Records:
+        """Every record of the equality filters, sorted here: what needs no composite index."""
         snaps = await self._rpc("query", query.get())
-        records = [_from_doc(snap.to_dict()) for snap in snaps]
-        live = [r for r in records if r.expire_at > now]
-        return sorted(live, key=lambda r: r.created_at, reverse=True)[:limit]
+        self.documents_read += len(snaps)
+        live_records = [r for r in (_from_doc(snap.to_dict()) for snap in snaps) if r.expire_at > now]
+        return sorted(live_records, key=lambda r: r.created_at, reverse=True)[:limit]
+
+    async def get_many(self, run_ids: Iterable[str], now: datetime) -> dict[str, RunRecord]:
+        """One BatchGetDocuments per GET_MANY_BATCH run_ids."""
+        found: dict[str, RunRecord] = {}
+        for batch in chunks(list(dict.fromkeys(run_ids)), GET_MANY_BATCH):
+            request = _BatchGetRequest(database=self._database, documents=[self._documents + r for r in batch])
+            responses = await self._rpc("get_many", self._read_all(request))
+            self.documents_read += sum(1 for response in responses if response.HasField("found"))
+            records = (
+                _from_doc(cast("dict[str, Any]", _helpers.decode_dict(response.found.fields, self._client)))
+                for response in responses
+                if response.HasField("found")
+            )
+            found.update(live(records, now))
+        return found
+
+    async def _read_all(self, request: Any) -> Sequence[Any]:
+        call = await self._batch_get_call(request)
+        try:
+            return [response async for response in call]
+        except grpc.RpcError as exc:
+            raise gexc.from_grpc_error(exc) from exc
 
     async def ping(self) -> None:
         # A read of a document that never exists: proves reachability and permission.

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 from datetime import UTC, datetime
@@ -36,10 +37,12 @@ from google.api_core import exceptions as gexc
 from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
 
-from runonce.stores.base import RunRecord, RunStatus, RunStore, StoreUnavailable, Version
+from runonce.stores.base import GET_MANY_BATCH, RunRecord, RunStatus, RunStore, StoreUnavailable, Version, chunks, live
 from runonce.stores.urls import SpannerURL
 
 T = TypeVar("T")
+
+logger = logging.getLogger("runonce.stores.spanner")
 
 DDL = """CREATE TABLE {table} (
   run_id STRING(MAX) NOT NULL,
@@ -67,10 +70,30 @@ DDL = """CREATE TABLE {table} (
 """The table, the one text `runonce store init` applies and Terraform's database carries (a test
 checks they agree). `target` is JSON text, as in SQLite, so every store reads it the same way."""
 
+INDEX_DDL = (
+    "CREATE INDEX {table}_by_route_status ON {table} (route, status, created_at DESC)",
+    "CREATE INDEX {table}_by_route ON {table} (route, created_at DESC)",
+    "CREATE INDEX {table}_by_status ON {table} (status, created_at DESC)",
+)
+"""The secondary indexes `list` reads through: a route's newest runs (of one status) cost what the
+limit asks, not the route's history. `store init` creates those missing; Terraform's database
+carries them after the table."""
+_NO_INDEX = re.compile(r"secondary index|index .*not found|does not have .*index", re.IGNORECASE)
+RETRY_INDEX_SECONDS = 300.0
+"""How long `list` reads a table without its indexes before it tries them again."""
+_INDEX_FOR = {(True, True): "by_route_status", (True, False): "by_route", (False, True): "by_status"}
+
 _COLUMNS = [f.name for f in fields(RunRecord)]
 _TIME_COLUMNS = ("lease_expires", "expire_at", "created_at", "updated_at")
 
 _DROPPED = re.compile(r"Transaction not found|Invalid transaction ID|after it has been committed or rolledback")
+
+_LIST_TYPES = {
+    "now": param_types.TIMESTAMP,
+    "route": param_types.STRING,
+    "status": param_types.STRING,
+    "limit": param_types.INT64,
+}
 
 # Errors that say the store could not answer; Aborted is retried inside run_in_transaction.
 _UNAVAILABLE = (gexc.GoogleAPIError, TimeoutError, OSError)
@@ -101,6 +124,7 @@ class SpannerStore(RunStore):
         self._client = spanner.Client(project=url.project)
         self._database = self._client.instance(url.instance).database(url.database)
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="runonce-spanner")
+        self._unindexed_until = 0.0  # monotonic time before which list reads without an index hint
         self.calls: Counter[str] = Counter()
         """Primitives called, by name (`load`, `insert`, `replace`; each costs what the module says)."""
 
@@ -180,24 +204,57 @@ class SpannerStore(RunStore):
     async def list(
         self, now: datetime, route: str | None = None, status: RunStatus | None = None, limit: int = 50
     ) -> list[RunRecord]:
+        # Only the filters asked for, read through the index on them (INDEX_DDL), newest first: the
+        # scan stops at `limit` live rows. No filter at all is an admin's view: a scan of the table.
+        where, params = ["expire_at > @now"], {"now": now, "limit": limit}
+        if route is not None:
+            where.append("route = @route")
+            params["route"] = route
+        if status is not None:
+            where.append("status = @status")
+            params["status"] = status
+        types = {name: _LIST_TYPES[name] for name in params}
+        index = _INDEX_FOR.get((route is not None, status is not None))
+        hinted = index is not None and time.monotonic() >= self._unindexed_until
+        source = f"{self.table}@{{FORCE_INDEX={self.table}_{index}}}" if hinted else self.table
         sql = (
-            f"SELECT {', '.join(_COLUMNS)} FROM {self.table} WHERE expire_at > @now"
-            " AND (@route IS NULL OR route = @route) AND (@status IS NULL OR status = @status)"
+            f"SELECT {', '.join(_COLUMNS)} FROM {source} WHERE {' AND '.join(where)}"
             " ORDER BY created_at DESC LIMIT @limit"
         )
-        params = {"now": now, "route": route, "status": status, "limit": limit}
-        types = {
-            "now": param_types.TIMESTAMP,
-            "route": param_types.STRING,
-            "status": param_types.STRING,
-            "limit": param_types.INT64,
-        }
 
         def query() -> list[RunRecord]:
             with self._database.snapshot() as snapshot:
                 return [_from_row(row) for row in snapshot.execute_sql(sql, params=params, param_types=types)]
 
-        return await self._run("list", query)
+        try:
+            return await self._run("list", query)
+        except StoreUnavailable as exc:
+            if not hinted or not _NO_INDEX.search(str(exc)):
+                raise
+        # A table from before the indexes (`runonce store init` adds them): read it as before, a
+        # scan, and try the index again in a while.
+        self._unindexed_until = time.monotonic() + RETRY_INDEX_SECONDS
+        logger.warning(
+            "spanner table %s has no index %s_%s: listing runs scans the table; run `runonce store init`",
+            self.table,
+            self.table,
+            index,
+        )
+        return await self.list(now, route, status, limit)
+
+    async def get_many(self, run_ids: Iterable[str], now: datetime) -> dict[str, RunRecord]:
+        """One strong read of a KeySet per GET_MANY_BATCH run_ids."""
+        unique = list(dict.fromkeys(run_ids))
+
+        def read() -> dict[str, RunRecord]:
+            found: dict[str, RunRecord] = {}
+            with self._database.snapshot(multi_use=True) as snapshot:
+                for batch in chunks(unique, GET_MANY_BATCH):
+                    keys = spanner.KeySet(keys=[[run_id] for run_id in batch])
+                    found.update(live((_from_row(row) for row in snapshot.read(self.table, _COLUMNS, keys)), now))
+            return found
+
+        return await self._run("get_many", read)
 
     async def ping(self) -> None:
         def select() -> None:
@@ -213,8 +270,9 @@ class SpannerStore(RunStore):
     # -- runonce store init ---------------------------------------------------------------------
 
     def init(self, say: Callable[[str], None]) -> None:
-        """Create the table with its row deletion policy, unless it exists (then change nothing)."""
-        with self._database.snapshot() as snapshot:
+        """Create the table with its row deletion policy and its indexes, or those of them missing
+        (then change nothing else); say what was done."""
+        with self._database.snapshot(multi_use=True) as snapshot:
             rows = list(
                 snapshot.execute_sql(
                     "SELECT ROW_DELETION_POLICY_EXPRESSION FROM INFORMATION_SCHEMA.TABLES"
@@ -223,14 +281,35 @@ class SpannerStore(RunStore):
                     param_types={"table": param_types.STRING},
                 )
             )
-        if rows:
-            policy = rows[0][0]
-            say(f"spanner table {self.table} exists (row deletion policy: {policy or 'none'}): nothing to do")
-            if not policy:
-                say(
-                    f"  add it: ALTER TABLE {self.table} ADD ROW DELETION POLICY (OLDER_THAN(expire_at, INTERVAL 0 "
-                    "DAY))"
+            have = {
+                row[0]
+                for row in snapshot.execute_sql(
+                    "SELECT INDEX_NAME FROM INFORMATION_SCHEMA.INDEXES WHERE TABLE_SCHEMA = '' AND TABLE_NAME = @table",
+                    params={"table": self.table},
+                    param_types={"table": param_types.STRING},
                 )
+            }
+        missing = [ddl.format(table=self.table) for ddl in INDEX_DDL if _index_name(ddl, self.table) not in have]
+        if not rows:
+            self._database.update_ddl([DDL.format(table=self.table), *missing]).result(timeout=300)
+            say(
+                f"spanner table {self.table} created, with a row deletion policy on expire_at"
+                f" and {len(missing)} indexes"
+            )
             return
-        self._database.update_ddl([DDL.format(table=self.table)]).result(timeout=300)
-        say(f"spanner table {self.table} created, with a row deletion policy on expire_at")
+        policy = rows[0][0]
+        say(f"spanner table {self.table} exists (row deletion policy: {policy or 'none'})")
+        if not policy:
+            say(f"  add it: ALTER TABLE {self.table} ADD ROW DELETION POLICY (OLDER_THAN(expire_at, INTERVAL 0 DAY))")
+        if not missing:
+            say(f"spanner indexes of {self.table}: all {len(INDEX_DDL)} present, nothing to do")
+            return
+        # Spanner backfills a new index while the table stays readable and writable.
+        self._database.update_ddl(missing).result(timeout=3600)
+        for ddl in missing:
+            say(f"spanner index created: {ddl}")
+
+
+def _index_name(ddl: str, table: str) -> str:
+    """The name a statement of INDEX_DDL gives its index for `table`."""
+    return ddl.format(table=table).split()[2]

@@ -21,13 +21,23 @@ import asyncio
 import json
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 from datetime import datetime
 from typing import Any, TypeVar
 
-from runonce.stores.base import RunRecord, RunStatus, RunStore, StoreUnavailable, Version, rfc3339
+from runonce.stores.base import (
+    GET_MANY_BATCH,
+    RunRecord,
+    RunStatus,
+    RunStore,
+    StoreUnavailable,
+    Version,
+    chunks,
+    live,
+    rfc3339,
+)
 
 T = TypeVar("T")
 
@@ -59,6 +69,14 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE INDEX IF NOT EXISTS runs_by_created ON runs (created_at);
 """
+
+_INDEXES = """
+CREATE INDEX IF NOT EXISTS runs_by_route_status ON runs (route, status, created_at);
+CREATE INDEX IF NOT EXISTS runs_by_route ON runs (route, created_at);
+CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, created_at);
+"""
+"""What `list` reads through, so a route's newest runs cost what `limit` asks, not the route's
+history. Created on open (idempotent), so an older file gains them the first time it is opened."""
 
 
 def _to_row(record: RunRecord) -> tuple[Any, ...]:
@@ -177,6 +195,7 @@ class SQLiteStore(RunStore):
                 conn.executescript(_SCHEMA)
                 _add_missing_columns(conn)
                 _allow_skipped(conn)
+                conn.executescript(_INDEXES)
                 return
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) or time.monotonic() > deadline:
@@ -216,14 +235,33 @@ class SQLiteStore(RunStore):
     async def list(
         self, now: datetime, route: str | None = None, status: RunStatus | None = None, limit: int = 50
     ) -> list[RunRecord]:
+        # Only the filters asked for, so SQLite walks the matching index newest first and stops at
+        # `limit` live rows (an `(? IS NULL OR route = ?)` would make it scan the table).
+        where, params = ["expire_at > ?"], [rfc3339(now)]
+        if route is not None:
+            where.append("route = ?")
+            params.append(route)
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        sql = f"{_SELECT} WHERE {' AND '.join(where)} ORDER BY created_at DESC LIMIT ?"
+
         def work(conn: sqlite3.Connection) -> list[RunRecord]:
-            rows = conn.execute(
-                f"{_SELECT} WHERE expire_at > ? AND (? IS NULL OR route = ?) AND (? IS NULL OR status = ?)"
-                " ORDER BY created_at DESC LIMIT "
-                "?",  # pragma: no mutate - SQL keywords and pragma names are case-insensitive
-                (rfc3339(now), route, route, status, status, limit),
-            ).fetchall()
-            return [_from_row(row) for row in rows]
+            return [_from_row(row) for row in conn.execute(sql, (*params, limit)).fetchall()]
+
+        return await self._run(work)
+
+    async def get_many(self, run_ids: Iterable[str], now: datetime) -> dict[str, RunRecord]:
+        """One SELECT per GET_MANY_BATCH run_ids, by primary key."""
+        unique = list(dict.fromkeys(run_ids))
+
+        def work(conn: sqlite3.Connection) -> dict[str, RunRecord]:
+            found: dict[str, RunRecord] = {}
+            for batch in chunks(unique, GET_MANY_BATCH):
+                marks = ", ".join("?" * len(batch))
+                rows = conn.execute(f"{_SELECT} WHERE run_id IN ({marks})", tuple(batch)).fetchall()
+                found.update(live((_from_row(row) for row in rows), now))
+            return found
 
         return await self._run(work)
 

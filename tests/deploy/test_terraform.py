@@ -703,6 +703,24 @@ def test_spanner_database_ddl_is_the_stores_ddl_and_its_url_opens_that_table(
     assert (url.project, url.instance, url.database, url.table) == ("my-project", "claims", "runs-db", "my_runs")
 
 
+def test_store_indexes_are_the_stores_own(hcl_trees: dict[str, dict]) -> None:
+    """Terraform declares exactly the indexes the stores list through: Firestore's composite indexes
+    (each equality field ascending, then created_at descending) and Spanner's INDEX_DDL."""
+    from runonce.stores.firestore import INDEXES
+    from runonce.stores.spanner import INDEX_DDL
+
+    tree = hcl_trees["terraform/indexes.tf"]
+    values = {key: value for entry in tree["locals"] for key, value in items(entry)}
+    assert [string(ddl) for ddl in values["spanner_index_ddl_templates"]] == list(INDEX_DDL)
+    assert sorted(tuple(string(f) for f in fields) for fields in values["firestore_index_fields"].values()) == sorted(
+        INDEXES
+    )
+    index = _resources(hcl_trees)["google_firestore_index.runs"]
+    assert index["collection"] == "${var.firestore_collection}"
+    ((last,),) = [index["fields"]]
+    assert (string(last["field_path"]), string(last["order"])) == ("created_at", "DESCENDING")
+
+
 @pytest.mark.parametrize(
     "change",
     [
@@ -725,7 +743,7 @@ def test_complete_store_settings_pass_the_rules(rules_module: Path, tmp_path: Pa
 def test_store_choice_wires_database_grant_vpc_egress_and_env(hcl_trees: dict[str, dict]) -> None:
     resources = _resources(hcl_trees)
     database = resources["google_spanner_database.this"]
-    assert database["ddl"] == ["${local.spanner_ddl}"]
+    assert database["ddl"] == "${concat([local.spanner_ddl], local.spanner_index_ddl)}"
     grant = resources["google_spanner_database_iam_member.runtime"]
     assert string(grant["role"]) == "roles/spanner.databaseUser"
     assert grant["database"] == "${local.spanner_database_name}"

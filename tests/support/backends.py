@@ -35,8 +35,9 @@ def _spawn(args: list[str], log: Path) -> subprocess.Popen:
         return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def start_redis(log_dir: Path, port: int | None = None) -> Server:
-    """A real redis-server, no persistence (a test store). `port`: restart on the same one."""
+def start_redis(log_dir: Path, port: int | None = None, *, persist: bool = False) -> Server:
+    """A real redis-server, no persistence (a test store), or with `persist` an append-only file
+    synced on every write in `log_dir` (a restart keeps the data). `port`: restart on the same one."""
     require_services("redis-server")
     binary = shutil.which("redis-server")
     if binary is None:
@@ -48,7 +49,8 @@ def start_redis(log_dir: Path, port: int | None = None) -> Server:
     log = log_dir / f"redis-{port}.log"
     # --dir: a replica's full sync writes an RDB file even with --save "": keep it out of the repo.
     proc = _spawn(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(log_dir)],
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(log_dir)]
+        + (["--appendonly", "yes", "--appendfsync", "always"] if persist else ["--appendonly", "no"]),
         log,
     )
     server = Server(proc, port, log)
