@@ -76,14 +76,14 @@ class Backends:
 
 
 def measure(backends: Backends, store: str, instances: int, args: argparse.Namespace, seed: int) -> dict[str, float]:
-    """Median copies/s and runs/s over `args.rounds` bursts against `instances` servers."""
+    """Median copies/s and runs/s over `args.bursts` bursts against `instances` servers."""
     rates: list[float] = []
     run_rates: list[float] = []
     with Downstream() as downstream:
         env = server_env(backends.env(store), downstream, args.lease)
         servers = start_instances(env, backends.logs, instances)
         try:
-            for round_ in range(args.rounds + 1):  # round 0 warms connections and sessions
+            for round_ in range(args.bursts + 1):  # round 0 warms connections and sessions
                 burst = Burst(servers, args.runs, seed + round_, concurrency=args.concurrency, prefix=f"r{round_}")
                 before = calls_so_far(downstream)
                 outcome = asyncio.run(burst.run())
@@ -106,7 +106,7 @@ def measure(backends: Backends, store: str, instances: int, args: argparse.Names
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=300, help="distinct runs per burst (each sent 2-3 times)")
-    parser.add_argument("--rounds", type=int, default=3, help="measured bursts per cell (after one warm-up)")
+    parser.add_argument("--bursts", type=int, default=3, help="measured bursts per cell, after one warm-up")
     parser.add_argument("--concurrency", type=int, default=48, help="copies in flight at once")
     parser.add_argument("--instances", default="1,2,4", help="instance counts, comma-separated")
     parser.add_argument("--stores", default=",".join(STORES), help="stores, comma-separated")
@@ -120,11 +120,11 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny numbers: proves the benchmark runs")
     args = parser.parse_args()
     if args.smoke:
-        args.runs, args.rounds, args.instances = 20, 1, "1,2"
+        args.runs, args.bursts, args.instances = 20, 1, "1,2"
     seed = args.seed if args.seed is not None else random.randrange(2**32)
     counts = [int(n) for n in args.instances.split(",")]
     stores = tuple(args.stores.split(","))
-    print(f"seed {seed}; {args.runs} runs per burst, {args.rounds} rounds, concurrency {args.concurrency}")
+    print(f"seed {seed}; {args.runs} runs per burst, {args.bursts} bursts, concurrency {args.concurrency}")
     with tempfile.TemporaryDirectory(prefix="bench-instances-") as tmp, ExitStack() as stack:
         backends = Backends(Path(tmp), stack, stores)
         print(f"{'store':<10} {'instances':>9} {'deliveries/s':>13} {'runs/s':>8} {'vs 1':>6}")
