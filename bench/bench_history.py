@@ -46,12 +46,11 @@ from bench.bench_stores import cpu_seconds  # noqa: E402
 from runonce.missed.audit import missing, scheduled_runs  # noqa: E402
 from runonce.run.delivery import Delivery  # noqa: E402
 from runonce.run.guarantees import RouteGuard  # noqa: E402
-from runonce.run.runner import Runner  # noqa: E402
+from runonce.run.runner import Rules, Runner  # noqa: E402
 from runonce.stores import RunStore, open_store  # noqa: E402
 from runonce.targets.scripted import ScriptedTarget  # noqa: E402
 from tests.support.clock import Clock  # noqa: E402
-from tests.support.history import ROUTE, history, seed  # noqa: E402
-from tests.test_store_history import LEASE, RETENTION, ROUTES  # noqa: E402
+from tests.support.history import LEASE, RETENTION, ROUTE, ROUTES, history, seed  # noqa: E402  # noqa: E402
 
 STORES = ("memory", "sqlite", "firestore", "spanner", "redis")
 BODY = "0" * 64
@@ -128,7 +127,7 @@ def _runner(store: RunStore, clock: Clock) -> Runner:
         retention=RETENTION,
         dispatch_timeout=timedelta(seconds=30),
         clock=clock,
-        guards={ROUTE: RouteGuard("skip")},
+        routes={ROUTE: Rules(RouteGuard("skip"))},
     )
 
 

@@ -236,7 +236,7 @@ def store_init() -> None:
     settings = _settings()
     scheme = backend_for(settings.store).scheme
     if scheme == "firestore":
-        from runonce.stores.firestore import index_commands
+        from runonce.stores.firestore import index_commands  # deferred: only a Firestore store loads its client
 
         project = settings.firestore_project or "PROJECT"
         where = f"--database='{settings.firestore_database}' --project={project}"

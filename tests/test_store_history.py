@@ -8,29 +8,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 from runonce.missed.audit import missing, scheduled_runs
-from runonce.routes import parse_routes
 from runonce.run.delivery import Delivery
 from runonce.run.guarantees import RouteGuard
-from runonce.run.runner import Runner
+from runonce.run.runner import Rules, Runner
 from runonce.stores import RunStore
 from runonce.targets.scripted import ScriptedTarget
 from tests.support.clock import Clock
-from tests.support.history import ROUTE, Meter, history, seed
-
-LEASE = timedelta(seconds=300)
-RETENTION = timedelta(days=30)
-BODY = "0" * 64
-ROUTES = parse_routes(
-    """
-routes:
-  etl:
-    target: {type: log}
-    job: nightly
-    schedule: "* * * * *"
-    namespace: {project: proj-1, location: us-central1}
-""",
-    "test",
-)
+from tests.support.history import BODY, LEASE, RETENTION, ROUTE, ROUTES, Meter, history, seed
 
 
 async def _idle(resource: str) -> bool:
@@ -46,7 +30,7 @@ async def cost(store: RunStore, meter: Meter, clock: Clock, minute: int) -> tupl
         retention=RETENTION,
         dispatch_timeout=timedelta(seconds=30),
         clock=clock,
-        guards={ROUTE: RouteGuard("skip")},
+        routes={ROUTE: Rules(RouteGuard("skip"))},
     )
     delivery = Delivery(
         source="scheduler",

@@ -14,10 +14,25 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from runonce.routes import parse_routes
 from runonce.stores import RunStore
 from runonce.stores.base import COMPLETED, RunRecord
 
 ROUTE = "etl"
+LEASE = timedelta(seconds=300)
+RETENTION = timedelta(days=30)
+BODY = "0" * 64
+ROUTES = parse_routes(
+    """
+routes:
+  etl:
+    target: {type: log}
+    job: nightly
+    schedule: "* * * * *"
+    namespace: {project: proj-1, location: us-central1}
+""",
+    "test",
+)
 TARGET_TYPE = "scripted"
 
 
