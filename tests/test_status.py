@@ -283,7 +283,8 @@ async def test_it_reads_the_windows_fire_times_by_key_and_a_bounded_list() -> No
     lists = [args for kind, args in store.reads if kind == "list"]
     assert lists and all(limit <= RECENT_LIMIT for _route, _status, limit in lists)
     assert ("get_many", 6) in store.reads
-    assert len([kind for kind, _ in store.reads if kind == "load"]) == 6  # the 6 fire times, by key
+    # the 6 fire times by key, in the store's one batch read (or one load each): nothing else
+    assert len([kind for kind, _ in store.reads if kind == "load"]) in (0, 6)
 
 
 @pytest.fixture

@@ -17,6 +17,8 @@ from tests.support.backends import Server, start_redis
 from tests.support.runs import T0, claim, new_run
 from tests.support.stores import spanner_table_url
 
+pytestmark = pytest.mark.services  # a real redis-server restarted, the Spanner emulator paused
+
 LOG_TARGET = {"type": "log", "resource": "x"}
 BURST = 40  # more than the Redis pool's connections: every pooled connection is used after the restart
 
