@@ -18,7 +18,7 @@ import pytest
 
 from runonce import errors
 from runonce.run.delivery import Delivery
-from runonce.run.runner import Runner
+from runonce.run.runner import Rules, Runner
 from runonce.stores import RunStore
 from runonce.targets.scripted import ScriptedTarget
 from tests.support.burst import (
@@ -159,6 +159,7 @@ async def test_store_requests_per_fresh_run_and_per_duplicate(store_kind: str, s
     runner = Runner(
         store,
         {ROUTE: ScriptedTarget()},
+        routes={ROUTE: Rules()},
         lease=timedelta(seconds=60),
         retention=timedelta(days=1),
         dispatch_timeout=timedelta(seconds=10),

@@ -293,3 +293,14 @@ def test_the_checker_catches_a_backfill_whose_runs_keep_each_other_waiting(monke
     monkeypatch.setattr(backfill, "backfill_concurrency", lambda route, asked: max(1, asked))
     monkeypatch.setattr(world, "run_all", at_once)
     assert any(v.startswith("I15 ") for v in run_history(draw_config(20261062, "memory")).violations)
+
+
+def test_an_audit_told_unavailable_after_an_earlier_attempt_completed_its_run_is_no_failure() -> None:
+    """The audit's run was completed by an attempt that crashed after finishing (no answer); the
+    next attempt's replay met a store fault and was told 503: the record is not its doing (I14)."""
+    faults = {
+        "claim:5134b7b2:3": "commit_lose_answer",
+        "finish:5134b7b2:2": "crash_after",
+        "get:6c91effc:1": "fail_before_commit",
+    }
+    assert run_history(draw_config(20262083, "memory"), faults=faults).violations == []
