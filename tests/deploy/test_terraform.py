@@ -743,7 +743,7 @@ def test_complete_store_settings_pass_the_rules(rules_module: Path, tmp_path: Pa
 def test_store_choice_wires_database_grant_vpc_egress_and_env(hcl_trees: dict[str, dict]) -> None:
     resources = _resources(hcl_trees)
     database = resources["google_spanner_database.this"]
-    assert database["ddl"] == "${concat([local.spanner_ddl], local.spanner_index_ddl)}"
+    assert database["ddl"] == "${concat([local.spanner_ddl], local.spanner_index_ddl, [local.spanner_steps_ddl])}"
     grant = resources["google_spanner_database_iam_member.runtime"]
     assert string(grant["role"]) == "roles/spanner.databaseUser"
     assert grant["database"] == "${local.spanner_database_name}"
