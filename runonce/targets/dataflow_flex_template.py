@@ -32,13 +32,13 @@ from runonce.targets.registry import Grant, TargetType
 from runonce.targets.rest_jobs import (
     ParentConfig,
     RunNamedJobTarget,
+    RunParameters,
     check_route_labels,
     config_error,
     mapped_parameters,
     mapping_at,
-    parse_run_parameters,
     refuse_fields,
-    run_parameters_schema,
+    refuse_mapped_parameters,
     with_label,
 )
 
@@ -58,16 +58,10 @@ class DataflowFlexTemplateTargetConfig(ParentConfig):
     launch_parameter: dict[str, Any] = Field(
         description="A LaunchFlexTemplateParameter, as flexTemplates.launch takes it (containerSpecGcsPath, …)."
     )
-    run_parameters: dict[str, str] = Field(
+    run_parameters: RunParameters = Field(
         default_factory=dict,
-        json_schema_extra=run_parameters_schema,
         description="Which template parameters receive the run's identity: [run_id, schedule_time] or a mapping.",
     )
-
-    @field_validator("run_parameters", mode="before")
-    @classmethod
-    def _run_parameters(cls, value: Any) -> dict[str, str]:
-        return parse_run_parameters(value)
 
     @field_validator("launch_parameter")
     @classmethod
@@ -90,11 +84,7 @@ class DataflowFlexTemplateTargetConfig(ParentConfig):
     @model_validator(mode="after")
     def _parameters_left_to_runonce(self) -> DataflowFlexTemplateTargetConfig:
         given = mapping_at(self.launch_parameter, "parameters", "launch_parameter")
-        for field, parameter in self.run_parameters.items():
-            if parameter in given:
-                raise config_error(
-                    f"launch_parameter.parameters.{parameter} is set by runonce (run_parameters.{field})"
-                )
+        refuse_mapped_parameters(self.run_parameters, given, "launch_parameter.parameters")
         return self
 
 

@@ -21,10 +21,10 @@ import hashlib
 import re
 import uuid
 from abc import abstractmethod
-from typing import Any
+from typing import Annotated, Any
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from runonce.targets.base import (
@@ -178,6 +178,20 @@ def parse_run_parameters(value: Any) -> dict[str, str]:
     if len(set(value.values())) != len(value):
         raise config_error("run_id and schedule_time must go to different parameters")
     return dict(value)
+
+
+RunParameters = Annotated[
+    dict[str, str], BeforeValidator(parse_run_parameters), Field(json_schema_extra=run_parameters_schema)
+]
+"""`run_parameters:` of a route whose workload takes parameters: written as a list or a mapping,
+held as {run field: parameter name}."""
+
+
+def refuse_mapped_parameters(run_parameters: dict[str, str], given: dict[str, Any], where: str) -> None:
+    """A parameter runonce fills from the run must not also be given in the workload."""
+    for field, parameter in run_parameters.items():
+        if parameter in given:
+            raise config_error(f"{where}.{parameter} is set by runonce (run_parameters.{field})")
 
 
 def mapped_parameters(run_parameters: dict[str, str], request: DispatchRequest) -> dict[str, str]:

@@ -24,13 +24,13 @@ from runonce.targets.registry import Grant, TargetType
 from runonce.targets.rest_jobs import (
     ParentConfig,
     RunNamedJobTarget,
+    RunParameters,
     check_route_labels,
     config_error,
     mapped_parameters,
     mapping_at,
-    parse_run_parameters,
     refuse_fields,
-    run_parameters_schema,
+    refuse_mapped_parameters,
     with_label,
 )
 
@@ -44,16 +44,10 @@ class VertexPipelineJobTargetConfig(ParentConfig):
     pipeline_job: dict[str, Any] = Field(
         description="A Vertex AI PipelineJob, as pipelineJobs.create takes it (pipelineSpec or templateUri, …)."
     )
-    run_parameters: dict[str, str] = Field(
+    run_parameters: RunParameters = Field(
         default_factory=dict,
-        json_schema_extra=run_parameters_schema,
         description="Which pipeline parameters receive the run's identity: {run_id: PARAM, schedule_time: PARAM}.",
     )
-
-    @field_validator("run_parameters", mode="before")
-    @classmethod
-    def _run_parameters(cls, value: Any) -> dict[str, str]:
-        return parse_run_parameters(value)
 
     @field_validator("pipeline_job")
     @classmethod
@@ -70,11 +64,7 @@ class VertexPipelineJobTargetConfig(ParentConfig):
     @model_validator(mode="after")
     def _parameters_left_to_runonce(self) -> VertexPipelineJobTargetConfig:
         given = mapping_at(self.pipeline_job, "runtimeConfig.parameterValues", "pipeline_job")
-        for field, parameter in self.run_parameters.items():
-            if parameter in given:
-                raise config_error(
-                    f"pipeline_job.runtimeConfig.parameterValues.{parameter} is set by runonce (run_parameters.{field})"
-                )
+        refuse_mapped_parameters(self.run_parameters, given, "pipeline_job.runtimeConfig.parameterValues")
         return self
 
 
