@@ -304,3 +304,9 @@ def test_an_audit_told_unavailable_after_an_earlier_attempt_completed_its_run_is
         "get:6c91effc:1": "fail_before_commit",
     }
     assert run_history(draw_config(20262083, "memory"), faults=faults).violations == []
+
+
+def test_a_catch_up_whose_answer_a_crash_lost_is_still_a_past_time_run_on_purpose() -> None:
+    """The audit's catch-up ran late fire times on purpose; the instance crashed after finishing
+    one, so no answer named them. They are known from the dispatch, not the answer (I8)."""
+    assert run_history(draw_config(40015320, "memory"), faults={"finish:be70a9a0:1": "crash_after"}).violations == []

@@ -40,6 +40,7 @@ from runonce import errors
 from runonce.api.answers import render
 from runonce.api.main import create_app
 from runonce.metrics import Metrics
+from runonce.missed import backfill as backfill_module
 from runonce.missed.audit import AUDIT_ROUTE, AuditTarget, ScheduledRun, audit_since, check_audit, scheduled_delivery
 from runonce.missed.backfill import catch_up, run_all, run_one, runs_to_backfill
 from runonce.routes import load_routes
@@ -1259,13 +1260,26 @@ async def play(config: Config, faults: dict[str, str] | None = None) -> Report:
     world = World(config, loop, faults)
     if config.store in SERVER_STORES:
         await world.store_io(lambda: wipe_server_store(config.store))
+    # Every catch-up and backfill dispatch goes through backfill.run_one: note its run as one that
+    # runs a past time on purpose (I8) when it starts, not from the answer, which a crash may lose.
+    dispatching = backfill_module.run_one
+    backfill_module.run_one = _noting_past_runs(world, dispatching)
     try:
         await world.play()
         records = await world.records()
         violations = check(world, records)
     finally:
+        backfill_module.run_one = dispatching
         await world.close()
     return Report(config, dict(world.faults.injected), violations, len(world.answers), world.crashes, world.covered)
+
+
+def _noting_past_runs(world: World, dispatching: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    async def run_one_noted(runner: Any, run: ScheduledRun, route: Any) -> Any:
+        world.caught_up_runs.add(run.run_id)
+        return await dispatching(runner, run, route)
+
+    return run_one_noted
 
 
 def run_history(config: Config, faults: dict[str, str] | None = None) -> Report:
