@@ -100,9 +100,13 @@ async def test_spanner_paused_is_unavailable_within_the_timeout_and_serves_again
     not relied on). Resumed, every delivery is served: none fails on what the pause left behind,
     and a claim whose answer was lost in the pause is found, never reported as another's."""
     url = spanner_table_url(spanner_database)
-    store = open_store(url, timeout_seconds=2)
+    # The emulator alone stalls a burst of concurrent commits for up to ~3 s at times (seen with
+    # no pause at all): the warm-up and the deliveries after the pause get room for that; only
+    # the deliveries into the pause get the short timeout whose bound the test holds.
+    store = open_store(url, timeout_seconds=30)
     try:
         warm = await asyncio.gather(*(claim(store, run=new_run(run_id=f"{i:064x}")) for i in range(8)))
+        store._timeout = 2  # type: ignore[attr-defined]
         _signal(spanner_emulator, signal.SIGSTOP)
         try:
             began = time.monotonic()
@@ -114,8 +118,6 @@ async def test_spanner_paused_is_unavailable_within_the_timeout_and_serves_again
         finally:
             _signal(spanner_emulator, signal.SIGCONT)
 
-        # The emulator alone stalls a burst of concurrent commits for up to ~3 s at times (seen with
-        # no pause at all): after the pause, the same handle with room for that.
         store._timeout = 30  # type: ignore[attr-defined]
         after = await asyncio.gather(
             *(claim(store, run=new_run(run_id=f"{i + 100:064x}")) for i in range(16)), return_exceptions=True
