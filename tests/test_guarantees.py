@@ -5,6 +5,7 @@ store for the next retry (released, kept, or skipped for good)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -31,6 +32,7 @@ from runonce.run.runner import Rules, Runner, _new_run
 from runonce.settings import Settings
 from runonce.stores import Finish, NewRun, RunRecord
 from runonce.stores.base import COMPLETED, FAILED, IN_PROGRESS, SKIPPED
+from runonce.stores.memory import MemoryStore
 from runonce.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown
 from runonce.targets.scripted import ScriptedTarget
 from tests.support.clock import Clock
@@ -637,6 +639,44 @@ async def completed_run(store: BrokenStore, minute: int, claimed: datetime, done
     resource = f"scripted/{minute}"
     await store.finish(claim, Finish(COMPLETED, target={"type": "scripted", "resource": resource}), done)
     return resource
+
+
+class CompletesBetweenReads(BrokenStore):
+    """Another instance's run completes right after the guard's first read of the route's runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.between: Callable[[], Awaitable[object]] | None = None
+
+    async def list(self, *args, **kwargs):
+        found = await super().list(*args, **kwargs)
+        if self.between is not None:
+            between, self.between = self.between, None
+            await between()
+        return found
+
+
+async def test_a_run_that_completes_between_the_guards_two_reads_is_still_asked(clock: Clock) -> None:
+    """The route's in-progress and completed runs are two reads, not one snapshot: a run that was
+    being dispatched at the first and completed by the second is still the one to wait for (found
+    by the simulation: a force run dispatched beside a takeover that completed in between)."""
+    store = CompletesBetweenReads()
+    executions = Executions()
+    target = ScriptedTarget(running=executions.is_running)
+    r = runner(target, clock, RouteGuard("wait"), store)
+    other = await store.claim(r_new(delivery(0)), clock(), LEASE, timedelta(days=1))
+    clock.advance(1)
+    resource = "scripted/0"
+
+    async def other_completes() -> None:
+        await MemoryStore.finish(
+            store, other, Finish(COMPLETED, target={"type": "scripted", "resource": resource}), clock()
+        )
+
+    store.between = other_completes
+    message = await waits(r, delivery(1))
+    assert f"previous execution {resource} is still running" in message
+    assert target.dispatched == [] and target.state_reads == [resource]
 
 
 async def test_a_completed_run_stamped_exactly_the_clock_skew_before_the_newest_first_claim_is_asked(

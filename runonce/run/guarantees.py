@@ -17,7 +17,6 @@ A skip is recorded (`skipped`, terminal: every retry replays it) with `last_erro
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import logging
 from collections.abc import Callable
@@ -148,20 +147,25 @@ async def previous_state(
     ask. `failed` and `skipped` runs started nothing.
     """
     try:
-        completed, unresolved = await asyncio.gather(
-            store.list(
-                now, route=held.route, status=COMPLETED, limit=MAX_RECENT
-            ),  # pragma: no mutate - the limit bounds the cost only (MAX_RECENT)
-            store.list(
-                now, route=held.route, status=IN_PROGRESS, limit=MAX_RECENT
-            ),  # pragma: no mutate - the limit bounds the cost only (MAX_RECENT)
-        )
+        # In this order, one after the other: the two reads are not one snapshot, and a run that
+        # completes between them would be in neither list if completed runs were read first.
+        unresolved = await store.list(
+            now, route=held.route, status=IN_PROGRESS, limit=MAX_RECENT
+        )  # pragma: no mutate - the limit bounds the cost only (MAX_RECENT)
+        completed = await store.list(
+            now, route=held.route, status=COMPLETED, limit=MAX_RECENT
+        )  # pragma: no mutate - the limit bounds the cost only (MAX_RECENT)
     except StoreUnavailable as exc:
         return Previous.UNKNOWN, f"the claim store could not list the route's runs ({exc})"
     newest_claim = max((run.created_at for run in completed), default=None)
     since = newest_claim - CLOCK_SKEW if newest_claim is not None else None
+    completed_ids = {run.run_id for run in completed}
     earlier: list[tuple[RunRecord, str | None]] = [
-        (run, None) for run in unresolved if run.run_id != held.run_id and (since is None or run.updated_at >= since)
+        (run, None)
+        for run in unresolved
+        if run.run_id != held.run_id
+        and run.run_id not in completed_ids  # completed between the reads: its execution is named below
+        and (since is None or run.updated_at >= since)
     ]
     for run in sorted(completed, key=lambda run: run.updated_at, reverse=True):
         ran = run.target
