@@ -52,7 +52,7 @@ discovery: $(VENV)/.installed ## Regenerate the discovery documents google_api r
 # `make mutate MUTANTS='runonce.run.delivery*'` runs one module's mutants while iterating.
 MUTANTS ?=
 IN_PROCESS := -p no:cacheprovider -m "not deploy and not e2e" -k "not firestore" --ignore=tests/sim --ignore=tests/guard
-mutate: $(VENV)/.installed $(VENV)/.mutate-installed ## Mutation score of the exactly-once core (~30 min on 2 cores).
+mutate: $(VENV)/.installed $(VENV)/.mutate-installed redis-server ## Mutation score of the exactly-once core (~30 min on 2 cores).
 	$(BIN)/pytest -q $(IN_PROCESS)
 	rm -rf mutants  # a fresh run: mutmut maps tests to functions once, new tests would go unseen
 	$(BIN)/mutmut run $(MUTANTS) > mutants.log 2>&1 || (tail -20 mutants.log; exit 1)
