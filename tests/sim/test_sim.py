@@ -310,3 +310,9 @@ def test_a_catch_up_whose_answer_a_crash_lost_is_still_a_past_time_run_on_purpos
     """The audit's catch-up ran late fire times on purpose; the instance crashed after finishing
     one, so no answer named them. They are known from the dispatch, not the answer (I8)."""
     assert run_history(draw_config(40015320, "memory"), faults={"finish:be70a9a0:1": "crash_after"}).violations == []
+
+
+def test_an_audit_told_its_body_differs_from_the_one_that_completed_its_run_is_no_failure() -> None:
+    """Two audit deliveries with one identity (job and schedule time) and different bodies: the
+    second is told 422 payload_mismatch while the first's run is completed, as it should be (I14)."""
+    assert run_history(draw_config(60003594, "memory"), faults={}).violations == []
