@@ -11,7 +11,10 @@ redis-server), at each history size:
 - a fresh delivery on an `overlap: skip` route through the Runner (claim, the overlap guard's two
   lists of the route's newest runs, dispatch to a scripted target, finish): median latency, and CPU
   per delivery of runonce (this process) and of the store's server (its process tree, from /proc);
-- an audit of 60 fire times of the route (one get_many), five per round: median time.
+- an audit of 60 fire times of the route (one get_many), five per round: median time;
+- once per round, the route-and-status list a delivery makes, for a route with no records: an
+  index answers it at once; a server that scans the table (the emulators) takes longer the more
+  the table holds, which tells the emulator's cost apart from runonce's reads.
 
 Two stores of each kind side by side, one with each history; rounds of deliveries alternate between
 them, so the shared machine's drift falls on both (medians: of every delivery for latency, of the
@@ -48,6 +51,7 @@ from runonce.run.delivery import Delivery  # noqa: E402
 from runonce.run.guarantees import RouteGuard  # noqa: E402
 from runonce.run.runner import Rules, Runner  # noqa: E402
 from runonce.stores import RunStore, open_store  # noqa: E402
+from runonce.stores.base import COMPLETED  # noqa: E402
 from runonce.targets.scripted import ScriptedTarget  # noqa: E402
 from tests.support.clock import Clock  # noqa: E402
 from tests.support.history import LEASE, RETENTION, ROUTE, ROUTES, history, seed  # noqa: E402  # noqa: E402
@@ -188,6 +192,9 @@ async def bench_store(
                 measured = await one_round(runners[size], clocks[size], pid, per_round)
                 for name, values in measured.items():
                     samples[size].setdefault(name, []).extend(values)
+                samples[size].setdefault("no_route_list_ms", []).append(
+                    await _list_of_no_route(stores[size], clocks[size])
+                )
     finally:
         gc.unfreeze()
         for store in stores.values():
@@ -198,9 +205,18 @@ async def bench_store(
     return {"store": kind, "small": at_small, "large": at_large, "ratio": ratios, "seed_seconds": round(seeded, 1)}
 
 
+async def _list_of_no_route(store: RunStore, clock: Clock) -> float:
+    """The route-and-status list a delivery makes, for a route with no records at all. Read through
+    an index it finds nothing at once, whatever the table holds; its time growing with the table is
+    the server scanning the table (both emulators do, index or not)."""
+    start = time.perf_counter()
+    await store.list(clock(), route="no-such-route", status=COMPLETED, limit=20)
+    return time.perf_counter() - start
+
+
 def _row(result: dict[str, Any]) -> str:
     cells = []
-    for name in ("delivery_ms", "runonce_cpu_ms", "server_cpu_ms", "audit_ms"):
+    for name in ("delivery_ms", "runonce_cpu_ms", "server_cpu_ms", "audit_ms", "no_route_list_ms"):
         ratio = result["ratio"][name]
         cells.append(
             f"{result['small'][name]:7.2f} {result['large'][name]:7.2f} {'  -  ' if ratio is None else f'{ratio:5.2f}'}"
@@ -227,7 +243,10 @@ async def main() -> None:
             results.append(await bench_store(servers, kind, args.small, args.large, args.rounds, args.per_round))
             print(f"{_row(results[-1])}   (seeding took {results[-1]['seed_seconds']} s)", file=sys.stderr)
     print(f"history {args.small} -> {args.large} records of one overlap route; medians; ratio = large / small")
-    header = "   ".join(f"{name:^21}" for name in ("delivery ms", "runonce CPU ms", "server CPU ms", "audit ms (60)"))
+    header = "   ".join(
+        f"{name:^21}"
+        for name in ("delivery ms", "runonce CPU ms", "server CPU ms", "audit ms (60)", "list, no such route")
+    )
     print(f"{'store':<9} {header}")
     for result in results:
         print(_row(result))

@@ -41,6 +41,9 @@ from runonce.stores.base import (
 
 T = TypeVar("T")
 
+MMAP_BYTES = 256 * 1024 * 1024
+"""How much of the file SQLite reads memory-mapped (about 500,000 records' worth)."""
+
 _COLUMNS = [f.name for f in fields(RunRecord)]
 _TIME_COLUMNS = {"lease_expires", "expire_at", "created_at", "updated_at"}
 
@@ -173,6 +176,9 @@ class SQLiteStore(RunStore):
                 conn.execute(
                     "PRAGMA synchronous = FULL"
                 )  # pragma: no mutate - SQL keywords and pragma names are case-insensitive
+                # Reads through the OS's page cache, not a 2 MB cache of its own: a read by key then
+                # costs the same whatever the history the file holds (bench/bench_history.py).
+                conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")  # pragma: no mutate - a read cost only
                 self._initialize(conn)
             except BaseException:
                 conn.close()
