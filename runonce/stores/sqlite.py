@@ -42,7 +42,8 @@ from runonce.stores.base import (
 T = TypeVar("T")
 
 MMAP_BYTES = 256 * 1024 * 1024
-"""How much of the file SQLite reads memory-mapped (about 500,000 records' worth)."""
+"""How much of the file SQLite reads memory-mapped: about 300,000 records (some 840 bytes each with
+their indexes); past it, reads go through its page cache as before."""
 
 _COLUMNS = [f.name for f in fields(RunRecord)]
 _TIME_COLUMNS = {"lease_expires", "expire_at", "created_at", "updated_at"}
