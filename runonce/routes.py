@@ -293,8 +293,10 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     value = dict(pairs)
     if len(value) != len(pairs):
         seen: set[str] = set()
-        twice = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
-        raise ConfigError(f"the key {twice!r} is given twice in one object")
+        for key, _ in pairs:
+            if key in seen:
+                raise ConfigError(f"the key {key!r} is given twice in one object")
+            seen.add(key)
     return value
 
 

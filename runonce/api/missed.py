@@ -90,7 +90,8 @@ async def run_audit(
         raise
     body = result.body()
     outcome.update(outcome=result.status, attempt=result.record.attempts, target=result.record.target)
-    audit: AuditTarget = runner.targets[AUDIT_ROUTE]  # type: ignore[assignment]
+    audit = runner.targets[AUDIT_ROUTE]
+    assert isinstance(audit, AuditTarget)  # create_app builds the audit route's target so
     report = audit.reports.pop(result.record.run_id, None)
     if result.status == "processed" and delivery.schedule_time is not None:
         if report is not None:

@@ -24,6 +24,7 @@ delivery after the lease takes over and reconciles.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from collections.abc import Callable, Iterable
@@ -472,7 +473,7 @@ class RedisStore(RunStore):
         found: dict[str, RunRecord] = {}
         for batch in chunks(list(dict.fromkeys(run_ids)), GET_MANY_BATCH):
             keys = [self._key(run_id) for run_id in batch]
-            raws = await self._read("get_many", lambda keys=keys: self._client.mget(keys))  # type: ignore[misc]
+            raws = await self._read("get_many", functools.partial(self._client.mget, keys))
             found.update(live((_from_json(raw) for raw in raws if raw), now))
         return found
 
