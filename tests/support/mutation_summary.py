@@ -161,7 +161,7 @@ def main(argv: list[str]) -> int:
     rows, survivors = [], []
     totals: Counter[str] = Counter()
     for meta in sorted(Path("mutants").rglob("*.py.meta")):
-        source = meta.with_suffix("")  # mutants/app/x.py
+        source = meta.with_suffix("")  # mutants/runonce/x.py
         relative = str(source.relative_to("mutants"))
         if patterns and not any(fnmatch(relative, p) for p in patterns):
             continue
