@@ -7,6 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from runonce.errors import ConfigError
+from runonce.routes import parse_routes
 from runonce.schedules import (
     CronSchedule,
     IntervalSchedule,
@@ -319,3 +321,14 @@ def test_time_zones() -> None:
     assert get_zone("utc").key == "UTC" and get_zone(None).key == "UTC"
     with pytest.raises(ScheduleError, match="time zone: 'Mars/Olympus' is not a tz database zone"):
         get_zone("Mars/Olympus")
+
+
+@pytest.mark.parametrize("name", ["US", "America/Argentina", "Etc", "zone1970.tab", "tzdata.zi", "leapseconds"])
+def test_a_name_that_is_a_folder_or_a_data_file_of_the_tz_database_is_no_zone(name: str) -> None:
+    """The tz database's folders and its index files are found by ZoneInfo's lookup too; each is
+    refused as a zone name, in one line, as an unknown name is."""
+    with pytest.raises(ScheduleError, match=f"time zone: '{name}' is not a tz database zone name"):
+        get_zone(name)
+    with pytest.raises(ConfigError, match=f"'{name}' is not a tz database zone name") as caught:
+        parse_routes(f"routes:\n  etl:\n    target: {{type: log}}\n    time_zone: {name}\n", "routes.yaml")
+    assert "\n" not in str(caught.value)

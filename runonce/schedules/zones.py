@@ -38,7 +38,7 @@ def get_zone(name: str | None) -> ZoneInfo:
         raise ScheduleError("time zone", f"{name!r} is not a tz database zone name (e.g. Europe/London)")
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:  # OSError: a directory (`US`) or an unreadable file
         raise ScheduleError("time zone", f"{name!r} is not a tz database zone name (e.g. Europe/London)") from exc
 
 
