@@ -46,7 +46,9 @@ class DocumentNotFound(RunonceError):
 
 def _reduce_schema(schema: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {key: schema[key] for key in _SCHEMA_KEYS if key in schema}
-    if schema.get("readOnly") or str(schema.get("description", "")).lstrip().startswith("Output only"):
+    description = schema.get("description")
+    output_only = isinstance(description, str) and description.lstrip().startswith("Output only")
+    if schema.get("readOnly") or output_only:
         out["readOnly"] = True
     if "properties" in schema:
         out["properties"] = {name: _reduce_schema(field) for name, field in schema["properties"].items()}
@@ -77,11 +79,11 @@ def reduce_document(doc: dict[str, Any]) -> dict[str, Any]:
             "request": spec.get("request", {}).get("$ref"),
             "response": spec.get("response", {}).get("$ref"),
         }
-    locational = {
-        endpoint["location"]: endpoint["endpointUrl"]
-        for endpoint in doc.get("endpoints", [])
-        if endpoint.get("location") and endpoint.get("endpointUrl", "").startswith(f"https://{endpoint['location']}-")
-    }
+    locational: dict[str, str] = {}
+    for endpoint in doc.get("endpoints", []):
+        location, url = endpoint.get("location"), endpoint.get("endpointUrl")
+        if location and isinstance(url, str) and url.startswith(f"https://{location}-"):
+            locational[location] = url
     return {
         "name": doc["name"],
         "version": doc["version"],
@@ -180,7 +182,7 @@ class ApiDocument:
 
         def shared(candidate: str) -> int:
             parts = candidate.split(".")
-            return sum(1 for a, b in zip(reversed(parts), reversed(wanted), strict=False) if a == b)
+            return sum(a == b for a, b in zip(reversed(parts), reversed(wanted), strict=False))
 
         ranked = sorted((c for c in short if shared(c) > 0), key=lambda c: (-shared(c), c))
         return ranked[:limit]

@@ -1,0 +1,223 @@
+"""The discovery documents behind `google_api` routes, on their own: what reducing a document keeps
+and fills in, the one-line problem a request field gets when it does not fit its schema (or none
+when it does), and the methods suggested for a method id the document does not have. Checked
+against the documents runonce carries; reduction against small documents written here, since the
+carried ones are already reduced."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from runonce.targets import google_api_discovery as discovery
+
+# --- reduction ------------------------------------------------------------------------------------
+
+
+def test_a_document_without_service_path_schemas_or_parameters_reduces_to_empty_defaults() -> None:
+    """Documents from the client cache may leave these out; the reduced document still has them,
+    and an endpoint without a URL is not taken as a locational host."""
+    raw = {
+        "name": "demo",
+        "version": "v1",
+        "rootUrl": "https://demo.googleapis.com/",
+        "endpoints": [
+            {"location": "us-east1", "endpointUrl": "https://us-east1-demo.googleapis.com/"},
+            {"location": "europe-west1"},
+            {"location": "asia-east1", "endpointUrl": "https://demo.asia-east1.rep.googleapis.com/"},
+        ],
+        "resources": {
+            "things": {"methods": {"ping": {"id": "demo.things.ping", "httpMethod": "POST", "path": "v1/ping"}}}
+        },
+    }
+    assert discovery.reduce_document(raw) == {
+        "name": "demo",
+        "version": "v1",
+        "rootUrl": "https://demo.googleapis.com/",
+        "servicePath": "",
+        "locational": {"us-east1": "https://us-east1-demo.googleapis.com/"},
+        "methods": {
+            "demo.things.ping": {
+                "httpMethod": "POST",
+                "path": "v1/ping",
+                "parameters": {},
+                "request": None,
+                "response": None,
+            }
+        },
+        "schemas": {},
+    }
+
+
+def test_a_field_whose_description_opens_with_output_only_is_kept_as_read_only() -> None:
+    """Leading blanks before "Output only" do not matter; the words elsewhere in the text do not count."""
+    raw = {
+        "name": "demo",
+        "version": "v1",
+        "rootUrl": "https://demo.googleapis.com/",
+        "schemas": {
+            "Thing": {
+                "type": "object",
+                "properties": {
+                    "createTime": {"type": "string", "description": "  Output only. When the thing was made."},
+                    "note": {"type": "string", "description": "Free text. Output only in listings."},
+                },
+            }
+        },
+    }
+    properties = discovery.reduce_document(raw)["schemas"]["Thing"]["properties"]
+    assert properties == {"createTime": {"type": "string", "readOnly": True}, "note": {"type": "string"}}
+
+
+# --- request fields -------------------------------------------------------------------------------
+
+
+def _problem(api: str, value: Any, schema_name: str) -> str | None:
+    return discovery.load(api).value_problem(value, {"$ref": schema_name}, "body")
+
+
+@pytest.mark.parametrize(
+    ("api", "value", "schema_name"),
+    [
+        ("batch.v1", {"instanceId": 18446744073709551615}, "AgentMetadata"),  # uint64 as a number
+        ("batch.v1", {"instanceId": "18446744073709551615"}, "AgentMetadata"),  # uint64 as digits
+        ("batch.v1", {"maxRetryCount": 3}, "TaskSpec"),  # int32
+        ("batch.v1", {"permissiveSsh": True, "runAsNonRoot": False}, "TaskGroup"),  # booleans
+        ("batch.v1", {"uid": None, "priority": "10"}, "Job"),  # null is "absent", even for output-only fields
+        # "@type" in an open object is the packed message's type URL, whatever the other values are
+        (
+            "aiplatform.v1",
+            {"trafficSplit": {"@type": "type.googleapis.com/x", "0": 100}},
+            "GoogleCloudAiplatformV1DeployModelRequest",
+        ),
+    ],
+)
+def test_request_fields_that_fit_their_schema_have_no_problem(api: str, value: Any, schema_name: str) -> None:
+    assert _problem(api, value, schema_name) is None
+
+
+@pytest.mark.parametrize(
+    ("api", "value", "schema_name", "problem"),
+    [
+        (
+            "batch.v1",
+            {"priority": "high"},
+            "Job",
+            'body.priority: expected an int64 (an integer, or a string of digits), got str "high"',
+        ),
+        (
+            "batch.v1",
+            {"destination": "STDOUT"},
+            "LogsPolicy",
+            "body.destination: 'STDOUT' is not one of DESTINATION_UNSPECIFIED, CLOUD_LOGGING, PATH",
+        ),
+        ("batch.v1", {"maxRetryCount": 2.5}, "TaskSpec", "body.maxRetryCount: expected an integer, got float 2.5"),
+        ("batch.v1", {"permissiveSsh": "yes"}, "TaskGroup", 'body.permissiveSsh: expected a boolean, got str "yes"'),
+        # a null field is skipped, and the fields after it are still checked
+        (
+            "batch.v1",
+            {"labels": None, "lables": {}},
+            "Job",
+            "body: Job has no field 'lables' (it has: allocationPolicy, labels, logsPolicy, notifications, priority, "
+            "taskGroups)",
+        ),
+        # a message without fields says so
+        ("batch.v1", {"force": True}, "Empty", "body: Empty has no field 'force' (it has: none)"),
+        # an object declared in place (not a named schema) is called "object"
+        (
+            "bigquery.v2",
+            {"range": {"step": "1"}},
+            "RangePartitioning",
+            "body.range: object has no field 'step' (it has: end, interval, start)",
+        ),
+        (
+            "aiplatform.v1",
+            {"trafficSplit": {"0": "all"}},
+            "GoogleCloudAiplatformV1DeployModelRequest",
+            'body.trafficSplit.0: expected an integer, got str "all"',
+        ),
+    ],
+)
+def test_request_fields_that_do_not_fit_say_where_and_what_the_document_allows(
+    api: str, value: Any, schema_name: str, problem: str
+) -> None:
+    assert _problem(api, value, schema_name) == problem
+
+
+def test_a_value_is_shown_whole_up_to_sixty_characters_and_cut_beyond() -> None:
+    integer = {"type": "integer"}
+    assert discovery.scalar_problem("x" * 58, integer, "n") == f'n: expected an integer, got str "{"x" * 58}"'
+    assert discovery.scalar_problem("x" * 59, integer, "n") == f'n: expected an integer, got str "{"x" * 56}...'
+
+
+def test_a_schema_with_properties_but_no_type_is_checked_as_an_object() -> None:
+    document = discovery.load("batch.v1")
+    schema = {"properties": {"name": {"type": "string"}}}
+    assert document.value_problem({"name": "a"}, schema, "body") is None
+    assert document.value_problem({"nmae": "a"}, schema, "body") == "body: object has no field 'nmae' (it has: name)"
+
+
+def test_an_array_whose_items_have_no_schema_takes_any_items() -> None:
+    assert discovery.load("batch.v1").value_problem([1, "a", {"b": None}], {"type": "array"}, "body.values") is None
+
+
+# --- methods --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method_id", "similar"),
+    [
+        # most trailing parts in common first, then by name; at most six
+        (
+            "locations.jobs.cancel",
+            [
+                "projects.locations.jobs.cancel",
+                "projects.locations.jobs.create",
+                "projects.locations.jobs.delete",
+                "projects.locations.jobs.get",
+                "projects.locations.jobs.list",
+                "projects.locations.operations.cancel",
+            ],
+        ),
+        (
+            "batch.jobs.tasks.get",
+            [
+                "projects.locations.jobs.taskGroups.tasks.get",
+                "projects.locations.get",
+                "projects.locations.jobs.get",
+                "projects.locations.jobs.taskGroups.tasks.list",
+                "projects.locations.operations.get",
+            ],
+        ),
+        # nothing in common: no suggestion
+        ("instances.start", []),
+    ],
+)
+def test_methods_suggested_for_an_unknown_method_share_its_last_parts(method_id: str, similar: list[str]) -> None:
+    assert discovery.load("batch.v1").similar_methods(method_id) == similar
+
+
+def test_the_api_name_in_front_of_a_method_id_is_not_compared_with_the_methods_parts() -> None:
+    """An API may have a resource named like itself (Cloud Talent's `jobs.projects.tenants.jobs`): the
+    name written in front of the id is the API's, and does not count as a part the methods share."""
+    resources = {
+        "projects": {
+            "resources": {
+                "items": {"methods": {"get": {"id": "demo.projects.items.get", "httpMethod": "GET", "path": "a"}}},
+                "demo": {
+                    "resources": {
+                        "things": {
+                            "methods": {
+                                "get": {"id": "demo.projects.demo.things.get", "httpMethod": "GET", "path": "b"}
+                            }
+                        }
+                    }
+                },
+            }
+        }
+    }
+    raw = {"name": "demo", "version": "v1", "rootUrl": "https://demo.googleapis.com/", "resources": resources}
+    document = discovery.ApiDocument(discovery.reduce_document(raw))
+    assert document.method("demo.items.get") is None
+    assert document.similar_methods("demo.items.get") == ["projects.items.get", "projects.demo.things.get"]
