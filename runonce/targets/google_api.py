@@ -39,7 +39,7 @@ import logging
 import re
 import uuid
 from typing import Any, Literal
-from urllib.parse import parse_qsl, quote, urlencode
+from urllib.parse import quote, urlencode
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -69,6 +69,9 @@ SAMPLE_RUN_IDS = ("0" * 64, "f" * 64, "9" * 16 + "a" * 48)
 """Expansions checked at start-up: a run_id is 64 hex characters, starting with a digit or a letter."""
 SAMPLE_SCHEDULE_TIME = "2026-01-31T12:00:00Z"
 EXAMPLE_HANDLES = '"r${run_id:62}" or "${run_uuid}"'
+RESERVED_KEPT = "/:@"
+"""What a reserved expansion (`{+name}`) keeps as it is in the path; a simple one (`{name}`) keeps nothing."""
+SIMPLE_KEPT = ""
 
 
 def _error(message: str, **context: Any) -> PydanticCustomError:
@@ -82,7 +85,7 @@ def run_uuid(run_id: str) -> str:
     """A UUID (version 4 layout) made from the run_id's first 32 hex characters, for APIs whose
     requestId must be a UUID. Same run, same UUID."""
     if not re.fullmatch(r"[0-9a-f]{64}", run_id):
-        run_id = hashlib.sha256(run_id.encode("utf-8")).hexdigest()
+        run_id = hashlib.sha256(run_id.encode()).hexdigest()
     return str(uuid.UUID(hex=run_id[:32], version=4))
 
 
@@ -234,7 +237,8 @@ def build_path(document: ApiDocument, method: ApiMethod, params: dict[str, Any])
     path = method.path
     for name in method.path_parameters():
         value = wire(params[name])
-        path = path.replace(f"{{+{name}}}", quote(value, safe="/:@")).replace(f"{{{name}}}", quote(value, safe=""))
+        path = path.replace(f"{{+{name}}}", quote(value, safe=RESERVED_KEPT))
+        path = path.replace(f"{{{name}}}", quote(value, safe=SIMPLE_KEPT))
     query = {
         name: [wire(v) for v in value] if isinstance(value, list) else wire(value)
         for name, value in params.items()
@@ -251,7 +255,9 @@ def relative_url(path: str, query: dict[str, Any]) -> str:
 def _location(params: dict[str, Any]) -> str | None:
     """The `locations/L` a method's parameters name, for the API's locational endpoint."""
     for value in params.values():
-        match = re.search(r"(?:^|/)locations/([a-z0-9-]+)(?:/|$)", value if isinstance(value, str) else "")
+        if not isinstance(value, str):
+            continue
+        match = re.search(r"(?:^|/)locations/([a-z0-9-]+)(?:/|$)", value)
         if match:
             return match.group(1)
     return None
@@ -393,7 +399,7 @@ class GoogleApiTargetConfig(BaseModel):
 
     def _check_running(self, document: ApiDocument, running: RunningConfig) -> None:
         if self.reconcile is None:
-            raise _error("running: reads the state with the reconcile method; give reconcile {{method, params}} too")
+            raise _error("running: reads the state with the reconcile method; give reconcile {method, params} too")
         method = document.method(self.reconcile.method)
         assert method is not None  # the reconcile validator ran
         field = document.field(method.response, running.field) if method.response else None
@@ -434,7 +440,7 @@ def is_handle(method: ApiMethod, name: str) -> bool:
 
 def _body_handle(name: str) -> bool:
     """Top-level body fields that carry a client-chosen identity."""
-    return name in ("name", "requestId") or name.endswith("Id")
+    return name == "name" or name.endswith("Id")  # requestId too
 
 
 def _document(info: ValidationInfo) -> ApiDocument | None:
@@ -549,7 +555,12 @@ class GoogleApiTarget(GoogleRestTarget[GoogleApiTargetConfig]):
     async def _read(self, call: str, action: str) -> dict[str, Any] | None:
         """GET `call` (a relative URL): the resource, None on 404, else its outcome raised."""
         path, _, query = call.partition("?")
-        response = await self.send("GET", path, action, params=dict(parse_qsl(query)) or None)
+        response = await self.send(
+            "GET",  # pragma: no mutate - httpx upper-cases the method it sends
+            path,
+            action,
+            params=httpx.QueryParams(query) if query else None,  # every value of a repeated one
+        )
         if response.status_code == 404:
             return None
         return json_of(action, response)

@@ -889,8 +889,342 @@ async def test_a_reconcile_call_with_a_query_keeps_it_on_the_wire_and_in_the_res
     assert seen == ["POST /bigquery/v2/projects/p/jobs?", get, get]
 
 
+async def test_a_recorded_resource_whose_query_repeats_a_parameter_is_read_with_every_value(metadata) -> None:
+    seen: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.query.decode())
+        return httpx.Response(200, json={"status": {"state": "DONE"}})
+
+    job = {
+        "type": "google_api",
+        "api": "bigquery.v2",
+        "method": "jobs.insert",
+        "params": {"projectId": "p"},
+        "body": {"jobReference": {"jobId": "r${run_id}"}, "configuration": {"query": {"query": "SELECT 1"}}},
+        "reconcile": {"method": "jobs.get", "params": {"projectId": "p", "jobId": "r${run_id}"}},
+        "running": {"field": "status.state", "values": ["PENDING", "RUNNING"]},
+    }
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        target = target_for(job, "http://bigquery.test", client, metadata)
+        assert await target.is_running("bigquery/v2/projects/p/jobs/rx?fields=a&fields=b") is False
+    assert seen == ["fields=a&fields=b"]
+
+
 def test_a_repeated_query_parameter_is_sent_once_per_value() -> None:
     from runonce.targets.google_api import relative_url
 
     assert relative_url("v1/x", {"a": ["1", "2"], "b": "3"}) == "v1/x?a=1&a=2&b=3"
     assert relative_url("v1/x", {}) == "v1/x"
+
+
+# --- each refusal in full, and the edges of params, answers and placeholders -------------------------
+
+RUNS_ANYWHERE = "(runonce fills ${run_id}, ${run_id:N} (N = 1-64), ${run_uuid}, ${schedule_time})"
+BATCH_STATES = (
+    "STATE_UNSPECIFIED, QUEUED, SCHEDULED, RUNNING, SUCCEEDED, FAILED, DELETION_IN_PROGRESS, "
+    "CANCELLATION_IN_PROGRESS, CANCELLED"
+)
+COMPUTE_POLICIES = {  # a reconcile GET whose document gives no answer schema (from the client's cache)
+    "type": "google_api",
+    "api": "compute.v1",
+    "method": "backendServices.insert",
+    "params": {"project": "p", "requestId": "${run_uuid}"},
+    "body": {"name": "b${run_id:62}"},
+    "reconcile": {
+        "method": "backendServices.getEffectiveSecurityPolicies",
+        "params": {"project": "p", "backendService": "b${run_id:62}"},
+    },
+    "running": {"field": "status", "values": ["RUNNING"]},
+}
+
+
+@pytest.mark.parametrize(
+    ("target", "field", "message"),
+    [
+        ({**BATCH, "method": "zzz"}, "target.method", "batch.v1 has no method 'zzz'"),
+        (
+            {**BATCH, "method": "projects.locations.jobs.nope"},
+            "target.method",
+            "batch.v1 has no method 'projects.locations.jobs.nope' (methods like it: projects.locations.jobs.cancel, "
+            "projects.locations.jobs.create, projects.locations.jobs.delete, projects.locations.jobs.get, "
+            "projects.locations.jobs.list, projects.locations.operations.cancel)",
+        ),
+        (
+            {"type": "google_api", "api": "aiplatform.v1", "method": "evaluateDataset", "params": {"x": "1"}},
+            "target.params",
+            "params.x: aiplatform.evaluateDataset has no parameter 'x' (it takes: no parameters)",
+        ),
+        (
+            with_changes(BATCH, {"params": {"jobID": "r${run_id:62}"}}),
+            "target.params",
+            "params.jobID: batch.projects.locations.jobs.create has no parameter 'jobID' (it takes: jobId, parent, "
+            "requestId)",
+        ),
+        (
+            with_changes(BATCH, {"params": {"parent": None}}),
+            "target.params",
+            "params: batch.projects.locations.jobs.create needs the path parameter 'parent' "
+            "(pattern ^projects/[^/]+/locations/[^/]+$)",
+        ),
+        (
+            {
+                "type": "google_api",
+                "api": "cloudbuild.v1",
+                "method": "projects.builds.cancel",
+                "params": {"projectId": "p"},
+            },
+            "target.params",
+            "params: cloudbuild.projects.builds.cancel needs the path parameter 'id'",
+        ),
+        (
+            with_changes(BATCH, {"params": {"parent": "projects/p"}}),
+            "target.params",
+            "params.parent='projects/p' does not match ^projects/[^/]+/locations/[^/]+$, the pattern "
+            "batch.projects.locations.jobs.create states for parent",
+        ),
+        (
+            with_changes(BATCH, {"params": {"jobId": "r${nope}"}}),
+            "target.params",
+            f"params.jobId: unknown placeholder '${{nope}}' {RUNS_ANYWHERE}",
+        ),
+        (
+            with_changes(BATCH, {"params": {"jobId": ["r${nope}"]}}),
+            "target.params",
+            f"params.jobId[0]: unknown placeholder '${{nope}}' {RUNS_ANYWHERE}",
+        ),
+        (
+            {**BATCH, "body": {"taskGroups": [{"taskSpec": {"runnables": [{"script": {"text": "${nope}"}}]}}]}},
+            "target.body",
+            f"body.taskGroups[0].taskSpec.runnables[0].script.text: unknown placeholder '${{nope}}' {RUNS_ANYWHERE}",
+        ),
+        (
+            {**BATCH, "running": {"field": "status.phase", "values": ["RUNNING"]}},
+            "target",
+            "running.field: Job (the answer of batch.projects.locations.jobs.get) has no field 'status.phase'",
+        ),
+        (
+            {**BATCH, "running": {"field": "status.state", "values": ["STARTED"]}},
+            "target",
+            f"running.values: 'STARTED' is not a value of status.state (it takes: {BATCH_STATES})",
+        ),
+        (
+            {**SPARK, "running": {"field": "state", "values": ["RUNNING"]}},
+            "target",
+            "running: reads the state with the reconcile method; give reconcile {method, params} too",
+        ),
+        (
+            COMPUTE_POLICIES,
+            "target",
+            "running.field: the answer (the answer of compute.backendServices.getEffectiveSecurityPolicies) has no "
+            "field 'status'",
+        ),
+    ],
+)
+def test_a_refusal_names_the_field_the_method_and_what_the_document_allows(target, field, message) -> None:
+    assert error_of(target) == f"routes file r.yaml: route 'jobs': field '{field}': {message}"
+
+
+def test_params_are_held_to_their_declared_type_repetition_and_values() -> None:
+    from runonce.targets.google_api import param_problem
+
+    run = discovery.load("run.v2").method("projects.locations.jobs.create")
+    locations = discovery.load("batch.v1").method("projects.locations.list")
+    jobs = discovery.load("bigquery.v2").method("jobs.list")
+    assert run is not None and locations is not None and jobs is not None
+    assert param_problem(run, "validateOnly", False) is None
+    assert param_problem(run, "validateOnly", "false") is None
+    assert param_problem(run, "validateOnly", {"a": 1}) == "validateOnly: expected a boolean, got dict"
+    assert param_problem(locations, "extraLocationTypes", ["a", "b"]) is None
+    assert param_problem(jobs, "stateFilter", ["done", "running"]) is None
+    assert (
+        param_problem(jobs, "stateFilter", ["done", "later"])
+        == "stateFilter='later': not one of done, pending, running"
+    )
+    untyped = discovery.ApiMethod("x.things.list", "GET", "v1/things", {"tag": {"location": "query"}}, None, None)
+    assert param_problem(untyped, "tag", "a") is None
+    assert param_problem(untyped, "tag", {"a": 1}) == "tag: expected a string, got dict"
+
+
+def test_params_go_on_the_wire_as_the_api_reads_them() -> None:
+    from runonce.targets.google_api import build_path
+
+    batch_doc = discovery.load("batch.v1")
+    locations = batch_doc.method("projects.locations.list")
+    assert locations is not None
+    assert build_path(
+        batch_doc, locations, {"name": "projects/p", "extraLocationTypes": ["a", "b"], "pageSize": 5, "filter": False}
+    ) == ("v1/projects/p/locations", {"extraLocationTypes": ["a", "b"], "pageSize": "5", "filter": "false"})
+    bigquery = discovery.load("bigquery.v2")
+    get = bigquery.method("jobs.get")
+    assert get is not None  # a reserved expansion keeps ":" and "@" as they are
+    assert build_path(bigquery, get, {"projectId": "p", "jobId": "a:b@c"})[0] == "bigquery/v2/projects/p/jobs/a:b@c"
+
+
+def test_every_placeholder_of_a_string_is_checked() -> None:
+    assert placeholder_problem("${run_id}-${nope}") == f"unknown placeholder '${{nope}}' {RUNS_ANYWHERE}"
+    assert placeholder_problem("${run_uuid}-${schedule_time}-${run_id:16}") is None
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        {  # a client-chosen id at the top of the body
+            "type": "google_api",
+            "api": "aiplatform.v1",
+            "method": "projects.locations.deploymentResourcePools.create",
+            "params": {"parent": "projects/p/locations/us-central1"},
+            "body": {"deploymentResourcePoolId": "p${run_id}"},
+        },
+        {  # ${schedule_time} is checked as a timestamp, as the runs fill it
+            "type": "google_api",
+            "api": "aiplatform.v1",
+            "method": "projects.locations.schedules.create",
+            "params": {"parent": "projects/p/locations/us-central1"},
+            "body": {"startTime": "${schedule_time}"},
+            "reconcile": {
+                "method": "projects.locations.schedules.get",
+                "params": {"name": "projects/p/locations/us-central1/schedules/s${run_id}"},
+            },
+        },
+    ],
+)
+def test_a_route_the_document_allows_is_accepted(target) -> None:
+    parse_routes(json.dumps({"routes": {"r": {"target": target}}}), "t")
+
+
+async def test_the_locational_endpoint_is_found_past_params_that_are_not_strings(http, metadata) -> None:
+    listing = {
+        "type": "google_api",
+        "api": "aiplatform.v1",
+        "method": "projects.locations.pipelineJobs.list",
+        "params": {"pageSize": 5, "parent": "projects/p/locations/europe-west4"},
+        "reconcile": {
+            "method": "projects.locations.pipelineJobs.get",
+            "params": {"name": "projects/p/locations/europe-west4/pipelineJobs/p${run_id:62}"},
+        },
+    }
+    target = target_for(listing, None, http, metadata)  # type: ignore[arg-type]
+    assert target._base == "https://europe-west4-aiplatform.googleapis.com"
+
+
+class Recorder:
+    """An httpx transport answering from a table (method -> response), keeping each request."""
+
+    def __init__(self, **answers: httpx.Response | Exception) -> None:
+        self.answers = answers
+        self.requests: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        answer = self.answers[request.method]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+async def dispatched(target: dict[str, Any], metadata, recorder: Recorder, request: DispatchRequest) -> str:
+    async with httpx.AsyncClient(transport=httpx.MockTransport(recorder)) as client:
+        return await target_for(target, "http://google.test", client, metadata).dispatch(request)
+
+
+@pytest.mark.parametrize("answer", [{}, {"name": ""}, {"name": 5}, {"name": None}])
+async def test_an_answer_without_a_name_is_recorded_as_the_call(metadata, answer) -> None:
+    request = new_request()
+    recorder = Recorder(POST=httpx.Response(200, json=answer))
+    resource = await dispatched(with_changes(BATCH, {"reconcile": None, "running": None}), metadata, recorder, request)
+    assert resource == f"v1/{PARENT}/jobs?jobId=r{request.run_id[:62]}"
+
+
+async def test_the_call_carries_the_run_in_its_params_and_body(metadata) -> None:
+    request = new_request()
+    target = with_changes(
+        BATCH,
+        {
+            "params": {"requestId": "${schedule_time}"},
+            "body": {"taskGroups": [], "labels": {"run": "${run_id}", "uuid": "${run_uuid}"}},
+        },
+    )
+    recorder = Recorder(POST=httpx.Response(200, json={"name": job_of(request)}))
+    assert await dispatched(target, metadata, recorder, request) == f"v1/{job_of(request)}"
+    [sent] = recorder.requests
+    assert dict(sent.url.params) == {"jobId": f"r{request.run_id[:62]}", "requestId": "2026-10-16T03:00:00Z"}
+    assert json.loads(sent.content)["labels"] == {"run": request.run_id, "uuid": run_uuid(request.run_id)}
+
+
+async def test_a_method_without_a_request_body_is_sent_without_one(metadata) -> None:
+    target = {
+        "type": "google_api",
+        "api": "batch.v1",
+        "method": "projects.locations.jobs.delete",
+        "params": {"name": JOB_NAME, "requestId": "${run_uuid}"},
+    }
+    recorder = Recorder(DELETE=httpx.Response(200, json={"name": "operations/o"}))
+    assert await dispatched(target, metadata, recorder, new_request()) == "operations/o"
+    [sent] = recorder.requests
+    assert sent.content == b""
+
+
+def test_the_reconcile_call_is_filled_from_the_run_and_its_schedule_time(http, metadata) -> None:
+    target = with_changes(
+        BATCH, {"reconcile": {"params": {"name": f"{PARENT}/jobs/r${{run_id:40}}-${{schedule_time}}"}}}
+    )
+    request = new_request()
+    found = target_for(target, "http://google.test", http, metadata).lookup_url(request)
+    assert found == f"v1/{PARENT}/jobs/r{request.run_id[:40]}-2026-10-16T03:00:00Z"
+
+
+@pytest.mark.parametrize(
+    ("answers", "outcome", "message"),
+    [
+        (
+            {"POST": httpx.Response(200, text="<html>")},
+            TargetOutcomeUnknown,
+            "call batch.projects.locations.jobs.create: HTTP 200 with a body that is not JSON",
+        ),
+        (
+            {"POST": httpx.ConnectError("refused")},
+            TargetFailed,
+            "call batch.projects.locations.jobs.create: could not connect, nothing was sent",
+        ),
+        (
+            {
+                "POST": httpx.Response(409, json={"error": {"status": "ALREADY_EXISTS", "message": "taken"}}),
+                "GET": httpx.Response(403, json={"error": {"status": "PERMISSION_DENIED", "message": "no"}}),
+            },
+            TargetOutcomeUnknown,
+            "cannot tell whether this run already started: call batch.projects.locations.jobs.create: it already "
+            "exists; read it: HTTP 403 PERMISSION_DENIED: no",
+        ),
+        (
+            {
+                "POST": httpx.Response(409, json={"error": {"status": "ALREADY_EXISTS", "message": "taken"}}),
+                "GET": httpx.ConnectError("refused"),
+            },
+            TargetOutcomeUnknown,
+            "cannot tell whether this run already started: call batch.projects.locations.jobs.create: it already "
+            "exists; read it: could not connect, nothing was sent",
+        ),
+    ],
+)
+async def test_each_failure_of_a_call_names_what_was_being_done(metadata, answers, outcome, message) -> None:
+    with pytest.raises(outcome) as caught:
+        await dispatched(BATCH, metadata, Recorder(**answers), new_request())
+    assert str(caught.value).startswith(message), caught.value
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (httpx.Response(403, json={"error": {"status": "PERMISSION_DENIED", "message": "no"}}), "HTTP 403"),
+        (httpx.ConnectError("refused"), "could not connect, nothing was sent"),
+    ],
+)
+async def test_a_reconcile_that_cannot_read_names_the_lookup(metadata, answer, said) -> None:
+    request = new_request()
+    async with httpx.AsyncClient(transport=httpx.MockTransport(Recorder(GET=answer))) as client:
+        target = target_for(BATCH, "http://google.test", client, metadata)
+        with pytest.raises(TargetOutcomeUnknown) as caught:
+            await target.reconcile(request)
+    expected = f"cannot tell whether this run already started: look up the run's resource: v1/{job_of(request)}: "
+    assert str(caught.value).startswith(expected + said), caught.value
