@@ -792,3 +792,153 @@ def test_run_parameters_take_any_identifier_for_a_parameter_name() -> None:
     entry = TARGET_TYPES["vertex_pipeline_job"]
     config = entry.config.model_validate({**TYPES["vertex_pipeline_job"].target, "run_parameters": {"run_id": "RunId"}})
     assert config.run_parameters == {"run_id": "RunId"}
+
+
+# --- what a refusal and each failure say -----------------------------------------------------------
+
+MORE_MISTAKES = [
+    # a mapping the route gives as something else, at any depth of its path
+    ("batch_job", "job.labels", ["team"], "job.labels must be a mapping"),
+    (
+        "dataflow_flex_template",
+        "launch_parameter.environment.additionalUserLabels",
+        ["team"],
+        "launch_parameter.environment.additionalUserLabels must be a mapping",
+    ),
+    (
+        "dataflow_flex_template",
+        "launch_parameter.environment",
+        "maxWorkers=4",
+        "launch_parameter.environment must be a mapping",
+    ),
+    ("dataproc_batch", "batch.runtimeConfig", ["x"], "batch.runtimeConfig must be a mapping"),
+    ("vertex_pipeline_job", "pipeline_job.runtimeConfig", "gs://out/", "pipeline_job.runtimeConfig must be a mapping"),
+    # run_parameters
+    *[
+        (
+            "dataflow_flex_template",
+            "run_parameters",
+            value,
+            "must be a list of run_id, schedule_time or a mapping of them to parameter names",
+        )
+        for value in ("run_id", ["run_id", 1])
+    ],
+    (
+        "vertex_pipeline_job",
+        "run_parameters",
+        {"run_id": "run", "schedule_time": "run"},
+        "run_id and schedule_time must go to different parameters",
+    ),
+]
+
+
+@pytest.mark.parametrize(("kind", "path", "value", "expected"), MORE_MISTAKES)
+def test_a_refused_route_says_what_is_wrong_where(kind: str, path: str, value: Any, expected: str) -> None:
+    message = error_of(changed(kind, path, value))
+    assert message.endswith(f": {expected}"), message
+
+
+def name_for(kind: JobType, run_id: str) -> str:
+    """The run's execution as runonce's messages name it: its resource name (the Dataflow job's name)."""
+    if kind.type == "dataflow_flex_template":
+        return f"runonce-{run_id}"
+    collection, length = {"batch_job": ("jobs", 55), "dataproc_batch": ("batches", 55)}.get(
+        kind.type, ("pipelineJobs", 64)
+    )
+    return f"projects/{PROJECT}/locations/{LOCATION}/{collection}/runonce-{run_id[:length]}"
+
+
+def lookup_action(kind: JobType, run_id: str) -> str:
+    """How a reconciliation's message names what it read."""
+    if kind.type == "dataflow_flex_template":
+        return f"list Dataflow jobs named runonce-{run_id} in projects/{PROJECT}/locations/{LOCATION}"
+    return f"get {TARGET_TYPES[kind.type].adapter.noun} {name_for(kind, run_id)}"
+
+
+async def test_each_failure_names_the_call_that_failed_and_the_runs_execution(kind, fakes, http, metadata) -> None:
+    fake = fakes[kind.type]
+    create = f"create {TARGET_TYPES[kind.type].adapter.noun} "
+    unreachable = target_for(kind, fakes, http, metadata, endpoint=f"http://127.0.0.1:{free_port()}")
+    target = target_for(kind, fakes, http, metadata)
+    doubt = "cannot tell whether this run already started: "
+
+    request = new_request()
+    with pytest.raises(TargetFailed) as caught:
+        await unreachable.dispatch(request)
+    assert caught.value.message.startswith(f"{create}{name_for(kind, request.run_id)}: could not connect")
+
+    request = new_request()
+    with pytest.raises(TargetOutcomeUnknown) as unknown:
+        await unreachable.reconcile(request)
+    assert unknown.value.message.startswith(f"{doubt}{lookup_action(kind, request.run_id)}: could not connect")
+
+    request = new_request()
+    fake.fail(kind.lookup, "PERMISSION_DENIED", "no reading")
+    with pytest.raises(TargetOutcomeUnknown) as unknown:
+        await target.reconcile(request)
+    assert unknown.value.message.startswith(f"{doubt}{lookup_action(kind, request.run_id)}: HTTP 403 ")
+
+    request = new_request()
+    fake.fail(kind.create, "ALREADY_EXISTS", "already exists")
+    fake.fail(kind.lookup, "PERMISSION_DENIED", "no reading")
+    with pytest.raises(TargetOutcomeUnknown) as unknown:
+        await target.dispatch(request)
+    read = f"{create}{name_for(kind, request.run_id)}: it already exists; read it"
+    assert unknown.value.message.startswith(f"{doubt}{read}: HTTP 403 PERMISSION_DENIED: no reading")
+
+    resource = await target.dispatch(new_request())
+    fake.fail(kind.state_read, "PERMISSION_DENIED", "no reading")
+    with pytest.raises(TargetOutcomeUnknown) as unknown:
+        await target.is_running(resource)
+    assert unknown.value.message == f"get {resource}: HTTP 403 PERMISSION_DENIED: no reading"
+
+
+def answering_create(kind: JobType, status: int, text: str, found: bool = True) -> httpx.MockTransport:
+    """An API that answers the create with `status` and `text` (not Google's error body), and the
+    lookups with the run's execution (or 404)."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            return httpx.Response(status, text=text)
+        if not found:
+            return httpx.Response(404, json={"error": {"code": 404, "status": "NOT_FOUND", "message": "none"}})
+        if kind.type == "dataflow_flex_template":
+            job = {"id": "2026-10-16_1", "name": request.url.params["name"], "currentState": "JOB_STATE_RUNNING"}
+            return httpx.Response(200, json={"jobs": [job]})
+        return httpx.Response(200, json={"name": request.url.path.removeprefix("/v1/"), "state": "RUNNING"})
+
+    return httpx.MockTransport(answer)
+
+
+async def test_a_409_without_googles_error_body_adopts_the_runs_execution(kind, fakes, metadata) -> None:
+    request = new_request()
+    async with httpx.AsyncClient(transport=answering_create(kind, 409, "Conflict")) as http:
+        resource = await target_for(kind, fakes, http, metadata).dispatch(request)
+    if kind.type == "dataflow_flex_template":
+        assert resource == f"projects/{PROJECT}/locations/{LOCATION}/jobs/2026-10-16_1"
+    else:
+        assert resource == name_for(kind, request.run_id)
+
+
+@pytest.mark.parametrize(("status", "outcome"), [(400, TargetFailed), (403, TargetFailed), (502, TargetOutcomeUnknown)])
+async def test_other_answers_without_googles_error_body_are_not_adopted(
+    kind, fakes, metadata, status: int, outcome: type
+) -> None:
+    request = new_request()
+    async with httpx.AsyncClient(transport=answering_create(kind, status, "<html>nope</html>", found=False)) as http:
+        with pytest.raises(outcome) as caught:
+            await target_for(kind, fakes, http, metadata).dispatch(request)
+    assert type(caught.value) is outcome
+    assert caught.value.message.startswith(f"create {TARGET_TYPES[kind.type].adapter.noun} ")
+    assert "already exists" not in caught.value.message
+
+
+async def test_a_create_answer_that_is_not_json_is_unknown_and_says_which_create(kind, fakes, metadata) -> None:
+    request = new_request()
+    async with httpx.AsyncClient(transport=answering_create(kind, 200, "<html>ok</html>")) as http:
+        with pytest.raises(TargetOutcomeUnknown) as caught:
+            await target_for(kind, fakes, http, metadata).dispatch(request)
+    noun = TARGET_TYPES[kind.type].adapter.noun
+    assert (
+        caught.value.message == f"create {noun} {name_for(kind, request.run_id)}: HTTP 200 with a body that is not JSON"
+    )
