@@ -64,13 +64,8 @@ def _mapped() -> Iterator[None]:
 def _timeout(timeouts: Mapping[str, float | None]) -> aiohttp.ClientTimeout:
     """httpx's timeouts in aiohttp's terms (table above); unbounded where httpx's are."""
     connect, pool = timeouts.get("connect"), timeouts.get("pool")
-    return aiohttp.ClientTimeout(
-        connect=None
-        if connect is None or pool is None
-        else connect
-        + pool,  # pragma: no mutate - `and` fails only on a half-set timeout, which no runonce client makes
-        sock_read=timeouts.get("read"),
-    )
+    bound = None if connect is None or pool is None else connect + pool
+    return aiohttp.ClientTimeout(connect=bound, sock_read=timeouts.get("read"))
 
 
 _HTTPX_DEFAULT_LIMITS = httpx.Limits()
@@ -95,7 +90,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self._session = aiohttp.ClientSession(
             connector=connector,
             trust_env=bool(proxies_from_environment()),
-            auto_decompress=False,  # httpx decodes, as with its own transport
+            # httpx decodes, as with its own transport
+            auto_decompress=False,  # pragma: no mutate - aiohttp's parsers read None as false too
             # httpx keeps the client's cookies; a second jar only holds memory
             cookie_jar=aiohttp.DummyCookieJar(),  # pragma: no mutate
             # httpcore read header lines up to 100 KiB; aiohttp's default stops at 8 KiB
@@ -111,10 +107,13 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             async with session.request(
                 request.method,
                 str(request.url),
-                headers=[(name.decode("latin-1"), value.decode("latin-1")) for name, value in request.headers.raw],
+                headers=[
+                    (name.decode("latin-1"), value.decode("latin-1"))  # pragma: no mutate - codec names ignore case
+                    for name, value in request.headers.raw
+                ],
                 data=content or None,
                 skip_auto_headers=_NOT_SENT_BY_HTTPX,
-                allow_redirects=False,
+                allow_redirects=False,  # pragma: no mutate - aiohttp follows redirects only if true; None is not
                 timeout=_timeout(request.extensions.get("timeout", {})),
             ) as answer:
                 body = await answer.read()
@@ -122,7 +121,11 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             status_code=answer.status,
             headers=answer.raw_headers,
             stream=httpx.ByteStream(body),
-            extensions={"reason_phrase": answer.reason.encode("latin-1")} if answer.reason else {},
+            extensions={
+                "reason_phrase": answer.reason.encode("latin-1")  # pragma: no mutate - codec names ignore case
+            }
+            if answer.reason
+            else {},
         )
 
     async def aclose(self) -> None:

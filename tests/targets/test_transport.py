@@ -410,3 +410,14 @@ async def test_the_http_target_over_it_keeps_the_claim_only_when_the_run_may_exi
             await target.dispatch(REQUEST)
     await http.aclose()
     assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize("timeout", [httpx.Timeout(2.0, pool=None), httpx.Timeout(2.0, connect=None)])
+async def test_a_timeout_bounding_only_one_of_connect_and_pool_leaves_the_connect_unbounded(
+    client: httpx.AsyncClient, timeout: httpx.Timeout
+) -> None:
+    """aiohttp bounds the wait for a pooled connection and the connect together: when httpx bounds
+    only one of them, the request still goes, with that wait unbounded."""
+    async with Server(answering()) as server:
+        answer = await client.post(server.url, content=b"{}", timeout=timeout)
+    assert answer.status_code == 200 and len(server.requests) == 1
