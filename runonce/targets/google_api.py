@@ -553,13 +553,12 @@ class GoogleApiTarget(GoogleRestTarget[GoogleApiTargetConfig]):
         return state in running.values
 
     async def _read(self, call: str, action: str) -> dict[str, Any] | None:
-        """GET `call` (a relative URL): the resource, None on 404, else its outcome raised."""
-        path, _, query = call.partition("?")
+        """GET `call` (a relative URL, its query as recorded: a repeated parameter keeps every
+        value): the resource, None on 404, else its outcome raised."""
         response = await self.send(
             "GET",  # pragma: no mutate - httpx upper-cases the method it sends
-            path,
+            call,
             action,
-            params=httpx.QueryParams(query) if query else None,  # every value of a repeated one
         )
         if response.status_code == 404:
             return None
