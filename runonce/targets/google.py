@@ -338,10 +338,6 @@ async def read_state(http: httpx.AsyncClient, auth: GoogleAuth, url: str, resour
         return json_of(action, response)
 
 
-QueryParams = dict[str, Any] | httpx.QueryParams
-"""A call's query: a mapping, or httpx's own (which keeps a repeated parameter's every value)."""
-
-
 async def send_rest(
     http: httpx.AsyncClient,
     auth: GoogleAuth,
@@ -350,7 +346,7 @@ async def send_rest(
     action: str,
     *,
     body: dict[str, Any] | None = None,
-    params: QueryParams | None = None,
+    params: dict[str, Any] | None = None,
 ) -> httpx.Response:
     """One authenticated call to a Google REST API; the answer whatever its status."""
     with translated(action):
@@ -379,7 +375,7 @@ async def call_rest(
     action: str,
     *,
     body: dict[str, Any] | None = None,
-    params: QueryParams | None = None,
+    params: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """`send_rest` then `json_of`: the parsed answer, or an outcome raised."""
     response = await send_rest(http, auth, method, url, action, body=body, params=params)
@@ -441,7 +437,7 @@ class GoogleRestTarget(Target, Generic[ConfigT]):
         action: str,
         *,
         body: dict[str, Any] | None = None,
-        params: QueryParams | None = None,
+        params: dict[str, Any] | None = None,
     ) -> httpx.Response:
         """One authenticated call; the answer whatever its status (see `send_rest`)."""
         return await send_rest(self._http, self._auth, method, self.url(path), action, body=body, params=params)
@@ -453,7 +449,7 @@ class GoogleRestTarget(Target, Generic[ConfigT]):
         action: str,
         *,
         body: dict[str, Any] | None = None,
-        params: QueryParams | None = None,
+        params: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """One authenticated call: a 2xx answer's JSON object, or its outcome raised (see `call_rest`)."""
         return await call_rest(self._http, self._auth, method, self.url(path), action, body=body, params=params)

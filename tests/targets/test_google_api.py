@@ -855,6 +855,18 @@ def test_a_mistake_is_a_google_api_error_and_values_are_shown_as_json() -> None:
     assert _shown("x" * 100) == 'str "' + "x" * 56 + "..."
 
 
+BIGQUERY_QUERY_JOB = {
+    "type": "google_api",
+    "api": "bigquery.v2",
+    "method": "jobs.insert",
+    "params": {"projectId": "p"},
+    "body": {"jobReference": {"jobId": "r${run_id}"}, "configuration": {"query": {"query": "SELECT 1"}}},
+    "reconcile": {"method": "jobs.get", "params": {"projectId": "p", "jobId": "r${run_id}"}},
+    "running": {"field": "status.state", "values": ["PENDING", "RUNNING"]},
+}
+"""A BigQuery query job started with jobs.insert and read back with jobs.get."""
+
+
 async def test_a_reconcile_call_with_a_query_keeps_it_on_the_wire_and_in_the_resource(metadata) -> None:
     """BigQuery's jobs.get takes the job's location as a query parameter: the reconcile call, the
     resource the run records and the state read all carry it."""
@@ -867,16 +879,12 @@ async def test_a_reconcile_call_with_a_query_keeps_it_on_the_wire_and_in_the_res
         return httpx.Response(200, json={"status": {"state": "RUNNING"}})
 
     query_job = {
-        "type": "google_api",
-        "api": "bigquery.v2",
-        "method": "jobs.insert",
-        "params": {"projectId": "p"},
+        **BIGQUERY_QUERY_JOB,
         "body": {
             "jobReference": {"jobId": "r${run_id}", "location": "EU"},
             "configuration": {"query": {"query": "SELECT 1"}},
         },
         "reconcile": {"method": "jobs.get", "params": {"projectId": "p", "jobId": "r${run_id}", "location": "EU"}},
-        "running": {"field": "status.state", "values": ["PENDING", "RUNNING"]},
     }
     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
         target = target_for(query_job, "http://bigquery.test", client, metadata)
@@ -896,17 +904,8 @@ async def test_a_recorded_resource_whose_query_repeats_a_parameter_is_read_with_
         seen.append(request.url.query.decode())
         return httpx.Response(200, json={"status": {"state": "DONE"}})
 
-    job = {
-        "type": "google_api",
-        "api": "bigquery.v2",
-        "method": "jobs.insert",
-        "params": {"projectId": "p"},
-        "body": {"jobReference": {"jobId": "r${run_id}"}, "configuration": {"query": {"query": "SELECT 1"}}},
-        "reconcile": {"method": "jobs.get", "params": {"projectId": "p", "jobId": "r${run_id}"}},
-        "running": {"field": "status.state", "values": ["PENDING", "RUNNING"]},
-    }
     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        target = target_for(job, "http://bigquery.test", client, metadata)
+        target = target_for(BIGQUERY_QUERY_JOB, "http://bigquery.test", client, metadata)
         assert await target.is_running("bigquery/v2/projects/p/jobs/rx?fields=a&fields=b") is False
     assert seen == ["fields=a&fields=b"]
 
