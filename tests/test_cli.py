@@ -316,6 +316,7 @@ def run_cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProce
         CLOUDSDK_CONFIG=str(gcloud),
         GCE_METADATA_HOST="127.0.0.1:9",
         GCE_METADATA_IP="127.0.0.1:9",
+        GCE_METADATA_DETECT_RETRIES="1",  # the refused port is an answer: one probe, not three with back-off
         RUNONCE_AUTH="none",
         RUNONCE_ROUTES='{"routes": {"demo": {"target": {"type": "log"}}}}',
         **env,

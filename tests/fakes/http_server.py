@@ -80,7 +80,10 @@ class LoopbackServer:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, name=f"fake-{self.port}", daemon=True)
+        # A short poll: `close` (shutdown) waits for the loop's next poll, 0.5 s by default.
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.01}, name=f"fake-{self.port}", daemon=True
+        )
         self._thread.start()
         self.url = f"http://127.0.0.1:{self.port}"
 
