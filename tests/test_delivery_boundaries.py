@@ -20,6 +20,7 @@ from runonce.run.delivery import (
     parse_body,
     parse_delivery,
     parse_rfc3339,
+    pattern_words,
 )
 from runonce.schedules import parse_schedule
 
@@ -63,6 +64,8 @@ def refused(headers: dict[str, str], **kwargs) -> InvalidDelivery:
         ("1970-01-01T00:00:00Z", "1970-01-01T00:00:00Z"),  # the first instant runonce schedules
         ("1970-01-01T01:00:00+01:00", "1970-01-01T00:00:00Z"),
         ("9998-12-31T23:59:59.999999Z", "9998-12-31T23:59:59.999999Z"),  # the last
+        ("1969-12-31T23:00:00-01:00", "1970-01-01T00:00:00Z"),  # a year-1969 text that is 1970 in UTC
+        ("9999-01-01T00:59:59.999999+01:00", "9998-12-31T23:59:59.999999Z"),  # a year-9999 text that is 9998
     ],
 )
 def test_accepted_timestamps_and_their_utc_form(text: str, utc: str) -> None:
@@ -86,6 +89,9 @@ def test_accepted_timestamps_and_their_utc_form(text: str, utc: str) -> None:
         "1969-12-31T23:59:59.999999Z",  # before 1970
         "9999-01-01T00:00:00Z",  # from 9999 on
         "9998-12-31T23:00:00-01:00",  # a year-9998 text that is 9999 in UTC
+        "9999-01-01T01:00:00+01:00",  # a year-9999 text that is 9999 in UTC too
+        "0001-01-01T00:00:00+23:59",  # datetime's first day, whatever the offset
+        "0002-01-01T00:00:00Z",
     ],
 )
 def test_refused_timestamps_name_the_field(text: str) -> None:
@@ -147,6 +153,13 @@ def test_header_patterns_accept_every_documented_character() -> None:
     assert (task.source, task.job, task.task) == ("tasks", "Queue-1", "Task_1-a")
 
 
+def test_a_pattern_without_words_is_explained_generically_never_by_its_expression() -> None:
+    """Refusals describe what a field accepts in words; a pattern the table does not describe still
+    gets words a person can read."""
+    assert pattern_words(r"^[a-z]{3}$", "ABCD", words={}) == "is not in the accepted form"
+    assert pattern_words(r"^[a-z]{3}$", "ABCD") == "is not in the accepted form"
+
+
 @pytest.mark.parametrize(
     ("headers", "retry", "execution"),
     [
@@ -205,6 +218,17 @@ def test_only_a_scheduled_delivery_on_a_separate_route_may_be_a_force_runs_retry
     policy = SchedulePolicy(forced_runs=forced_runs)
     delivery = deliver({"X-CloudScheduler-JobName": "nightly", TIME: when}, policy=policy)
     assert delivery.may_be_forced_retry is may_be_retry
+
+
+def test_a_scheduled_delivery_taken_as_a_force_run_is_exactly_what_the_force_run_parsed_to() -> None:
+    """A scheduled delivery that retries a force run is keyed as that force run: same run_id, and
+    itself a force run, never again a candidate retry of another."""
+    headers = {"X-CloudScheduler-JobName": "nightly", TIME: "2026-10-16T13:00:00Z"}
+    on_time = deliver(headers, received_at=NOON + timedelta(hours=1))
+    early = deliver(headers, received_at=NOON)
+    assert on_time.may_be_forced_retry and (on_time.source, early.source) == ("scheduler", "scheduler-forced")
+    assert on_time.as_forced() == early
+    assert on_time.as_forced().run_id == early.run_id != on_time.run_id
 
 
 def test_dedupe_keys_a_force_run_as_the_scheduled_run() -> None:

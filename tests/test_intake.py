@@ -246,6 +246,30 @@ async def test_a_schedule_time_outside_the_representable_range_is_400(client: Cl
     assert client.store.calls == []
 
 
+@pytest.mark.parametrize(
+    ("utc", "offset"),
+    [
+        ("9998-12-31T23:59:59Z", "9999-01-01T00:59:59+01:00"),  # the last second, in year 9999 east of UTC
+        ("1970-01-01T00:00:00Z", "1969-12-31T23:00:00-01:00"),  # the first, in year 1969 west of UTC
+    ],
+)
+async def test_the_schedule_time_window_is_in_utc_whatever_the_offset(client: Client, utc: str, offset: str) -> None:
+    """A time inside [1970, 9999) in UTC is accepted however it is written, and keys the same run."""
+    first = await client.deliver(headers={**JOB, "X-CloudScheduler-ScheduleTime": utc})
+    again = await client.deliver(headers={**JOB, "X-CloudScheduler-ScheduleTime": offset})
+    assert first.status_code == again.status_code == 200, again.text
+    assert again.json()["run_id"] == first.json()["run_id"] and again.json()["status"] == "duplicate"
+
+
+async def test_a_project_number_in_the_query_is_400_saying_how_to_find_the_project_id(client: Client) -> None:
+    response = await client.http.post("/v1/routes/etl:run?project=123456789012", headers=JOB)
+    body = assert_invalid(response, "query.project")
+    assert body["error"]["message"] == (
+        "is a project number; use the project id (gcloud projects describe NUMBER --format='value(projectId)')"
+    )
+    assert client.store.calls == []
+
+
 @pytest.mark.parametrize("header", ["X-CloudTasks-TaskRetryCount", "X-CloudTasks-TaskExecutionCount"])
 @pytest.mark.parametrize("value", ["9223372036854775808", "1" * 40, "²", "٣", "-1", "1.0", "0x10", " ", "+1"])
 async def test_a_cloud_tasks_counter_that_is_not_a_64_bit_count_is_400(client: Client, header: str, value: str) -> None:

@@ -186,8 +186,9 @@ def parse_rfc3339(text: str, field: str) -> datetime:
         )
     except ValueError as exc:  # month 13, Feb 30, second 60 (leap seconds are not schedulable)
         raise InvalidDelivery(field, f"is not a date and time that exists ({exc})") from exc
-    # The year test first: at years 1 and 9999 even comparing across offsets can overflow.
-    if not (1 < value.year < 9999 and EARLIEST_SCHEDULE_TIME <= value < LATEST_SCHEDULE_TIME):
+    # Compared as instants, whatever the offset: 9999-01-01T00:30:00+01:00 is 9998 in UTC, and
+    # comparing aware datetimes subtracts offsets as timedeltas, which cannot overflow.
+    if not EARLIEST_SCHEDULE_TIME <= value < LATEST_SCHEDULE_TIME:
         raise InvalidDelivery(field, "is outside the years 1970 to 9998 that runonce schedules")
     return value
 
@@ -417,7 +418,7 @@ def parse_body(raw: bytes) -> tuple[dict[str, Any], str]:
         except PayloadNotSendable as exc:
             raise InvalidDelivery("body", f"body: {exc.message}") from exc
     canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return payload, hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    return payload, hashlib.sha256(canonical.encode("utf-8")).hexdigest()  # pragma: no mutate - codecs ignore case
 
 
 def _reject_constant(name: str) -> Any:
