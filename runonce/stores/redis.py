@@ -252,7 +252,7 @@ def _from_json(raw: bytes | str) -> RunRecord:
 
 def _score(when: datetime) -> int:
     """A time as an index score: microseconds since the epoch (exact in a double until 2255)."""
-    return (when - _EPOCH) // timedelta(microseconds=1)
+    return (when - _EPOCH) // timedelta(microseconds=1)  # pragma: no mutate - `/` too: Redis stores scores as doubles
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -283,10 +283,9 @@ class RedisStore(RunStore):
     def __init__(self, url: RedisURL, timeout_seconds: float):
         self.url = url
         self._timeout = timeout_seconds
-        # The tests have no TLS redis-server (rediss:// URLs are checked in test_store_new_backends).
         tls: dict[str, Any] = (
             {"connection_class": aioredis.SSLConnection, "ssl_ca_certs": url.ca_file} if url.tls else {}
-        )  # pragma: no mutate
+        )
         # A bounded pool that waits (up to the store timeout) for a free connection: a storm of
         # deliveries queues for the pool instead of failing with "too many connections".
         pool = aioredis.BlockingConnectionPool(
@@ -299,19 +298,19 @@ class RedisStore(RunStore):
             socket_timeout=timeout_seconds,
             socket_connect_timeout=timeout_seconds,  # pragma: no mutate - see above
             max_connections=MAX_CONNECTIONS,
-            timeout=timeout_seconds,
+            timeout=timeout_seconds,  # pragma: no mutate - the wait is inside a call, bounded the same (`_call`)
             # The pool checks a pooled connection before handing it out and reconnects one the server
             # closed (a restart): nothing was sent on it, so that is always safe. With maintenance
             # notifications on ("auto", redis-py's default on RESP3) it skips that check, and every
             # stale connection then fails its next command after a restart.
             maint_notifications_config=MaintNotificationsConfig(enabled=False),
-            **tls,  # pragma: no mutate - see above
+            # No silent resend: a claim resent after a lost reply would find its own write and answer
+            # busy. A failed call is a 503, and Scheduler's retry is the resend. On the pool: its
+            # connections send, and redis-py ignores a client's own `retry` when given a pool.
+            retry=Retry(NoBackoff(), 0),  # pragma: no mutate - redis-py's default now; kept should it change
+            **tls,
         )
-        # No silent resend: a claim resent after a lost reply would find its own write and answer
-        # busy. A failed call is a 503, and Scheduler's retry is the resend.
-        self._client = aioredis.Redis(
-            connection_pool=pool, retry=Retry(NoBackoff(), 0)
-        )  # pragma: no mutate - a resend shows only when a reply is lost, which a local server does not do
+        self._client = aioredis.Redis(connection_pool=pool)
         self._claim = self._client.register_script(_CLAIM)
         self._finish = self._client.register_script(_FINISH)
         self._release = self._client.register_script(_RELEASE)
@@ -354,8 +353,9 @@ class RedisStore(RunStore):
         async with self._client.pipeline(transaction=False) as pipe:  # pragma: no mutate
             pipe.eval(script.script, 1, self._key(run_id), *args)
             pipe.wait(
-                self.url.wait_replicas, max(1, int(self._timeout * 1000 / 2))
-            )  # pragma: no mutate - how long to wait, within the store timeout
+                self.url.wait_replicas,
+                max(1, int(self._timeout * 1000 / 2)),  # pragma: no mutate - how long, within the store timeout
+            )
             result, acked = await self._call(op, pipe.execute())
         if acked < self.url.wait_replicas:
             raise StoreUnavailable(
@@ -368,9 +368,7 @@ class RedisStore(RunStore):
 
     async def claim(self, new: NewRun, now: datetime, lease: timedelta, retention: timedelta) -> Claim:
         fresh = fresh_record(new, now, lease, retention)
-        ttl_ms = max(
-            1, int(retention.total_seconds() * 1000)
-        )  # pragma: no mutate - max(): SET PX refuses 0; retention is hours
+        ttl_ms = max(1, int(retention.total_seconds() * 1000))  # pragma: no mutate - max(): SET PX refuses 0
         args = [
             rfc3339(now),
             new.body_sha256,
@@ -492,8 +490,9 @@ class RedisStore(RunStore):
         when full, and every run key has a TTL (Memorystore's default, volatile-lru, evicts exactly those)."""
         try:
             memory = await self._call(
-                "info", self._client.info("memory")
-            )  # pragma: no mutate - a failure here is silent; INFO's sections are case-insensitive
+                "info",  # pragma: no mutate - a failure here is silent
+                self._client.info("memory"),  # pragma: no mutate - INFO's sections are case-insensitive; all has it
+            )
         except StoreUnavailable:
             return  # INFO refused or failed: the ping itself answered, nothing more to tell
         policy = memory.get("maxmemory_policy")
