@@ -26,11 +26,9 @@ lint: $(VENV)/.installed ## Lint, format, types and the layers' import contract 
 # In-process tests only (SQLite and memory stores, the app in-process): no emulator, redis-server,
 # gcloud, podman or root. Tests that need one are marked `services` (tests/conftest.py does it for
 # the store fixtures' users); one that starts a service unmarked fails here, naming the marker.
-# Two workers per core: a quarter of the suite's time is spent waiting (subprocesses, timeouts), not computing.
-FAST_WORKERS := $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) * 2 )))
-test-fast: $(VENV)/.installed ## The in-process suite in about a minute (pytest-xdist, two workers per core), with nothing but the venv.
+test-fast: $(VENV)/.installed ## The in-process suite in about a minute (on every core: pytest-xdist), with nothing but the venv.
 	RUNONCE_TESTS_IN_PROCESS_ONLY=1 $(BIN)/pytest -q -p no:cacheprovider -m "not deploy and not e2e and not services" \
-		--ignore=tests/sim -n $(FAST_WORKERS) $(PYTEST_ARGS)
+		--ignore=tests/sim -n auto $(PYTEST_ARGS)
 
 test-core: $(VENV)/.installed $(TASKS_EMULATOR) redis-server ## The service's tests (start their own Firestore, Spanner and Cloud Tasks emulators and redis-server).
 	$(BIN)/pytest $(PYTEST_ARGS)
