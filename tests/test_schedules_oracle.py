@@ -18,6 +18,7 @@ expectations in test_schedules.py and, for groc, against Google's evaluator here
 
 from __future__ import annotations
 
+import os
 import random
 from datetime import UTC, datetime, timedelta
 
@@ -27,6 +28,7 @@ from cronsim import CronSim
 from runonce.schedules import ScheduleError, get_zone, parse_schedule
 from runonce.schedules.zones import timeline, to_instant
 from tests.support.groc_oracle import run_oracle
+from tests.support.procs import IN_PROCESS_ONLY
 
 ZONES = [
     "America/New_York",
@@ -174,10 +176,16 @@ def _starts(rng: random.Random, zone_name: str, count: int) -> list[int]:
     return starts
 
 
-def test_groc_matches_googles_evaluator() -> None:
-    rng = random.Random(20260308)
+GROC_SHARDS = 1 if os.environ.get(IN_PROCESS_ONLY) else 3
+"""Google's evaluator takes about 4 s of CPU per shard of 600 cases: `make test-fast` compares one
+shard, `make test` all three."""
+
+
+@pytest.mark.parametrize("shard", range(GROC_SHARDS))
+def test_groc_matches_googles_evaluator(shard: int) -> None:
+    rng = random.Random(20260308 + shard)
     cases = []
-    while len(cases) < 1800:
+    while len(cases) < 600:
         expr = generate_groc(rng)
         for zone_name in rng.sample(ZONES, 3):
             for start in _starts(rng, zone_name, 2):
@@ -209,7 +217,7 @@ def test_groc_matches_googles_evaluator() -> None:
                 f"  ours   {fmt(ours)}\n  Google {fmt(theirs)}"
             )
     assert not mismatches, f"{len(mismatches)} of {len(cases)} differ:\n" + "\n".join(mismatches[:10])
-    assert compared > 1500 and rejected < 150  # the generator makes mostly valid schedules
+    assert compared > 500 and rejected < 50  # the generator makes mostly valid schedules
 
 
 MUTATIONS = [
