@@ -19,7 +19,7 @@ from runonce.api.main import create_app
 from runonce.run.delivery import Delivery
 from runonce.run.runner import Rules, Runner
 from runonce.settings import Settings
-from runonce.stores import StoreUnavailable
+from runonce.stores import NewRun, StoreUnavailable
 from runonce.stores.memory import MemoryStore
 from runonce.targets import DispatchRequest, TargetFailed
 from runonce.targets.scripted import ScriptedTarget
@@ -259,3 +259,58 @@ async def test_store_down_for_the_force_runs_claim_answers_503_for_the_force_run
 
 async def _refused(request: DispatchRequest) -> str:
     raise TargetFailed("refused")
+
+
+async def _created(request: DispatchRequest) -> str:
+    return f"executions/{request.run_id[:8]}"
+
+
+class TakenOverBeforeGivenBack(MemoryStore):
+    """Another attempt takes over the scheduled run's claim (its lease ran out) just before this
+    attempt gives that claim back: the give-back is fenced."""
+
+    async def finish(self, claim, finish, now):  # type: ignore[no-untyped-def]
+        if claim.record.source == "scheduler":
+            held = claim.record
+            taken = await super().claim(
+                NewRun(**{name: getattr(held, name) for name in NewRun.__dataclass_fields__}),
+                held.lease_expires + timedelta(seconds=1),
+                timedelta(seconds=3),
+                timedelta(days=1),
+            )
+            assert taken.won
+        return await super().finish(claim, finish, now)
+
+
+async def test_a_give_back_fenced_by_another_attempt_still_runs_the_force_runs_retry() -> None:
+    """The scheduled run's claim, made beside the force run's read, is not this delivery's; if
+    another attempt holds it by the time it is given back, there is nothing of ours to give back,
+    and the delivery goes on as the force run's retry."""
+    store, target = TakenOverBeforeGivenBack(), ScriptedTarget()
+    runner = Runner(
+        store,
+        {"separate": target},
+        routes={"separate": Rules()},
+        lease=timedelta(seconds=3),
+        retention=timedelta(days=1),
+        dispatch_timeout=timedelta(seconds=1),
+        clock=lambda: S,
+    )
+    delivery = Delivery(
+        source="scheduler",
+        project="",
+        location="",
+        route="separate",
+        job="hourly",
+        schedule_time=S,
+        may_be_forced_retry=True,
+    )
+    forced = delivery.as_forced()
+    target.on_dispatch = _refused
+    with pytest.raises(errors.Failed):
+        await runner.run(forced, {}, "0" * 64)  # the force run failed: its retry is still due
+    target.on_dispatch = _created
+
+    result = await runner.run(delivery, {}, "0" * 64)
+    assert result.status == "processed"
+    assert [request.run_id for request in target.dispatched] == [forced.run_id, forced.run_id]
