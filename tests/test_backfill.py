@@ -10,11 +10,18 @@ from pathlib import Path
 import pytest
 
 from runonce.missed.audit import RangeRefused, scheduled_runs
-from runonce.missed.backfill import NOT_STARTED, Outcome, older_than_retention, run_all, runs_to_backfill
+from runonce.missed.backfill import (
+    NOT_STARTED,
+    Outcome,
+    older_than_retention,
+    release_unknown,
+    run_all,
+    runs_to_backfill,
+)
 from runonce.routes import parse_routes
 from runonce.run.runner import Runner
 from runonce.stores.memory import MemoryStore
-from runonce.targets import DispatchRequest, TargetFailed
+from runonce.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown
 from runonce.targets.scripted import ScriptedTarget
 
 NOW = datetime(2026, 3, 8, 12, 0, tzinfo=UTC)
@@ -162,6 +169,13 @@ def span(route: str, length: timedelta, end: datetime = END) -> tuple[str, ...]:
         (span("minutely", timedelta(minutes=1001)), "1001 fire times, over the 1000 one backfill runs without --yes"),
         (span("hourly", timedelta(days=1, hours=2)), "fire time(s) are older than RUNONCE_RETENTION_SECONDS (86400)"),
         (span("minutely", timedelta(minutes=-3)), "--from: must be before --to"),
+        (span("minutely", timedelta(0)), "--from: must be before --to"),
+        pytest.param(
+            span("hourly", timedelta(minutes=10), END.replace(minute=30)),
+            f"--from: route 'hourly' has no fire time from {stamp(END.replace(minute=20))} to "
+            f"{stamp(END.replace(minute=30))}",
+            id="no-fire-time",
+        ),
     ],
 )
 def test_runonce_backfill_refuses_with_exit_2_naming_the_flag(cli_routes, args: tuple[str, ...], says: str) -> None:
@@ -398,3 +412,112 @@ def test_runonce_backfill_shows_one_plain_line_per_run_when_stderr_is_no_termina
 def test_runonce_backfill_refuses_a_bad_timeout(cli_routes) -> None:
     result = cli_routes("backfill", *span("minutely", timedelta(minutes=3)), "--timeout", "soon")
     assert result.exit_code == 2 and "--timeout: 'soon' is not a duration" in result.output, result.output
+
+
+# -- how many at once, waiting runs, skipped runs, unknown outcomes --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("extra", "concurrency"),
+    [("", 1), ("    max_concurrent_dispatches: 3\n", 1), ("    max_concurrent_dispatches: 1\n", 4)],
+    ids=["asked-for-1", "asked-for-1-route-takes-3", "asked-for-4-route-takes-1"],
+)
+async def test_a_backfill_runs_one_at_a_time_when_asked_for_one_or_the_route_allows_one(
+    extra: str, concurrency: int
+) -> None:
+    from runonce.missed.backfill import local_runner
+
+    settings, routes = overlap_settings("allow", extra)
+    active = peak = 0
+
+    async def yielding(request: DispatchRequest) -> str:
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        await asyncio.sleep(0)  # let any other worker start its run meanwhile
+        active -= 1
+        return f"exec/{request.run_id}"
+
+    runs = runs_to_backfill("etl", routes["etl"], NOW - timedelta(hours=1), NOW - timedelta(minutes=30), NOW)
+    async with local_runner(settings, routes, MemoryStore(), targets={"etl": ScriptedTarget(yielding)}) as local:
+        outcomes = await run_all(local, runs, routes["etl"], concurrency=concurrency)
+    assert [o.outcome for o in outcomes] == ["processed"] * 3 and peak == 1
+
+
+async def wait_backfill(executions: Executions, **options) -> tuple[list[Outcome], list[str]]:
+    """Backfill etl's three fire times from 11:00 on an `overlap: wait` route; the run_ids told `waiting`."""
+    from runonce.missed.backfill import local_runner
+
+    settings, routes = overlap_settings("wait")
+    target = ScriptedTarget(executions.dispatch, running=executions.is_running)
+    runs = runs_to_backfill("etl", routes["etl"], NOW - timedelta(hours=1), NOW - timedelta(minutes=30), NOW)
+    told: list[str] = []
+    async with local_runner(settings, routes, MemoryStore(), targets={"etl": target}) as local:
+        outcomes = await run_all(
+            local, runs, routes["etl"], concurrency=1, waiting=lambda o: told.append(o.run.run_id), **options
+        )
+    return outcomes, told
+
+
+async def test_a_backfill_without_a_timeout_does_not_retry_a_waiting_run_and_starts_no_more(quick_polls) -> None:
+    executions = Executions(polls=2)  # would be done by the third time it is asked
+    outcomes, told = await wait_backfill(executions)
+    assert [o.outcome for o in outcomes] == ["processed", "waiting", NOT_STARTED]
+    assert len(executions.started) == 1 and told == []
+
+
+async def test_a_backfill_without_a_timeout_does_not_retry_even_if_the_clock_has_not_moved(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A coarse clock (some platforms tick every ~16 ms) can read the same when the backfill begins
+    and when a run answers `waiting`: no time has passed, yet with no timeout there is no retry."""
+    executions = Executions(polls=1)  # done by the second time it is asked
+    with monkeypatch.context() as patch:
+        patch.setattr(asyncio.get_running_loop(), "time", lambda: 1000.0)
+        outcomes, told = await wait_backfill(executions)
+    assert [o.outcome for o in outcomes] == ["processed", "waiting", NOT_STARTED]
+    assert len(executions.started) == 1 and told == []
+
+
+async def test_a_backfill_tells_each_waiting_run_once_however_often_it_is_tried_again(quick_polls) -> None:
+    executions = Executions(polls=3)  # each execution is still running the first three times it is asked
+    outcomes, told = await wait_backfill(executions, timeout=timedelta(seconds=60))
+    assert [o.outcome for o in outcomes] == ["processed"] * 3
+    assert told == [o.run.run_id for o in outcomes[1:]] and len(executions.asked) == 2
+
+
+async def test_a_skipped_backfill_run_reports_its_reason_and_message_in_the_json() -> None:
+    from runonce.missed.backfill import local_runner
+
+    settings, routes = overlap_settings("skip")
+    executions = Executions(polls=None)
+    target = ScriptedTarget(executions.dispatch, running=executions.is_running)
+    runs = runs_to_backfill("etl", routes["etl"], NOW - timedelta(hours=1), NOW - timedelta(minutes=40), NOW)
+    async with local_runner(settings, routes, MemoryStore(), targets={"etl": target}) as local:
+        outcomes = await run_all(local, runs, routes["etl"], concurrency=1)
+    first, skipped = (outcome.to_json() for outcome in outcomes)
+    assert "reason" not in first and "message" not in first
+    assert (skipped["outcome"], skipped["reason"]) == ("skipped", "overlap")
+    assert executions.started[0] in skipped["message"]
+
+
+async def test_runs_a_backfill_left_unknown_are_released_and_the_next_backfill_reconciles_them_at_once() -> None:
+    store = MemoryStore()
+    runs = runs_to_backfill("minutely", ROUTE, NOW - timedelta(minutes=3), NOW, NOW)
+
+    async def cut_short(request: DispatchRequest) -> str:
+        if request.run_id != runs[0].run_id:
+            raise TargetOutcomeUnknown("the dispatch was cut short; the target may have acted")
+        return f"done/{request.run_id}"
+
+    first = await run_all(runner(ScriptedTarget(cut_short), store), runs, ROUTE, concurrency=1)
+    assert [o.outcome for o in first] == ["processed", "unknown", "unknown"]
+    assert await release_unknown(store, first, NOW) == [run.run_id for run in runs[1:]]
+
+    async def found(request: DispatchRequest) -> str | None:
+        return f"done/{request.run_id}"
+
+    again = ScriptedTarget(reconcile=found)
+    second = await run_all(runner(again, store), runs, ROUTE, concurrency=1)
+    assert [o.outcome for o in second] == ["duplicate", "processed", "processed"]
+    assert [r.run_id for r in again.reconciled] == [run.run_id for run in runs[1:]] and again.dispatched == []

@@ -295,3 +295,16 @@ async def test_a_backfill_or_catch_up_of_a_fire_time_after_now_is_refused_and_cl
     assert (outcome.outcome, outcome.error.field) == ("invalid", "schedule_time")
     assert "is not due yet" in outcome.error.message and world.etl.dispatched == []
     assert await world.store.get(future.run_id, now) is None
+    assert (outcome.error.route, outcome.error.run_id) == ("etl", future.run_id)
+    assert outcome.to_json() == {**future.to_json(), "outcome": "invalid", "error": outcome.error.message}
+
+
+async def test_a_catch_up_of_a_fire_time_that_is_due_this_very_moment_dispatches_it(tmp_path: Path) -> None:
+    store = SQLiteStore(str(tmp_path / "runs.db"))
+    world = World(store, Clock(AUDIT_AT))
+    try:
+        [due] = scheduled_runs({"etl": ROUTES["etl"]}, AUDIT_AT, AUDIT_AT + timedelta(minutes=1))
+        outcome = await run_one(world.runner, due, ROUTES["etl"])
+    finally:
+        await store.close()
+    assert outcome.outcome == "processed" and [r.run_id for r in world.etl.dispatched] == [due.run_id]
