@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -13,8 +14,10 @@ import httpx
 import pytest
 
 from runonce.api.main import create_app
+from runonce.metrics import Metrics
 from runonce.missed.audit import (
     MAX_CATCH_UP_PER_ROUTE,
+    AuditTarget,
     RangeRefused,
     audit,
     body_sha256,
@@ -29,6 +32,7 @@ from runonce.settings import ConfigError, Settings
 from runonce.stores import Finish, NewRun, RunStore
 from runonce.stores.base import COMPLETED, FAILED, SKIPPED
 from runonce.stores.sqlite import SQLiteStore
+from runonce.targets import DispatchRequest
 
 LEASE = timedelta(seconds=300)
 RETENTION = timedelta(days=1)
@@ -481,3 +485,252 @@ async def test_an_audit_delivery_without_a_schedule_time_is_refused_before_its_r
         assert refused.status_code == 400, refused.text
         assert refused.json()["error"]["field"] == "X-CloudScheduler-ScheduleTime"
         assert await store.list(NOW, route="_audit") == []
+
+
+# -- the range's edges ----------------------------------------------------------------------------
+
+
+async def test_an_audit_of_an_empty_range_is_refused_naming_its_end(store: RunStore) -> None:
+    at = NOW - timedelta(hours=1)
+    with pytest.raises(RangeRefused) as refused:
+        await audit(store, ROUTES, at, at, NOW, lease=LEASE, retention=RETENTION)
+    assert refused.value.field == "to" and "is not after the start of the range" in refused.value.reason
+
+
+async def test_an_audit_starting_at_now_minus_the_lease_has_nothing_due_and_is_refused(store: RunStore) -> None:
+    with pytest.raises(RangeRefused) as refused:
+        await audit(store, {"hourly": ROUTES["hourly"]}, NOW - LEASE, NOW, NOW, lease=LEASE, retention=RETENTION)
+    assert refused.value.field == "from" and "not due yet" in refused.value.reason
+
+
+async def test_an_audit_from_just_after_a_fire_time_reports_the_later_fire_times(store: RunStore) -> None:
+    """`--since` counts from a clock with microseconds: the range starts mid-second after 09:00."""
+    start = NOW - timedelta(hours=3) + timedelta(microseconds=500_000)
+    report = await audit(store, {"hourly": ROUTES["hourly"]}, start, NOW, NOW, lease=LEASE, retention=RETENTION)
+    assert [format_schedule_time(run.time) for run in report.missed] == ["2026-03-08T10:00:00Z", "2026-03-08T11:00:00Z"]
+
+
+def test_runonce_audit_of_more_fire_times_than_it_computes_names_the_range_flags(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "routes.yaml"
+    path.write_text(WIDE_ROUTES)
+    monkeypatch.setenv("RUNONCE_ROUTES_FILE", str(path))
+    monkeypatch.setenv("RUNONCE_RETENTION_SECONDS", str(40 * 86400))
+    result = cli("audit", "--since", "15d")
+    assert result.exit_code == 2 and "--from/--to: more than 20000 fire times" in result.output, result.output
+
+
+def test_a_duration_of_at_most_ten_years_is_accepted() -> None:
+    ten_years = timedelta(days=3650)
+    assert parse_duration("3650d", "since") == ten_years
+    assert parse_duration(str(int(ten_years.total_seconds())), "since") == ten_years
+    for bad in ("3650d1s", str(int(ten_years.total_seconds()) + 1)):
+        with pytest.raises(RangeRefused) as refused:
+            parse_duration(bad, "since")
+        assert refused.value.field == "since" and "at most ten years" in refused.value.reason
+
+
+# -- catch-up's edges -----------------------------------------------------------------------------
+
+
+async def test_a_route_without_catch_up_is_never_caught_up_however_much_it_missed(store: RunStore) -> None:
+    assert ROUTES["hourly"].catch_up == "none"
+    assert await catch_up_runs(store, "hourly", ROUTES["hourly"], NOW, NOW, lease=LEASE, retention=RETENTION) == []
+
+
+async def test_catch_up_never_dispatches_a_fire_time_as_old_as_the_retention(store: RunStore) -> None:
+    """A record claimed at 11:00 expires at 11:00 + retention, now: its absence proves nothing."""
+    one_hour = timedelta(hours=1)
+    route = CATCH_UP["latest"]  # hourly; window: the retention
+    assert await catch_up_runs(store, "latest", route, NOW, NOW, lease=LEASE, retention=one_hour) == []
+    longer = one_hour + timedelta(seconds=1)  # the 11:00 record would still be kept
+    [run] = await catch_up_runs(store, "latest", route, NOW, NOW, lease=LEASE, retention=longer)
+    assert format_schedule_time(run.time) == "2026-03-08T11:00:00Z"
+
+
+# -- the report's JSON and lines ------------------------------------------------------------------
+
+
+async def test_the_audits_json_names_its_range_its_routes_and_each_runs_time_zone(store: RunStore) -> None:
+    start = datetime(2026, 3, 8, 6, 0, tzinfo=UTC)
+    report = await audit(store, ROUTES, start, NOW, NOW, lease=LEASE, retention=RETENTION)
+    body = json.loads(json.dumps(report.to_json()))
+    assert (body["from"], body["to"], body["routes"]) == (
+        "2026-03-08T06:00:00Z",
+        "2026-03-08T11:55:00Z",
+        ["hourly", "nightly"],
+    )
+    [nightly] = [run for run in body["missed"] if run["route"] == "nightly"]
+    assert nightly["time_zone"] == "America/New_York" and nightly["local_time"] == "2026-03-08T03:00:00-04:00"
+    assert {run["time_zone"] for run in body["missed"] if run["route"] == "hourly"} == {"UTC"}
+
+
+def test_a_missed_runs_line_shows_its_local_time_in_the_routes_zone() -> None:
+    [run] = scheduled_runs(
+        {"nightly": ROUTES["nightly"]}, datetime(2026, 3, 9, 6, tzinfo=UTC), datetime(2026, 3, 9, 7, tzinfo=UTC)
+    )
+    assert "  2026-03-09T06:30:00Z  (2026-03-09 02:30:00-0400 America/New_York)  " in run.line(), run.line()
+
+
+# -- the audit job's run --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "says"),
+    [
+        ({"since": 600}, "body.since", "must be a duration string"),
+        ({"since": "soon"}, "body.since", "not a duration"),
+        ({"until": "1h"}, "body.until", "unknown field"),
+        ({"since": "10m", "until": "1h", "zone": "UTC"}, "body.until", "unknown field"),
+    ],
+)
+async def test_an_audit_body_other_than_a_since_duration_is_refused_naming_the_field(
+    body: dict, field: str, says: str
+) -> None:
+    from runonce.stores.memory import MemoryStore
+
+    store = MemoryStore()
+    app = create_app(Settings(routes=ROUTES_TEXT, auth="none"), store=store, clock=lambda: NOW)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://runonce") as http,
+    ):
+        headers = {"X-CloudScheduler-JobName": "runonce-audit", "X-CloudScheduler-ScheduleTime": "2026-03-08T12:00:00Z"}
+        refused = await http.post("/v1/audit:run", json=body, headers=headers)
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert error["field"] == field and says in error["message"], error
+    assert await store.list(NOW, route="_audit") == []
+
+
+async def test_an_audit_job_reaching_past_the_retention_reports_what_the_store_still_keeps() -> None:
+    """`since` longer than the retention: the audit reports from the earliest auditable time on,
+    rather than nothing."""
+    from runonce.stores.memory import MemoryStore
+
+    app = create_app(
+        Settings(routes=ROUTES_TEXT, auth="none", retention_seconds=86400), store=MemoryStore(), clock=lambda: NOW
+    )
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://runonce") as http,
+    ):
+        headers = {"X-CloudScheduler-JobName": "runonce-audit", "X-CloudScheduler-ScheduleTime": "2026-03-08T12:00:00Z"}
+        answer = await http.post("/v1/audit:run", json={"since": "2d"}, headers=headers)
+    assert answer.status_code == 200, answer.text
+    missed = [(run["route"], run["schedule_time"]) for run in answer.json()["missed"]]
+    assert len(missed) == 23 + 1 and missed[0] == ("hourly", "2026-03-07T13:00:00Z")  # hourly 13:00..11:00
+    assert ("nightly", "2026-03-08T07:00:00Z") in missed
+
+
+def audit_job(store: RunStore) -> AuditTarget:
+    """The audit as the target of its job's run, on the test's routes, store and clock."""
+    return AuditTarget(store, ROUTES, lease=LEASE, retention=RETENTION, clock=lambda: NOW, metrics=Metrics())
+
+
+def audit_run(schedule_time: str) -> DispatchRequest:
+    return DispatchRequest(
+        run_id="a" * 64, route="_audit", job="runonce-audit", schedule_time=schedule_time, source="scheduler"
+    )
+
+
+async def left_in_progress(store: RunStore, n: int, at: datetime, lease: timedelta = LEASE) -> str:
+    """A run of `hourly` claimed at `at` whose attempt never finished (it stays `in_progress`)."""
+    run_id = f"{n:064x}"
+    new = NewRun(
+        run_id=run_id,
+        route="hourly",
+        source="scheduler",
+        project="proj-1",
+        location="us-central1",
+        job="hourly-job",
+        schedule_time=format_schedule_time(at),
+        task=None,
+        body_sha256=body_sha256({}),
+    )
+    await store.claim(new, at, lease, RETENTION)
+    return run_id
+
+
+def unresolved_lines(caplog: pytest.LogCaptureFixture) -> list[dict]:
+    return [r.fields for r in caplog.records if r.name == "runonce.audit" and r.fields.get("outcome") == "unresolved"]
+
+
+async def test_an_audit_reports_every_unresolved_run_up_to_its_limit_oldest_first(
+    store: RunStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """More than a store listing's default page (50): every one gets its line, the oldest first."""
+    stuck = [await left_in_progress(store, n, NOW - 3 * LEASE - timedelta(minutes=n)) for n in range(60)]
+    with caplog.at_level(logging.WARNING, logger="runonce.audit"):
+        await audit_job(store).dispatch(audit_run("2026-03-08T12:00:00Z"))
+    assert [line["run_id"] for line in unresolved_lines(caplog)] == stuck[::-1]
+
+
+async def test_an_audit_reports_a_run_unresolved_once_its_lease_has_run_out(
+    store: RunStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run claimed with a longer lease (a lease setting changed since) counts only when that lease
+    ends: at its end exactly, it does."""
+    ended = await left_in_progress(store, 1, NOW - 4 * LEASE, lease=4 * LEASE)
+    await left_in_progress(store, 2, NOW - 4 * LEASE, lease=4 * LEASE + timedelta(seconds=1))
+    with caplog.at_level(logging.WARNING, logger="runonce.audit"):
+        await audit_job(store).dispatch(audit_run("2026-03-08T12:00:00Z"))
+    assert [line["run_id"] for line in unresolved_lines(caplog)] == [ended]
+
+
+async def test_a_late_retry_of_an_audit_older_than_the_store_keeps_reports_nothing(
+    store: RunStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its whole range is past the retention: no record there proves a miss, so none is reported."""
+    job = audit_job(store)
+    with caplog.at_level(logging.WARNING, logger="runonce.audit"):
+        said = await job.dispatch(audit_run("2026-03-06T12:00:00Z"))
+    assert said.startswith("audit: nothing to report") and "2026-03-06T11:55:00Z" in said, said
+    assert job.reports == {} and [r for r in caplog.records if r.name == "runonce.audit"] == []
+
+
+# -- start-up's catch-up checks -------------------------------------------------------------------
+
+
+def test_every_catch_up_window_as_long_as_the_retention_or_longer_stops_start_up() -> None:
+    routes = parse_routes(
+        """
+routes:
+  all:
+    target: {type: log}
+    job: j-all
+    schedule: "*/5 * * * *"
+    namespace: {project: proj-1, location: us-central1}
+    catch_up: all
+    catch_up_window_seconds: 7200
+  all-longer:
+    target: {type: log}
+    job: j-all-longer
+    schedule: "*/5 * * * *"
+    namespace: {project: proj-1, location: us-central1}
+    catch_up: all
+    catch_up_window_seconds: 7201
+""",
+        "test",
+    )
+    problems = check_catch_up_windows(routes, 7200)
+    assert [problem.split(":")[0] for problem in problems] == ["route 'all'", "route 'all-longer'"], problems
+    assert all("must be below RUNONCE_RETENTION_SECONDS" in problem for problem in problems)
+    assert check_catch_up_windows(routes, 7202) == []
+
+
+def test_a_too_wide_catch_up_window_stops_start_up_after_routes_that_do_not_catch_up() -> None:
+    text = WIDE_ROUTES.replace("    job: minutely-job", "    job: minutely-job\n    catch_up: latest")
+    routes = parse_routes(text + ROUTES_TEXT.split("routes:\n", 1)[1], "test")  # hourly sorts first
+    [problem] = check_catch_up_windows(routes, 40 * 86400, NOW)
+    assert problem.startswith("route 'minutely': field 'catch_up_window_seconds'"), problem
+
+
+def test_a_catch_up_window_that_fits_only_without_the_dst_margin_stops_start_up() -> None:
+    """A window of 19,940 minutely fire times, plus the two hours a DST day may add, is over 20,000."""
+    text = WIDE_ROUTES.replace(
+        "    job: minutely-job", f"    job: minutely-job\n    catch_up: all\n    catch_up_window_seconds: {19_940 * 60}"
+    )
+    [problem] = check_catch_up_windows(parse_routes(text, "test"), 40 * 86400, NOW)
+    assert "holds more than 20000 fire times" in problem, problem
