@@ -41,6 +41,8 @@ MESSAGE_ARG = {
     # callable name -> index of the positional argument that is the human-readable message
     "InvalidDelivery": 1,
     "ForcedRunRefused": 1,
+    "RangeRefused": 1,  # missed/audit.py: InvalidDelivery's (field, reason)
+    "NotDue": 1,  # missed/backfill.py: the same
     "_rejected": 0,
     "ConfigError": 0,
     "ValueError": 0,
