@@ -444,13 +444,16 @@ async def test_a_backfill_runs_one_at_a_time_when_asked_for_one_or_the_route_all
     assert [o.outcome for o in outcomes] == ["processed"] * 3 and peak == 1
 
 
-async def wait_backfill(executions: Executions, **options) -> tuple[list[Outcome], list[str]]:
-    """Backfill etl's three fire times from 11:00 on an `overlap: wait` route; the run_ids told `waiting`."""
+async def overlap_backfill(
+    executions: Executions, overlap: str = "wait", until: datetime = NOW - timedelta(minutes=30), **options
+) -> tuple[list[Outcome], list[str]]:
+    """Backfill etl's fire times from 11:00 to `until` (three by default) on an `overlap` route, one
+    at a time; the run_ids told `waiting`."""
     from runonce.missed.backfill import local_runner
 
-    settings, routes = overlap_settings("wait")
+    settings, routes = overlap_settings(overlap)
     target = ScriptedTarget(executions.dispatch, running=executions.is_running)
-    runs = runs_to_backfill("etl", routes["etl"], NOW - timedelta(hours=1), NOW - timedelta(minutes=30), NOW)
+    runs = runs_to_backfill("etl", routes["etl"], NOW - timedelta(hours=1), until, NOW)
     told: list[str] = []
     async with local_runner(settings, routes, MemoryStore(), targets={"etl": target}) as local:
         outcomes = await run_all(
@@ -461,7 +464,7 @@ async def wait_backfill(executions: Executions, **options) -> tuple[list[Outcome
 
 async def test_a_backfill_without_a_timeout_does_not_retry_a_waiting_run_and_starts_no_more(quick_polls) -> None:
     executions = Executions(polls=2)  # would be done by the third time it is asked
-    outcomes, told = await wait_backfill(executions)
+    outcomes, told = await overlap_backfill(executions)
     assert [o.outcome for o in outcomes] == ["processed", "waiting", NOT_STARTED]
     assert len(executions.started) == 1 and told == []
 
@@ -474,27 +477,21 @@ async def test_a_backfill_without_a_timeout_does_not_retry_even_if_the_clock_has
     executions = Executions(polls=1)  # done by the second time it is asked
     with monkeypatch.context() as patch:
         patch.setattr(asyncio.get_running_loop(), "time", lambda: 1000.0)
-        outcomes, told = await wait_backfill(executions)
+        outcomes, told = await overlap_backfill(executions)
     assert [o.outcome for o in outcomes] == ["processed", "waiting", NOT_STARTED]
     assert len(executions.started) == 1 and told == []
 
 
 async def test_a_backfill_tells_each_waiting_run_once_however_often_it_is_tried_again(quick_polls) -> None:
     executions = Executions(polls=3)  # each execution is still running the first three times it is asked
-    outcomes, told = await wait_backfill(executions, timeout=timedelta(seconds=60))
+    outcomes, told = await overlap_backfill(executions, timeout=timedelta(seconds=60))
     assert [o.outcome for o in outcomes] == ["processed"] * 3
     assert told == [o.run.run_id for o in outcomes[1:]] and len(executions.asked) == 2
 
 
 async def test_a_skipped_backfill_run_reports_its_reason_and_message_in_the_json() -> None:
-    from runonce.missed.backfill import local_runner
-
-    settings, routes = overlap_settings("skip")
     executions = Executions(polls=None)
-    target = ScriptedTarget(executions.dispatch, running=executions.is_running)
-    runs = runs_to_backfill("etl", routes["etl"], NOW - timedelta(hours=1), NOW - timedelta(minutes=40), NOW)
-    async with local_runner(settings, routes, MemoryStore(), targets={"etl": target}) as local:
-        outcomes = await run_all(local, runs, routes["etl"], concurrency=1)
+    outcomes, _ = await overlap_backfill(executions, "skip", until=NOW - timedelta(minutes=40))
     first, skipped = (outcome.to_json() for outcome in outcomes)
     assert "reason" not in first and "message" not in first
     assert (skipped["outcome"], skipped["reason"]) == ("skipped", "overlap")
