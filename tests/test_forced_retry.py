@@ -180,6 +180,31 @@ async def test_other_policies_key_the_retry_as_the_scheduled_run(api: Api, route
     assert len({k for _, k in api.downstream.keys}) == 1
 
 
+SCHEDULED = Delivery(
+    source="scheduler",
+    project="",
+    location="",
+    route="separate",
+    job="hourly",
+    schedule_time=S,
+    may_be_forced_retry=True,
+)
+"""A scheduled delivery of `separate` at S, keyed as the scheduled run: maybe a force run's retry."""
+
+
+def separate_runner(store: MemoryStore, target: ScriptedTarget) -> Runner:
+    """A Runner of the one route `separate`, its clock stopped at S."""
+    return Runner(
+        store,
+        {"separate": target},
+        routes={"separate": Rules()},
+        lease=timedelta(seconds=3),
+        retention=timedelta(days=1),
+        dispatch_timeout=timedelta(seconds=1),
+        clock=lambda: S,
+    )
+
+
 class GetFails(MemoryStore):
     async def get(self, run_id, now):  # type: ignore[no-untyped-def]
         raise StoreUnavailable("deadline exceeded")
@@ -189,24 +214,7 @@ async def test_store_down_for_the_force_run_read_gives_the_claim_back_and_answer
     """Which run a delivery is cannot be told: nothing is dispatched and the claim made beside the
     read is released at once, so Scheduler's retry is not held up by a lease."""
     store, target = GetFails(), ScriptedTarget()
-    runner = Runner(
-        store,
-        {"separate": target},
-        routes={"separate": Rules()},
-        lease=timedelta(seconds=3),
-        retention=timedelta(days=1),
-        dispatch_timeout=timedelta(seconds=1),
-        clock=lambda: S,
-    )
-    delivery = Delivery(
-        source="scheduler",
-        project="",
-        location="",
-        route="separate",
-        job="hourly",
-        schedule_time=S,
-        may_be_forced_retry=True,
-    )
+    runner, delivery = separate_runner(store, target), SCHEDULED
     with pytest.raises(errors.Unavailable, match=r"target was not called \(deadline exceeded\)"):
         await runner.run(delivery, {}, "0" * 64)
     assert target.dispatched == []
@@ -228,24 +236,7 @@ class ForcedClaimFails(MemoryStore):
 
 async def test_store_down_for_the_force_runs_claim_answers_503_for_the_force_run() -> None:
     store, target = ForcedClaimFails(), ScriptedTarget(dispatch=_refused)
-    runner = Runner(
-        store,
-        {"separate": target},
-        routes={"separate": Rules()},
-        lease=timedelta(seconds=3),
-        retention=timedelta(days=1),
-        dispatch_timeout=timedelta(seconds=1),
-        clock=lambda: S,
-    )
-    delivery = Delivery(
-        source="scheduler",
-        project="",
-        location="",
-        route="separate",
-        job="hourly",
-        schedule_time=S,
-        may_be_forced_retry=True,
-    )
+    runner, delivery = separate_runner(store, target), SCHEDULED
     forced = delivery.as_forced()
     with pytest.raises(errors.Failed):
         await runner.run(forced, {}, "0" * 64)  # the force run failed: its retry is still due
@@ -287,24 +278,7 @@ async def test_a_give_back_fenced_by_another_attempt_still_runs_the_force_runs_r
     another attempt holds it by the time it is given back, there is nothing of ours to give back,
     and the delivery goes on as the force run's retry."""
     store, target = TakenOverBeforeGivenBack(), ScriptedTarget()
-    runner = Runner(
-        store,
-        {"separate": target},
-        routes={"separate": Rules()},
-        lease=timedelta(seconds=3),
-        retention=timedelta(days=1),
-        dispatch_timeout=timedelta(seconds=1),
-        clock=lambda: S,
-    )
-    delivery = Delivery(
-        source="scheduler",
-        project="",
-        location="",
-        route="separate",
-        job="hourly",
-        schedule_time=S,
-        may_be_forced_retry=True,
-    )
+    runner, delivery = separate_runner(store, target), SCHEDULED
     forced = delivery.as_forced()
     target.on_dispatch = _refused
     with pytest.raises(errors.Failed):
