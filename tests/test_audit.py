@@ -7,6 +7,7 @@ import asyncio
 import hashlib
 import json
 import logging
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from runonce.stores import Finish, NewRun, RunStore
 from runonce.stores.base import COMPLETED, FAILED, SKIPPED
 from runonce.stores.sqlite import SQLiteStore
 from runonce.targets import DispatchRequest
+from tests.support.runs import new_run
 
 LEASE = timedelta(seconds=300)
 RETENTION = timedelta(days=1)
@@ -576,6 +578,17 @@ def test_a_missed_runs_line_shows_its_local_time_in_the_routes_zone() -> None:
 # -- the audit job's run --------------------------------------------------------------------------
 
 
+async def deliver_audit_job(settings: Settings, store: RunStore, body: dict) -> httpx.Response:
+    """Scheduler's delivery of the audit job's 12:00 run, with `body`, to an app on `store` at NOW."""
+    app = create_app(settings, store=store, clock=lambda: NOW)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://runonce") as http,
+    ):
+        headers = {"X-CloudScheduler-JobName": "runonce-audit", "X-CloudScheduler-ScheduleTime": "2026-03-08T12:00:00Z"}
+        return await http.post("/v1/audit:run", json=body, headers=headers)
+
+
 @pytest.mark.parametrize(
     ("body", "field", "says"),
     [
@@ -591,13 +604,7 @@ async def test_an_audit_body_other_than_a_since_duration_is_refused_naming_the_f
     from runonce.stores.memory import MemoryStore
 
     store = MemoryStore()
-    app = create_app(Settings(routes=ROUTES_TEXT, auth="none"), store=store, clock=lambda: NOW)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://runonce") as http,
-    ):
-        headers = {"X-CloudScheduler-JobName": "runonce-audit", "X-CloudScheduler-ScheduleTime": "2026-03-08T12:00:00Z"}
-        refused = await http.post("/v1/audit:run", json=body, headers=headers)
+    refused = await deliver_audit_job(Settings(routes=ROUTES_TEXT, auth="none"), store, body)
     assert refused.status_code == 400, refused.text
     error = refused.json()["error"]
     assert error["field"] == field and says in error["message"], error
@@ -609,15 +616,8 @@ async def test_an_audit_job_reaching_past_the_retention_reports_what_the_store_s
     rather than nothing."""
     from runonce.stores.memory import MemoryStore
 
-    app = create_app(
-        Settings(routes=ROUTES_TEXT, auth="none", retention_seconds=86400), store=MemoryStore(), clock=lambda: NOW
-    )
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://runonce") as http,
-    ):
-        headers = {"X-CloudScheduler-JobName": "runonce-audit", "X-CloudScheduler-ScheduleTime": "2026-03-08T12:00:00Z"}
-        answer = await http.post("/v1/audit:run", json={"since": "2d"}, headers=headers)
+    settings = Settings(routes=ROUTES_TEXT, auth="none", retention_seconds=86400)
+    answer = await deliver_audit_job(settings, MemoryStore(), {"since": "2d"})
     assert answer.status_code == 200, answer.text
     missed = [(run["route"], run["schedule_time"]) for run in answer.json()["missed"]]
     assert len(missed) == 23 + 1 and missed[0] == ("hourly", "2026-03-07T13:00:00Z")  # hourly 13:00..11:00
@@ -638,17 +638,7 @@ def audit_run(schedule_time: str) -> DispatchRequest:
 async def left_in_progress(store: RunStore, n: int, at: datetime, lease: timedelta = LEASE) -> str:
     """A run of `hourly` claimed at `at` whose attempt never finished (it stays `in_progress`)."""
     run_id = f"{n:064x}"
-    new = NewRun(
-        run_id=run_id,
-        route="hourly",
-        source="scheduler",
-        project="proj-1",
-        location="us-central1",
-        job="hourly-job",
-        schedule_time=format_schedule_time(at),
-        task=None,
-        body_sha256=body_sha256({}),
-    )
+    new = replace(new_run(run_id, body_sha256({}), route="hourly"), schedule_time=format_schedule_time(at))
     await store.claim(new, at, lease, RETENTION)
     return run_id
 
