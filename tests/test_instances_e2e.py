@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -36,7 +35,7 @@ from tests.support.burst import (
 )
 from tests.support.downstream import Downstream
 from tests.support.procs import ServerProcess
-from tests.support.stores import FIRESTORE_PROJECT, redis_url, spanner_table_url, with_server
+from tests.support.stores import server_store_env, with_server
 
 pytestmark = pytest.mark.e2e
 
@@ -46,27 +45,13 @@ LEASE_SECONDS = 9.0
 """Short, so the test waits little for the killed instance's leases (settings: >= dispatch + 2 x store + 1)."""
 
 
-def store_env(kind: str, request: pytest.FixtureRequest) -> dict[str, str]:
-    """RUNONCE_STORE (and options) for a fresh namespace on the session's server of `kind`."""
-    if kind == "firestore":
-        request.getfixturevalue("firestore_emulator")
-        return {
-            "RUNONCE_STORE": "firestore",
-            "RUNONCE_FIRESTORE_PROJECT": FIRESTORE_PROJECT,
-            "RUNONCE_FIRESTORE_COLLECTION": f"runs_{uuid.uuid4().hex[:12]}",
-        }
-    if kind == "redis":
-        return {"RUNONCE_STORE": redis_url(request.getfixturevalue("redis_server"))}
-    return {"RUNONCE_STORE": spanner_table_url(request.getfixturevalue("spanner_database"))}
-
-
 @pytest.fixture(scope="module", params=["firestore", "redis", "spanner"])
 def cluster(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[list[ServerProcess], Downstream]]:
     """Four instances on one store, for both tests of that store (the kill test runs last)."""
     with Downstream() as downstream:
-        env = server_env(store_env(request.param, request), downstream, LEASE_SECONDS)
+        env = server_env(server_store_env(request.param, request), downstream, LEASE_SECONDS)
         servers = start_instances(env, tmp_path_factory.mktemp(request.param), INSTANCES)
         try:
             yield servers, downstream

@@ -62,3 +62,22 @@ def guard_spanner_url(database_url: str) -> str:
     store.init(lambda line: None)
     store.close()
     return url
+
+
+def server_store_env(kind: str, request, sqlite_dir=None) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """RUNONCE_STORE (and options) of `runonce serve` processes sharing a fresh namespace on the
+    session's server of `kind` (`firestore`, `spanner`, `redis`), or one SQLite file in `sqlite_dir`."""
+    if kind == "firestore":
+        request.getfixturevalue("firestore_emulator")
+        return {
+            "RUNONCE_STORE": "firestore",
+            "RUNONCE_FIRESTORE_PROJECT": FIRESTORE_PROJECT,
+            "RUNONCE_FIRESTORE_COLLECTION": f"runs_{uuid.uuid4().hex[:12]}",
+        }
+    if kind == "spanner":
+        return {"RUNONCE_STORE": spanner_table_url(request.getfixturevalue("spanner_database"))}
+    if kind == "redis":
+        return {"RUNONCE_STORE": redis_url(request.getfixturevalue("redis_server"))}
+    if kind == "sqlite" and sqlite_dir is not None:
+        return {"RUNONCE_STORE": f"sqlite:///{sqlite_dir / 'runs.db'}"}
+    raise ValueError(f"no shared store of kind {kind!r}")
