@@ -43,9 +43,9 @@ resource "google_service_account" "auditor" {
 resource "google_cloud_run_v2_service_iam_member" "auditor" {
   count = local.audit_enabled ? 1 : 0
 
-  project  = google_cloud_run_v2_service.this.project
-  location = google_cloud_run_v2_service.this.location
-  name     = google_cloud_run_v2_service.this.name
+  project  = google_cloud_run_v2_service.this["primary"].project
+  location = google_cloud_run_v2_service.this["primary"].location
+  name     = google_cloud_run_v2_service.this["primary"].name
   role     = "roles/run.invoker"
   member   = google_service_account.auditor[0].member
 }

@@ -198,7 +198,7 @@ resource "google_project_iam_member" "runtime_self_check" {
 
   condition {
     title       = "runonce-own-service-only"
-    description = "Only runonce's own Cloud Run service."
-    expression  = "resource.name == \"projects/${var.project_id}/locations/${var.region}/services/${var.service_name}\""
+    description = "Only runonce's own Cloud Run service (one per region)."
+    expression  = join(" || ", [for region in values(local.service_regions) : "resource.name == \"projects/${var.project_id}/locations/${region}/services/${var.service_name}\""])
   }
 }

@@ -10,7 +10,11 @@ locals {
   # The deterministic run.app URL, known before the service exists: it is both the Scheduler jobs'
   # target and the audience runonce checks in their OIDC tokens (RUNONCE_AUDIENCE), so the service
   # does not depend on its own output.
-  service_url = "https://${var.service_name}-${data.google_project.this.number}.${var.region}.run.app"
+  # With additional_regions, one service per region, each its own URL and audience.
+  service_urls = {
+    for region in values(local.service_regions) : region => "https://${var.service_name}-${data.google_project.this.number}.${region}.run.app"
+  }
+  service_url = local.service_urls[var.region]
 
   # RUNONCE_STORE from the store choice; the Firestore settings only with the Firestore store.
   store_url = {
@@ -28,7 +32,6 @@ locals {
     RUNONCE_STORE                    = local.store_url
     RUNONCE_ROUTES                   = jsonencode({ routes = var.routes })
     RUNONCE_AUTH                     = var.auth
-    RUNONCE_AUDIENCE                 = local.service_url
     RUNONCE_ALLOWED_CALLERS          = google_service_account.invoker.email
     RUNONCE_ADMIN_CALLERS            = join(",", local.admin_callers)
     RUNONCE_LEASE_SECONDS            = tostring(var.lease_seconds)
@@ -79,9 +82,12 @@ resource "google_service_account" "invoker" {
   depends_on = [google_project_service.apis]
 }
 
+# One service per region (regions.tf): "primary" in region, the others keyed by their region.
 resource "google_cloud_run_v2_service" "this" {
+  for_each = local.service_regions
+
   project  = var.project_id
-  location = var.region
+  location = each.value
   name     = var.service_name
   labels   = var.labels
 
@@ -143,7 +149,7 @@ resource "google_cloud_run_v2_service" "this" {
       }
 
       dynamic "env" {
-        for_each = local.container_env
+        for_each = merge(local.container_env, { RUNONCE_AUDIENCE = local.service_urls[each.value] })
         content {
           name  = env.key
           value = env.value
@@ -182,9 +188,22 @@ resource "google_cloud_run_v2_service" "this" {
 
 # Only the invoker account may call the service: no allUsers, no allAuthenticatedUsers.
 resource "google_cloud_run_v2_service_iam_member" "invoker" {
-  project  = google_cloud_run_v2_service.this.project
-  location = google_cloud_run_v2_service.this.location
-  name     = google_cloud_run_v2_service.this.name
+  for_each = google_cloud_run_v2_service.this
+
+  project  = each.value.project
+  location = each.value.location
+  name     = each.value.name
   role     = "roles/run.invoker"
   member   = google_service_account.invoker.member
+}
+
+# The single service of earlier versions is the primary one: state moves, nothing is replaced.
+moved {
+  from = google_cloud_run_v2_service.this
+  to   = google_cloud_run_v2_service.this["primary"]
+}
+
+moved {
+  from = google_cloud_run_v2_service_iam_member.invoker
+  to   = google_cloud_run_v2_service_iam_member.invoker["primary"]
 }

@@ -3,9 +3,14 @@ output "service_url" {
   value       = local.service_url
 }
 
+output "service_urls" {
+  description = "URL of the runonce service in each region (region and additional_regions), by region: each is its region's Scheduler jobs' target and OIDC audience."
+  value       = local.service_urls
+}
+
 output "service_name" {
   description = "Name of the Cloud Run service."
-  value       = google_cloud_run_v2_service.this.name
+  value       = google_cloud_run_v2_service.this["primary"].name
 }
 
 output "runtime_service_account_email" {
@@ -29,7 +34,7 @@ output "store_url" {
 }
 
 output "scheduler_job_ids" {
-  description = "Full names of the Scheduler jobs, by job ID."
+  description = "Full names of the Scheduler jobs, by job ID (\"ID@REGION\" for a job's regions other than the Scheduler region)."
   value       = { for name, job in google_cloud_scheduler_job.this : name => job.id }
 }
 

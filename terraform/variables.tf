@@ -18,6 +18,17 @@ variable "region" {
   }
 }
 
+variable "additional_regions" {
+  description = "More regions to run runonce in, besides region: one Cloud Run service in each, with the same settings, on the same store (which must then be multi-region: firestore_location \"nam5\" or \"eur3\", or a multi-region spanner_instance_config). A job lists the regions it fires in (jobs[*].regions); see docs/how-to/two-regions.md."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for region in var.additional_regions : can(regex("^[a-z]+-[a-z]+[0-9]+$", region))]) && length(distinct(var.additional_regions)) == length(var.additional_regions)
+    error_message = "additional_regions must be distinct Google Cloud regions such as [\"us-east1\"] (not zones or multi-regions)."
+  }
+}
+
 variable "scheduler_region" {
   description = "Region of the Scheduler jobs when it differs from region (Cloud Scheduler is not offered in every Cloud Run region). It also becomes the jobs' `location` in the run key."
   type        = string
@@ -92,10 +103,14 @@ variable "jobs" {
     with an OIDC token of the invoker service account. schedule is unix-cron, time_zone a tz database name, body an optional
     JSON object (as a string, e.g. jsonencode({mode = "full"})) handed to the target. Durations are in seconds.
     The defaults satisfy the retry rule (docs/concepts/retry-rule.md): retries must outlast the lease.
+    regions (default: the Scheduler region alone) puts the same job, same ID and schedule, in each region listed, each
+    calling runonce in its own region (the Scheduler region or one of additional_regions) with the location of the FIRST
+    region in its URL: every region's delivery of a fire time is then one run (docs/how-to/two-regions.md).
   EOT
   type = map(object({
     route                    = string
     schedule                 = string
+    regions                  = optional(list(string))
     time_zone                = optional(string, "Etc/UTC")
     description              = optional(string)
     body                     = optional(string)
@@ -114,6 +129,14 @@ variable "jobs" {
   validation {
     condition     = alltrue([for name in keys(var.jobs) : can(regex("^[a-zA-Z0-9_-]{1,500}$", name))])
     error_message = "Scheduler job IDs may contain only letters, digits, '-' and '_' (e.g. \"nightly-etl\")."
+  }
+
+  validation {
+    condition = alltrue([for job in values(var.jobs) : job.regions == null ? true : (
+      length(job.regions) > 0 && length(distinct(job.regions)) == length(job.regions) &&
+      alltrue([for region in job.regions : can(regex("^[a-z]+-[a-z]+[0-9]+$", region))])
+    )])
+    error_message = "jobs[*].regions must be a non-empty list of distinct Google Cloud regions, e.g. [\"us-central1\", \"us-east1\"]; the first one's location keys the runs."
   }
 
   validation {

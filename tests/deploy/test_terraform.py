@@ -281,11 +281,10 @@ def test_scheduler_jobs_carry_oidc_token_retry_config_and_namespace(hcl_trees: d
     assert string(target["http_method"]) == "POST"
     oidc = target["oidc_token"][0]
     assert oidc["service_account_email"] == "${google_service_account.invoker.email}"
-    assert oidc["audience"] == "${local.service_url}"
-    assert string(target["uri"]) == (
-        "${local.service_url}/v1/routes/${each.value.route}:run"
-        "?project=${var.project_id}&location=${local.scheduler_region}"
-    )
+    # Each region's job calls its region's service; the URL's namespace (regions.tf's path) is
+    # tests/deploy/test_two_regions_terraform.py's.
+    assert oidc["audience"] == "${local.service_urls[each.value.service_region]}"
+    assert string(target["uri"]) == "${local.service_urls[each.value.service_region]}${each.value.path}"
     retry = job["retry_config"][0]
     assert {k for k, _ in items(retry)} == {
         "retry_count",
