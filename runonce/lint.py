@@ -8,7 +8,9 @@ among the files (else the configured RUNONCE_ROUTES_FILE / RUNONCE_ROUTES).
 Errors (exit 1) are what makes deliveries fail or run twice: an invalid schedule or time zone, a
 URI that is not `/v1/routes/{route}:run` or names no configured route, no OIDC token, a method or
 body runonce refuses, a retry window longer than the retention, a job whose schedule differs from
-the one its route declares. Warnings (exit 0): groc without the `snap` policy, DST transitions that
+the one its route declares, and the same job (project and ID) in several regions whose regions key
+their runs apart or fire at other times or with another body (each region would then run every fire
+time: docs/how-to/two-regions.md). Warnings (exit 0): groc without the `snap` policy, DST transitions that
 skip or repeat a fire time in the next two years, an attempt deadline longer than the lease, a
 retry window longer than the time between two runs (Scheduler then delays or skips the next run),
 and the like.
@@ -20,7 +22,7 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -144,8 +146,11 @@ def lint_files(paths: list[str], config: LintConfig, default_routes: Mapping[str
                 "the jobs' routes and policies were not checked",
             )
         )
+    known_routes = routes if routes_seen else None
+    locations = _locations_by_job(job for _, job in jobs)
     for path, job in jobs:
-        findings.extend(_lint_job(path, job, routes if routes_seen else None, config))
+        findings.extend(_lint_job(path, job, known_routes, config, locations))
+    findings.extend(_lint_regions(jobs, known_routes))
     # A route's schedule is checked with its job when a job calls it; else on its own.
     called = {_route_of(job) for _, job in jobs}
     for path, name, route in route_files:
@@ -210,22 +215,35 @@ def _lint_route(file: str, name: str, route: Any, config: LintConfig) -> list[Fi
     return report.findings
 
 
-def _lint_job(file: str, job: Mapping[str, Any], routes: Mapping[str, Any] | None, config: LintConfig) -> list[Finding]:
+def _lint_job(
+    file: str,
+    job: Mapping[str, Any],
+    routes: Mapping[str, Any] | None,
+    config: LintConfig,
+    locations: Mapping[tuple[str, str], set[str]] | None = None,
+) -> list[Finding]:
     name = str(job.get("name") or "")
     report = _Report(file, f"job {name.rsplit('/', 1)[-1]}" if name else "job (unnamed)")
     name_match = JOB_NAME.fullmatch(name)
     if name and not name_match:
         report.error("invalid_name", f"name {name!r} is not projects/PROJECT_ID/locations/LOCATION_ID/jobs/JOB_ID")
-    route = _check_target(report, job, name_match, routes)
+    regions = (locations or {}).get((name_match.group(1), name_match.group(3)), set()) if name_match else set()
+    route = _check_target(report, job, name_match, routes, regions)
     schedule = _check_schedule(report, job, route, routes, config)
     _check_retries(report, job, schedule, config)
     return report.findings
 
 
 def _check_target(
-    report: _Report, job: Mapping[str, Any], name_match: re.Match[str] | None, routes: Mapping[str, Any] | None
+    report: _Report,
+    job: Mapping[str, Any],
+    name_match: re.Match[str] | None,
+    routes: Mapping[str, Any] | None,
+    regions: set[str],
 ) -> Any:
-    """The target: runonce's delivery endpoint, with OIDC. Returns the route the URI names, if known."""
+    """The target: runonce's delivery endpoint, with OIDC. Returns the route the URI names, if known.
+    `regions`: the locations of the given jobs with this job's project and ID (the same job in
+    several regions may name any of them in its URL: docs/how-to/two-regions.md)."""
     route = None
     target = job.get("httpTarget")
     if not isinstance(target, Mapping):
@@ -261,7 +279,7 @@ def _check_target(
         if name_match:
             for key, actual in (("project", name_match.group(1)), ("location", name_match.group(2))):
                 given = query.get(key, [None])[0]
-                if given is not None and given != actual:
+                if given is not None and given != actual and not (key == "location" and given in regions):
                     report.warn(
                         "namespace_mismatch", f"httpTarget.uri says {key}={given} but the job lives in {key} {actual}"
                     )
@@ -381,3 +399,92 @@ def _shortest_gap(schedule: Schedule, zone_name: str | None, config: LintConfig)
                 shortest = (gap, previous.isoformat())
         previous = fire
     return shortest
+
+
+def _locations_by_job(jobs: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    """(project, job ID) -> the locations where a given job of that project and ID lives."""
+    locations: dict[tuple[str, str], set[str]] = {}
+    for job in jobs:
+        match = JOB_NAME.fullmatch(str(job.get("name") or ""))
+        if match:
+            locations.setdefault((match.group(1), match.group(3)), set()).add(match.group(2))
+    return locations
+
+
+def _run_namespace(job: Mapping[str, Any], routes: Mapping[str, Any] | None) -> tuple[str, str, str] | None:
+    """(project, location, route) that key the job's runs: the URL's query, else the route's
+    namespace, else empty (runonce's own rule, run/delivery.py's `parse_namespace`)."""
+    target = job.get("httpTarget")
+    route_name = _route_of(job)
+    if not isinstance(target, Mapping) or route_name is None:
+        return None
+    query = parse_qs(urlsplit(str(target.get("uri", ""))).query)
+    route = (routes or {}).get(route_name)
+    namespace = getattr(route, "namespace", None)
+    project, location = (
+        query.get(key, [getattr(namespace, key, "") if namespace is not None else ""])[0]
+        for key in ("project", "location")
+    )
+    return project, location, route_name
+
+
+def _lint_regions(jobs: list[tuple[str, Mapping[str, Any]]], routes: Mapping[str, Any] | None) -> list[Finding]:
+    """The same job (project and ID) in several regions, as docs/how-to/two-regions.md sets it up:
+    every region's delivery of a fire time must be one run, so the regions' jobs must key runs in
+    one namespace, fire at the same times and send the same body."""
+    groups: dict[tuple[str, str], list[tuple[str, str, Mapping[str, Any]]]] = {}
+    for path, job in jobs:
+        match = JOB_NAME.fullmatch(str(job.get("name") or ""))
+        if match:
+            groups.setdefault((match.group(1), match.group(3)), []).append((path, match.group(2), job))
+    findings: list[Finding] = []
+    for (_, job_id), members in sorted(groups.items()):
+        if len({location for _, location, _ in members}) < 2:
+            continue
+        report = _Report(members[-1][0], f"job {job_id}")
+        _compare_regions(report, [(location, job) for _, location, job in members], routes)
+        findings.extend(report.findings)
+    return findings
+
+
+def _compare_regions(
+    report: _Report, members: list[tuple[str, Mapping[str, Any]]], routes: Mapping[str, Any] | None
+) -> None:
+    regions = ", ".join(location for location, _ in members)
+    keys = [_run_namespace(job, routes) for _, job in members]
+    if None not in keys and len(set(keys)) > 1:
+        apart = "; ".join(
+            f"{location}: {'/'.join(key or ())}" for (location, _), key in zip(members, keys, strict=True)
+        )
+        report.error(
+            "regions_keyed_apart",
+            f"this job is in {regions}, but the regions key its runs apart (project/location/route {apart}): "
+            "every fire time would run once per region; give every region's URL the same route and "
+            "?project=&location= (the first region's)",
+        )
+    fire_times = {(str(job.get("schedule", "")).strip(), _zone_key(job.get("timeZone"))) for _, job in members}
+    if len(fire_times) > 1:
+        report.error(
+            "regions_schedule_differs",
+            f"this job is in {regions} with different schedules or time zones: each region's fire times are "
+            "runs of their own, so the regions do not stand in for each other",
+        )
+    bodies = {str(_target(job).get("body") or "") for _, job in members}
+    if len(bodies) > 1:
+        report.error(
+            "regions_body_differs",
+            f"this job is in {regions} with different bodies: the first region's delivery of a fire time runs, "
+            "the others are refused with 409 payload_mismatch",
+        )
+
+
+def _target(job: Mapping[str, Any]) -> Mapping[str, Any]:
+    target = job.get("httpTarget")
+    return target if isinstance(target, Mapping) else {}
+
+
+def _zone_key(name: Any) -> str:
+    try:
+        return get_zone(name).key
+    except ScheduleError:
+        return str(name)
