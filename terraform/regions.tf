@@ -21,7 +21,7 @@ locals {
   job_regions = {
     for name, job in var.jobs : name => coalesce(job.regions, [local.scheduler_region])
   }
-  scheduler_jobs = merge([
+  regional_jobs = merge([
     for name, job in var.jobs : {
       for region in local.job_regions[name] :
       (region == local.scheduler_region ? name : "${name}@${region}") => {
@@ -59,7 +59,7 @@ locals {
 
 # Holds the rules above at plan time, like terraform_data.rules (rules.tf).
 resource "terraform_data" "region_rules" {
-  input = keys(local.scheduler_jobs)
+  input = keys(local.regional_jobs)
 
   lifecycle {
     precondition {

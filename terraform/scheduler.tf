@@ -2,13 +2,13 @@
  * Cloud Scheduler jobs calling runonce with an OIDC token of the invoker account. Their attempt
  * deadline and retry settings are held to the retry rule in rules.tf.
  *
- * One resource per job and region (regions.tf's scheduler_jobs): a job in its Scheduler region is
+ * One resource per job and region (regions.tf's regional_jobs): a job in its Scheduler region is
  * keyed by its ID, as it always was; in another region by "ID@REGION". Each calls the service of
  * its own region, with that service's URL as the OIDC audience.
  */
 
 resource "google_cloud_scheduler_job" "this" {
-  for_each = local.scheduler_jobs
+  for_each = local.regional_jobs
 
   project          = var.project_id
   region           = each.value.region

@@ -17,7 +17,7 @@ from test_terraform import BASE_VARS, TERRAFORM, TF_ENV, _resources, evaluate
 pytestmark = pytest.mark.deploy
 
 PROJECT_NUMBER = "123456789012"
-OUTPUTS = ["scheduler_jobs", "service_regions", "scheduler_region"]
+OUTPUTS = ["regional_jobs", "service_regions", "scheduler_region"]
 NIGHTLY = {"route": "etl", "schedule": "0 3 * * *", "time_zone": "Europe/Paris"}
 TWO_REGIONS = {
     **BASE_VARS,
@@ -54,10 +54,10 @@ def service_url(hcl_trees: dict[str, dict], region: str) -> str:
 
 def render(hcl_trees: dict[str, dict], outputs: dict) -> dict[str, dict]:
     """google_cloud_scheduler_job.this by key, as scheduler.tf's expressions make each one from
-    regions.tf's scheduler_jobs (asserted to be exactly those expressions first)."""
+    regions.tf's regional_jobs (asserted to be exactly those expressions first)."""
     job = _resources(hcl_trees)["google_cloud_scheduler_job.this"]
     target = job["http_target"][0]
-    assert job["for_each"] == "${local.scheduler_jobs}"
+    assert job["for_each"] == "${local.regional_jobs}"
     assert (job["region"], job["name"], job["schedule"], job["time_zone"]) == (
         "${each.value.region}",
         "${each.value.name}",
@@ -68,7 +68,7 @@ def render(hcl_trees: dict[str, dict], outputs: dict) -> dict[str, dict]:
     assert target["oidc_token"][0]["audience"] == "${local.service_urls[each.value.service_region]}"
     assert target["oidc_token"][0]["service_account_email"] == "${google_service_account.invoker.email}"
     rendered = {}
-    for key, value in outputs["scheduler_jobs"].items():
+    for key, value in outputs["regional_jobs"].items():
         url = service_url(hcl_trees, value["service_region"])
         rendered[key] = {
             "region": value["region"],
@@ -212,3 +212,19 @@ def test_a_two_region_setup_that_cannot_survive_a_region_stops_the_plan(
 )
 def test_multi_region_stores_pass(regions_module: Path, tmp_path: Path, change: dict) -> None:
     evaluate(regions_module, tmp_path, {**TWO_REGIONS, **change})
+
+
+def test_no_local_value_is_defined_twice_across_the_module(hcl_trees: dict[str, dict]) -> None:
+    """terraform refuses a module that defines a local in two files (regions.tf's next to the
+    others'); without the provider only this test can say so."""
+    seen: dict[str, str] = {}
+    twice = []
+    for path, tree in sorted(hcl_trees.items()):
+        if path.count("/") != 1:
+            continue  # terraform/examples/… are modules of their own
+        for entry in tree.get("locals", []):
+            for name, _ in items(entry):
+                if name in seen:
+                    twice.append(f"local.{name}: {seen[name]} and {path}")
+                seen[name] = path
+    assert twice == []
