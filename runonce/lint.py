@@ -474,7 +474,7 @@ def _compare_regions(
         report.error(
             "regions_body_differs",
             f"this job is in {regions} with different bodies: the first region's delivery of a fire time runs, "
-            "the others are refused with 409 payload_mismatch",
+            "the others are refused with 422 payload_mismatch",
         )
 
 
