@@ -183,6 +183,15 @@ def test_the_service_runs_in_every_region_with_its_own_audience_and_moves_state_
             "jobs.nightly.regions: asia-east1 has no runonce service",
         ),
         ({"additional_regions": ["us-central1", "us-east1"]}, "additional_regions repeats region (us-central1)"),
+        (
+            {
+                "routes": {
+                    "etl": {"target": {"type": "log"}, "namespace": {"project": "my-project", "location": "us-east1"}}
+                }
+            },
+            'jobs.nightly: route "etl" has namespace my-project/us-east1, but the job\'s regions all carry '
+            "my-project/us-central1",
+        ),
         ({"firestore_location": None}, "firestore_location is us-central1, one region"),
         ({"firestore_location": "us-east1"}, "firestore_location is us-east1, one region"),
         ({"store": "spanner"}, "the Spanner instance config regional-us-central1 is one region"),
@@ -208,6 +217,11 @@ def test_a_two_region_setup_that_cannot_survive_a_region_stops_the_plan(
         {"store": "spanner", "create_spanner_instance": False},  # an existing instance: its config is the user's
         {"firestore_location": "eur3", "region": "europe-west1", "additional_regions": ["europe-west4"], "jobs": {}},
         {"create_firestore_database": False, "firestore_location": None},
+        {
+            "routes": {
+                "etl": {"target": {"type": "log"}, "namespace": {"project": "my-project", "location": "us-central1"}}
+            }
+        },
     ],
 )
 def test_multi_region_stores_pass(regions_module: Path, tmp_path: Path, change: dict) -> None:
