@@ -284,3 +284,19 @@ def test_a_region_killed_mid_storm_leaves_the_other_to_run_every_fire_time_once(
     assert set(calls) == set(expected.values())
     assert admin_records(regions[1], google_key, list(expected.values())) == {"completed": FIRE_TIMES}
     print(f"lost to the killed region: {dict(storm.lost)}; calls {sum(calls.values())} for {len(calls)} runs")
+
+
+def test_a_force_run_in_both_regions_is_one_force_run(two_regions, google_key) -> None:
+    """`gcloud scheduler jobs run` in each region delivers the next fire time at once: both regions'
+    force runs (forced_runs: separate, the default) are one run of their own, executed once."""
+    regions, downstream, _, _ = two_regions
+    now = datetime.now(UTC)
+    next_fire = now.replace(second=0, microsecond=0) + timedelta(minutes=10 - now.minute % 5)
+    before = executed(downstream)
+    storm = Storm(regions, google_key, [next_fire], seed())
+    asyncio.run(storm.run())
+
+    forced = Delivery("scheduler-forced", PROJECT, KEY_LOCATION, ROUTE, JOB, schedule_time=next_fire).run_id
+    assert {run_id for run_ids in storm.run_ids.values() for run_id in run_ids} == {forced}, storm.answers
+    assert {region for region, _ in storm.run_ids} == set(REGIONS)
+    assert executed(downstream) - before == Counter({forced: 1})
