@@ -197,10 +197,16 @@ DEPLOY_FLAGS+=(--env-vars-file="$ENV_FILE") # its temporary path stays out of th
 if [[ "$AUTH" == "cloud_run_iam" ]]; then
   # What runonce reads at start-up, and only that: granted before the deploy (the first revision runs
   # the check while it starts), on the project with a condition naming this one service.
+  # One grant for the service of every region it runs in (docs/how-to/two-regions.md): the regions
+  # already in the condition stay, this one is added.
   SELF_CHECK_ROLE="projects/$PROJECT_ID/roles/runonceServiceSelfCheck"
   ensure_custom_role "$SELF_CHECK_ROLE" "run.services.get,run.services.getIamPolicy"
+  SELF_CHECK_CONDITION="$(gc projects get-iam-policy "$PROJECT_ID" --flatten='bindings[].members' \
+    --format='value(bindings.role,bindings.members,bindings.condition.title,bindings.condition.expression)' |
+    "$PYTHON" "$DEPLOY_LIB/own_service_condition.py" "$SELF_CHECK_ROLE" "serviceAccount:$RUNTIME_EMAIL" \
+      "runonce-own-service-only" "$PROJECT_ID" "$SERVICE" "$REGION")"
   ensure_binding "$SELF_CHECK_ROLE" "serviceAccount:$RUNTIME_EMAIL" "runonce-own-service-only" \
-    "resource.name == \"projects/$PROJECT_ID/locations/$REGION/services/$SERVICE\"" projects -- "$PROJECT_ID"
+    "$SELF_CHECK_CONDITION" projects -- "$PROJECT_ID"
 fi
 
 CURRENT="$(gc run services describe "$SERVICE" --region="$REGION" --project="$PROJECT_ID" \

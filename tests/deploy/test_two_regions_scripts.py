@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from fake_gcp import FakeGoogle
-from test_deploy_scripts import NUMBER, PROJECT, deploy, fake  # noqa: F401 - the fixtures
+from test_deploy_scripts import IMAGE, NUMBER, PROJECT, deploy, fake, routes_file  # noqa: F401 - the fixtures
 
 from runonce.cli import main
 
@@ -91,3 +91,28 @@ def test_a_bad_list_of_locations_exits_2_and_touches_nothing(
     result = deploy("scheduler-job.sh", *JOB, "--location", location, *extra, expect=2)
     assert message in result.stderr
     assert fake.mutations() == []
+
+
+def test_cloud_run_iam_services_in_two_regions_share_one_self_check_grant(
+    deploy,  # noqa: F811
+    fake: FakeGoogle,  # noqa: F811
+    routes_file: Path,  # noqa: F811
+) -> None:
+    """Each region's deploy keeps the regions already granted: the first region's service still
+    passes its start-up check after the second region's deploy."""
+    role = f"projects/{PROJECT}/roles/runonceServiceSelfCheck"
+    common = ["--project", PROJECT, "--image", IMAGE, "--routes-file", str(routes_file), "--auth", "cloud_run_iam"]
+    for region in REGIONS:
+        deploy("deploy-service.sh", *common, "--region", region)
+
+    (policy,) = [p for key, p in fake.state.policies.items() if key.endswith(f"projects/{PROJECT}")]
+    grants = [b for b in policy["bindings"] if b["role"] == role]
+    assert [(g["members"], g["condition"]["expression"]) for g in grants] == [
+        (
+            [f"serviceAccount:runonce@{PROJECT}.iam.gserviceaccount.com"],
+            " || ".join(f'resource.name == "projects/{PROJECT}/locations/{r}/services/runonce"' for r in REGIONS),
+        )
+    ]
+    fake.requests.clear()
+    deploy("deploy-service.sh", *common, "--region", REGIONS[0])
+    assert fake.find("cloudresourcemanager.projects.setIamPolicy") == []
