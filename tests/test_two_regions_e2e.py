@@ -41,7 +41,7 @@ KEY_LOCATION = REGIONS[0]
 """The `location` both regions' jobs carry in their URL: the first region's."""
 INVOKER = "runonce-invoker@acme-prod.iam.gserviceaccount.com"
 LEASE_SECONDS = 9.0
-FIRE_TIMES = 40
+FIRE_TIMES = 30
 RETRIED = {409, 429, 500, 502, 503, 504}
 """What Scheduler retries: any status outside 2xx; these are the ones runonce gives under load."""
 
