@@ -873,7 +873,7 @@ def runonce_service(fake: FakeGoogle, tmp_path: Path):
             "RUNONCE_AUDIENCE": audience,
             "RUNONCE_OIDC_CERTS_URL": certs.url,
             "RUNONCE_ALLOWED_CALLERS": INVOKER,
-            "RUNONCE_ADMIN_CALLERS": INVOKER,
+            "RUNONCE_ADMIN_CALLERS": AUDITOR,  # smoke.sh reads runs as the auditor
         }
         servers.append((start_server(env, tmp_path, port=port), certs))
         return url
@@ -927,6 +927,18 @@ def test_smoke_proves_token_one_run_and_a_duplicate_then_deletes_its_job(
     assert create.body["httpTarget"]["uri"] == f"{url}/v1/routes/demo:run?project={PROJECT}&location={REGION}"
     assert create.body["httpTarget"]["oidcToken"] == {"serviceAccountEmail": INVOKER, "audience": url}
     assert len(fake.find("cloudscheduler.projects.locations.jobs.run")) == 2
+    assert fake.state.jobs == {}, "the throwaway job is deleted"
+    minted = fake.find("iamcredentials.projects.serviceAccounts.generateIdToken")
+    assert minted and all(m.path.endswith(f"/serviceAccounts/{AUDITOR}:generateIdToken") for m in minted)
+
+
+def test_smoke_without_the_token_creator_grant_says_which_grant_is_missing(
+    deploy, fake: FakeGoogle, runonce_service
+) -> None:
+    url = runonce_service()
+    fake.caller = "user:you@example.com"  # a caller with no grant on the auditor account
+    result = smoke(deploy, fake, url, expect=2)
+    assert "roles/iam.serviceAccountOpenIdTokenCreator" in result.stderr and "--token-creators" in result.stderr
     assert fake.state.jobs == {}, "the throwaway job is deleted"
 
 
@@ -1114,6 +1126,26 @@ def test_audit_job_creates_the_auditor_its_job_the_metric_and_the_alert_as_terra
     fake.requests.clear()
     deploy("audit-job.sh", *AUDIT_ARGS, "--notification-channels", f"projects/{PROJECT}/notificationChannels/42")
     assert fake.mutations() == [], "a second run must change nothing"
+
+
+def test_audit_job_lets_the_token_creators_mint_the_auditors_tokens_once(deploy, fake: FakeGoogle) -> None:
+    members = "user:you@example.com,group:ops@example.com"
+    deploy("audit-job.sh", *AUDIT_ARGS, "--token-creators", members)
+    policy = fake.state.policies[f"v1/projects/-/serviceAccounts/{AUDITOR}"]
+    assert sorted(m for b in policy["bindings"] for m in b["members"]) == [
+        "group:ops@example.com",
+        "user:you@example.com",
+    ]
+    assert {b["role"] for b in policy["bindings"]} == {"roles/iam.serviceAccountOpenIdTokenCreator"}
+    fake.requests.clear()
+    deploy("audit-job.sh", *AUDIT_ARGS, "--token-creators", members)
+    assert fake.mutations() == [], "a second run must change nothing"
+
+
+def test_audit_job_refuses_a_token_creator_that_is_not_an_iam_member(deploy, fake: FakeGoogle) -> None:
+    result = deploy("audit-job.sh", *AUDIT_ARGS, "--token-creators", "you@example.com", expect=2)
+    assert "--token-creators must be comma-separated IAM members" in result.stderr
+    assert fake.mutations() == []
 
 
 def test_audit_job_brings_a_changed_metric_and_policy_back_without_a_second_policy(deploy, fake: FakeGoogle) -> None:
