@@ -6,14 +6,13 @@ from __future__ import annotations
 import base64
 import json
 import re
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
-from deploy_tools import REPO, tool
+from deploy_tools import REPO, gcloud_env, smoke_env, tool
 from fake_gcp import Captured, FakeGoogle
 
 from runonce.routes import parse_routes
@@ -70,40 +69,7 @@ def routes_file(tmp_path: Path) -> Path:
 @pytest.fixture
 def deploy(fake: FakeGoogle, tmp_path: Path):
     """Run a deploy/ script with the real gcloud, every Google API pointed at the fake."""
-    gcloud = tool("gcloud")
-    config = tmp_path / "gcloud-config"
-    config.mkdir()
-    token = tmp_path / "token"
-    token.write_text("ya29.fake-token")
-    env = {
-        "PATH": f"{Path(gcloud).parent}:/usr/bin:/bin",
-        "HOME": str(tmp_path),
-        "LANG": "C.UTF-8",
-        "CLOUDSDK_CONFIG": str(config),
-        "CLOUDSDK_CORE_DISABLE_PROMPTS": "1",
-        "CLOUDSDK_AUTH_ACCESS_TOKEN_FILE": str(token),
-        "CLOUDSDK_COMPONENT_MANAGER_DISABLE_UPDATE_CHECK": "1",
-        "CLOUDSDK_CORE_DISABLE_USAGE_REPORTING": "1",
-        # gcloud puts the region in front of Cloud Run's host, so only a proxy reaches them all.
-        "CLOUDSDK_PROXY_TYPE": "http",
-        "CLOUDSDK_PROXY_ADDRESS": "127.0.0.1",
-        "CLOUDSDK_PROXY_PORT": str(fake.port),
-        "PYTHON": shutil.which("python3") or "python3",
-    }
-    for api in (
-        "cloudscheduler",
-        "iam",
-        "cloudresourcemanager",
-        "firestore",
-        "run",
-        "serviceusage",
-        "artifactregistry",
-        "spanner",
-        "cloudtasks",
-        "logging",
-        "monitoring",
-    ):
-        env[f"CLOUDSDK_API_ENDPOINT_OVERRIDES_{api.upper()}"] = f"http://{api}.fake.invalid/"
+    env = gcloud_env(fake.port, tmp_path)
 
     def run(script: str, *args: str, extra_env: dict[str, str] | None = None, expect: int = 0):
         result = subprocess.run(
@@ -886,17 +852,7 @@ def runonce_service(fake: FakeGoogle, tmp_path: Path):
 
 
 def smoke(deploy, fake: FakeGoogle, url: str, expect: int):
-    # gcloud mints the identity token through google-auth's own session, which reads the standard
-    # proxy variables rather than gcloud's proxy settings; runonce itself is reached directly.
-    proxy = f"http://127.0.0.1:{fake.port}"
-    extra = {
-        "CLOUDSDK_API_ENDPOINT_OVERRIDES_IAMCREDENTIALS": "http://iamcredentials.fake.invalid/",
-        "RUNONCE": str(REPO / ".venv" / "bin" / "runonce"),
-        "HTTP_PROXY": proxy,
-        "http_proxy": proxy,
-        "NO_PROXY": "127.0.0.1",
-        "no_proxy": "127.0.0.1",
-    }
+    extra = smoke_env(fake.port)
     return deploy(
         "smoke.sh",
         "--project",
