@@ -105,9 +105,9 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _demo_run_id(directory: Path) -> str:
+    delivery = ["--job", DEMO_DELIVERY["job"], "--schedule-time", DEMO_DELIVERY["schedule_time"]]
     key = subprocess.run(
-        [str(REPO / ".venv" / "bin" / "runonce"), "key", "--route", "demo", "--job", DEMO_DELIVERY["job"]]
-        + ["--schedule-time", DEMO_DELIVERY["schedule_time"]],
+        [str(REPO / ".venv" / "bin" / "runonce"), "key", "--route", "demo", *delivery],
         env={**_base_env(), "RUNONCE_ROUTES_FILE": str(REPO / "examples" / "demo-routes.yaml")},
         capture_output=True,
         text=True,
