@@ -138,7 +138,7 @@ class TextFormatter(logging.Formatter):
 
 
 def _dotted(fields: dict[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
-    """`target={"type": "log"}` as `target.type=log`: the names Cloud Logging's filters use
+    """`target={"type": "http"}` as `target.type=http`: the names Cloud Logging's filters use
     (`jsonPayload.target.type`), instead of a Python dict on a terminal."""
     for key, value in fields.items():
         if isinstance(value, dict):
