@@ -14,7 +14,8 @@ usage() {
 Usage: $(basename "$0") --project PROJECT_ID --region REGION [options]
 
 Run after deploy-service.sh (the grant is on the service), and deploy the service with
---admin-callers AUDITOR_EMAIL: the audit endpoint answers admin callers only.
+--admin-callers AUDITOR_EMAIL: the audit endpoint answers admin callers only. The auditor is
+also the account deploy/smoke.sh reads runs as: --token-creators lets you mint its identity tokens.
 
 Options (each also read from the environment variable in brackets):
   --project ID                  project of the service, job, metric and policy     [PROJECT_ID]
@@ -25,6 +26,9 @@ Options (each also read from the environment variable in brackets):
   --auditor-sa ID|EMAIL         the audit's account (default: runonce-auditor)     [AUDITOR_SA]
   --job JOB_ID                  Scheduler job ID (default: runonce-audit)          [JOB]
   --notification-channels LIST  comma-separated projects/P/notificationChannels/ID for the alert (optional) [NOTIFICATION_CHANNELS]
+  --token-creators MEMBERS      comma-separated IAM members (user:you@example.com, group:…) granted
+                                roles/iam.serviceAccountOpenIdTokenCreator on the auditor, to read runs
+                                as it (deploy/smoke.sh, the admin API) (optional) [TOKEN_CREATORS]
   --request-timeout N           the service's request timeout: the job's attempt deadline (default: 120) [REQUEST_TIMEOUT]
   --lease-seconds N             the service's RUNONCE_LEASE_SECONDS (default: 300) [LEASE_SECONDS]
   --dispatch-timeout-seconds N  the service's RUNONCE_DISPATCH_TIMEOUT_SECONDS (default: 30) [DISPATCH_TIMEOUT_SECONDS]
@@ -41,6 +45,7 @@ SERVICE_URL="${SERVICE_URL:-}"
 AUDITOR_SA="${AUDITOR_SA:-runonce-auditor}"
 JOB="${JOB:-runonce-audit}"
 NOTIFICATION_CHANNELS="${NOTIFICATION_CHANNELS:-}"
+TOKEN_CREATORS="${TOKEN_CREATORS:-}"
 REQUEST_TIMEOUT="${REQUEST_TIMEOUT:-120}"
 LEASE_SECONDS="${LEASE_SECONDS:-300}"
 DISPATCH_TIMEOUT_SECONDS="${DISPATCH_TIMEOUT_SECONDS:-30}"
@@ -56,6 +61,7 @@ while [[ $# -gt 0 ]]; do
     --auditor-sa) AUDITOR_SA="$(flag_value "$@")"; shift 2 ;;
     --job) JOB="$(flag_value "$@")"; shift 2 ;;
     --notification-channels) NOTIFICATION_CHANNELS="$(flag_value "$@")"; shift 2 ;;
+    --token-creators) TOKEN_CREATORS="$(flag_value "$@")"; shift 2 ;;
     --request-timeout) REQUEST_TIMEOUT="$(flag_value "$@")"; shift 2 ;;
     --lease-seconds) LEASE_SECONDS="$(flag_value "$@")"; shift 2 ;;
     --dispatch-timeout-seconds) DISPATCH_TIMEOUT_SECONDS="$(flag_value "$@")"; shift 2 ;;
@@ -70,6 +76,8 @@ require "$REGION" "--region (or REGION)"
 [[ "$SERVICE" =~ ^[a-z]([a-z0-9-]{0,47}[a-z0-9])?$ ]] || usage_error "--service must be a Cloud Run service name, got '$SERVICE'"
 [[ -z "$NOTIFICATION_CHANNELS" || "$NOTIFICATION_CHANNELS" =~ ^projects/[^/,]+/notificationChannels/[0-9]+(,projects/[^/,]+/notificationChannels/[0-9]+)*$ ]] ||
   usage_error "--notification-channels must be comma-separated projects/P/notificationChannels/ID, got '$NOTIFICATION_CHANNELS'"
+[[ -z "$TOKEN_CREATORS" || "$TOKEN_CREATORS" =~ ^(user|group|serviceAccount|domain):[^,:[:space:]]+(,(user|group|serviceAccount|domain):[^,:[:space:]]+)*$ ]] ||
+  usage_error "--token-creators must be comma-separated IAM members (user:EMAIL, group:EMAIL, serviceAccount:EMAIL, domain:DOMAIN), got '$TOKEN_CREATORS'"
 LOCATION="${LOCATION:-$REGION}"
 AUDITOR_EMAIL="$(sa_email "$AUDITOR_SA" "$PROJECT_ID")"
 SERVICE_URL="${SERVICE_URL:-$(service_url "$SERVICE" "$PROJECT_ID" "$REGION")}"
@@ -79,6 +87,13 @@ ensure_service_account "$AUDITOR_EMAIL" "runonce auditor" \
   "The audit's Scheduler job signs its OIDC tokens as this account: runonce's admin caller (RUNONCE_ADMIN_CALLERS)."
 ensure_binding roles/run.invoker "serviceAccount:$AUDITOR_EMAIL" "" "" run services -- "$SERVICE" \
   --region="$REGION" --project="$PROJECT_ID"
+
+# Who may mint the auditor's identity tokens: to read runs through the admin API as it.
+IFS=',' read -r -a CREATORS <<<"$TOKEN_CREATORS"
+for member in ${CREATORS[@]+"${CREATORS[@]}"}; do
+  ensure_binding roles/iam.serviceAccountOpenIdTokenCreator "$member" "" "" iam service-accounts -- "$AUDITOR_EMAIL" \
+    --project="$PROJECT_ID"
+done
 
 # 2. The job: every 10 minutes, {"since": "10m"}, the retry settings every job has (checked against
 # the lease by scheduler-job.sh), the attempt deadline the request timeout (the audit and its

@@ -28,8 +28,9 @@ Options (each also read from the environment variable in brackets):
                             https://SERVICE-PROJECT_NUMBER.REGION.run.app)      [SERVICE_URL]
   --invoker-sa ID|EMAIL     the job's OIDC account (default: runonce-invoker)   [INVOKER_SA]
   --reader-sa ID|EMAIL      account whose identity token reads GET /v1/runs; it must be in
-                            RUNONCE_ADMIN_CALLERS, and you need roles/iam.serviceAccountOpenIdTokenCreator
-                            on it (default: the invoker account)                [READER_SA]
+                            RUNONCE_ADMIN_CALLERS and may invoke the service, and you need
+                            roles/iam.serviceAccountOpenIdTokenCreator on it (audit-job.sh
+                            --token-creators) (default: runonce-auditor, the audit's account) [READER_SA]
   --wait-seconds N          how long to wait for each delivery (default: 120)   [WAIT_SECONDS]
   -h, --help                this help
 
@@ -45,7 +46,7 @@ JOB="${JOB:-runonce-smoke}"
 SERVICE="${SERVICE:-runonce}"
 SERVICE_URL="${SERVICE_URL:-}"
 INVOKER_SA="${INVOKER_SA:-runonce-invoker}"
-READER_SA="${READER_SA:-}"
+READER_SA="${READER_SA:-runonce-auditor}"
 WAIT_SECONDS="${WAIT_SECONDS:-120}"
 RUNONCE="${RUNONCE:-$DEPLOY_LIB/../../.venv/bin/runonce}"
 
@@ -79,7 +80,7 @@ fi
 command -v curl >/dev/null || usage_error "curl is required"
 
 INVOKER_EMAIL="$(sa_email "$INVOKER_SA" "$PROJECT_ID")"
-READER_EMAIL="$(sa_email "${READER_SA:-$INVOKER_SA}" "$PROJECT_ID")"
+READER_EMAIL="$(sa_email "$READER_SA" "$PROJECT_ID")"
 SERVICE_URL="${SERVICE_URL:-$(service_url "$SERVICE" "$PROJECT_ID" "$REGION")}"
 SERVICE_URL="${SERVICE_URL%/}"
 JOB_ARGS=("$JOB" --location="$LOCATION" --project="$PROJECT_ID")
@@ -144,7 +145,7 @@ RUN_ID="$(RUNONCE_ROUTES_FILE='' RUNONCE_ROUTES="{\"routes\": {\"$ROUTE\": {\"ta
 log "a forced run carries X-CloudScheduler-ScheduleTime $SCHEDULE_TIME: run_id $RUN_ID"
 
 TOKEN="$(gc auth print-identity-token --impersonate-service-account="$READER_EMAIL" --audiences="$SERVICE_URL" \
-  --include-email)" || usage_error "cannot mint an identity token for $READER_EMAIL: you need roles/iam.serviceAccountOpenIdTokenCreator on it"
+  --include-email)" || usage_error "cannot mint an identity token for $READER_EMAIL: you need roles/iam.serviceAccountOpenIdTokenCreator on it (audit-job.sh --token-creators user:YOU, or Terraform's auditor_token_creators)"
 RECORD_FILE="$(mktemp)"
 trap 'cleanup; rm -f "$RECORD_FILE"' EXIT
 fetch_run() { # prints the HTTP status; the body goes to $RECORD_FILE

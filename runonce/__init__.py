@@ -4,4 +4,4 @@ One downstream execution per scheduled run: the caller is authenticated, the run
 store with a lease, and a stable `run_id` is forwarded to the target as its idempotency handle.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"

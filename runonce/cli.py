@@ -23,7 +23,7 @@ import httpx
 from runonce import __version__
 from runonce.errors import InvalidDelivery
 from runonce.logs import configure_logging, uvicorn_log_config
-from runonce.routes import load_routes
+from runonce.routes import Route, load_routes
 from runonce.run.delivery import check_run_id, parse_delivery, parse_namespace
 from runonce.schedules.cli import AsciiIntRange, InstantType, schedule
 from runonce.settings import ConfigError, Settings, load_settings
@@ -208,6 +208,8 @@ def runs_show(run_id: str) -> None:
 def runs_list(route: str | None, status: str | None, limit: int, as_json: bool) -> None:
     """List recent runs, newest first."""
     settings = _settings()
+    if route is not None:
+        _configured_route(settings, route)  # a misspelt route would list nothing, as if it never ran
     missing = _no_store(settings)
     if missing:
         click.echo(missing, err=True)  # an empty list, said so: not an error
@@ -281,6 +283,18 @@ def _check_run_id(run_id: str) -> None:
         raise click.BadParameter(exc.reason, param_hint="RUN_ID") from exc
 
 
+def _configured_route(settings: Settings, route: str) -> Route:
+    """The route named by --route, from the routes the proxy reads; exit 2 naming the routes there are."""
+    try:
+        routes = load_routes(settings)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if route not in routes:
+        origin = settings.routes_file or "RUNONCE_ROUTES"
+        raise click.UsageError(f"--route: no route {route!r} in {origin}; it has {', '.join(sorted(routes)) or 'none'}")
+    return routes[route]
+
+
 @runs.command("release")
 @click.argument("run_id")
 def runs_release(run_id: str) -> None:
@@ -342,14 +356,7 @@ def key(
     """Compute the run_id of a delivery, as the proxy would, from the routes the proxy reads."""
 
     settings = _settings()
-    try:
-        routes = load_routes(settings)
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from exc
-    config = routes.get(route)
-    if config is None:
-        origin = settings.routes_file or "RUNONCE_ROUTES"
-        raise click.UsageError(f"--route: no route {route!r} in {origin}; it has {', '.join(sorted(routes)) or 'none'}")
+    config = _configured_route(settings, route)
     if forced and config.forced_runs == "reject":
         raise click.UsageError(
             f"--forced: route {route!r} refuses force runs (forced_runs: reject), so they have no run_id"

@@ -31,7 +31,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from runonce.routes import parse_routes
+from runonce.routes import parse_routes, yaml_problem
 from runonce.run.delivery import MAX_BODY_BYTES, ROUTE_PATH
 from runonce.scheduler_retry import RetryConfig, retry_window
 from runonce.schedules import IntervalSchedule, Schedule, ScheduleError, get_zone, parse_schedule
@@ -105,8 +105,12 @@ def lint_files(paths: list[str], config: LintConfig, default_routes: Mapping[str
     for path in paths:
         try:
             text, data = load_documents(path)
+        except yaml.MarkedYAMLError as exc:  # one line: where, and what the parser found
+            findings.append(Finding(path, "-", "error", "unreadable", yaml_problem(exc)))
+            continue
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-            findings.append(Finding(path, "-", "error", "unreadable", f"cannot read as JSON or YAML: {exc}"))
+            reason = " ".join(str(exc).split())
+            findings.append(Finding(path, "-", "error", "unreadable", f"cannot read as JSON or YAML: {reason}"))
             continue
         if isinstance(data, Mapping) and "routes" in data:
             routes_seen = True

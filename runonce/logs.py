@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import sys
+from collections.abc import Iterator
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
@@ -129,10 +130,28 @@ class TextFormatter(logging.Formatter):
         line = super().format(record)
         fields = getattr(record, "fields", None)
         if isinstance(fields, dict):
-            flat = {k: v for k, v in fields.items() if k not in ("httpRequest", LABELS) and v not in (None, "")}
-            if flat:
-                line += " " + " ".join(f"{k}={v}" for k, v in flat.items())
+            shown = {k: v for k, v in fields.items() if k not in ("httpRequest", LABELS)}
+            pairs = [f"{key}={_text_value(value)}" for key, value in _dotted(shown, "")]
+            if pairs:
+                line += " " + " ".join(pairs)
         return line
+
+
+def _dotted(fields: dict[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
+    """`target={"type": "http"}` as `target.type=http`: the names Cloud Logging's filters use
+    (`jsonPayload.target.type`), instead of a Python dict on a terminal."""
+    for key, value in fields.items():
+        if isinstance(value, dict):
+            yield from _dotted(value, f"{prefix}{key}.")
+        elif value not in (None, ""):
+            yield f"{prefix}{key}", value
+
+
+def _text_value(value: Any) -> str:
+    """A value as one token: a string as it is unless it has a space, a quote or `=`; JSON otherwise."""
+    if isinstance(value, str) and not any(c.isspace() or c in "\"'=" for c in value):
+        return value
+    return json.dumps(value, default=str, ensure_ascii=False)
 
 
 def _formatter(log_format: str) -> logging.Formatter:

@@ -257,7 +257,7 @@ def parse_routes(text: str, origin: str) -> dict[str, Route]:
         if data is _NOT_JSON:
             data = yaml.load(text, Loader=_RoutesLoader)  # a SafeLoader (below)
     except yaml.MarkedYAMLError as exc:
-        raise ConfigError(f"{origin}: {_yaml_problem(exc)}") from exc
+        raise ConfigError(f"{origin}: {yaml_problem(exc)}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{origin}: not valid YAML or JSON: {' '.join(str(exc).split())}") from exc
     except ConfigError as exc:  # a rule of the routes loader (JSON or YAML)
@@ -310,7 +310,7 @@ def _short_int(digits: str) -> int:
     return int(digits)
 
 
-def _yaml_problem(exc: yaml.MarkedYAMLError) -> str:
+def yaml_problem(exc: yaml.MarkedYAMLError) -> str:
     """`line 3, column 5: found the key 'a' twice`, in one line."""
     mark = exc.problem_mark or exc.context_mark
     where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""

@@ -50,6 +50,15 @@ resource "google_cloud_run_v2_service_iam_member" "auditor" {
   member   = google_service_account.auditor[0].member
 }
 
+# Who may mint the auditor's identity tokens, to read runs through the admin API as it (smoke.sh).
+resource "google_service_account_iam_member" "auditor_token_creators" {
+  for_each = local.audit_enabled ? toset(var.auditor_token_creators) : toset([])
+
+  service_account_id = google_service_account.auditor[0].name
+  role               = "roles/iam.serviceAccountOpenIdTokenCreator"
+  member             = each.value
+}
+
 resource "google_cloud_scheduler_job" "audit" {
   count = local.audit_enabled ? 1 : 0
 

@@ -23,6 +23,11 @@ output "invoker_service_account_email" {
   value       = google_service_account.invoker.email
 }
 
+output "auditor_service_account_email" {
+  description = "Email of the audit's account, an admin caller: deploy/smoke.sh --reader-sa, for the members of auditor_token_creators (null with audit.enabled = false)."
+  value       = one(google_service_account.auditor[*].email)
+}
+
 output "firestore_database" {
   description = "Firestore database holding the run records (null unless store = \"firestore\")."
   value       = one(google_firestore_field.expire_at_ttl[*].database)

@@ -219,6 +219,9 @@ EOT
 
   rule_violations = concat(
     local.store_violations,
+    var.audit.enabled || length(var.auditor_token_creators) == 0 ? [] : [
+      "auditor_token_creators is set but audit.enabled is false: there is no auditor account to mint tokens of."
+    ],
     var.lease_seconds >= var.dispatch_timeout_seconds + 2 * local.store_timeout_seconds + local.lease_margin_seconds ? [] : [
       "lease_seconds (${var.lease_seconds}) must be at least dispatch_timeout_seconds (${var.dispatch_timeout_seconds}) + 2 x the store timeout (${local.store_timeout_seconds}) + ${local.lease_margin_seconds} = ${var.dispatch_timeout_seconds + 2 * local.store_timeout_seconds + local.lease_margin_seconds}: an attempt still dispatching or finishing after its lease could overlap the next one."
     ],

@@ -215,6 +215,17 @@ variable "admin_callers" {
   default     = []
 }
 
+variable "auditor_token_creators" {
+  description = "IAM members (user:you@example.com, group:ops@example.com) granted roles/iam.serviceAccountOpenIdTokenCreator on the auditor account: they may read runs through the admin API as it (deploy/smoke.sh --reader-sa, the auditor_service_account_email output). Needs audit.enabled."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for member in var.auditor_token_creators : can(regex("^(user|group|serviceAccount|domain):[^,:\\s]+$", member))])
+    error_message = "auditor_token_creators holds IAM members: user:EMAIL, group:EMAIL, serviceAccount:EMAIL or domain:DOMAIN."
+  }
+}
+
 variable "audit" {
   description = <<-EOT
     The missed-runs audit (docs/how-to/audit-catch-up.md): a Scheduler job job_name calling

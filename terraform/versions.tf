@@ -10,6 +10,6 @@ terraform {
   }
 
   provider_meta "google" {
-    module_name = "runonce/terraform/v0.1.0"
+    module_name = "runonce/terraform/v0.2.0.dev0"
   }
 }

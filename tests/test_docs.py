@@ -234,3 +234,16 @@ def test_the_metrics_page_lists_every_metric_and_its_labels() -> None:
         if row is None or any(f"`{label}`" not in row for label in labels):
             missing.append(name)
     assert missing == []
+
+
+def test_code_blocks_wrap_long_lines_and_diagrams_keep_their_columns(site: Path) -> None:
+    """At 1280 px beside the navigation, or on a phone, a long command wraps under its own start
+    rather than scrolling sideways; a diagram keeps its columns (docs/stylesheets/extra.css)."""
+    css = (site / "stylesheets" / "extra.css").read_text()
+    assert "white-space: pre-wrap" in css and "text-indent: -4ch" in css
+    assert re.search(r"\.language-text pre > code \{[^}]*white-space: pre;", css)
+    deploy = (site / "getting-started" / "deploy.html").read_text()
+    assert 'href="../stylesheets/extra.css"' in deploy and '<span id="__span-' in deploy  # one element a line
+    index = (site / "index.html").read_text()
+    assert '<div class="language-text highlight">' in index and "Cloud Scheduler ──POST" in index
+    assert 'data-md-type="toc" hidden>' in index  # the diagram gets the table of contents' width

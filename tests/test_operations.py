@@ -128,6 +128,7 @@ async def test_text_logs_locally(downstream: Downstream, tmp_path: Path) -> None
     lines = server.output().splitlines()
     [outcome] = [line for line in lines if "outcome=processed" in line]
     assert "runonce.access" in outcome and "route=ok" in outcome and "job=nightly" in outcome
+    assert "target.type=http" in outcome and "{" not in outcome  # dotted fields, not a Python dict
     assert not any(line.startswith("{") for line in lines)
 
 

@@ -5,7 +5,7 @@ from .once import Guard, Once, ResultNotStored, Step, UnguardedStep, default_gua
 from .rules import StepKey, StepRecord
 from .settings import GuardSettings
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 __all__ = [
     "Fenced",

@@ -22,6 +22,9 @@ LAST_SCHEDULED = datetime(9999, 1, 1, tzinfo=UTC)
 LATEST_SCHEDULE_TIME (this leaf cannot import it; a test holds them equal)."""
 
 
+GROC_NOTE = "note: groc schedule: Cloud Scheduler does not guarantee X-CloudScheduler-ScheduleTime for it"
+
+
 class AsciiIntRange(click.IntRange):
     """click's IntRange, in ASCII digits only: `int()` also takes `1_000` and other scripts' digits."""
 
@@ -124,11 +127,8 @@ def schedule_next(expr: Schedule, zone: ZoneInfo, after: datetime | None, count:
         click.echo(f"note: runonce schedules from {FIRST_SCHEDULED:%Y-%m-%dT%H:%M:%SZ}; starting there", err=True)
         start = FIRST_SCHEDULED - timedelta(microseconds=1)
     if not expr.header_guaranteed:
-        click.echo(
-            f"note: groc schedule; Cloud Scheduler does not guarantee X-CloudScheduler-ScheduleTime "
-            f"for it ({expr.dst_rule_text})",
-            err=True,
-        )
+        click.echo(GROC_NOTE, err=True)
+        click.echo(f"note: DST: {expr.dst_rule_text}", err=True)
     shown, previous, past_the_end = 0, start, False
     for fire in _until_the_last_scheduled(expr, start, zone):
         if fire is None:

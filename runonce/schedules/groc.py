@@ -332,10 +332,7 @@ class SpecificTimeSchedule(WallSchedule):
     kind = "groc"
     header_guaranteed = False
     rule = DstRule(shift_skipped=False, repeat_folded=True)
-    dst_rule_text = (
-        "groc specific time: a local time the clock skips does not run that day; "
-        "one the clock shows twice runs twice (both passes)"
-    )
+    dst_rule_text = "a local time the clock skips does not run that day; one it shows twice runs twice (both passes)"
 
     def __init__(
         self,
@@ -442,17 +439,15 @@ class IntervalSchedule(Schedule):
 
     @property
     def dst_rule_text(self) -> str:
+        """What the schedule says, in one short clause: no window where the text names none."""
         if self.plain:
-            return (
-                "groc plain interval: elapsed time, DST has no effect (runonce's snap grid: "
-                "multiples of the interval since 1970-01-01T00:00Z)"
-            )
-        return (
-            "groc interval with a window: runs are spaced by elapsed time from the window start, "
-            "so a transition inside the window shifts the later runs' clock readings; a window "
-            "edge in a skipped interval moves to the first minute after it, one in a repeated "
-            "interval means its first pass"
-        )
+            return "runs are spaced by elapsed time; DST has no effect"
+        every = f"every {_duration(self.seconds)} of elapsed time"
+        if self.synchronized:
+            return f"{every} from 00:00 local time; a DST change that day moves the later runs on the clock"
+        assert self.start is not None and self.end is not None  # not plain: a window
+        window = f"{self.start[0]:02d}:{self.start[1]:02d} to {self.end[0]:02d}:{self.end[1]:02d}"
+        return f"{every} from {window} local time; a DST change inside it moves the later runs on the clock"
 
     # -- Google's helpers, on instants ----------------------------------------------------------
 
@@ -583,3 +578,12 @@ class IntervalSchedule(Schedule):
 
     def note(self, fire: datetime, zone: ZoneInfo) -> str | None:
         return describe_wall(timeline(zone), to_instant(fire))
+
+
+def _duration(seconds: int) -> str:
+    """5 minutes, 2 hours, 90 minutes: the interval as a groc expression writes it."""
+    if seconds % 3600 == 0:
+        hours = seconds // 3600
+        return f"{hours} hour{'s' if hours > 1 else ''}"
+    minutes = seconds // 60
+    return f"{minutes} minute{'s' if minutes > 1 else ''}"

@@ -56,3 +56,61 @@ def run(
             f"{' '.join(args)} exited {result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
         )
     return result
+
+
+GCLOUD_APIS = (
+    "cloudscheduler",
+    "iam",
+    "cloudresourcemanager",
+    "firestore",
+    "run",
+    "serviceusage",
+    "artifactregistry",
+    "spanner",
+    "cloudtasks",
+    "logging",
+    "monitoring",
+)
+
+
+def gcloud_env(fake_port: int, home: Path) -> dict[str, str]:
+    """The environment in which the real gcloud sends every Google API call to the fake on
+    `fake_port` (fake_gcp.py), with a config of its own under `home`."""
+    gcloud = tool("gcloud")
+    config = home / "gcloud-config"
+    config.mkdir(exist_ok=True)
+    token = home / "token"
+    token.write_text("ya29.fake-token")
+    env = {
+        "PATH": f"{Path(gcloud).parent}:/usr/bin:/bin",
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "CLOUDSDK_CONFIG": str(config),
+        "CLOUDSDK_CORE_DISABLE_PROMPTS": "1",
+        "CLOUDSDK_AUTH_ACCESS_TOKEN_FILE": str(token),
+        "CLOUDSDK_COMPONENT_MANAGER_DISABLE_UPDATE_CHECK": "1",
+        "CLOUDSDK_CORE_DISABLE_USAGE_REPORTING": "1",
+        # gcloud puts the region in front of Cloud Run's host, so only a proxy reaches them all.
+        "CLOUDSDK_PROXY_TYPE": "http",
+        "CLOUDSDK_PROXY_ADDRESS": "127.0.0.1",
+        "CLOUDSDK_PROXY_PORT": str(fake_port),
+        "PYTHON": shutil.which("python3") or "python3",
+    }
+    for api in GCLOUD_APIS:
+        env[f"CLOUDSDK_API_ENDPOINT_OVERRIDES_{api.upper()}"] = f"http://{api}.fake.invalid/"
+    return env
+
+
+def smoke_env(fake_port: int) -> dict[str, str]:
+    """What deploy/smoke.sh needs on top: gcloud mints the identity token through google-auth's own
+    session, which reads the standard proxy variables rather than gcloud's proxy settings; runonce
+    itself is reached directly; `runonce key` from the checkout's virtualenv."""
+    proxy = f"http://127.0.0.1:{fake_port}"
+    return {
+        "CLOUDSDK_API_ENDPOINT_OVERRIDES_IAMCREDENTIALS": "http://iamcredentials.fake.invalid/",
+        "RUNONCE": str(REPO / ".venv" / "bin" / "runonce"),
+        "HTTP_PROXY": proxy,
+        "http_proxy": proxy,
+        "NO_PROXY": "127.0.0.1",
+        "no_proxy": "127.0.0.1",
+    }

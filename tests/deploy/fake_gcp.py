@@ -71,6 +71,13 @@ class NotFound(Exception):
     pass
 
 
+class PermissionDenied(Exception):
+    pass
+
+
+TOKEN_CREATOR_ROLES = ("roles/iam.serviceAccountOpenIdTokenCreator", "roles/iam.serviceAccountTokenCreator")
+
+
 @dataclass
 class State:
     project_id: str
@@ -94,6 +101,11 @@ class FakeGoogle:
         self.key = oidc.make_key("fake-google-key")  # signs the OIDC tokens Scheduler and iamcredentials mint
         self.requests: list[Captured] = []
         self.violations: list[str] = []
+        # The member gcloud's access token belongs to: when set, minting a service account's ID
+        # token needs a token-creator grant to it on that account, as on Google.
+        self.caller: str | None = None
+        # Where a delivery to a service URL goes instead (https://…run.app -> a local runonce).
+        self.backends: dict[str, str] = {}
         self.discovery = {api: Discovery(name) for api, name in DOCUMENTS.items()}
         self._lock = threading.Lock()
         fake = self
@@ -158,6 +170,8 @@ class FakeGoogle:
             status, payload = 400, _error(400, "INVALID_ARGUMENT", str(exc))
         except NotFound as exc:
             status, payload = 404, _error(404, "NOT_FOUND", str(exc))
+        except PermissionDenied as exc:
+            status, payload = 403, _error(403, "PERMISSION_DENIED", str(exc))
         except Exception as exc:  # noqa: BLE001 - the fake could not handle it: fail the test, answer like Google would
             self.violations.append(f"{handler.command} {path}: the fake failed on this request: {exc!r}")
             status, payload = 500, _error(500, "INTERNAL", repr(exc))
@@ -299,6 +313,7 @@ class FakeGoogle:
             return {"accessToken": f"ya29.impersonated-{uuid.uuid4().hex[:8]}", "expireTime": "2099-01-01T00:00:00Z"}
         if method_id == "iamcredentials.projects.serviceAccounts.generateIdToken":
             email = rparts[3].removesuffix(":generateIdToken")
+            self._check_token_creator(email)
             claims = oidc.claims(audience=body["audience"], email=email if body.get("includeEmail") else None)
             return {"token": oidc.sign(self.key, claims)}
         if method_id == "cloudscheduler.projects.locations.jobs.patch":
@@ -407,10 +422,14 @@ class FakeGoogle:
             "X-CloudScheduler-ScheduleTime": job["scheduleTime"],
             "User-Agent": "Google-Cloud-Scheduler",
         }
+        uri = target["uri"]
+        for url, backend in self.backends.items():
+            if uri.startswith(url + "/"):
+                uri = backend + uri.removeprefix(url)
         try:
             answer = httpx.request(
                 target.get("httpMethod", "POST"),
-                target["uri"],
+                uri,
                 headers=headers,
                 content=base64.b64decode(target.get("body", "")),
                 timeout=60,
@@ -420,6 +439,18 @@ class FakeGoogle:
             code = 14
         job["lastAttemptTime"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         job["status"] = {"code": code} if code else {}
+
+    def _check_token_creator(self, email: str) -> None:
+        if self.caller is None:
+            return
+        policy = self.state.policies.get(f"v1/projects/-/serviceAccounts/{email}", {})
+        granted = {
+            member for b in policy.get("bindings", []) if b["role"] in TOKEN_CREATOR_ROLES for member in b["members"]
+        }
+        if self.caller not in granted:
+            raise PermissionDenied(
+                f"Permission 'iam.serviceAccounts.getOpenIdToken' denied on resource {email} for {self.caller}"
+            )
 
     def _policy(self, path: str) -> dict:
         return self.state.policies.setdefault(_policy_key(path), {"version": 1, "etag": "ACAB", "bindings": []})

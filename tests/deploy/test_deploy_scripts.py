@@ -6,14 +6,13 @@ from __future__ import annotations
 import base64
 import json
 import re
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
-from deploy_tools import REPO, tool
+from deploy_tools import REPO, gcloud_env, smoke_env, tool
 from fake_gcp import Captured, FakeGoogle
 
 from runonce.routes import parse_routes
@@ -70,40 +69,7 @@ def routes_file(tmp_path: Path) -> Path:
 @pytest.fixture
 def deploy(fake: FakeGoogle, tmp_path: Path):
     """Run a deploy/ script with the real gcloud, every Google API pointed at the fake."""
-    gcloud = tool("gcloud")
-    config = tmp_path / "gcloud-config"
-    config.mkdir()
-    token = tmp_path / "token"
-    token.write_text("ya29.fake-token")
-    env = {
-        "PATH": f"{Path(gcloud).parent}:/usr/bin:/bin",
-        "HOME": str(tmp_path),
-        "LANG": "C.UTF-8",
-        "CLOUDSDK_CONFIG": str(config),
-        "CLOUDSDK_CORE_DISABLE_PROMPTS": "1",
-        "CLOUDSDK_AUTH_ACCESS_TOKEN_FILE": str(token),
-        "CLOUDSDK_COMPONENT_MANAGER_DISABLE_UPDATE_CHECK": "1",
-        "CLOUDSDK_CORE_DISABLE_USAGE_REPORTING": "1",
-        # gcloud puts the region in front of Cloud Run's host, so only a proxy reaches them all.
-        "CLOUDSDK_PROXY_TYPE": "http",
-        "CLOUDSDK_PROXY_ADDRESS": "127.0.0.1",
-        "CLOUDSDK_PROXY_PORT": str(fake.port),
-        "PYTHON": shutil.which("python3") or "python3",
-    }
-    for api in (
-        "cloudscheduler",
-        "iam",
-        "cloudresourcemanager",
-        "firestore",
-        "run",
-        "serviceusage",
-        "artifactregistry",
-        "spanner",
-        "cloudtasks",
-        "logging",
-        "monitoring",
-    ):
-        env[f"CLOUDSDK_API_ENDPOINT_OVERRIDES_{api.upper()}"] = f"http://{api}.fake.invalid/"
+    env = gcloud_env(fake.port, tmp_path)
 
     def run(script: str, *args: str, extra_env: dict[str, str] | None = None, expect: int = 0):
         result = subprocess.run(
@@ -873,7 +839,7 @@ def runonce_service(fake: FakeGoogle, tmp_path: Path):
             "RUNONCE_AUDIENCE": audience,
             "RUNONCE_OIDC_CERTS_URL": certs.url,
             "RUNONCE_ALLOWED_CALLERS": INVOKER,
-            "RUNONCE_ADMIN_CALLERS": INVOKER,
+            "RUNONCE_ADMIN_CALLERS": AUDITOR,  # smoke.sh reads runs as the auditor
         }
         servers.append((start_server(env, tmp_path, port=port), certs))
         return url
@@ -886,17 +852,7 @@ def runonce_service(fake: FakeGoogle, tmp_path: Path):
 
 
 def smoke(deploy, fake: FakeGoogle, url: str, expect: int):
-    # gcloud mints the identity token through google-auth's own session, which reads the standard
-    # proxy variables rather than gcloud's proxy settings; runonce itself is reached directly.
-    proxy = f"http://127.0.0.1:{fake.port}"
-    extra = {
-        "CLOUDSDK_API_ENDPOINT_OVERRIDES_IAMCREDENTIALS": "http://iamcredentials.fake.invalid/",
-        "RUNONCE": str(REPO / ".venv" / "bin" / "runonce"),
-        "HTTP_PROXY": proxy,
-        "http_proxy": proxy,
-        "NO_PROXY": "127.0.0.1",
-        "no_proxy": "127.0.0.1",
-    }
+    extra = smoke_env(fake.port)
     return deploy(
         "smoke.sh",
         "--project",
@@ -927,6 +883,18 @@ def test_smoke_proves_token_one_run_and_a_duplicate_then_deletes_its_job(
     assert create.body["httpTarget"]["uri"] == f"{url}/v1/routes/demo:run?project={PROJECT}&location={REGION}"
     assert create.body["httpTarget"]["oidcToken"] == {"serviceAccountEmail": INVOKER, "audience": url}
     assert len(fake.find("cloudscheduler.projects.locations.jobs.run")) == 2
+    assert fake.state.jobs == {}, "the throwaway job is deleted"
+    minted = fake.find("iamcredentials.projects.serviceAccounts.generateIdToken")
+    assert minted and all(m.path.endswith(f"/serviceAccounts/{AUDITOR}:generateIdToken") for m in minted)
+
+
+def test_smoke_without_the_token_creator_grant_says_which_grant_is_missing(
+    deploy, fake: FakeGoogle, runonce_service
+) -> None:
+    url = runonce_service()
+    fake.caller = "user:you@example.com"  # a caller with no grant on the auditor account
+    result = smoke(deploy, fake, url, expect=2)
+    assert "roles/iam.serviceAccountOpenIdTokenCreator" in result.stderr and "--token-creators" in result.stderr
     assert fake.state.jobs == {}, "the throwaway job is deleted"
 
 
@@ -1114,6 +1082,26 @@ def test_audit_job_creates_the_auditor_its_job_the_metric_and_the_alert_as_terra
     fake.requests.clear()
     deploy("audit-job.sh", *AUDIT_ARGS, "--notification-channels", f"projects/{PROJECT}/notificationChannels/42")
     assert fake.mutations() == [], "a second run must change nothing"
+
+
+def test_audit_job_lets_the_token_creators_mint_the_auditors_tokens_once(deploy, fake: FakeGoogle) -> None:
+    members = "user:you@example.com,group:ops@example.com"
+    deploy("audit-job.sh", *AUDIT_ARGS, "--token-creators", members)
+    policy = fake.state.policies[f"v1/projects/-/serviceAccounts/{AUDITOR}"]
+    assert sorted(m for b in policy["bindings"] for m in b["members"]) == [
+        "group:ops@example.com",
+        "user:you@example.com",
+    ]
+    assert {b["role"] for b in policy["bindings"]} == {"roles/iam.serviceAccountOpenIdTokenCreator"}
+    fake.requests.clear()
+    deploy("audit-job.sh", *AUDIT_ARGS, "--token-creators", members)
+    assert fake.mutations() == [], "a second run must change nothing"
+
+
+def test_audit_job_refuses_a_token_creator_that_is_not_an_iam_member(deploy, fake: FakeGoogle) -> None:
+    result = deploy("audit-job.sh", *AUDIT_ARGS, "--token-creators", "you@example.com", expect=2)
+    assert "--token-creators must be comma-separated IAM members" in result.stderr
+    assert fake.mutations() == []
 
 
 def test_audit_job_brings_a_changed_metric_and_policy_back_without_a_second_policy(deploy, fake: FakeGoogle) -> None:

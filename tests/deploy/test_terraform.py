@@ -642,6 +642,11 @@ def test_batch_workload_routes_grant_in_their_project_and_actas_on_their_account
             {"store": "redis", "network": "default", "redis_transit_encryption_mode": "ON"},
             "redis_transit_encryption_mode must be SERVER_AUTHENTICATION or DISABLED.",
         ),
+        ({"auditor_token_creators": ["you@example.com"]}, "auditor_token_creators holds IAM members: user:EMAIL"),
+        (
+            {"auditor_token_creators": ["user:you@example.com"], "audit": {"enabled": False}},
+            "auditor_token_creators is set but audit.enabled is false",
+        ),
     ],
     ids=[
         "short-retries",
@@ -664,6 +669,8 @@ def test_batch_workload_routes_grant_in_their_project_and_actas_on_their_account
         "redis-instance-name",
         "unknown-store",
         "redis-tls-mode",
+        "token-creator-not-a-member",
+        "token-creators-without-auditor",
     ],
 )
 def test_broken_configuration_stops_the_plan_with_a_precise_message(
@@ -870,6 +877,11 @@ def test_the_audit_job_calls_the_audit_every_10_minutes_as_an_admin_caller(hcl_t
         string(grant["role"]) == "roles/run.invoker"
         and grant["member"] == "${google_service_account.auditor[0].member}"
     )
+    # whoever reads runs as the auditor (deploy/smoke.sh) mints its tokens: a grant on that account
+    creators = resources["google_service_account_iam_member.auditor_token_creators"]
+    assert string(creators["role"]) == "roles/iam.serviceAccountOpenIdTokenCreator"
+    assert creators["service_account_id"] == "${google_service_account.auditor[0].name}"
+    assert "var.auditor_token_creators" in creators["for_each"] and creators["member"] == "${each.value}"
 
 
 def test_the_audit_jobs_retry_settings_satisfy_the_retry_rule(

@@ -8,6 +8,8 @@ import subprocess
 import venv
 from pathlib import Path
 
+import runonce_guard
+
 GUARD = Path(__file__).resolve().parents[2] / "guard"
 
 
@@ -26,7 +28,7 @@ def test_clean_install_of_the_guard_runs_the_wrapper_and_the_library(job_env, tm
     names = subprocess.run(
         [str(python), "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True
     ).stdout.lower()
-    assert "runonce-guard==0.1.0" in names
+    assert f"runonce-guard=={runonce_guard.__version__}" in names
     assert not any(name in names for name in ("fastapi", "uvicorn", "starlette", "\nrunonce=="))
 
     wrapper = tmp_path / "venv" / "bin" / "runonce-guard"
