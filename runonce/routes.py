@@ -76,10 +76,11 @@ class Route(BaseModel):
         "subscription + message_id, or source + id; Cloud Storage events: bucket, object, generation, event_type "
         "(+ metageneration for metadata updates).",
     )
-    event_payload: Literal["event", "data"] = Field(
-        "event",
-        description="An event route's payload to the target: the event (data decoded, attributes, ids) or its "
-        "data alone (a JSON object).",
+    event_payload: Literal["event", "data", "none"] | None = Field(
+        None,
+        description="An event route's payload to the target: the event (data decoded, attributes, ids), its data "
+        "alone (a JSON object), or none (the run_id alone). Default: event; none for targets that take no "
+        "delivery body, and for cloud_build_trigger (whose payload is substitutions).",
     )
     allowed_callers: list[Email] = Field(
         default_factory=list,
@@ -181,6 +182,12 @@ class Route(BaseModel):
                     f"field {name!r}: a route with source {self.source} has no Scheduler job: schedules, audit, "
                     "catch-up and backfill apply only to routes with source: scheduler"
                 )
+        kind = TARGET_TYPES[self.target.type]
+        if self.event_payload in ("event", "data") and not kind.takes_payload:
+            raise ValueError(
+                f"field 'event_payload': a {self.target.type!r} target takes no delivery body (its workload is the "
+                "route's); use event_payload: none, or leave it out"
+            )
         allowed = IDENTITY_KEYS[self.source]
         for key in self.identity or ():
             if key not in allowed:
@@ -213,7 +220,8 @@ class Route(BaseModel):
         """How the delivery parser reads an event route's deliveries; None for a Scheduler route."""
         if self.source == "scheduler":
             return None
-        return EventPolicy(self.source, tuple(self.identity) if self.identity else None, self.event_payload)
+        payload = self.event_payload or TARGET_TYPES[self.target.type].event_payload
+        return EventPolicy(self.source, tuple(self.identity) if self.identity else None, payload)
 
     @property
     def guard(self) -> RouteGuard:

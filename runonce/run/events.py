@@ -66,8 +66,9 @@ class EventPolicy:
     source: EventSource
     identity: tuple[str, ...] | None = None
     """The keys that make the run's identity; None: the defaults (Storage events: `STORAGE_KEYS`)."""
-    payload: Literal["event", "data"] = "event"
-    """What the target receives: the whole event (data decoded), or its data alone (a JSON object)."""
+    payload: Literal["event", "data", "none"] = "event"
+    """What the target receives: the whole event (data decoded), its data alone (a JSON object), or
+    nothing (the route's workload starts with the run_id alone)."""
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ def event_delivery(
         task=event.event_id,
         identity=tuple(sorted(identity)),
     )
-    payload = event.payload
+    payload = event.payload if policy.payload == "event" else {}
     if policy.payload == "data":
         if not isinstance(event.data, dict):
             raise InvalidDelivery(
