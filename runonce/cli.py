@@ -300,6 +300,8 @@ _KEY_FLAGS = {
     "X-CloudTasks-TaskName": "--task",
     "query.project": "--project",
     "query.location": "--location",
+    "subscription": "--subscription",
+    "message.messageId": "--message-id",
 }
 """The flag of `runonce key` that stands for each part of a delivery, to name it in errors."""
 

@@ -135,7 +135,7 @@ class EventsHarness:
 async def open_events_api(clock: Clock, routes: str = ROUTES) -> AsyncIterator[EventsHarness]:
     """The app serving `routes`, every route to one scripted target, over an in-memory store."""
     store, target = MemoryStore(), ScriptedTarget()
-    settings = Settings(routes=routes, auth="none", store="sqlite:///unused.db")
+    settings = Settings(routes=routes, routes_file=None, auth="none", store="sqlite:///unused.db")
     names = parse_routes(routes, "routes")
     app = create_app(settings, store=store, targets=dict.fromkeys(names, target), clock=clock)
     transport = httpx.ASGITransport(app=app)
