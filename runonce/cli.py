@@ -817,7 +817,9 @@ def lint(
     retention_seconds: str | None,
     now: datetime | None,
 ) -> None:
-    """Check Scheduler jobs (`gcloud scheduler jobs describe --format=json`) and routes files.
+    """Check Scheduler jobs (`gcloud scheduler jobs describe --format=json`), Pub/Sub push subscriptions
+    (`gcloud pubsub subscriptions describe --format=json`), Eventarc triggers (`gcloud eventarc
+    triggers describe --format=json`) and routes files.
 
     Exit 1 if any error was found, 0 with warnings only.
     """
@@ -831,7 +833,12 @@ def lint(
         except ConfigError as exc:
             raise click.ClickException(str(exc)) from exc
     checked = _lint_settings(settings, {"lease_seconds": lease_seconds, "retention_seconds": retention_seconds})
-    config = LintConfig(lease_seconds=checked.lease_seconds, retention_seconds=checked.retention_seconds, now=now)
+    config = LintConfig(
+        lease_seconds=checked.lease_seconds,
+        retention_seconds=checked.retention_seconds,
+        now=now,
+        dispatch_timeout_seconds=checked.dispatch_timeout_seconds,
+    )
     findings = lint_files(list(files), config, default_routes)
     errors = sum(f.severity == "error" for f in findings)
     warnings = len(findings) - errors
