@@ -384,3 +384,41 @@ async def test_base64_and_raw_json_envelopes_agree(events: EventsHarness) -> Non
     again = await events.push(body)
     assert (first.json()["status"], again.json()["status"]) == ("processed", "duplicate")
     assert base64.b64decode(body["message"]["data"]) == b'{"order": 7}'
+
+
+async def test_overlap_skip_holds_an_event_while_the_previous_execution_runs(clock: Clock) -> None:
+    routes = """
+routes:
+  serial:
+    source: pubsub
+    overlap: skip
+    target: {type: workflows, workflow: projects/my-project/locations/europe-west1/workflows/w}
+"""
+    async with open_events_api(clock, routes) as events:
+        running = {"now": True}
+
+        async def is_running(resource: str) -> bool:
+            return running["now"]
+
+        events.target.on_is_running = is_running
+        first = await events.push(envelope("1"), route="serial")
+        second = await events.push(envelope("2"), route="serial")
+        assert first.json()["status"] == "processed"
+        assert (second.json()["status"], second.json()["reason"]) == ("skipped", "overlap")
+        again = await events.push(envelope("2"), route="serial")  # a redelivery replays the skip: acked
+        assert (again.status_code, again.json()["status"]) == (200, "skipped")
+        running["now"] = False
+        third = await events.push(envelope("3"), route="serial")
+        assert third.json()["status"] == "processed"
+        assert [r.task for r in events.target.dispatched] == ["1", "3"]
+
+
+async def test_status_counts_event_runs_by_route(events: EventsHarness) -> None:
+    await events.push(envelope("1"))
+    await events.push(envelope("1"))
+    await events.event(binary(cloudevent("e-1")))
+    status = (await events.client.get("/v1/status")).json()
+    by_route = {row["route"]: row for row in status["routes"]}
+    assert by_route["orders"]["counts"] == {"completed": 1}
+    assert by_route["uploads"]["counts"] == {"completed": 1}
+    assert by_route["orders"]["last_status"] == "completed"
