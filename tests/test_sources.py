@@ -422,3 +422,14 @@ async def test_status_counts_event_runs_by_route(events: EventsHarness) -> None:
     assert by_route["orders"]["counts"] == {"completed": 1}
     assert by_route["uploads"]["counts"] == {"completed": 1}
     assert by_route["orders"]["last_status"] == "completed"
+
+
+def test_the_pubsub_column_acks_exactly_the_answers_pubsub_acks() -> None:
+    """Pub/Sub push acks 102, 200, 201, 202 and 204: the statuses reference must say ack for those
+    answers and nack (or never answered on event routes) for every other."""
+    from runonce.api.answers import ANSWERS, SUCCESSES
+
+    for answer in (*SUCCESSES, *ANSWERS.values()):
+        acked = answer.http_status in (102, 200, 201, 202, 204)
+        assert answer.pubsub.startswith("ack") == acked, answer
+        assert acked or answer.pubsub.startswith(("nack", "not answered on event routes")), answer
