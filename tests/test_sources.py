@@ -202,6 +202,12 @@ async def test_a_cloudevent_in_either_mode_is_one_run_per_source_and_id(events: 
     )
 
 
+async def test_a_repeated_ce_header_is_refused(events: EventsHarness) -> None:
+    headers = [("ce-id", "1"), ("ce-id", "2"), ("ce-source", "s"), ("ce-type", "t"), ("ce-specversion", "1.0")]
+    response = await events.client.post("/v1/routes/uploads:run", headers=headers, content=b"")
+    assert (response.status_code, response.json()["error"]["field"]) == (400, "ce-id")
+
+
 @pytest.mark.parametrize(
     ("headers", "body", "field"),
     [

@@ -65,6 +65,8 @@ def parse_cloudevent(headers: Mapping[str, str], raw: bytes) -> Event:
     for name, value in headers.items():
         lower = name.lower()
         if lower.startswith("ce-") and len(lower) > 3:
+            if lower[3:] in attributes:
+                raise InvalidDelivery(lower, "given more than once; an event has one of each attribute")
             attributes[lower[3:]] = str(text_field(value, lower, limit=MAX_ATTRIBUTE_LENGTH))
     if media:
         attributes["datacontenttype"] = headers.get("content-type", "")
