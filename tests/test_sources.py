@@ -87,6 +87,17 @@ async def test_message_data_is_an_object_text_or_base64(events: EventsHarness, d
     assert {k: v for k, v in payload.items() if k in ("data", "dataBase64")} == expected
 
 
+async def test_an_ordering_key_is_kept_and_an_empty_one_is_none(events: EventsHarness) -> None:
+    body = envelope("2")
+    body["message"]["orderingKey"] = ""
+    assert (await events.push(body)).status_code == 200
+    body = envelope("3")
+    body["message"]["orderingKey"] = "customer-7"
+    assert (await events.push(body)).status_code == 200
+    assert events.target.dispatched[-1].payload["orderingKey"] == "customer-7"
+    assert "orderingKey" not in events.target.dispatched[-2].payload
+
+
 async def test_event_payload_data_sends_the_data_object_alone(events: EventsHarness) -> None:
     assert (await events.push(envelope("1"), route="order-data")).status_code == 200
     assert events.target.dispatched[0].payload == {"order": 7}
