@@ -18,7 +18,7 @@ import base64
 import binascii
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -91,7 +91,6 @@ class Event:
     data_field: str = "data"
     storage_metadata_update: bool = False
     storage: bool = False
-    extra: dict[str, str] = field(default_factory=dict)
 
 
 def default_identity(event: Event) -> tuple[str, ...]:
