@@ -15,6 +15,8 @@ import httpx
 import pytest
 
 from tests.fakes.bigquery import FakeBigQuery
+from tests.fakes.cloud_tasks import FakeCloudTasks
+from tests.fakes.discovery_apis import FakeBatch
 from tests.fakes.metadata import FakeMetadataServer
 from tests.support.downstream import Downstream
 from tests.support.events import (
@@ -28,12 +30,18 @@ from tests.support.events import (
 )
 from tests.support.procs import ServerProcess, start_server
 
-from .harness import JOB, PROJECT, TRIGGER, WORKFLOW, server_env
+from .harness import JOB, LOCATION, PROJECT, TRIGGER, WORKFLOW, server_env
 from .run_named import TYPES
 
 pytestmark = pytest.mark.e2e
 
 STORM = 6
+QUEUE = f"projects/{PROJECT}/locations/{LOCATION}/queues/events"
+PARENT = f"projects/{PROJECT}/locations/{LOCATION}"
+BATCH_BODY = {
+    "taskGroups": [{"taskSpec": {"runnables": [{"container": {"imageUri": "gcr.io/p/etl:1"}}]}}],
+    "labels": {"runonce-run-id": "${run_id:63}"},
+}
 
 
 @dataclass
@@ -50,6 +58,9 @@ def others(metadata: FakeMetadataServer) -> Iterator[dict[str, Any]]:
     """The fakes the Google targets' conftest does not start: the batch workloads, BigQuery, an HTTP downstream."""
     started: dict[str, Any] = {name: kind.make_fake(metadata) for name, kind in TYPES.items()}
     started["bigquery_job"] = FakeBigQuery(metadata)
+    started["cloud_tasks_task"] = FakeCloudTasks(metadata)
+    started["cloud_tasks_task"].add_queue(QUEUE)
+    started["google_api"] = FakeBatch(metadata)
     with Downstream() as downstream:
         started["http"] = downstream
         yield started
@@ -86,6 +97,27 @@ def kinds(fakes, others) -> dict[str, Kind]:
         "http": Kind(
             "http", {"type": "http", "url": f"{http.url}/events"}, lambda r: http.keys.get("/events", []).count(r)
         ),
+        "cloud_tasks_task": Kind(
+            "cloud_tasks_task",
+            {"type": "cloud_tasks_task", "queue": QUEUE, "http_request": {"url": "https://worker.example.com/run"}},
+            lambda r: len(others["cloud_tasks_task"].created_for(r)),
+        ),
+        "google_api": Kind(
+            "google_api",
+            {
+                "type": "google_api",
+                "api": "batch.v1",
+                "method": "projects.locations.jobs.create",
+                "params": {"parent": PARENT, "jobId": "r${run_id:62}"},
+                "body": BATCH_BODY,
+                "reconcile": {
+                    "method": "projects.locations.jobs.get",
+                    "params": {"name": f"{PARENT}/jobs/r${{run_id:62}}"},
+                },
+                "endpoint": others["google_api"].url,
+            },
+            lambda r: len(others["google_api"].created_for("r" + r[:62])),
+        ),
     }
     for name, kind in TYPES.items():
         found[name] = Kind(name, kind.target, lambda r, fake=others[name]: len(fake.created_for(r[:63])))
@@ -102,12 +134,24 @@ def server(tmp_path_factory, metadata, fakes, others, kinds) -> Iterator[ServerP
     env = server_env(tmp, metadata, fakes, routes={"routes": routes})
     env.update({TYPES[name].endpoint_variable: others[name].url for name in TYPES})
     env["RUNONCE_BIGQUERY_ENDPOINT"] = others["bigquery_job"].url
+    env["RUNONCE_CLOUDTASKS_ENDPOINT"] = others["cloud_tasks_task"].url
     proc = start_server(env, tmp)
     yield proc
     proc.stop()
 
 
-@pytest.fixture(params=["workflows", "cloud_run_job", "cloud_build_trigger", "bigquery_job", "http", *sorted(TYPES)])
+@pytest.fixture(
+    params=[
+        "workflows",
+        "cloud_run_job",
+        "cloud_build_trigger",
+        "bigquery_job",
+        "http",
+        "cloud_tasks_task",
+        "google_api",
+        *sorted(TYPES),
+    ]
+)
 def kind(request: pytest.FixtureRequest, kinds) -> Kind:
     return kinds[request.param]
 
