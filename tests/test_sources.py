@@ -217,6 +217,7 @@ async def test_a_repeated_ce_header_is_refused(events: EventsHarness) -> None:
     headers = [("ce-id", "1"), ("ce-id", "2"), ("ce-source", "s"), ("ce-type", "t"), ("ce-specversion", "1.0")]
     response = await events.client.post("/v1/routes/uploads:run", headers=headers, content=b"")
     assert (response.status_code, response.json()["error"]["field"]) == (400, "ce-id")
+    assert response.json()["error"]["message"] == "given more than once; an event has one of each attribute"
 
 
 @pytest.mark.parametrize(

@@ -83,6 +83,19 @@ def test_a_structured_event_missing_an_attribute_says_which() -> None:
     body = json.dumps({"id": "e1", "type": "t", "specversion": "1.0"}).encode()
     field, reason = refused(parse_cloudevent, STRUCTURED, body)
     assert field == "body.source" and reason.startswith("missing (every CloudEvent has it")
+    encoded = json.dumps({"id": "e1", "type": "t", "specversion": "1.0", "data_base64": "AA=="}).encode()
+    assert refused(parse_cloudevent, STRUCTURED, encoded)[0] == "body.source"
+
+
+def test_attributes_and_storage_names_may_be_long() -> None:
+    """Attributes up to 4096 characters (a Cloud Storage object name is up to 1024 bytes)."""
+    long_name = "d/" + "x" * 1500
+    event = parse_cloudevent(STRUCTURED, structured(subject="objects/" + long_name, data={"a": 1}))
+    assert event.keys["subject"] == "objects/" + long_name
+    storage = parse_cloudevent(STRUCTURED, storage_event("finalized", storage_object(name=long_name)))
+    assert storage.keys["object"] == long_name
+    binary = parse_cloudevent({**BINARY, "ce-subject": "s" * 4096}, b"")
+    assert binary.keys["subject"] == "s" * 4096
 
 
 # -- CloudEvents, binary mode ----------------------------------------------------------------------
@@ -108,6 +121,20 @@ def test_binary_data_follows_its_content_type(content_type: str | None, body: by
     assert event.data_field == "body"
 
 
+def test_binary_mode_reads_ce_headers_only() -> None:
+    headers = {**BINARY, "ce-x": "1", "ce-": "nameless", "content-type": "text/plain", "x-other": "no", "cex": "no"}
+    event = parse_cloudevent(headers, b"hi")
+    assert event.payload == {
+        "id": "e1",
+        "source": "//s",
+        "type": "t",
+        "specversion": "1.0",
+        "x": "1",
+        "datacontenttype": "text/plain",
+        "data": "hi",
+    }
+
+
 def test_binary_bytes_that_are_not_text_stay_base64_and_extensions_are_kept() -> None:
     event = parse_cloudevent({**BINARY, "ce-traceparent": "00-ab", "content-type": "application/octet-stream"}, b"\xff")
     assert event.payload["data_base64"] == "/w==" and "data" not in event.payload
@@ -120,6 +147,9 @@ def test_binary_bytes_that_are_not_text_stay_base64_and_extensions_are_kept() ->
     ("headers", "field", "reason"),
     [
         ({"ce-source": "s"}, "ce-id", "missing: this route's source is cloudevents"),
+        ({"ce-specversion": "1.0", "ce-source": "s", "ce-type": "t"}, "ce-id", "missing (every CloudEvent has it"),
+        ({"ce-id": "1", "ce-type": "t", "ce-specversion": "1.0"}, "ce-source", "missing (every CloudEvent has it"),
+        ({**BINARY, "ce-specversion": "1.0-" + "x" * 40}, "ce-specversion", "is '1.0-" + "x" * 16 + "'; runonce"),
         ({"ce-specversion": "1.0", "ce-id": "1", "ce-type": "t"}, "ce-source", "missing (every CloudEvent"),
         ({**BINARY, "ce-specversion": "2"}, "ce-specversion", "is '2'"),
         ({**BINARY, "ce-time": "2026-13-01T00:00:00Z"}, "ce-time", "is not a date and time that exists"),
@@ -165,6 +195,7 @@ def test_an_eventarc_storage_event_is_keyed_by_its_object() -> None:
     ("type_", "data", "field"),
     [
         ("finalized", "text", "body.data"),
+        ("finalized", [1], "body.data"),
         ("finalized", {"name": "o", "generation": "1"}, "body.data.bucket"),
         ("finalized", {"bucket": "b", "generation": "1"}, "body.data.name"),
         ("finalized", {"bucket": "b", "name": "o"}, "body.data.generation"),
@@ -173,7 +204,10 @@ def test_an_eventarc_storage_event_is_keyed_by_its_object() -> None:
     ],
 )
 def test_a_storage_event_without_its_identity_is_refused(type_: str, data: Any, field: str) -> None:
-    assert refused(parse_cloudevent, STRUCTURED, storage_event(type_, data))[0] == field
+    got_field, reason = refused(parse_cloudevent, STRUCTURED, storage_event(type_, data))
+    assert got_field == field
+    if field == "body.data":
+        assert reason == "a Cloud Storage event's data is a JSON object (StorageObjectData)"
 
 
 # -- Pub/Sub ---------------------------------------------------------------------------------------

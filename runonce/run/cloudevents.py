@@ -73,8 +73,7 @@ def parse_cloudevent(headers: Mapping[str, str], raw: bytes) -> Event:
     data: Any = None
     if raw:
         data = load_json(raw, "body", "the body") if _is_json(media) else decode_data(raw)
-    undecoded = base64.b64encode(raw).decode("ascii") if data is None and raw else None
-    return _event(attributes, data, "ce-", "body", undecoded)
+    return _event(attributes, data, "ce-", "body", base64.b64encode(raw).decode("ascii") if raw else None)
 
 
 def _is_json(media: str) -> bool:
@@ -99,13 +98,13 @@ def _structured(raw: bytes) -> Event:
         if not isinstance(encoded, str):
             raise InvalidDelivery("body.data_base64", "must be a base64 string")
         data = decode_data(decode_base64(encoded, "body.data_base64"))
-        return _event(attributes, data, "body.", "body.data_base64", None if data is not None else encoded)
+        return _event(attributes, data, "body.", "body.data_base64", encoded)
     return _event(attributes, body.get("data"), "body.", "body.data", None)
 
 
 def _event(attributes: dict[str, str], data: Any, prefix: str, data_field: str, undecoded: str | None) -> Event:
-    """The event of `attributes` (names without `ce-`) and its decoded `data` (`undecoded`: the
-    base64 of data that is not text); `prefix` says where attributes were read, for errors."""
+    """The event of `attributes` (names without `ce-`) and its decoded `data` (`undecoded`: its
+    base64, kept when the data is not text); `prefix` says where attributes were read, for errors."""
     for name in REQUIRED:
         if name not in attributes:
             raise InvalidDelivery(f"{prefix}{name}", f"missing (every CloudEvent has it; this route takes {EXPECTED})")
