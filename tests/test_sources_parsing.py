@@ -231,6 +231,11 @@ def test_a_push_becomes_its_message() -> None:
     assert quiet.time is None and "publishTime" not in quiet.payload and quiet.payload["attributes"] == {}
 
 
+def test_a_hundred_attributes_are_accepted() -> None:
+    body = envelope("1", attributes={f"a{n}": "v" for n in range(100)})
+    assert len(push(body).payload["attributes"]) == 100
+
+
 def test_an_ordering_key_can_be_an_identity_key() -> None:
     body = envelope("1")
     body["message"]["orderingKey"] = "customer-7"
@@ -241,7 +246,13 @@ def test_an_ordering_key_can_be_an_identity_key() -> None:
 @pytest.mark.parametrize(
     ("change", "field", "reason"),
     [
-        ({"attributes": {f"a{n}": "v" for n in range(101)}}, "message.attributes", "has 101 attributes"),
+        (
+            {"attributes": {f"a{n}": "v" for n in range(101)}},
+            "message.attributes",
+            "has 101 attributes; Pub/Sub allows 100",
+        ),
+        ({"attributes": {"a": 1}}, "message.attributes.a", "must be a string"),
+        ({"messageId": None, "message_id": None}, "message.messageId", "missing (Pub/Sub sends it with every message)"),
         ({"attributes": {"": "v"}}, "message.attributes", "is empty"),
         ({"attributes": {"k" * 257: "v"}}, "message.attributes", "is 257 characters long"),
         ({"attributes": 5}, "message.attributes", "must be a JSON object of strings"),
@@ -294,7 +305,22 @@ def test_a_storage_notification_is_keyed_by_its_object() -> None:
 def test_a_storage_notification_with_a_bad_attribute_is_refused(attribute: str, value: str, field: str) -> None:
     body = storage_notification("1")
     body["message"]["attributes"][attribute] = value
-    assert refused(push, body)[0] == field
+    got_field, reason = refused(push, body)
+    assert got_field == field
+    assert reason == "is empty" if value == "" else reason.startswith("must be a generation number")
+
+
+def test_a_storage_notification_needs_a_good_metageneration() -> None:
+    bad = storage_notification("1", obj=storage_object(metageneration="one"))
+    assert refused(push, bad)[0] == "message.data.metageneration"
+    update = storage_notification("2", "OBJECT_METADATA_UPDATE")
+    update["message"]["data"] = base64.b64encode(b'{"bucket": "uploads"}').decode()
+    field, reason = refused(push, update)
+    assert field == "message.data.metageneration"
+    assert reason == (
+        "missing: a metadata update is told apart from the next one by its metageneration, which the "
+        "notification's payload carries (payload format JSON_API_V1; NONE sends no data)"
+    )
 
 
 def test_is_envelope_is_the_shape_of_a_push() -> None:
@@ -356,6 +382,9 @@ def test_the_helpers_say_what_is_wrong() -> None:
     assert refused(text_field, "a\x7fb", "f")[1] == "holds a control character"
     assert refused(text_field, ["x"], "f")[1] == "must be a string, got JSON list"
     assert generation(7, "g") == "7" and generation("0012", "g") == "12"
+    assert generation("9223372036854775807", "g") == "9223372036854775807"  # int64's largest
+    assert refused(generation, "9223372036854775808", "g")[1].startswith("must be a generation number (ASCII")
+    assert refused(generation, "x" * 50, "g")[1].endswith(repr("x" * 40))
     assert refused(generation, True, "g")[1].startswith("must be a generation number")
     assert refused(generation, 1.5, "g")[1] == "must be a generation number, got JSON float"
     assert refused(generation, "١٢", "g")[1].startswith("must be a generation number (ASCII digits")

@@ -27,6 +27,8 @@ from runonce.run.delivery import IDENTITY_HEADERS, MAX_HEADER_LENGTH, Delivery, 
 from runonce.targets.base import PayloadNotSendable, encode_json
 
 EventSource = Literal["pubsub", "cloudevents"]
+MAX_INT64 = 2**63 - 1
+"""Generations and metagenerations are int64."""
 EVENT_SOURCES: tuple[EventSource, ...] = ("pubsub", "cloudevents")
 
 STORAGE_KEYS = ("bucket", "object", "generation", "event_type")
@@ -180,7 +182,7 @@ def decode_data(raw: bytes) -> Any:
 
 def decode_base64(value: str, field: str) -> bytes:
     try:
-        return base64.b64decode(value.encode("ascii"), validate=True)
+        return base64.b64decode(value.encode("ascii"), validate=True)  # pragma: no mutate - codecs ignore case
     except (binascii.Error, UnicodeEncodeError) as exc:
         raise InvalidDelivery(field, "is not base64 (RFC 4648, with padding)") from exc
 
@@ -212,6 +214,6 @@ def generation(value: object, field: str) -> str:
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise InvalidDelivery(field, f"must be a generation number, got {_kind(value)}")
     text = str(value)
-    if not text.isascii() or not text.isdigit() or len(text) > 19:
+    if not text.isascii() or not text.isdigit() or len(text) > 19 or int(text) > MAX_INT64:
         raise InvalidDelivery(field, f"must be a generation number (ASCII digits, int64), got {text[:40]!r}")
     return str(int(text))
