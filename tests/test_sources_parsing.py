@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from runonce.errors import InvalidDelivery
+from runonce.run import pubsub
 from runonce.run.cloudevents import is_cloudevent, parse_cloudevent
 from runonce.run.events import EventPolicy, decode_base64, event_delivery, generation, text_field
 from runonce.run.pubsub import is_envelope, parse_pubsub
@@ -274,7 +275,34 @@ def test_push_refusals_name_the_field(change: dict[str, Any], field: str, reason
     ["projects/my-project/subscriptions/ab", "projects/my-project/subscriptions/1bc", "projects/x/subscriptions/abc"],
 )
 def test_a_subscription_name_is_checked(subscription: str) -> None:
-    assert refused(push, envelope("1", subscription=subscription))[0] == "subscription"
+    assert refused(push, envelope("1", subscription=subscription)) == (
+        "subscription",
+        "is not a subscription's resource name (projects/PROJECT/subscriptions/ID: an id of 3 to 255 "
+        "letters, digits and - _ . ~ + %, a letter first)",
+    )
+
+
+def test_a_subscription_id_has_its_own_charset() -> None:
+    name = "projects/my-project/subscriptions/Orders_1.v2~x+y%20"
+    assert push(envelope("1", subscription=name)).job == name
+
+
+def test_a_body_that_is_no_envelope_says_what_a_pubsub_route_takes() -> None:
+    for raw in (b"", b"  ", b"[]", b'{"subscription": "s"}'):
+        field, reason = refused(parse_pubsub, {}, raw)
+        assert field == "message"
+        assert reason == "missing: this route's source is pubsub: it takes " + pubsub.EXPECTED
+    field, reason = refused(parse_pubsub, {}, b"{oops")
+    assert field == "body" and reason.startswith("the body is not valid JSON: ")
+
+
+@pytest.mark.parametrize("header", ["x-goog-pubsub-message-id", "x-goog-pubsub-subscription-name"])
+def test_an_unwrapped_push_is_refused_naming_its_header(header: str) -> None:
+    assert refused(parse_pubsub, {header: "1"}, b"raw") == (
+        header,
+        "an unwrapped push (no_wrapper) is not accepted: its subscription and message id come only as "
+        "optional headers; turn no_wrapper off on the push subscription so it sends the JSON envelope",
+    )
 
 
 def test_a_storage_notification_is_keyed_by_its_object() -> None:

@@ -104,7 +104,7 @@ def parse_pubsub(headers: Mapping[str, str], raw: bytes) -> Event:
 def _subscription(value: object) -> str:
     name = text_field(value, "subscription")
     assert name is not None  # pragma: no mutate - required
-    found = re.fullmatch(SUBSCRIPTION_PATTERN, name, flags=re.ASCII)
+    found = re.fullmatch(SUBSCRIPTION_PATTERN, name, flags=re.ASCII)  # pragma: no mutate - explicit ASCII classes
     if found is None or not matches(PROJECT_PATTERN, found.group(1)):
         raise InvalidDelivery(
             "subscription",
