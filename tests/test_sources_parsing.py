@@ -403,7 +403,47 @@ def test_an_unsendable_event_is_refused_with_its_run_id() -> None:
     assert "64 bits" in caught.value.reason
 
 
+def test_a_message_that_is_not_an_object_is_refused() -> None:
+    assert refused(push, {"message": [1], "subscription": SUBSCRIPTION}) == ("message", "must be a JSON object")
+
+
+def test_an_event_route_refuses_scheduler_headers_saying_what_it_takes() -> None:
+    raw = json.dumps(envelope("1")).encode()
+    with pytest.raises(InvalidDelivery) as caught:
+        parse_event(EventPolicy("pubsub"), "r", {"X-CloudTasks-TaskName": "t"}, raw, ("", ""))
+    assert (caught.value.field, caught.value.reason) == (
+        "X-CloudTasks-TaskName",
+        'this route\'s source is pubsub: it takes Pub/Sub push envelopes ({"message": {...}, "subscription": ...}), '
+        "not Cloud Scheduler or Cloud Tasks deliveries (a route with source: scheduler does)",
+    )
+
+
+def test_event_refusals_carry_the_route_and_once_known_the_run_id() -> None:
+    with pytest.raises(InvalidDelivery) as missing:
+        event_delivery(push(envelope("1")), "r", ("", ""), EventPolicy("pubsub", ("bucket",)))
+    assert (missing.value.route, missing.value.run_id) == ("r", None)
+    with pytest.raises(InvalidDelivery) as not_object:
+        event_delivery(push(envelope("1", b"text")), "r", ("", ""), EventPolicy("pubsub", None, "data"))
+    expected = event_delivery(push(envelope("1")), "r", ("", ""), EventPolicy("pubsub"))[0].run_id
+    assert (not_object.value.route, not_object.value.run_id) == ("r", expected)
+    assert not_object.value.reason == (
+        "the route sends the event's data alone (event_payload: data), which must then be a JSON object; got text"
+    )
+    body = envelope("1", json.dumps({"n": 2**64}).encode())
+    with pytest.raises(InvalidDelivery) as unsendable:
+        event_delivery(push(body), "r", ("", ""), EventPolicy("pubsub"))
+    assert (unsendable.value.route, unsendable.value.run_id) == ("r", expected)
+
+
+def test_an_events_body_hash_is_its_identitys() -> None:
+    _, _, sha = event_delivery(push(envelope("1")), "r", ("", ""), EventPolicy("pubsub"))
+    _, _, other = event_delivery(push(envelope("2")), "r", ("", ""), EventPolicy("pubsub"))
+    assert len(sha) == 64 and int(sha, 16) >= 0 and sha != other
+
+
 def test_the_helpers_say_what_is_wrong() -> None:
+    assert text_field("x" * 500, "f") == "x" * 500  # at the limit
+    assert text_field("a b", "f") == "a b"  # a space is no control character
     assert refused(text_field, None, "f") == ("f", "missing")
     assert text_field(None, "f", required=False) is None
     assert refused(text_field, "\ud800", "f") == ("f", "is not valid Unicode (a lone surrogate)")

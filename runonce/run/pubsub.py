@@ -60,7 +60,9 @@ def parse_pubsub(headers: Mapping[str, str], raw: bytes) -> Event:
         raise InvalidDelivery("message", "must be a JSON object")
     subscription = _subscription(envelope.get("subscription"))
     message_id = _either(message, "messageId", "message_id")
-    publish_text = _either(message, "publishTime", "publish_time", required=False)
+    publish_text = _either(
+        message, "publishTime", "publish_time", required=False
+    )  # pragma: no mutate - None is as false
     publish_time = parse_rfc3339(publish_text, "message.publishTime") if publish_text else None
     ordering_key = message.get("orderingKey") or None  # "" is no ordering key, as Pub/Sub's JSON may say
     ordering_key = text_field(ordering_key, "message.orderingKey", required=False, limit=1024)
