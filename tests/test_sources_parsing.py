@@ -403,6 +403,24 @@ def test_an_unsendable_event_is_refused_with_its_run_id() -> None:
     assert "64 bits" in caught.value.reason
 
 
+def test_an_ordering_key_is_at_most_1024_characters_and_data_is_a_string() -> None:
+    body = envelope("1")
+    body["message"]["orderingKey"] = "k" * 1024
+    assert push(body).keys["ordering_key"] == "k" * 1024
+    body["message"]["orderingKey"] = "k" * 1025
+    assert refused(push, body) == ("message.orderingKey", "is 1025 characters long; at most 1024")
+    body = envelope("1")
+    body["message"]["data"] = {"a": 1}
+    assert refused(push, body) == ("message.data", "must be a base64 string")
+
+
+def test_binary_mode_needs_every_required_header() -> None:
+    headers = {"ce-id": "1", "ce-source": "s", "ce-type": "t"}
+    assert refused(parse_cloudevent, headers, b"")[0] == "ce-specversion"
+    field, reason = refused(parse_cloudevent, {**BINARY, "content-type": "application/json"}, b"{bad")
+    assert field == "body" and reason.startswith("the body is not valid JSON: ")
+
+
 def test_a_message_that_is_not_an_object_is_refused() -> None:
     assert refused(push, {"message": [1], "subscription": SUBSCRIPTION}) == ("message", "must be a JSON object")
 

@@ -69,11 +69,12 @@ def parse_cloudevent(headers: Mapping[str, str], raw: bytes) -> Event:
                 raise InvalidDelivery(lower, "given more than once; an event has one of each attribute")
             attributes[lower[3:]] = str(text_field(value, lower, limit=MAX_ATTRIBUTE_LENGTH))
     if media:
-        attributes["datacontenttype"] = headers.get("content-type", "")
+        attributes["datacontenttype"] = headers["content-type"]
     data: Any = None
     if raw:
         data = load_json(raw, "body", "the body") if _is_json(media) else decode_data(raw)
-    return _event(attributes, data, "ce-", "body", base64.b64encode(raw).decode("ascii") if raw else None)
+    undecoded = base64.b64encode(raw).decode("ascii") if raw else None  # pragma: no mutate - codecs ignore case
+    return _event(attributes, data, "ce-", "body", undecoded)
 
 
 def _is_json(media: str) -> bool:

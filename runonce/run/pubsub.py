@@ -65,7 +65,9 @@ def parse_pubsub(headers: Mapping[str, str], raw: bytes) -> Event:
     )  # pragma: no mutate - None is as false
     publish_time = parse_rfc3339(publish_text, "message.publishTime") if publish_text else None
     ordering_key = message.get("orderingKey") or None  # "" is no ordering key, as Pub/Sub's JSON may say
-    ordering_key = text_field(ordering_key, "message.orderingKey", required=False, limit=1024)
+    ordering_key = text_field(
+        ordering_key, "message.orderingKey", required=False, limit=1024
+    )  # pragma: no mutate - None is as false
     attributes = _attributes(message.get("attributes"))
     data_text = message.get("data")
     if data_text is not None and not isinstance(data_text, str):
