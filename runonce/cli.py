@@ -25,6 +25,7 @@ from runonce.errors import InvalidDelivery
 from runonce.logs import configure_logging, uvicorn_log_config
 from runonce.routes import Route, load_routes
 from runonce.run.delivery import check_run_id, parse_delivery, parse_namespace
+from runonce.run.sources import parse_event
 from runonce.schedules.cli import AsciiIntRange, InstantType, schedule
 from runonce.settings import ConfigError, Settings, load_settings
 from runonce.status import status_command
@@ -313,6 +314,8 @@ _KEY_FLAGS = {
     "X-CloudTasks-TaskName": "--task",
     "query.project": "--project",
     "query.location": "--location",
+    "subscription": "--subscription",
+    "message.messageId": "--message-id",
 }
 """The flag of `runonce key` that stands for each part of a delivery, to name it in errors."""
 
@@ -341,6 +344,23 @@ def _key_error(field: str | None, reason: str) -> click.UsageError:
     "--project", default="", help="Namespace project (as the query parameter)  [default: the route's namespace]"
 )
 @click.option("--location", default="", help="Namespace location  [default: the route's namespace]")
+@click.option("--subscription", help="Pub/Sub: the push subscription (projects/P/subscriptions/S).")
+@click.option("--message-id", help="Pub/Sub: the message's messageId.")
+@click.option(
+    "--body",
+    "body_file",
+    type=click.File("rb"),
+    help="Pub/Sub or CloudEvents: the request body as delivered (an envelope, an event, or a binary-mode "
+    "event's data); - for stdin. A Cloud Storage event's identity is in it.",
+)
+@click.option(
+    "--header",
+    "header_lines",
+    multiple=True,
+    metavar="NAME:VALUE",
+    help="CloudEvents binary mode: a header as delivered (ce-id, ce-source, ce-type, ce-specversion, "
+    "Content-Type); repeat it.",
+)
 @click.option("--canonical", is_flag=True, help="Also print the canonical string that is hashed.")
 def key(
     route: str,
@@ -351,12 +371,39 @@ def key(
     task: str | None,
     project: str,
     location: str,
+    subscription: str | None,
+    message_id: str | None,
+    body_file: Any,
+    header_lines: tuple[str, ...],
     canonical: bool,
 ) -> None:
-    """Compute the run_id of a delivery, as the proxy would, from the routes the proxy reads."""
+    """Compute the run_id of a delivery, as the proxy would, from the routes the proxy reads: a
+    Scheduler or Tasks delivery from its headers' values, an event from its body and headers."""
 
     settings = _settings()
     config = _configured_route(settings, route)
+    query = {name: [value] for name, value in (("project", project), ("location", location)) if value}
+    if config.events is not None:
+        scheduler_flags = {"--job": job, "--schedule-time": schedule_time, "--forced": forced or None, "--queue": queue}
+        given = [flag for flag, value in {**scheduler_flags, "--task": task}.items() if value is not None]
+        if given:
+            raise click.UsageError(
+                f"{given[0]}: route {route!r} takes {config.source} deliveries: give --body (and --header), or "
+                "--subscription and --message-id"
+            )
+        delivery = _event_key(
+            route, config.events, query, config.namespace, subscription, message_id, body_file, header_lines
+        )
+        click.echo(delivery.run_id)
+        if canonical:
+            click.echo(delivery.canonical)
+        return
+    event_flags = {"--subscription": subscription, "--message-id": message_id, "--body": body_file}
+    given = [flag for flag, value in {**event_flags, "--header": header_lines or None}.items() if value is not None]
+    if given:
+        raise click.UsageError(
+            f"{given[0]}: route {route!r} takes Cloud Scheduler or Cloud Tasks deliveries (source: scheduler)"
+        )
     if forced and config.forced_runs == "reject":
         raise click.UsageError(
             f"--forced: route {route!r} refuses force runs (forced_runs: reject), so they have no run_id"
@@ -370,7 +417,6 @@ def key(
         headers["x-cloudtasks-queuename"] = queue
     if task is not None:
         headers["x-cloudtasks-taskname"] = task
-    query = {name: [value] for name, value in (("project", project), ("location", location)) if value}
     try:
         namespace = parse_namespace(query, config.namespace)
         delivery = parse_delivery(route, headers, namespace, _now(), timedelta(0))
@@ -383,6 +429,39 @@ def key(
     click.echo(delivery.run_id)
     if canonical:
         click.echo(delivery.canonical)
+
+
+def _event_key(
+    route: str,
+    policy: Any,
+    query: dict[str, list[str]],
+    default_namespace: Any,
+    subscription: str | None,
+    message_id: str | None,
+    body_file: Any,
+    header_lines: tuple[str, ...],
+) -> Any:
+    """The delivery of an event route's request, from `runonce key`'s flags, through the proxy's parser."""
+    if (subscription is None) != (message_id is None):
+        raise click.UsageError("--subscription and --message-id go together (a Pub/Sub message's identity)")
+    if subscription is not None and body_file is not None:
+        raise click.UsageError("--body: give the envelope, or --subscription and --message-id, not both")
+    raw = body_file.read() if body_file is not None else b""
+    if subscription is not None:
+        envelope = {"message": {"messageId": message_id}, "subscription": subscription}
+        raw = json.dumps(envelope).encode()
+    headers = httpx.Headers()
+    for line in header_lines:
+        name, colon, value = line.partition(":")
+        if not colon or not name.strip():
+            raise click.UsageError(f"--header: {line!r} is not NAME:VALUE")
+        headers[name.strip()] = value.strip()
+    try:
+        namespace = parse_namespace(query, default_namespace)
+        delivery, _, _ = parse_event(policy, route, headers, raw, namespace)
+    except InvalidDelivery as exc:
+        raise _key_error(exc.field, exc.reason) from exc
+    return delivery
 
 
 def _routes(settings: Settings) -> dict[str, Any]:
@@ -558,6 +637,11 @@ def _audited_route(routes: dict[str, Any], name: str, flag: str) -> Any:
     from runonce.missed.audit import auditable  # deferred (tests/test_cold_start.py)
 
     found = auditable(routes)
+    if name in routes and routes[name].source != "scheduler":
+        raise click.UsageError(
+            f"{flag}: route {name!r} takes {routes[name].source} events: audit, catch-up and backfill apply only to "
+            "Scheduler routes (an event has no fire times to miss)"
+        )
     if name not in found:
         what = "no route" if name not in routes else "route"
         raise click.UsageError(
@@ -740,7 +824,9 @@ def lint(
     retention_seconds: str | None,
     now: datetime | None,
 ) -> None:
-    """Check Scheduler jobs (`gcloud scheduler jobs describe --format=json`) and routes files.
+    """Check Scheduler jobs (`gcloud scheduler jobs describe --format=json`), Pub/Sub push subscriptions
+    (`gcloud pubsub subscriptions describe --format=json`), Eventarc triggers (`gcloud eventarc
+    triggers describe --format=json`) and routes files.
 
     Exit 1 if any error was found, 0 with warnings only.
     """
@@ -754,7 +840,12 @@ def lint(
         except ConfigError as exc:
             raise click.ClickException(str(exc)) from exc
     checked = _lint_settings(settings, {"lease_seconds": lease_seconds, "retention_seconds": retention_seconds})
-    config = LintConfig(lease_seconds=checked.lease_seconds, retention_seconds=checked.retention_seconds, now=now)
+    config = LintConfig(
+        lease_seconds=checked.lease_seconds,
+        retention_seconds=checked.retention_seconds,
+        now=now,
+        dispatch_timeout_seconds=checked.dispatch_timeout_seconds,
+    )
     findings = lint_files(list(files), config, default_routes)
     errors = sum(f.severity == "error" for f in findings)
     warnings = len(findings) - errors

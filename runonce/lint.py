@@ -14,6 +14,12 @@ time: docs/how-to/two-regions.md). Warnings (exit 0): groc without the `snap` po
 skip or repeat a fire time in the next two years, an attempt deadline longer than the lease, a
 retry window longer than the time between two runs (Scheduler then delays or skips the next run),
 and the like.
+
+A Pub/Sub push subscription (`gcloud pubsub subscriptions describe --format=json`) or an Eventarc
+trigger (`gcloud eventarc triggers describe --format=json`) pointed at runonce is checked the same
+way: its URL names a route of that source, it sends an OIDC token from an allowed caller, the
+envelope is wrapped, the ack deadline covers a dispatch, and it has a retry policy and a dead-letter
+topic.
 """
 
 from __future__ import annotations
@@ -69,6 +75,7 @@ class LintConfig:
     lease_seconds: float = 300.0
     retention_seconds: float = 86400.0
     now: datetime | None = None
+    dispatch_timeout_seconds: float = 30.0
 
 
 @dataclass
@@ -101,6 +108,7 @@ def lint_files(paths: list[str], config: LintConfig, default_routes: Mapping[str
     jobs: list[tuple[str, Mapping[str, Any]]] = []
     routes: dict[str, Any] = {}
     route_files: list[tuple[str, str, Any]] = []
+    sources: list[tuple[str, Mapping[str, Any]]] = []  # Pub/Sub push subscriptions, Eventarc triggers
     routes_seen = False
     for path in paths:
         try:
@@ -122,6 +130,8 @@ def lint_files(paths: list[str], config: LintConfig, default_routes: Mapping[str
                 continue
             routes.update(parsed)
             route_files.extend((path, name, route) for name, route in parsed.items())
+        elif _is_push_source(data) or (isinstance(data, list) and data and all(map(_is_push_source, data))):
+            sources.extend((path, item) for item in (data if isinstance(data, list) else [data]))
         elif isinstance(data, list) and all(isinstance(item, Mapping) for item in data):
             jobs.extend((path, job) for job in data)
         elif isinstance(data, Mapping) and ("schedule" in data or "httpTarget" in data or "name" in data):
@@ -133,8 +143,8 @@ def lint_files(paths: list[str], config: LintConfig, default_routes: Mapping[str
                     "-",
                     "error",
                     "unknown_file",
-                    "neither a Scheduler Job (gcloud scheduler jobs describe --format=json) "
-                    "nor a runonce routes file (top-level 'routes:')",
+                    "neither a Scheduler Job (gcloud scheduler jobs describe --format=json), a Pub/Sub "
+                    "subscription, an Eventarc trigger, nor a runonce routes file (top-level 'routes:')",
                 )
             )
     if not routes_seen and default_routes is not None:
@@ -155,6 +165,8 @@ def lint_files(paths: list[str], config: LintConfig, default_routes: Mapping[str
     for path, job in jobs:
         findings.extend(_lint_job(path, job, known_routes, config, locations))
     findings.extend(_lint_regions(jobs, known_routes))
+    for path, source in sources:
+        findings.extend(_lint_push_source(path, source, known_routes, config))
     # A route's schedule is checked with its job when a job calls it; else on its own.
     called = {_route_of(job) for _, job in jobs}
     for path, name, route in route_files:
@@ -272,6 +284,12 @@ def _check_target(
                     "unknown_route",
                     f"httpTarget.uri names route {route_name!r}, which the routes file does not define (routes: "
                     f"{known})",
+                )
+            elif route.source != "scheduler":
+                report.error(
+                    "wrong_source",
+                    f"route {route_name!r} takes {route.source} deliveries (source: {route.source}): it refuses "
+                    "every Scheduler delivery (400)",
                 )
         query = parse_qs(parts.query, keep_blank_values=True)
         unknown = sorted(set(query) - {"project", "location"})
@@ -492,3 +510,108 @@ def _zone_key(name: Any) -> str:
         return get_zone(name).key
     except ScheduleError:
         return str(name)
+
+
+# -- Pub/Sub push subscriptions and Eventarc triggers ------------------------------------------------
+
+PUBSUB_DEFAULT_ACK_DEADLINE = 10.0
+
+
+def _is_push_source(data: Any) -> bool:
+    """A Subscription (`gcloud pubsub subscriptions describe --format=json`) or an Eventarc Trigger
+    (`gcloud eventarc triggers describe --format=json`)."""
+    return isinstance(data, Mapping) and (
+        ("topic" in data and "pushConfig" in data) or ("destination" in data and "eventFilters" in data)
+    )
+
+
+def _lint_push_source(
+    file: str, data: Mapping[str, Any], routes: Mapping[str, Any] | None, config: LintConfig
+) -> list[Finding]:
+    short = str(data.get("name") or "").rsplit("/", 1)[-1] or "(unnamed)"
+    if "pushConfig" in data:
+        report = _Report(file, f"subscription {short}")
+        _check_subscription(report, data, routes, config)
+    else:
+        report = _Report(file, f"trigger {short}")
+        _check_trigger(report, data, routes)
+    return report.findings
+
+
+def _event_route(report: _Report, where: str, url: str, source: str, routes: Mapping[str, Any] | None) -> Any:
+    """The route a push endpoint or a trigger's path names, checked to take `source` deliveries."""
+    match = ROUTE_URI_PATH.match(urlsplit(url).path)
+    if not match:
+        report.error("not_runonce_uri", f"{where} {url!r} is not a runonce delivery URL (.../v1/routes/ROUTE:run)")
+        return None
+    name = match.group(1)
+    route = routes.get(name) if routes is not None else None
+    if routes is not None and route is None:
+        report.error("unknown_route", f"{where} names route {name!r}, which the routes file does not define")
+    elif route is not None and route.source != source:
+        report.error(
+            "wrong_source",
+            f"route {name!r} has source {route.source}: it refuses these deliveries (400); set source: {source}",
+        )
+    return route
+
+
+def _check_caller(report: _Report, route: Any, email: str, what: str) -> None:
+    if route is not None and route.allowed_callers and email not in route.allowed_callers:
+        report.error("caller_not_allowed", f"{what} {email} is not in the route's allowed_callers (403)")
+
+
+def _check_subscription(
+    report: _Report, data: Mapping[str, Any], routes: Mapping[str, Any] | None, config: LintConfig
+) -> None:
+    """A push subscription: runonce's URL, an OIDC token, the envelope, an ack deadline that covers a
+    dispatch, a retry policy and a dead-letter topic."""
+    push = data.get("pushConfig") or {}
+    endpoint = str(push.get("pushEndpoint") or "")
+    if not endpoint:
+        report.error("not_push", "has no pushConfig.pushEndpoint: runonce takes push subscriptions")
+        return
+    route = _event_route(report, "pushConfig.pushEndpoint", endpoint, "pubsub", routes)
+    token = push.get("oidcToken")
+    if not isinstance(token, Mapping) or not token.get("serviceAccountEmail"):
+        report.error("no_oidc", "pushConfig has no oidcToken.serviceAccountEmail: Pub/Sub then sends no token (401)")
+    else:
+        _check_caller(report, route, str(token["serviceAccountEmail"]), "the push service account")
+    if push.get("noWrapper") is not None:
+        report.error("no_wrapper", "pushConfig.noWrapper: runonce reads the JSON envelope; unwrapped pushes get 400")
+    deadline = float(data.get("ackDeadlineSeconds") or PUBSUB_DEFAULT_ACK_DEADLINE)
+    if deadline < config.dispatch_timeout_seconds:
+        report.warn(
+            "ack_deadline_short",
+            f"ackDeadlineSeconds {deadline:g} is below runonce's dispatch timeout "
+            f"({config.dispatch_timeout_seconds:g}s): a slow dispatch is pushed again meanwhile (answered 409 and "
+            "redelivered); set it to at least the dispatch timeout",
+        )
+    if not data.get("retryPolicy"):
+        report.warn(
+            "no_retry_policy",
+            "no retryPolicy: a nacked message (409 in progress, 503) comes back at once; set an exponential "
+            "backoff (e.g. 10s to 600s)",
+        )
+    if not data.get("deadLetterPolicy"):
+        report.warn(
+            "no_dead_letter",
+            "no deadLetterPolicy: a delivery runonce refuses for good (400, 403, 404) is redelivered until the "
+            "message expires; set a dead-letter topic",
+        )
+
+
+def _check_trigger(report: _Report, data: Mapping[str, Any], routes: Mapping[str, Any] | None) -> None:
+    """An Eventarc trigger: runonce's path on its Cloud Run service (or URL), and the service account
+    whose OIDC token Eventarc sends."""
+    destination = data.get("destination") or {}
+    run = destination.get("cloudRun") or {}
+    url = str(run.get("path") or (destination.get("httpEndpoint") or {}).get("uri") or "")
+    route = _event_route(report, "destination path", url, "cloudevents", routes)
+    account = data.get("serviceAccount")
+    if not account:
+        report.error(
+            "no_service_account", "no serviceAccount: Eventarc then sends no OIDC token a runonce route accepts (401)"
+        )
+    else:
+        _check_caller(report, route, str(account), "the trigger's service account")

@@ -26,6 +26,7 @@ from runonce.run.delivery import (
     SchedulePolicy,
     pattern_words,
 )
+from runonce.run.events import IDENTITY_KEYS, EventPolicy
 from runonce.run.guarantees import RouteGuard
 from runonce.schedules import ScheduleError, get_zone, parse_schedule
 from runonce.settings import EMAIL_PATTERN, MAX_DURATION_SECONDS, ConfigError, Settings
@@ -62,6 +63,25 @@ class Route(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     target: TargetConfig = Field(description="The downstream: `type` picks it, the other fields are that type's.")
+    source: Literal["scheduler", "pubsub", "cloudevents"] = Field(
+        "scheduler",
+        description="Who delivers: Cloud Scheduler and Cloud Tasks (headers), Pub/Sub push (the JSON envelope), "
+        "or CloudEvents (Eventarc); a delivery of another shape is refused with 400.",
+    )
+    identity: list[str] | None = Field(
+        None,
+        min_length=1,
+        description="An event route's identity keys: pubsub: subscription, message_id, ordering_key; cloudevents: "
+        "source, id, type, subject; both: bucket, object, generation, metageneration, event_type. Default: "
+        "subscription + message_id, or source + id; Cloud Storage events: bucket, object, generation, event_type "
+        "(+ metageneration for metadata updates).",
+    )
+    event_payload: Literal["event", "data", "none"] | None = Field(
+        None,
+        description="An event route's payload to the target: the event (data decoded, attributes, ids), its data "
+        "alone (a JSON object), or none (the run_id alone). Default: event; none for targets that take no "
+        "delivery body, and for cloud_build_trigger (whose payload is substitutions).",
+    )
     allowed_callers: list[Email] = Field(
         default_factory=list,
         description="Service-account emails allowed on this route (instead of RUNONCE_ALLOWED_CALLERS).",
@@ -147,6 +167,38 @@ class Route(BaseModel):
         return value
 
     @model_validator(mode="after")
+    def _source_fields(self) -> Route:
+        """An event route has no Scheduler job: the fields of schedules and missed runs are refused on
+        it, and the event fields on a Scheduler route."""
+        if self.source == "scheduler":
+            for name in ("identity", "event_payload"):
+                if name in self.model_fields_set:
+                    raise ValueError(f"field {name!r}: applies only to routes with source pubsub or cloudevents")
+            return self
+        defaults = {"missing_schedule_time": "reject", "forced_runs": "separate", "catch_up": "none"}
+        for name in ("schedule", "time_zone", "job", "catch_up_window_seconds", "body", *defaults):
+            if name in self.model_fields_set and getattr(self, name) not in (None, {}, defaults.get(name)):
+                raise ValueError(
+                    f"field {name!r}: a route with source {self.source} has no Scheduler job: schedules, audit, "
+                    "catch-up and backfill apply only to routes with source: scheduler"
+                )
+        kind = TARGET_TYPES[self.target.type]
+        if self.event_payload in ("event", "data") and not kind.takes_payload:
+            raise ValueError(
+                f"field 'event_payload': a {self.target.type!r} target takes no delivery body (its workload is the "
+                "route's); use event_payload: none, or leave it out"
+            )
+        allowed = IDENTITY_KEYS[self.source]
+        for key in self.identity or ():
+            if key not in allowed:
+                raise ValueError(
+                    f"field 'identity': unknown key {key!r} for source {self.source}; use: {', '.join(allowed)}"
+                )
+        if self.identity and len(set(self.identity)) != len(self.identity):
+            raise ValueError("field 'identity': a key is listed twice")
+        return self
+
+    @model_validator(mode="after")
     def _snap_needs_schedule(self) -> Route:
         if self.missing_schedule_time == "snap" and self.schedule is None:
             raise ValueError("missing_schedule_time 'snap' needs the job's 'schedule' (and its 'time_zone')")
@@ -162,6 +214,14 @@ class Route(BaseModel):
                 f"{problem}; use {', '.join(readers)}, or overlap: allow"
             )
         return self
+
+    @property
+    def events(self) -> EventPolicy | None:
+        """How the delivery parser reads an event route's deliveries; None for a Scheduler route."""
+        if self.source == "scheduler":
+            return None
+        payload = self.event_payload or TARGET_TYPES[self.target.type].event_payload
+        return EventPolicy(self.source, tuple(self.identity) if self.identity else None, payload)
 
     @property
     def guard(self) -> RouteGuard:

@@ -138,11 +138,17 @@ def statuses_page() -> str:
         "What each means for the claim, and for Scheduler's retries, is in",
         "[The run protocol](../concepts/run-protocol.md#how-a-delivery-is-answered).",
         "",
-        "| HTTP | `status` | meaning |",
-        "|---|---|---|",
+        "The last column is what Pub/Sub push (and Eventarc, which delivers through Pub/Sub) does with each",
+        "answer on a route with `source: pubsub` or `source: cloudevents`: it acks 102, 200, 201, 202 and 204",
+        "and redelivers anything else, with the subscription's retry policy (it does not read `Retry-After`).",
+        "",
+        "| HTTP | `status` | meaning | Pub/Sub push |",
+        "|---|---|---|---|",
     ]
     for answer in (*SUCCESSES, *ANSWERS.values()):
-        lines.append(f"| {answer.http_status} | `{answer.status}` | {_cell(answer.description)} |")
+        lines.append(
+            f"| {answer.http_status} | `{answer.status}` | {_cell(answer.description)} | {_cell(answer.pubsub)} |"
+        )
     lines += [
         "",
         "A path that is no configured route answers 404 `not_found`, and another method than POST 405 `invalid`,",

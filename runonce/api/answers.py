@@ -26,53 +26,83 @@ class Answer:
     http_status: int
     status: str
     description: str
+    pubsub: str
+    """What Pub/Sub push (and Eventarc, which delivers through it) does with this answer: it acks
+    102, 200, 201, 202 and 204 and redelivers anything else, without reading Retry-After."""
+
+
+ACK = "ack: the run is done (or will never be), so the message must not come back"
+NACK_PERMANENT = (
+    "nack: it will never succeed, but acking would drop the message unseen; the dead-letter topic keeps it "
+    "after max_delivery_attempts"
+)
+NACK_RETRY = "nack: a redelivery can succeed (the subscription's backoff spaces them; Retry-After is not read)"
 
 
 ANSWERS: dict[type[errors.DeliveryError], Answer] = {
     errors.InvalidDelivery: Answer(
-        400, errors.InvalidDelivery.status, "Missing or invalid identity headers, query or body."
+        400,
+        errors.InvalidDelivery.status,
+        "Missing or invalid identity headers, query or body (or a delivery of another shape than the route's source).",
+        NACK_PERMANENT,
     ),
-    errors.PayloadTooLarge: Answer(413, errors.PayloadTooLarge.status, "Request body over 32 KiB."),
-    errors.Unauthenticated: Answer(401, errors.Unauthenticated.status, "No or invalid bearer token."),
-    errors.Forbidden: Answer(403, errors.Forbidden.status, "The caller is not allowed on this route."),
-    errors.NotFound: Answer(404, errors.NotFound.status, "Unknown route (or run)."),
+    errors.PayloadTooLarge: Answer(413, errors.PayloadTooLarge.status, "Request body over 32 KiB.", NACK_PERMANENT),
+    errors.Unauthenticated: Answer(
+        401, errors.Unauthenticated.status, "No or invalid bearer token.", NACK_PERMANENT + " (fix the push auth)"
+    ),
+    errors.Forbidden: Answer(
+        403, errors.Forbidden.status, "The caller is not allowed on this route.", NACK_PERMANENT + " (fix the callers)"
+    ),
+    errors.NotFound: Answer(404, errors.NotFound.status, "Unknown route (or run).", NACK_PERMANENT),
     errors.InProgress: Answer(
         409,
         errors.InProgress.status,
         "Another attempt holds a live lease on this run; retry after Retry-After seconds.",
+        NACK_RETRY + ": after the lease the run is done or taken over",
     ),
     errors.ForcedRunRefused: Answer(
         409,
         errors.ForcedRunRefused.status,
         "A Scheduler force run on a route with forced_runs: reject; nothing was claimed.",
+        "not answered on event routes (no force runs)",
     ),
     errors.Waiting: Answer(
         409,
         errors.Waiting.status,
         "overlap: wait (or skip, when the state cannot be read): the route's previous execution is still "
         "running; the claim was released, retry after Retry-After seconds.",
+        NACK_RETRY + ": the previous execution may have ended by then",
     ),
     errors.PayloadMismatch: Answer(
-        422, errors.PayloadMismatch.status, "This run_id was delivered before with a different body."
+        422,
+        errors.PayloadMismatch.status,
+        "This run_id was delivered before with a different body.",
+        "not answered on event routes: an event's identity is its whole key, its body is not compared",
     ),
     errors.Throttled: Answer(
         429,
         errors.Throttled.status,
         "The target or the route's concurrency limit says slow down; the claim was released.",
+        NACK_RETRY,
     ),
     errors.Failed: Answer(
         502,
         errors.Failed.status,
         "The target failed and created nothing; the claim was released, a retry dispatches again.",
+        NACK_RETRY + ": nothing was created; a redelivery dispatches again",
     ),
     errors.Unavailable: Answer(
-        503, errors.Unavailable.status, "The claim store is unreachable; the target was not called."
+        503,
+        errors.Unavailable.status,
+        "The claim store is unreachable; the target was not called.",
+        NACK_RETRY,
     ),
     errors.OutcomeUnknown: Answer(
         504,
         errors.OutcomeUnknown.status,
         "The target may have acted (timeout, lost response); the claim is kept and the run is "
         "reconciled after the lease.",
+        NACK_RETRY + ": the redelivery after the lease reconciles, never dispatches blind",
     ),
 }
 """Each family's answer; a subclass (errors.py's leaves) gets its nearest family's."""
@@ -82,17 +112,20 @@ SUCCESSES: tuple[Answer, ...] = (
         200,
         "processed",
         "This attempt claimed the run and the target accepted it (or reconciliation found its execution).",
+        ACK,
     ),
     Answer(
         200,
         "duplicate",
         "The run already completed: its stored answer is replayed (Runonce-Replayed: true); the target is not called.",
+        ACK,
     ),
     Answer(
         200,
         "skipped",
         "Not dispatched: first claimed later than max_lateness_seconds, or the route's previous execution still "
         "running (overlap: skip); `reason` says which, and every retry replays it.",
+        ACK + " (skipped for good: every redelivery would replay the skip)",
     ),
 )
 """The 200 answers (the runner's `RunResult`), for the OpenAPI description and the statuses page."""

@@ -14,10 +14,12 @@ from fastapi.responses import JSONResponse
 from runonce import errors, logs
 from runonce.api.answers import RESPONSES, SUCCESSES, answer_for
 from runonce.api.deps import AuthDep, ClockDep, RoutesDep, RunnerDep, SettingsDep
-from runonce.api.intake import query_params, read_body
+from runonce.api.intake import query_params, read_body, read_raw
 from runonce.auth.callers import Authenticator
 from runonce.routes import Route
 from runonce.run.delivery import ROUTE_PATH, Delivery, parse_delivery, parse_namespace
+from runonce.run.guarantees import LATE_SOURCES
+from runonce.run.sources import parse_event, refuse_envelope, refuse_event_headers
 from runonce.settings import Settings
 
 router = APIRouter()
@@ -29,7 +31,7 @@ router = APIRouter()
         **RESPONSES,
         200: {"description": "; ".join(f"`{a.status}`: {a.description}" for a in SUCCESSES)},
     },
-    summary="Deliver one scheduled run",
+    summary="Deliver one run: a Scheduler or Tasks delivery, a Pub/Sub push or a CloudEvent, by the route's source",
 )
 async def deliver(
     route: str,
@@ -46,9 +48,17 @@ async def deliver(
     outcome: dict[str, Any] = {"outcome": None, "run_id": None, "route": None}
     request.state.outcome = outcome
     try:
-        delivery = await _identify(route, request, settings, routes, auth, clock, outcome)
+        delivery, event_body = await _identify(route, request, settings, routes, auth, clock, outcome)
         logs.bind(labels={"run_id": delivery.run_id, "route": route})
-        payload, body_sha256 = await read_body(request, route, delivery.run_id)
+        if event_body is not None:
+            payload, body_sha256 = event_body
+        else:
+            payload, body_sha256 = await read_body(request, route, delivery.run_id)
+            try:
+                refuse_envelope(payload)
+            except errors.InvalidDelivery as exc:
+                exc.run_id = delivery.run_id
+                raise
         result = await runner.run(delivery, payload, body_sha256)
     except errors.DeliveryError as exc:
         outcome.update(outcome=answer_for(exc).status, error=exc.message)
@@ -81,8 +91,9 @@ async def _identify(
     auth: Authenticator,
     clock: Callable[[], datetime],
     outcome: dict[str, Any],
-) -> Delivery:
-    """Who calls, on which configured route, for which run: 401/403/404/400/409 before any claim."""
+) -> tuple[Delivery, tuple[dict[str, Any], str] | None]:
+    """Who calls, on which configured route, for which run: 401/403/404/400/409 before any claim.
+    An event route's run is in its body: its payload and body hash come back with it (else None)."""
     caller = await auth.authenticate(request.headers)
     outcome["caller"] = caller
     config = routes.get(route)
@@ -97,14 +108,21 @@ async def _identify(
     auth.authorize(caller, config.allowed_callers or settings.allowed_callers, f"route {route!r}")
     namespace = parse_namespace(query_params(request), config.namespace)
     received_at = clock()
-    delivery = parse_delivery(
-        route,
-        request.headers,
-        namespace,
-        received_at=received_at,
-        forced_run_tolerance=timedelta(seconds=settings.forced_run_tolerance_seconds),
-        policy=config.policy,
-    )
+    event_body: tuple[dict[str, Any], str] | None = None
+    if config.events is not None:
+        raw = await read_raw(request, route)
+        delivery, payload, body_sha256 = parse_event(config.events, route, request.headers, raw, namespace)
+        event_body = (payload, body_sha256)
+    else:
+        refuse_event_headers(request.headers)
+        delivery = parse_delivery(
+            route,
+            request.headers,
+            namespace,
+            received_at=received_at,
+            forced_run_tolerance=timedelta(seconds=settings.forced_run_tolerance_seconds),
+            policy=config.policy,
+        )
     outcome.update(
         run_id=delivery.run_id,
         source=delivery.source,
@@ -114,6 +132,6 @@ async def _identify(
         namespace=f"{delivery.project}/{delivery.location}",
         target_type=config.target.type,
     )
-    if delivery.source == "scheduler" and delivery.schedule_time is not None:  # not a force run: never late
+    if delivery.source in LATE_SOURCES and delivery.schedule_time is not None:  # not a force run: never late
         outcome["lateness_seconds"] = round((received_at - delivery.schedule_time).total_seconds(), 3)
-    return delivery
+    return delivery, event_body

@@ -23,6 +23,16 @@ def query_params(request: Request) -> dict[str, list[str]]:
 async def read_body(request: Request, route: str, run_id: str | None) -> tuple[dict[str, Any], str]:
     """Stream the body within `MAX_BODY_BYTES` (413 beyond), then `parse_body` it; an error names
     `route` and, once it is known, `run_id`."""
+    raw = await read_raw(request, route, run_id)
+    try:
+        return parse_body(raw)
+    except errors.InvalidDelivery as exc:
+        exc.run_id = run_id  # the run is known by now: the answer names it
+        raise
+
+
+async def read_raw(request: Request, route: str, run_id: str | None = None) -> bytes:
+    """The body's bytes, streamed within `MAX_BODY_BYTES` (413 beyond: Content-Length or the bytes)."""
     context = {"route": route, "run_id": run_id}
     declared = request.headers.get("content-length", "")
     if declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
@@ -33,8 +43,4 @@ async def read_body(request: Request, route: str, run_id: str | None) -> tuple[d
         if size > MAX_BODY_BYTES:
             raise errors.PayloadTooLarge("body", f"body is over {MAX_BODY_BYTES} bytes", **context)
         chunks.append(chunk)
-    try:
-        return parse_body(b"".join(chunks))
-    except errors.InvalidDelivery as exc:
-        exc.run_id = run_id  # the run is known by now: the answer names it
-        raise
+    return b"".join(chunks)

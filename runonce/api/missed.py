@@ -40,6 +40,9 @@ AUDIT_PATH = "/v1/audit:run"
 BACKFILL_PATH = "/v1/routes/{route}:backfill"
 
 
+EVENTS_NOT_BACKFILLED = "backfill applies only to Scheduler routes (an event has no fire times to miss)"
+
+
 @router.post(AUDIT_PATH, responses=RESPONSES, summary="The audit job's delivery: report missed runs, catch up")
 async def run_audit(
     request: Request,
@@ -130,6 +133,8 @@ async def backfill(
     caller = await auth.authenticate(request.headers)
     auth.authorize(caller, settings.admin_callers, "backfill")
     config = routes.get(route)
+    if config is not None and config.source != "scheduler":
+        raise errors.InvalidDelivery("route", f"takes {config.source} events: {EVENTS_NOT_BACKFILLED}", route=route)
     if config is None or config.job is None:
         raise errors.NotFound(
             f"no route of that name names its Scheduler 'job' (routes with job: "

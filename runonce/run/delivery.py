@@ -7,7 +7,8 @@ or the route. `run_id` is the lowercase hex sha256 of
     runonce/v1|{source}|{project}|{location}|{route}|{job_or_queue}|{schedule_time_or_task}
 
 Every part is validated against a charset without `|`, so two different deliveries can never
-produce the same canonical string.
+produce the same canonical string. Pub/Sub and CloudEvents deliveries (events.py) have a canonical
+string of their own, with their own source tags.
 
 The body is part of a run's identity too: `parse_body` turns it into the payload and the sha256
 of its canonical form, which the claim compares across retries.
@@ -70,7 +71,8 @@ PATTERN_WORDS = {
 """What each identity pattern accepts, in the words an error gives (never the expression itself).
 `TASK_PATTERN` is `JOB_PATTERN`'s text, so one line covers both."""
 
-Source = Literal["scheduler", "scheduler-forced", "tasks"]
+Source = Literal["scheduler", "scheduler-forced", "tasks", "pubsub", "cloudevents"]
+"""Who delivered: Cloud Scheduler (a force run apart), Cloud Tasks, or an event source (events.py)."""
 
 _RFC3339 = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})", re.ASCII
@@ -129,6 +131,10 @@ class Delivery:
     may_be_forced_retry: bool = False
     """Keyed as the scheduled run, but a force run for the same time may exist (forced_runs:
     separate): while that force run is unresolved, this delivery is its retry (see `Runner`)."""
+    identity: tuple[tuple[str, str], ...] = ()
+    """An event's identity, (key, value) sorted by key (events.py); empty for Scheduler and Tasks.
+    For an event, `job` is its subscription or source, `task` its message or event id and
+    `schedule_time` its publish or event time: kept on the record, never part of the key."""
 
     def as_forced(self) -> Delivery:
         """The force run these headers would have been, had they arrived earlier."""
@@ -140,6 +146,9 @@ class Delivery:
 
     @property
     def canonical(self) -> str:
+        if self.identity:  # an event (events.py): six parts, the last a JSON object
+            keys = json.dumps(dict(self.identity), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+            return "|".join(["runonce/v1", self.source, self.project, self.location, self.route, keys])
         last = self.task if self.source == "tasks" else self.schedule_time_text
         parts = ["runonce/v1", self.source, self.project, self.location, self.route, self.job, last]
         return "|".join(str(part) for part in parts)
@@ -397,20 +406,7 @@ def parse_body(raw: bytes) -> tuple[dict[str, Any], str]:
     if not raw.strip():
         payload: Any = {}
     else:
-        try:  # strict UTF-8: json.loads(bytes) would also guess UTF-16 and UTF-32
-            text = raw.decode("utf-8")  # pragma: no mutate - "UTF-8" names the same codec
-        except UnicodeDecodeError as exc:
-            raise InvalidDelivery("body", "body is not valid UTF-8") from exc
-        try:
-            payload = json.loads(
-                text, parse_constant=_reject_constant, parse_int=_short_int, object_pairs_hook=_unique_keys
-            )
-        except json.JSONDecodeError as exc:  # its message holds a position, never the text
-            raise InvalidDelivery("body", f"body is not valid JSON: {exc}") from exc
-        except RecursionError as exc:
-            raise InvalidDelivery("body", "body nests objects and arrays too deeply") from exc
-        except ValueError as exc:  # the rules of the hooks below
-            raise InvalidDelivery("body", f"body is not accepted JSON: {exc}") from exc
+        payload = load_json(raw, "body", "body")
         if not isinstance(payload, dict):
             raise InvalidDelivery("body", f"body must be a JSON object, got {type(payload).__name__}")
         try:
@@ -419,6 +415,23 @@ def parse_body(raw: bytes) -> tuple[dict[str, Any], str]:
             raise InvalidDelivery("body", f"body: {exc.message}") from exc
     canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return payload, hashlib.sha256(canonical.encode("utf-8")).hexdigest()  # pragma: no mutate - codecs ignore case
+
+
+def load_json(raw: bytes, field: str, subject: str) -> Any:
+    """UTF-8 JSON with the delivery body's rules (no repeated key, no NaN/Infinity, integers within
+    64 bits, bounded nesting). Raises `InvalidDelivery` naming `field`; `subject` names it in words."""
+    try:  # strict UTF-8: json.loads(bytes) would also guess UTF-16 and UTF-32
+        text = raw.decode("utf-8")  # pragma: no mutate - "UTF-8" names the same codec
+    except UnicodeDecodeError as exc:
+        raise InvalidDelivery(field, f"{subject} is not valid UTF-8") from exc
+    try:
+        return json.loads(text, parse_constant=_reject_constant, parse_int=_short_int, object_pairs_hook=_unique_keys)
+    except json.JSONDecodeError as exc:  # its message holds a position, never the text
+        raise InvalidDelivery(field, f"{subject} is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise InvalidDelivery(field, f"{subject} nests objects and arrays too deeply") from exc
+    except ValueError as exc:  # the rules of the hooks below
+        raise InvalidDelivery(field, f"{subject} is not accepted JSON: {exc}") from exc
 
 
 def _reject_constant(name: str) -> Any:

@@ -43,6 +43,9 @@ class Previous(enum.Enum):
     UNKNOWN = "unknown"  # a state could not be read
 
 
+LATE_SOURCES = ("scheduler", "pubsub", "cloudevents")
+"""The sources whose runs can be late: Scheduler's scheduled runs, and events (from publishTime or ce-time)."""
+
 WAIT_RETRY_AFTER_SECONDS = 10.0
 """Retry-After of a run that waits for the previous one (Scheduler keeps its own backoff)."""
 
@@ -88,9 +91,9 @@ class Wait(RunonceError):
 
 def late_by(record: RunRecord, max_lateness: timedelta | None) -> timedelta | None:
     """How late the run's first claim (`created_at`, kept by every takeover) came after its
-    schedule time, when that is over `max_lateness`; else None. Only scheduled runs can be late:
-    a force run comes early by design, a Cloud Tasks run has no schedule time."""
-    if max_lateness is None or record.source != "scheduler" or record.schedule_time is None:
+    schedule time (an event's publish or event time), when that is over `max_lateness`; else None.
+    A force run comes early by design, a Cloud Tasks run has no schedule time: neither is late."""
+    if max_lateness is None or record.source not in LATE_SOURCES or record.schedule_time is None:
         return None
     late = record.created_at - datetime.fromisoformat(record.schedule_time)
     return late if late > max_lateness else None

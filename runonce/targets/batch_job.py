@@ -133,4 +133,6 @@ TARGET = TargetType(
         # The job's VMs run as its service account: creating the job needs actAs on it.
         Grant("roles/iam.serviceAccountUser", on="service-account", field="job.allocationPolicy.serviceAccount.email"),
     ),
+    takes_payload=False,  # its workload is the route's: no delivery body
+    event_payload="none",
 )

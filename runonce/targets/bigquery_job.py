@@ -258,4 +258,6 @@ TARGET = TargetType(
     # Run jobs in the project; the data the job reads and writes needs its own grants
     # (docs/how-to/targets/bigquery_job.md).
     grants=(Grant("roles/bigquery.jobUser", on="project"),),
+    takes_payload=False,  # its workload is the route's: no delivery body
+    event_payload="none",
 )

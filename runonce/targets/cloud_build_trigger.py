@@ -250,4 +250,5 @@ TARGET = TargetType(
             permissions=("cloudbuild.builds.create", "cloudbuild.builds.get", "cloudbuild.builds.list"),
         ),
     ),
+    event_payload="none",  # a payload is substitutions: an event route sends its data (event_payload: data) or none
 )

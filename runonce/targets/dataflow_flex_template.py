@@ -205,4 +205,6 @@ TARGET = TargetType(
             field="launch_parameter.environment.serviceAccountEmail",
         ),
     ),
+    takes_payload=False,  # its workload is the route's: no delivery body
+    event_payload="none",
 )

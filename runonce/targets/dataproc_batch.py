@@ -117,4 +117,6 @@ TARGET = TargetType(
             field="batch.environmentConfig.executionConfig.serviceAccount",
         ),
     ),
+    takes_payload=False,  # its workload is the route's: no delivery body
+    event_payload="none",
 )

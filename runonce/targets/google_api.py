@@ -589,4 +589,6 @@ TARGET = TargetType(
     adapter=GoogleApiTarget,
     build=GoogleApiTarget.build,
     # No grants derived: the method decides the permission; the route's IAM is the user's to grant.
+    takes_payload=False,  # its workload is the route's: no delivery body
+    event_payload="none",
 )

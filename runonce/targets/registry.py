@@ -70,6 +70,10 @@ class TargetType:
     resource_field: str | None = None
     """The config field naming the resource the grants are on (`projects/P/…`, or the project)."""
     grants: tuple[Grant, ...] = ()
+    takes_payload: bool = True
+    """Whether a delivery's payload reaches this type (false: its workload is the route's alone)."""
+    event_payload: Literal["event", "data", "none"] = "event"
+    """What an event route (Pub/Sub, CloudEvents) to this type sends when it names no `event_payload`."""
 
     @property
     def can_reconcile(self) -> bool:

@@ -108,4 +108,6 @@ TARGET = TargetType(
         # The pipeline runs as its service account: creating it needs actAs on it.
         Grant("roles/iam.serviceAccountUser", on="service-account", field="pipeline_job.serviceAccount"),
     ),
+    takes_payload=False,  # its workload is the route's: no delivery body
+    event_payload="none",
 )

@@ -809,7 +809,7 @@ def test_checkov_passes_on_the_module_including_runonce_policies() -> None:
     passed = {c["check_id"] for c in report["results"]["passed_checks"]}
     assert {"CKV_RUNONCE_1", "CKV_RUNONCE_2", "CKV_RUNONCE_3"} <= passed
     skipped = {(c["check_id"], c["resource"]) for c in report["results"].get("skipped_checks", [])}
-    assert {check for check, _ in skipped} <= {"CKV_GCP_49", "CKV_GCP_93", "CKV_GCP_95"}
+    assert {check for check, _ in skipped} <= {"CKV_GCP_49", "CKV_GCP_83", "CKV_GCP_93", "CKV_GCP_95"}
 
 
 def test_checkov_runonce_policies_catch_public_invoker_missing_oidc_and_open_ingress() -> None:

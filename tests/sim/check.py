@@ -80,12 +80,33 @@ def check(world: World, records: list[RunRecord]) -> list[str]:
             seen = [(round(t, 2), a.code if a else None) for t, a in outcome.attempts]
             violations.append(f"I2 {outcome.execution.id} retried after the faults stopped but never succeeded: {seen}")
 
+    # I1 for events: one event published under several message or event ids (a Cloud Storage
+    # event) starts at most one downstream execution, whatever run_ids runonce gave its deliveries.
+    started_by: dict[str, int] = {}
+    for downstream in world.downstreams.values():
+        for executions in downstream.executions.values():
+            for _, _, origin in executions:
+                started_by[origin] = started_by.get(origin, 0) + 1
+    groups: dict[str, list[str]] = {}
+    for event in config.events:
+        assert event.event is not None
+        groups.setdefault(event.event, []).append(event.id)
+    for group, ids in groups.items():
+        world.covered["events under several ids"] += len(ids) > 1
+        started = sum(started_by.get(i, 0) for i in ids)
+        if started > 1:
+            violations.append(f"I1 event {group} (delivered as {', '.join(ids)}) started {started} executions")
+
     # I3: no record stays in_progress with nothing in flight, unless Scheduler gave up on a run it maps to.
     for record in records:
         if record.status != IN_PROGRESS:
             continue
         key = (record.job, record.task if record.source == "tasks" else record.schedule_time)
         mine = [o for o in outcomes.values() if o.execution.key == key]
+        if record.source in ("pubsub", "cloudevents"):  # an event's record is found by the run_id it was answered
+            mine = [
+                o for o in outcomes.values() if any(a and a.body.get("run_id") == record.run_id for _, a in o.attempts)
+            ]
         if mine and all(o.succeeded for o in mine):
             violations.append(
                 f"I3 run {record.run_id[:8]} ({record.source} {key}) is in_progress for good, yet Scheduler "

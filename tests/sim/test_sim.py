@@ -316,3 +316,14 @@ def test_an_audit_told_its_body_differs_from_the_one_that_completed_its_run_is_n
     """Two audit deliveries with one identity (job and schedule time) and different bodies: the
     second is told 422 payload_mismatch while the first's run is completed, as it should be (I14)."""
     assert run_history(draw_config(60003594, "memory"), faults={}).violations == []
+
+
+def test_the_checker_catches_a_storage_event_keyed_by_its_message_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Storage events keyed like any message (subscription + message id, ce-source + ce-id): the same
+    event published under several ids starts several executions, caught as I1."""
+    from runonce.run import events
+
+    monkeypatch.setattr(events, "default_identity", lambda event: events.DEFAULT_IDENTITY[event.source])
+    summary = explore("memory", 20261016, 100, 60, shrink_failures=False)
+    found = [v for report in summary.failures for v in report.violations if v.startswith("I1 event storage-")]
+    assert found, "the planted bug went unnoticed"

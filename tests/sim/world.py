@@ -7,7 +7,7 @@ directly and answer with runonce/api/answers.py's status and body, which is five
 Parties and boundaries (a fault can be injected at each `|`):
 
     Cloud Scheduler / Cloud Tasks --HTTP--> instance (app + Runner) --| store (memory, SQLite, Firestore,
-                                                                        Spanner, Redis)
+    Pub/Sub push / Eventarc                                             Spanner, Redis)
        retries, attempt deadline,            skewed clock, may crash  --| downstream (reconciles or dedupes)
        duplicates, redelivery                at any boundary (kill -9)
 
@@ -18,6 +18,7 @@ history replays from (seed, faults) and a fault list can be shrunk one fault at 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextvars
 import hashlib
 import json
@@ -46,6 +47,7 @@ from runonce.missed.backfill import catch_up, run_all, run_one, runs_to_backfill
 from runonce.routes import load_routes
 from runonce.run.delivery import parse_delivery, parse_namespace
 from runonce.run.runner import Runner
+from runonce.run.sources import parse_event
 from runonce.schedules import get_zone
 from runonce.settings import LEASE_MARGIN_SECONDS, Settings
 from runonce.stores import Claim, Fenced, Finish, NewRun, RunRecord, RunStore, StoreUnavailable
@@ -75,7 +77,12 @@ ROUTES = {
     "ovs": ("separate", "reconciles"),
     "ovw": ("separate", "reconciles"),
     "lat": ("separate", "reconciles"),
+    "pub": ("separate", "reconciles"),
+    "cev": ("separate", "reconciles"),
 }
+EVENT_ROUTES = {"pub": "pubsub", "cev": "cloudevents"}
+"""Routes whose deliveries are Pub/Sub pushes and CloudEvents (Eventarc): their executions are events,
+redelivered until acked, and one Cloud Storage event may come under several message or event ids."""
 OVERLAP = {"ovs": "skip", "ovw": "wait"}
 """Routes with an overlap policy (their downstream's executions run for a while) and the one with
 max_lateness_seconds (`lat`); issue 13."""
@@ -133,6 +140,10 @@ class Execution:
     key: tuple[str, str]  # (job, schedule time) or (queue, task): what a run record is about
     forced: bool = False
     tasks: bool = False
+    body: bytes = b""  # an event's request body (a push envelope, or a CloudEvent's data)
+    event: str | None = None
+    """An event's identity as its publisher knows it (one Cloud Storage event under several ids:
+    the same `event`); None for Scheduler and Tasks."""
 
 
 @dataclass(frozen=True)
@@ -197,6 +208,7 @@ class Config:
     web: bool  # deliveries through the real app over ASGI (else straight to parse_delivery + Runner)
     jobs: tuple[tuple[Execution, ...], ...]  # one serial sequence per Scheduler job
     task_executions: tuple[Execution, ...]
+    events: tuple[Execution, ...] = ()
     run_length: float = 0.0  # an execution of an overlap route runs up to this long
     max_lateness: int = 1  # route `lat`
     catch_ups: tuple[CatchUp, ...] = ()
@@ -220,6 +232,8 @@ class Config:
                 body=BODY,
                 namespace={"project": QUERY["project"][0], "location": QUERY["location"][0]},
             )
+        for route, source in EVENT_ROUTES.items():
+            routes[route]["source"] = source
         for route, policy, window in self.catch_up_policies:
             routes[route].update(catch_up=policy, catch_up_window_seconds=window)
         routes = {"routes": routes}
@@ -310,9 +324,52 @@ def draw_config(seed: int, store: str) -> Config:
         web=rng.random() < 0.2,
         jobs=tuple(jobs),
         task_executions=tuple(tasks),
+        events=draw_events(seed),
         run_length=run_length,
         max_lateness=max_lateness,
     )
+
+
+def draw_events(seed: int) -> tuple[Execution, ...]:
+    """Pub/Sub pushes and CloudEvents, from a generator of their own (the other draws stay as they
+    were for a seed): plain messages and events, and Cloud Storage events published under 1 to 3
+    message or event ids."""
+    rng = random.Random(f"{seed}/events")
+    found = []
+    for n in range(rng.randint(0, 4)):
+        route = rng.choice(["pub", "cev"])
+        storage = rng.random() < 0.5
+        generation = str(1700000000000000 + n)
+        obj = {"bucket": "sim-bucket", "name": f"o{n}", "generation": generation, "metageneration": "1"}
+        start = rng.uniform(0, 60.0)
+        for copy in range(rng.randint(1, 3) if storage else 1):
+            event_id = f"{n}-{copy}"
+            body, headers = _event_request(route, event_id, obj if storage else {"n": n}, storage)
+            ident = f"storage-{n}" if storage else f"event-{n}"
+            found.append(
+                Execution(
+                    f"e{n}.{copy}", route, headers, start + rng.uniform(0, 5.0), (ident, ""), body=body, event=ident
+                )
+            )
+    return tuple(found)
+
+
+def _event_request(route: str, event_id: str, data: dict[str, Any], storage: bool) -> tuple[bytes, dict[str, str]]:
+    """A push envelope (route `pub`) or a binary-mode CloudEvent (`cev`), as Google sends them."""
+    published = _stamp(T0)
+    if route == "pub":
+        attributes = {}
+        if storage:
+            attributes = {"bucketId": data["bucket"], "objectId": data["name"], "objectGeneration": data["generation"]}
+            attributes["eventType"] = "OBJECT_FINALIZE"
+        message = {"data": base64.b64encode(json.dumps(data).encode()).decode(), "messageId": event_id}
+        message.update(attributes=attributes, publishTime=published)
+        envelope = {"message": message, "subscription": "projects/sim-project/subscriptions/sim"}
+        return json.dumps(envelope).encode(), {"content-type": "application/json"}
+    event_type = "google.cloud.storage.object.v1.finalized" if storage else "com.example.sim"
+    headers = {"ce-id": event_id, "ce-source": "//sim", "ce-type": event_type, "ce-specversion": "1.0"}
+    headers.update({"ce-time": published, "content-type": "application/json"})
+    return json.dumps(data).encode(), headers
 
 
 def draw_catch_ups(seed: int, jobs: list[tuple[Execution, ...]]) -> tuple[CatchUp, ...]:
@@ -507,7 +564,12 @@ class Instance:
     async def deliver(self, execution: Execution, headers: dict[str, str]) -> Answer:
         started = self.world.loop.time()
         try:
-            if self.client is not None:
+            if self.client is not None and execution.event is not None:
+                response = await self.client.post(
+                    f"/v1/routes/{execution.route}:run?{NAMESPACE}", headers=headers, content=execution.body
+                )
+                code, body = response.status_code, response.json()
+            elif self.client is not None:
                 response = await self.client.post(
                     f"/v1/routes/{execution.route}:run?{NAMESPACE}", headers=headers, json=BODY
                 )
@@ -526,6 +588,11 @@ class Instance:
         route = execution.route
         try:
             namespace = parse_namespace(QUERY, None)
+            events = self.world.routes[route].events
+            if events is not None:
+                delivery, payload, body_sha256 = parse_event(events, route, headers, execution.body, namespace)
+                result = await self.runner.run(delivery, payload, body_sha256)
+                return 200, result.body()
             delivery = parse_delivery(
                 route,
                 headers,
@@ -1019,7 +1086,7 @@ class World:
         return (task.result(), None) if task in done else (None, task)
 
     async def run_execution(self, execution: Execution) -> None:
-        policy = self.config.tasks if execution.tasks else self.config.scheduler
+        policy = self.config.tasks if execution.tasks or execution.event else self.config.scheduler
         outcome = self.outcomes[execution.id] = Outcome(execution)
         first, retries = self.loop.time(), 0
         while True:
@@ -1040,9 +1107,9 @@ class World:
                 break
             await asyncio.sleep(policy.backoff(retries))
             retries += 1
-        if execution.tasks:
+        if execution.tasks or execution.event:
             rng = random.Random(f"{self.config.seed}/{execution.id}/redelivery")
-            if rng.random() < 0.3:  # Cloud Tasks delivers at least once: sometimes once more
+            if rng.random() < 0.3:  # Cloud Tasks and Pub/Sub deliver at least once: sometimes once more
                 await asyncio.sleep(rng.uniform(0, 20.0))
                 await self.deliver(execution, dict(execution.headers), rng)
 
@@ -1135,7 +1202,7 @@ class World:
         for slot in range(self.config.instances):
             await self.start_instance(slot)
         parties = [self.run_job(seq) for seq in self.config.jobs] + [
-            self.run_task(t) for t in self.config.task_executions
+            self.run_task(t) for t in (*self.config.task_executions, *self.config.events)
         ]
         parties += [self.run_catch_up(c) for c in self.config.catch_ups]
         parties += [self.run_backfill(b) for b in self.config.backfills]
