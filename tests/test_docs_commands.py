@@ -77,6 +77,8 @@ def _routes() -> str:
         ("demo-routes.yaml", "demo"),
         ("audit-backfill.yaml", "nightly-etl"),
         ("routes-scheduled.yaml", "every-5-minutes"),
+        ("sources-pubsub.yaml", "orders"),
+        ("sources-eventarc.yaml", "uploads"),
     ):
         merged[route] = yaml.safe_load((REPO / "examples" / name).read_text())["routes"][route]
     return yaml.safe_dump({"routes": merged})
