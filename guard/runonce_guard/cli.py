@@ -135,7 +135,10 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--run-id", help=f"the run_id (default: ${DEFAULT_RUN_ID_ENV}, or --run-id-env)")
         p.add_argument("--run-id-env", default=DEFAULT_RUN_ID_ENV, help="env var holding the run_id")
         task = p.add_mutually_exclusive_group()
-        task.add_argument("--task", help="task index (default: $CLOUD_RUN_TASK_INDEX)")
+        task.add_argument(
+            "--task",
+            help="task index; wins over the job runner's ($CLOUD_RUN_TASK_INDEX, $BATCH_TASK_INDEX, $CLUSTER_SPEC)",
+        )
         task.add_argument("--no-task", action="store_true", help="one record for all tasks")
     run.add_argument(
         "--on-busy",
