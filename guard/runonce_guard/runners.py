@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .errors import GuardConfigError
+from .settings import shown
 
 INDEX = re.compile(r"[0-9]{1,9}")
 """A task index or count as the runners write it: ASCII digits, bounded before `int()`."""
@@ -51,7 +52,7 @@ def _number(environ: Mapping[str, str], name: str, runner: str) -> int | None:
     if raw is None or raw == "":
         return None
     if not INDEX.fullmatch(raw):
-        raise GuardConfigError(f"{name}: {raw[:40]!r} is not a {runner} task number (0 to 999999999): {FIX}")
+        raise GuardConfigError(f"{name}: {shown(raw)} is not a {runner} task number (0 to 999999999): {FIX}")
     return int(raw)
 
 

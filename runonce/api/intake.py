@@ -25,7 +25,8 @@ async def read_body(request: Request, route: str, run_id: str | None) -> tuple[d
     `route` and, once it is known, `run_id`."""
     context = {"route": route, "run_id": run_id}
     declared = request.headers.get("content-length", "")
-    if declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+    too_long = len(declared) > len(str(MAX_BODY_BYTES))  # bounded before int(): more digits is more bytes
+    if declared.isascii() and declared.isdigit() and (too_long or int(declared) > MAX_BODY_BYTES):
         raise errors.PayloadTooLarge("body", f"body is over {MAX_BODY_BYTES} bytes (Content-Length)", **context)
     chunks, size = [], 0
     async for chunk in request.stream():
