@@ -57,24 +57,19 @@ def check_seconds(name: str, value: float) -> float:
 
 
 def check_store_url(store: str) -> None:
-    """`RUNONCE_STORE` in a form the guard opens: the server's forms, less SQLite (a job's retries
-    run on other machines, where a local file cannot guard them)."""
-    from .stores.urls import parse_redis_url, parse_spanner_url
+    """`RUNONCE_STORE` in a form the guard opens: the server's forms and words (`runonce_store_url`,
+    which both ship), less SQLite (a job's retries run on other machines, where a local file cannot
+    guard them)."""
+    from runonce_store_url import StoreURLError
+    from runonce_store_url import check_store_url as check
 
-    scheme = store.split("://")[0] if "://" in store else None
     try:
-        if scheme == "spanner":
-            parse_spanner_url(store)
-            return
-        if scheme in ("redis", "rediss"):
-            parse_redis_url(store)
-            return
-    except GuardConfigError as exc:
+        scheme = check(store)
+    except StoreURLError as exc:
         raise GuardConfigError(f"RUNONCE_STORE: {exc}") from None
-    if store != "firestore":
-        shown = f"{scheme}://…" if scheme else repr(store)  # never echo a URL that may hold a password
+    if scheme == "sqlite":
         raise GuardConfigError(
-            f"RUNONCE_STORE: {shown} is not a store the guard can use: set 'firestore', "
+            "RUNONCE_STORE: sqlite://… is not a store the guard can use: set 'firestore', "
             "spanner://projects/P/instances/I/databases/D or redis://HOST:PORT/DB. A job's retries run on "
             "other machines, so a local SQLite file cannot guard them."
         )
