@@ -40,6 +40,7 @@ from runonce.run.delivery import (
     parse_body,
     parse_delivery,
 )
+from runonce.run.runner import FAILED_ANSWER
 from runonce.schedules import get_zone, parse_schedule
 from runonce.stores import RunStore, StoreUnavailable
 from runonce.stores.base import FAILED, IN_PROGRESS, RunRecord
@@ -224,7 +225,7 @@ async def missing(store: RunStore, runs: Iterable[ScheduledRun], now: datetime) 
         if record is None:
             return NO_DELIVERY
         if record.status == FAILED:
-            return f"failed: {record.last_error}"
+            return f"failed: {(record.last_error or '').removeprefix(FAILED_ANSWER)}"
         return None
 
     found = [why_missed(run) for run in runs]
