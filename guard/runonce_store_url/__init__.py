@@ -158,7 +158,8 @@ def scheme_of(url: str) -> str:
     word = re.match(r"[A-Za-z][A-Za-z0-9+.-]{0,30}", url)
     if word and word[0].lower() in FORMS and url != word[0]:  # redis:/…, redis:…, firestore://…
         name = word[0].lower()
-        raise StoreURLError(f"a {name} store is written {FORMS[name]} (its scheme, then ://)")
+        how = " (its scheme, then ://)" if "://" in FORMS[name] else ", that word alone"
+        raise StoreURLError(f"a {name} store is written {FORMS[name]}{how}")
     if sep and word and word.end() == len(scheme):
         shown = f"{scheme}://…"
     elif re.fullmatch(r"[a-z]{1,20}", url):
