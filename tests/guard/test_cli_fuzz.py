@@ -29,7 +29,7 @@ from runonce_guard.cli import main
 EXAMPLES = int(os.environ.get("RUNONCE_FUZZ_GUARD_EXAMPLES", "100"))
 SEED = int(os.environ.get("RUNONCE_FUZZ_GUARD_SEED") or random.SystemRandom().randrange(2**32))
 SECRET = "Pl4nted-Secret"
-EXIT_CODES = {0, 1, 64, 69, 75, 78}
+EXIT_CODES = {0, 1, 64, 69, 75, 78, 127}  # 127: CMD not found (run --allow-missing -- /nonexistent)
 LONGEST_LINE = 400
 
 # What an environment variable can hold: any text but NUL and lone surrogates.
