@@ -22,11 +22,13 @@ WORKDIR /src
 # other tables does not reinstall them.
 COPY requirements/runtime.txt requirements/runtime.txt
 RUN /opt/venv/bin/python -m pip install --require-hashes --no-deps -r requirements/runtime.txt
-# Then runonce itself, built with the locked setuptools and nothing downloaded (bytecode is compiled
+# Then runonce itself (with runonce_store_url, the store-URL reading it shares with runonce-guard),
+# built with the locked setuptools and nothing downloaded (bytecode is compiled
 # at install: no writes at start-up), and pip and setuptools out of the venv: nothing in the final
 # image can install or build.
 COPY pyproject.toml README.md ./
 COPY runonce ./runonce
+COPY guard/runonce_store_url ./guard/runonce_store_url
 RUN /opt/venv/bin/python -m pip install --no-deps --no-build-isolation --no-index . \
     && /opt/venv/bin/python -m pip uninstall --yes pip setuptools
 

@@ -7,6 +7,7 @@ import contextlib
 import gc
 import json
 import os
+import re
 import signal
 import sqlite3
 import sys
@@ -178,8 +179,9 @@ def _collector_paused_for_start_up() -> Iterator[None]:
 def _port_from_environment() -> int:
     """$PORT (Cloud Run sets it), else 8080."""
     text = os.environ.get("PORT", "8080")
-    if not (text.isascii() and text.isdigit() and 1 <= int(text) <= 65535):
-        raise click.ClickException(f"PORT must be a port number from 1 to 65535, got {text!r}")
+    if not (re.fullmatch(r"[0-9]{1,5}", text) and 1 <= int(text) <= 65535):
+        shown = repr(text) if len(text) <= 20 else f"a value of {len(text)} characters"
+        raise click.ClickException(f"PORT must be a port number from 1 to 65535, got {shown}")
     return int(text)
 
 

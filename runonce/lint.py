@@ -98,7 +98,11 @@ def load_documents(path: str) -> tuple[str, Any]:
     try:
         return text, json.loads(text)
     except ValueError:
+        pass
+    try:
         return text, yaml.safe_load(text)
+    except ValueError as exc:  # int() refuses more than 4,300 digits: name the rule, not Python's limit
+        raise yaml.YAMLError("a number is too long to read (an integer is at most 20 digits)") from exc
 
 
 def lint_files(paths: list[str], config: LintConfig, default_routes: Mapping[str, Any] | None = None) -> list[Finding]:

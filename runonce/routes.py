@@ -510,7 +510,7 @@ def format_validation_error(origin: str, exc: ValidationError) -> str:
             where = f"route {loc[1]!r}: "
             loc = loc[2:]
             if loc and loc[0] == "[key]":  # an invalid route name
-                where, loc = f"route name {error.get('input')!r}: ", []
+                where, loc = f"route name {_quoted(error.get('input'))}: ", []
         if len(loc) >= 2 and loc[0] == "target" and loc[1] in TARGET_TYPES:
             del loc[1]  # the union's tag: "target.http.url" -> "target.url"
         field = ".".join(str(part) for part in loc)
@@ -518,11 +518,18 @@ def format_validation_error(origin: str, exc: ValidationError) -> str:
     return "; ".join(lines)
 
 
+def _quoted(value: object) -> str:
+    """`value` as an error quotes it: whole when short, else its length (a value of thousands of
+    characters would drown the line it is in)."""
+    shown = repr(value)
+    return shown if len(shown) <= 80 else f"a value of {len(str(value))} characters"
+
+
 def _in_words(error: Any) -> str:
     """pydantic's error as a user of the routes file needs it: what is allowed, never an expression."""
     kind, ctx, given = error["type"], error.get("ctx") or {}, error.get("input")
     if kind == "string_pattern_mismatch":
-        return f"{given!r} {pattern_words(ctx['pattern'], str(given), ROUTE_PATTERN_WORDS)}"
+        return f"{_quoted(given)} {pattern_words(ctx['pattern'], str(given), ROUTE_PATTERN_WORDS)}"
     if kind == "union_tag_invalid":
         tag = str(ctx["discriminator"]).strip("'")
         return f"unknown {tag} {ctx['tag']!r}; use one of: {ctx['expected_tags']}"
@@ -530,5 +537,5 @@ def _in_words(error: Any) -> str:
         tag = str(ctx["discriminator"]).strip("'")
         return f"needs a {tag}: one of {', '.join(repr(name) for name in TARGET_TYPES)}"
     if kind in ("int_type", "int_from_float", "int_parsing"):
-        return f"must be a whole number written in digits, got {given!r}"
+        return f"must be a whole number written in digits, got {_quoted(given)}"
     return str(error["msg"]).removeprefix("Value error, ")

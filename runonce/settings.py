@@ -30,12 +30,16 @@ CsvList = Annotated[list[str], NoDecode]
 """A list given in the environment as `a,b,c`."""
 
 
+MAX_NUMBER_CHARS = 40
+"""A setting's number is read only up to this many characters: every allowed value is far shorter."""
 _NUMBER = re.compile(r"[-+]?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
 
 
 def ascii_number(value: object) -> object:
     """A number given as text must be written in ASCII digits, as in `300` or `2.5`: Python's
     `int()` and `float()` (and pydantic) also take `1_000`, `٣٠٠` and `nan`, which no one means."""
+    if isinstance(value, str) and len(value.strip()) > MAX_NUMBER_CHARS:  # bounded before conversion
+        raise ValueError(f"must be a number in ASCII digits, such as 300 or 2.5, got {len(value)} characters")
     if isinstance(value, str) and not _NUMBER.fullmatch(value.strip()):
         raise ValueError(f"must be a number in ASCII digits, such as 300 or 2.5, got {value!r}")
     return value

@@ -9,7 +9,7 @@ locals {
   user_metric = "logging.googleapis.com/user"
   # PromQL names of log-based metrics: logging_googleapis_com:user_<name with / as _>.
   promql_failed    = "logging_googleapis_com:user_runonce_deliveries{outcome=\"failed\", monitored_resource=\"cloud_run_revision\"}"
-  promql_recovered = "logging_googleapis_com:user_runonce_retried_successes"
+  promql_recovered = "logging_googleapis_com:user_runonce_recovered_failures{monitored_resource=\"cloud_run_revision\"}"
 }
 
 resource "google_monitoring_alert_policy" "no_progress" {
@@ -126,13 +126,14 @@ resource "google_monitoring_alert_policy" "target_failures" {
     display_name = "failed answers not made good by a retry, per route, over an hour"
 
     condition_prometheus_query_language {
-      # failed answers - (attempts before the one that completed) per route; a route with no retried
-      # success falls back to its failed answers alone.
+      # failed answers - (failed answers a retry of the same run made good) per route; only an
+      # attempt that answered failed is subtracted, never a throttled, waiting or unknown one. A
+      # route with no recovered run falls back to its failed answers alone.
       query               = <<-EOT
         (
           (sum by (route) (increase(${local.promql_failed}[1h]))
             - on (route)
-          (sum by (route) (increase(${local.promql_recovered}_sum[1h])) - sum by (route) (increase(${local.promql_recovered}_count[1h]))))
+          sum by (route) (increase(${local.promql_recovered}[1h])))
           or sum by (route) (increase(${local.promql_failed}[1h]))
         ) > ${var.target_failure_threshold}
       EOT
@@ -158,7 +159,7 @@ resource "google_monitoring_alert_policy" "target_failures" {
 
       **What to do.** Fix what the error names: a missing grant of runonce's service account on the target (403), a deleted or renamed resource (404), a bad body (400). Then `runonce audit --route ROUTE --since 1d` lists the scheduled runs that did not run, and `runonce backfill ROUTE --from T --to T` runs them once.
 
-      **Retries.** A failed attempt that a later retry of the same run completed is subtracted (the completed line's attempt number counts the attempts before it), and the condition must hold for 15 minutes, longer than Scheduler's default retries take.
+      **Retries.** A failed answer that the next retry of the same run made good is subtracted (that retry's line says `recovered_failure`); the earlier attempts of a run that answered throttled, waiting or unknown were not failures and subtract nothing, so a recovered run never hides another run's failure. The condition must hold for 15 minutes, longer than Scheduler's default retries take.
     EOT
   }
 }

@@ -1,7 +1,8 @@
 /**
  * Log-based metrics the dashboard and the alerts chart (docs/operating.md). Each counts runonce's
  * own lines in Cloud Logging, which keeps them whatever instance wrote them: one line per delivery
- * (logger runonce.access, with outcome, route, target_type, attempt and lateness_seconds) and the
+ * (logger runonce.access, with outcome, route, target_type, attempt, lateness_seconds and, on a
+ * retry that made a failed answer good, recovered_failure) and the
  * audit's lines (outcome "missed", "unresolved"). Cloud Scheduler's own attempt log is counted too.
  * They exist when the dashboard or any alert is on.
  */
@@ -97,20 +98,19 @@ resource "google_logging_metric" "lateness" {
   }
 }
 
-resource "google_logging_metric" "retried_successes" {
+resource "google_logging_metric" "recovered_failures" {
   count = local.observability ? 1 : 0
 
-  project         = var.project_id
-  name            = "runonce/retried_successes"
-  description     = "Runs completed by a retry, by route: the attempt number of each (so sum - count = the earlier attempts a retry made good)."
-  filter          = "${local.delivery_logs}jsonPayload.outcome=\"processed\"\njsonPayload.attempt>1\n"
-  value_extractor = "EXTRACT(jsonPayload.attempt)"
+  project     = var.project_id
+  name        = "runonce/recovered_failures"
+  description = "Runs a retry completed right after an attempt that answered failed, by route: each made one failed answer good (a throttled, waiting or unknown attempt before it is not a failure and is not counted)."
+  filter      = "${local.delivery_logs}jsonPayload.outcome=\"processed\"\njsonPayload.recovered_failure:*\n"
 
   metric_descriptor {
     metric_kind  = "DELTA"
-    value_type   = "DISTRIBUTION"
+    value_type   = "INT64"
     unit         = "1"
-    display_name = "runonce runs completed by a retry"
+    display_name = "runonce failed runs completed by a retry"
 
     labels {
       key         = "route"
@@ -121,14 +121,6 @@ resource "google_logging_metric" "retried_successes" {
 
   label_extractors = {
     route = "EXTRACT(jsonPayload.route)"
-  }
-
-  bucket_options {
-    linear_buckets {
-      num_finite_buckets = 10
-      width              = 1
-      offset             = 1
-    }
   }
 }
 

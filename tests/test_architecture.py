@@ -146,7 +146,7 @@ def test_the_shared_name_rules_are_declared_once() -> None:
 
 COPIES = {  # files that cannot import runonce/names.py, and the rules they repeat (anchored)
     "ROUTE_NAME": ["deploy/scheduler-job.sh", "deploy/smoke.sh", "terraform/variables.tf"],
-    "PROJECT_ID": ["deploy/lib/common.sh", "terraform/variables.tf"],
+    "PROJECT_ID": ["deploy/lib/common.sh", "terraform/variables.tf", "guard/runonce_store_url/__init__.py"],
     "SCOPED_PROJECT_ID": ["guard/runonce_guard/settings.py"],  # the guard is a distribution of its own
 }
 

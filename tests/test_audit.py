@@ -219,7 +219,7 @@ def test_durations() -> None:
     assert parse_duration("90", "since") == timedelta(seconds=90)
     assert parse_duration("1h30m", "since") == timedelta(minutes=90)
     assert parse_duration("7d", "since") == timedelta(days=7)
-    for bad in ("", "0s", "1w", "-5", "1.5h", "h"):
+    for bad in ("", "0s", "1w", "-5", "1.5h", "h", "9" * 5000, "9" * 5000 + "d", "1" + "0" * 40 + "h"):
         with pytest.raises(RangeRefused) as refused:
             parse_duration(bad, "since")
         assert refused.value.field == "since"
@@ -362,6 +362,8 @@ def test_runonce_audit_json_and_exit_0_when_nothing_is_missed(audited) -> None:
             "--route: route 'unaudited' does not name its Scheduler 'job' (routes with job: hourly, nightly)",
         ),
         (("--since", "soon"), "not a duration"),
+        (("--since", "9" * 5000), "--since: a value of 5000 characters is not a duration"),
+        (("--since", "99999999999999999999h"), "must be more than 0 and at most ten years"),
         (
             ("--from", "2026-01-02T00:00:00Z", "--to", "2026-01-01T00:00:00Z"),
             "--to: 2026-01-01T00:00:00Z is not after the start of the range 2026-01-02T00:00:00Z",
@@ -418,6 +420,10 @@ async def test_an_audit_too_wide_to_compute_is_refused_before_its_run_is_claimed
         refused = await http.post("/v1/audit:run", json={"since": "30d"}, headers=headers)
         assert refused.status_code == 400, refused.text
         assert refused.json()["error"]["field"] == "body.since" and "more than 20000 fire times" in refused.text
+        for huge in ("9" * 5000, "9" * 4400 + "m"):  # past int()'s 4,300 digits: a 400, not a 500
+            oversized = await http.post("/v1/audit:run", json={"since": huge}, headers=headers)
+            assert oversized.status_code == 400, oversized.text[:300]
+            assert oversized.json()["error"]["field"] == "body.since" and "9" * 50 not in oversized.text
         assert await store.list(NOW, route="_audit") == []
         fine = await http.post("/v1/audit:run", json={"since": "10m"}, headers=headers)
         assert fine.status_code == 200 and fine.json()["status"] == "processed"

@@ -4,8 +4,10 @@ Hypothesis builds requests from a valid delivery and then breaks it: identity he
 edges of their types (years 1 and 9999 with offsets, counters past 64 bits, every script's
 digits), arbitrary bytes in any header, query parameters and route names, and bodies of every
 JSON kind and none (non-finite numbers, lone surrogates, invalid UTF-8, deep nesting, duplicate
-keys, huge integers). Every answer must be a JSON row of the status table (docs/concepts/run-protocol.md), and after the
-run the store holds a record for exactly the requests that were answered 200.
+keys, huge integers). The audit, backfill and status endpoints get durations of every shape, numbers
+of thousands of digits among them. Every answer must be a JSON row of the status table
+(docs/concepts/run-protocol.md), and after the run the store holds a record for exactly the
+requests that were answered 200.
 
 A third property sends tokens of every shape (any JSON as header or claims, claims of the wrong
 type, signed with the real key or not) to a server with RUNONCE_AUTH=oidc.
@@ -252,6 +254,16 @@ class Fuzz:
                 f"answers {dict(sorted(self.statuses.items()))}"
             )
 
+    def session(self, strategy: st.SearchStrategy, examples: int, capsys: pytest.CaptureFixture, name: str) -> None:
+        """Run `examples` requests, report them, then stop the server (whose log must hold no traceback)."""
+        seconds = 0.0
+        try:
+            seconds = self.run(strategy, examples)
+        finally:
+            self.report(capsys, name, seconds)
+            self.server.stop()
+            self.close()
+
     def close(self) -> None:
         self.http.close()
         log = self.server.output()
@@ -445,10 +457,17 @@ instants = st.one_of(
     json_leaves,
 )
 good_durations = st.sampled_from(["10m", "1h", "6h", "1d", "2s", "90s", "1h30m", "3650d"])
+# Numbers past any range, up to past Python's int() limit (4,300 digits): refused before conversion.
+oversized_numbers = st.builds(
+    lambda digits, unit: digits + unit,
+    st.one_of(st.integers(13, 64), st.integers(4290, 6000)).map(lambda n: "9" * n),
+    st.sampled_from(["", "s", "m", "h", "d", "d1h", "h30m"]),
+)
 durations = st.one_of(
     good_durations,
     good_durations,
     st.sampled_from(["30d", "0", "-5m", "", "²m", "1e3", "3651d"]),
+    oversized_numbers,
     st.integers(-5, 10**12).map(lambda n: f"{n}{'' if n % 3 else 's'}"),
     st.text(alphabet="0123456789dhms ٠١", max_size=8),  # noqa: RUF001 - other scripts' digits, on purpose
     json_leaves,
@@ -536,6 +555,17 @@ class MissedFuzz(Fuzz):
                 self.ran[row["run_id"]] = row["outcome"]
 
 
+def serve_missed_routes(tmp_path: Path, db: Path) -> ServerProcess:
+    """`runonce serve` with MISSED_ROUTES on a SQLite store at `db`."""
+    env = {
+        "RUNONCE_AUTH": "none",
+        "RUNONCE_ROUTES": json.dumps(MISSED_ROUTES),
+        "RUNONCE_LOG_FORMAT": "json",
+        "RUNONCE_STORE": f"sqlite:///{db}",
+    }
+    return start_server(env, tmp_path)
+
+
 def stored_records(db: Path) -> dict[str, tuple[str, str]]:
     """run_id -> (route, status) in a SQLite store, read-only."""
     if not db.exists():
@@ -551,21 +581,8 @@ def test_the_audit_and_backfill_endpoints_answer_from_the_table_and_agree_with_t
     every backfill or catch-up run answered processed or duplicate is recorded completed, and
     nothing else is recorded."""
     db = tmp_path / "runs.db"
-    env = {
-        "RUNONCE_AUTH": "none",
-        "RUNONCE_ROUTES": json.dumps(MISSED_ROUTES),
-        "RUNONCE_LOG_FORMAT": "json",
-        "RUNONCE_STORE": f"sqlite:///{db}",
-    }
-    server = start_server(env, tmp_path)
-    fuzz = MissedFuzz(server)
-    seconds = 0.0
-    try:
-        seconds = fuzz.run(missed_requests(), max(10, EXAMPLES // 6))
-    finally:
-        fuzz.report(capsys, "audit and backfill", seconds)
-        server.stop()
-        fuzz.close()
+    fuzz = MissedFuzz(serve_missed_routes(tmp_path, db))
+    fuzz.session(missed_requests(), max(10, EXAMPLES // 6), capsys, "audit and backfill")
     records = stored_records(db)
     audits = {run_id for run_id, (route, status) in records.items() if route == "_audit" and status == "completed"}
     assert audits <= fuzz.audits_done, sorted(audits - fuzz.audits_done)[:3]
@@ -574,3 +591,42 @@ def test_the_audit_and_backfill_endpoints_answer_from_the_table_and_agree_with_t
             assert records.get(run_id, (None, None))[1] == "completed", (run_id, outcome, records.get(run_id))
     unaccounted = {r for r, (route, _) in records.items() if route != "_audit"} - set(fuzz.ran)
     assert not unaccounted, sorted(unaccounted)[:3]
+
+
+# -- the status endpoint ---------------------------------------------------------------------------
+
+
+@st.composite
+def status_queries(draw: st.DrawFn) -> str:
+    """`GET /v1/status` with a `since` of any size and shape (durations, oversized numbers, any
+    text) and maybe a `route`, known or not."""
+    params = []
+    if draw(st.integers(0, 4)) < 4:
+        since = draw(st.one_of(durations.filter(lambda v: isinstance(v, str)), st.text(max_size=30)))
+        params.append("since=" + quote(since.encode("utf-8", "surrogatepass"), safe=""))
+    if draw(st.booleans()):
+        route = draw(st.one_of(st.sampled_from(sorted(MISSED_ROUTES["routes"])), st.text(max_size=20)))
+        params.append("route=" + quote(route.encode("utf-8", "surrogatepass"), safe=""))
+    return "/v1/status?" + "&".join(params)
+
+
+class StatusFuzz(Fuzz):
+    """A 200 is the status report; anything else is a row of the table, a 400 naming its field."""
+
+    def send(self, request: str) -> None:  # type: ignore[override]
+        response = self.http.get(request)
+        self.statuses[response.status_code] += 1
+        assert response.headers.get("content-type") == "application/json", (response.status_code, response.text)
+        answer = response.json()
+        if response.status_code == 200:
+            assert isinstance(answer.get("routes"), (list, dict)), answer
+            return
+        assert (response.status_code, answer.get("status")) in self.table, (request[:200], answer)
+        if response.status_code == 400:
+            assert answer["error"]["field"] in ("since", "route"), answer
+
+
+def test_the_status_endpoint_answers_any_since_from_the_table(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    fuzz = StatusFuzz(serve_missed_routes(tmp_path, tmp_path / "runs.db"))
+    fuzz.session(status_queries(), max(10, EXAMPLES // 10), capsys, "status")
+    assert fuzz.statuses[400] > 0 and fuzz.statuses[200] > 0, fuzz.statuses

@@ -365,7 +365,7 @@ async def test_failed_releases_the_claim_and_the_retry_dispatches_at_once(clock:
     assert got == Answer(502, error("failed", target=NOT_CREATED), {}, got.message)
     assert got.message.startswith("HTTP 400 bad request; nothing was created and the claim was released")
     record = await stored(r)
-    assert (record.status, record.last_error) == (FAILED, "HTTP 400 bad request")
+    assert (record.status, record.last_error) == (FAILED, "target failed: HTTP 400 bad request")
     target.on_dispatch = ScriptedTarget().on_dispatch
     assert (await answer(r)).http == 200
 

@@ -105,7 +105,7 @@ async def test_failed_target_releases_the_claim_and_the_retry_dispatches(clock: 
         await r.run(DELIVERY, {}, BODY)
     assert "HTTP 500 from downstream" in failed.value.message
     stored = await record(r)
-    assert stored.status == FAILED and stored.last_error == "HTTP 500 from downstream"
+    assert stored.status == FAILED and stored.last_error == "target failed: HTTP 500 from downstream"
 
     target.on_dispatch = ScriptedTarget().on_dispatch  # the downstream recovers
     result = await r.run(DELIVERY, {}, BODY)  # at once: no lease to wait for

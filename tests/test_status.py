@@ -250,6 +250,9 @@ def test_the_default_window_is_the_retention_and_a_wider_one_is_refused(history:
     )
     unknown = run_cli("--route", "nope")
     assert unknown.exit_code == 2 and "--route: no route 'nope'" in unknown.output
+    huge = run_cli("--since", "9" * 5000)
+    assert huge.exit_code == 2 and (huge.exception is None or isinstance(huge.exception, SystemExit))
+    assert "--since: a value of 5000 characters is not a duration" in huge.output and "9" * 50 not in huge.output
 
 
 class CountingStore(MemoryStore):
@@ -337,6 +340,11 @@ async def test_the_endpoint_narrows_to_one_route_and_refuses_bad_input(
     assert missing.status_code == 404
     too_wide = await api.get("/v1/status", params={"since": "2d"}, headers=admin)
     assert too_wide.status_code == 400 and too_wide.json()["error"]["field"] == "since"
+    for huge in ("9" * 5000, "9" * 5000 + "d", "1" + "0" * 30 + "s"):  # past int()'s 4,300 digits, or any range
+        refused = await api.get("/v1/status", params={"since": huge}, headers=admin)
+        assert refused.status_code == 400, refused.text[:300]
+        error = refused.json()["error"]
+        assert error["field"] == "since" and "ten years" in error["message"] and len(error["message"]) < 200
 
 
 def test_a_store_that_does_not_exist_yet_is_read_as_empty_and_not_created(

@@ -70,20 +70,19 @@ def metrics(service: str, jobs: list[str]) -> dict[str, dict[str, Any]]:
             "labelExtractors": {"route": "EXTRACT(jsonPayload.route)"},
             "bucketOptions": {"exponentialBuckets": {"numFiniteBuckets": 20, "growthFactor": 2, "scale": 0.1}},
         },
-        "retried_successes": {
-            "description": "Runs completed by a retry, by route: the attempt number of each (so sum - count "
-            "= the earlier attempts a retry made good).",
-            "filter": f'{delivery_logs}jsonPayload.outcome="processed"\njsonPayload.attempt>1\n',
-            "valueExtractor": "EXTRACT(jsonPayload.attempt)",
+        "recovered_failures": {
+            "description": "Runs a retry completed right after an attempt that answered failed, by route: each "
+            "made one failed answer good (a throttled, waiting or unknown attempt before it is not a failure "
+            "and is not counted).",
+            "filter": f'{delivery_logs}jsonPayload.outcome="processed"\njsonPayload.recovered_failure:*\n',
             "metricDescriptor": {
                 "metricKind": "DELTA",
-                "valueType": "DISTRIBUTION",
+                "valueType": "INT64",
                 "unit": "1",
-                "displayName": "runonce runs completed by a retry",
+                "displayName": "runonce failed runs completed by a retry",
                 "labels": [route],
             },
             "labelExtractors": {"route": "EXTRACT(jsonPayload.route)"},
-            "bucketOptions": {"linearBuckets": {"numFiniteBuckets": 10, "width": 1, "offset": 1}},
         },
         "unresolved_runs": {
             "description": "Runs the audit found still in_progress three leases after their latest attempt "
@@ -179,12 +178,12 @@ def _threshold(metric: str, *, value: float, period: str, duration: str, group: 
 
 def policies(service: str, project: str, location: str, channels: list[str], jobs: list[str]) -> dict[str, Any]:
     failed = 'logging_googleapis_com:user_runonce_deliveries{outcome="failed", monitored_resource="cloud_run_revision"}'
-    recovered = "logging_googleapis_com:user_runonce_retried_successes"
+    recovered = 'logging_googleapis_com:user_runonce_recovered_failures{monitored_resource="cloud_run_revision"}'
     query = (
         "(\n"
         f"  (sum by (route) (increase({failed}[1h]))\n"
         "    - on (route)\n"
-        f"  (sum by (route) (increase({recovered}_sum[1h])) - sum by (route) (increase({recovered}_count[1h]))))\n"
+        f"  sum by (route) (increase({recovered}[1h])))\n"
         f"  or sum by (route) (increase({failed}[1h]))\n"
         ") > 0\n"
     )

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -30,7 +31,7 @@ from typing import Any, NoReturn
 
 from .errors import Fenced, GuardConfigError, GuardError, NotStartedByRunonce, StepInProgress, StoreUnavailable
 from .once import _FROM_ENV, DEFAULT_RUN_ID_ENV, Guard, UnguardedStep
-from .settings import MAX_DURATION_SECONDS, SECONDS, parse_seconds
+from .settings import MAX_DURATION_SECONDS, SECONDS, parse_seconds, shown
 
 # sysexits.h codes, apart from the small codes commands commonly exit with (1, 2, …).
 EXIT_USAGE = 64
@@ -62,8 +63,17 @@ def _seconds(flag: str) -> Any:
 
 def _wait_seconds(raw: str) -> float:
     if not SECONDS.fullmatch(raw) or float(raw) > MAX_DURATION_SECONDS:
-        raise argparse.ArgumentTypeError(f"{raw!r}: seconds, 0 or more, at most {MAX_DURATION_SECONDS} (ten years)")
+        raise argparse.ArgumentTypeError(
+            f"{shown(raw)}: seconds, 0 or more, at most {MAX_DURATION_SECONDS} (ten years)"
+        )
     return float(raw)
+
+
+def _exit_code(raw: str) -> int:
+    """An exit code for --keep-on-exit: 1 to 255, in ASCII digits (bounded before `int()`)."""
+    if not (re.fullmatch(r"[0-9]{1,3}", raw) and 1 <= int(raw) <= 255):
+        raise argparse.ArgumentTypeError(f"{shown(raw)}: an exit code from 1 to 255")
+    return int(raw)
 
 
 class _Terminated(Exception):
@@ -135,7 +145,10 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--run-id", help=f"the run_id (default: ${DEFAULT_RUN_ID_ENV}, or --run-id-env)")
         p.add_argument("--run-id-env", default=DEFAULT_RUN_ID_ENV, help="env var holding the run_id")
         task = p.add_mutually_exclusive_group()
-        task.add_argument("--task", help="task index (default: $CLOUD_RUN_TASK_INDEX)")
+        task.add_argument(
+            "--task",
+            help="task index; wins over the job runner's ($CLOUD_RUN_TASK_INDEX, $BATCH_TASK_INDEX, $CLUSTER_SPEC)",
+        )
         task.add_argument("--no-task", action="store_true", help="one record for all tasks")
     run.add_argument(
         "--on-busy",
@@ -149,7 +162,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--keep-on-exit",
-        type=int,
+        type=_exit_code,
         action="append",
         default=[],
         metavar="CODE",

@@ -31,6 +31,7 @@ from typing import Any, Literal, TypeVar
 
 from .errors import Fenced, GuardConfigError, NotStartedByRunonce, StepInProgress, StoreUnavailable
 from .rules import COMPLETED, FAILED, IN_PROGRESS, NO_TASK, Decision, StepKey, StepRecord
+from .runners import TaskIdentity, task_identity
 from .settings import MAX_DURATION_SECONDS, GuardSettings, check_seconds
 from .stores import Claim, StepStore, build_store
 
@@ -38,7 +39,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 OnBusy = Literal["wait", "raise"]
 
 DEFAULT_RUN_ID_ENV = "IDEMPOTENCY_KEY"  # what runonce's cloud_run_job target sets (its `env_var`)
-TASK_INDEX_ENV = "CLOUD_RUN_TASK_INDEX"
 POLL_SECONDS = 1.0
 _FROM_ENV: Any = object()
 
@@ -85,18 +85,28 @@ class Guard:
             return self._store
 
     def retrying(self) -> bool:
-        """A Cloud Run task's retry (CLOUD_RUN_TASK_ATTEMPT above 0): its steps are most likely done."""
-        attempt = self.environ.get("CLOUD_RUN_TASK_ATTEMPT", "0")
-        return attempt.isascii() and attempt.isdigit() and int(attempt) > 0
+        """A retried task (Cloud Run's CLOUD_RUN_TASK_ATTEMPT or Batch's BATCH_TASK_RETRY_ATTEMPT above
+        0): its steps are most likely done, so the step is read before it is claimed."""
+        try:
+            attempt = task_identity(self.environ).attempt
+        except GuardConfigError:
+            return False  # the key's own reading of the environment refuses it, with the reason
+        return attempt is not None and attempt > 0
 
     def holder(self) -> str:
-        """Who claims: the Cloud Run execution, task and attempt when there, else host and pid."""
+        """Who claims: the Cloud Run execution, task and attempt when there, else host and pid (with
+        the runner's task and attempt when it names them)."""
+        try:
+            identity = task_identity(self.environ)
+        except GuardConfigError:  # only reached with an explicit task (else the key refused first)
+            identity = TaskIdentity(None, None, None, None)
         execution = self.environ.get("CLOUD_RUN_EXECUTION")
+        task = "?" if identity.index is None else identity.index
+        attempt = "?" if identity.attempt is None else identity.attempt
         if execution:
-            task = self.environ.get(TASK_INDEX_ENV, "?")
-            attempt = self.environ.get("CLOUD_RUN_TASK_ATTEMPT", "?")
             return f"{execution}/task{task}/attempt{attempt}"
-        return f"{socket.gethostname()}/pid{os.getpid()}"
+        where = f"{socket.gethostname()}/pid{os.getpid()}"
+        return where if identity.runner is None else f"{where}/task{task}/attempt{attempt}"
 
     def once(
         self,
@@ -110,7 +120,8 @@ class Guard:
         allow_missing: bool = False,
         lease_seconds: float | None = None,
     ) -> Once:
-        """See the module docstring. `task` defaults to CLOUD_RUN_TASK_INDEX (None: no task part);
+        """See the module docstring. `task` defaults to the job runner's task index (runners.py;
+        refused when a runner's tasks cannot be told apart), None means no task part;
         `wait_seconds` defaults to the lease, so a retry after a crash waits out the dead lease."""
         if on_busy not in ("wait", "raise"):
             raise GuardConfigError(f"on_busy {on_busy!r}: must be 'wait' or 'raise'")
@@ -213,7 +224,7 @@ class Once:
         """The step's key from the arguments and the environment; None when there is no run_id."""
         env = self.guard.environ
         run_id = self.run_id if self.run_id is not None else env.get(self.guard.run_id_env)
-        task = env.get(TASK_INDEX_ENV) if self.task is _FROM_ENV else self.task
+        task = task_identity(env).index if self.task is _FROM_ENV else self.task
         task = NO_TASK if task is None or task == "" else str(task)
         if not run_id:
             StepKey("x", self.step, task)  # validates step and task all the same

@@ -27,6 +27,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from .errors import GuardConfigError
+from .settings import shown
 
 StepStatus = Literal["in_progress", "completed", "failed"]
 IN_PROGRESS: StepStatus = "in_progress"
@@ -54,12 +55,12 @@ class StepKey:
     def __post_init__(self) -> None:
         if not RUN_ID_PATTERN.fullmatch(self.run_id):
             raise GuardConfigError(
-                f"run_id {self.run_id!r}: 1 to 256 letters, digits and `_ . : = + -` (runonce's run_id is 64 hex)"
+                f"run_id {shown(self.run_id)}: 1 to 256 letters, digits and `_ . : = + -` (runonce's run_id is 64 hex)"
             )
         if not STEP_PATTERN.fullmatch(self.step):
-            raise GuardConfigError(f"step {self.step!r}: 1 to 100 letters, digits and `_ . -`")
+            raise GuardConfigError(f"step {shown(self.step)}: 1 to 100 letters, digits and `_ . -`")
         if not TASK_PATTERN.fullmatch(self.task):
-            raise GuardConfigError(f"task {self.task!r}: must be a task index (0, 1, …) or '-'")
+            raise GuardConfigError(f"task {shown(self.task)}: must be a task index (0, 1, …) or '-'")
 
     @property
     def doc_id(self) -> str:

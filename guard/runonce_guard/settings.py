@@ -28,13 +28,24 @@ COLLECTION_ID = re.compile(r"[^/]{1,1500}")
 """A Firestore collection ID: no `/`, at most 1,500 bytes, not `.`, `..` or `__…__` (checked below)."""
 
 
+def shown(raw: str) -> str:
+    """`raw` as an error quotes it: whole when short, else only its length (a value of thousands of
+    characters would drown the message)."""
+    return repr(raw) if len(raw) <= 300 else f"a value of {len(raw)} characters"
+
+
 def parse_seconds(name: str, raw: str) -> float:
-    """`raw` as seconds for setting or flag `name`: above 0 and at most ten years; GuardConfigError otherwise."""
+    """`raw` as seconds for setting or flag `name`: above 0 and at most ten years; GuardConfigError
+    otherwise. The pattern bounds the digits before `float()` reads them."""
     if not SECONDS.fullmatch(raw):
-        raise GuardConfigError(f"{name}: {raw!r} is not a number of seconds (digits, e.g. 300 or 0.5)")
+        raise GuardConfigError(
+            f"{name}: {shown(raw)} is not a number of seconds (digits, e.g. 300 or 0.5; at most {MAX_DURATION_SECONDS})"
+        )
     value = float(raw)
     if not 0 < value <= MAX_DURATION_SECONDS:
-        raise GuardConfigError(f"{name}: must be above 0 and at most {MAX_DURATION_SECONDS} (ten years), got {raw!r}")
+        raise GuardConfigError(
+            f"{name}: must be above 0 and at most {MAX_DURATION_SECONDS} (ten years), got {shown(raw)}"
+        )
     return value
 
 
@@ -46,24 +57,19 @@ def check_seconds(name: str, value: float) -> float:
 
 
 def check_store_url(store: str) -> None:
-    """`RUNONCE_STORE` in a form the guard opens: the server's forms, less SQLite (a job's retries
-    run on other machines, where a local file cannot guard them)."""
-    from .stores.urls import parse_redis_url, parse_spanner_url
+    """`RUNONCE_STORE` in a form the guard opens: the server's forms and words (`runonce_store_url`,
+    which both ship), less SQLite (a job's retries run on other machines, where a local file cannot
+    guard them)."""
+    from runonce_store_url import StoreURLError
+    from runonce_store_url import check_store_url as check
 
-    scheme = store.split("://")[0] if "://" in store else None
     try:
-        if scheme == "spanner":
-            parse_spanner_url(store)
-            return
-        if scheme in ("redis", "rediss"):
-            parse_redis_url(store)
-            return
-    except GuardConfigError as exc:
+        scheme = check(store)
+    except StoreURLError as exc:
         raise GuardConfigError(f"RUNONCE_STORE: {exc}") from None
-    if store != "firestore":
-        shown = f"{scheme}://…" if scheme else repr(store)  # never echo a URL that may hold a password
+    if scheme == "sqlite":
         raise GuardConfigError(
-            f"RUNONCE_STORE: {shown} is not a store the guard can use: set 'firestore', "
+            "RUNONCE_STORE: sqlite://… is not a store the guard can use: set 'firestore', "
             "spanner://projects/P/instances/I/databases/D or redis://HOST:PORT/DB. A job's retries run on "
             "other machines, so a local SQLite file cannot guard them."
         )
@@ -77,7 +83,7 @@ def _collection_id(name: str, value: str) -> str:
         or (value.startswith("__") and value.endswith("__"))
     ):
         raise GuardConfigError(
-            f"{name}: {value!r} is not a Firestore collection ID (no '/', not '.', '..' or '__name__', "
+            f"{name}: {shown(value)} is not a Firestore collection ID (no '/', not '.', '..' or '__name__', "
             "at most 1,500 bytes)"
         )
     return value
@@ -115,7 +121,7 @@ class GuardSettings:
         project = env.get("RUNONCE_FIRESTORE_PROJECT") or None
         if project is not None and not PROJECT_ID.fullmatch(project):
             raise GuardConfigError(
-                f"RUNONCE_FIRESTORE_PROJECT: {project!r} is not a project ID (6 to 30 lower-case letters, digits "
+                f"RUNONCE_FIRESTORE_PROJECT: {shown(project)} is not a project ID (6 to 30 lower-case letters, digits "
                 "and hyphens, starting with a letter; a project number is not accepted: use the project ID)"
             )
 

@@ -107,6 +107,9 @@ ANSWERS: dict[type[errors.DeliveryError], Answer] = {
 }
 """Each family's answer; a subclass (errors.py's leaves) gets its nearest family's."""
 
+INTERNAL_ERROR = "internal_error"
+"""The outcome the delivery line carries for a 500 (a bug: no answer of the table is one)."""
+
 SUCCESSES: tuple[Answer, ...] = (
     Answer(
         200,

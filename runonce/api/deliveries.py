@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from runonce import errors, logs
-from runonce.api.answers import RESPONSES, SUCCESSES, answer_for
+from runonce.api.answers import INTERNAL_ERROR, RESPONSES, SUCCESSES, answer_for
 from runonce.api.deps import AuthDep, ClockDep, RoutesDep, RunnerDep, SettingsDep
 from runonce.api.intake import query_params, read_body, read_raw
 from runonce.auth.callers import Authenticator
@@ -68,7 +68,7 @@ async def deliver(
             outcome["target"] = exc.target
         raise
     except Exception:
-        outcome["outcome"] = "internal_error"
+        outcome["outcome"] = INTERNAL_ERROR
         raise
     body = result.body()
     outcome.update(
@@ -77,6 +77,8 @@ async def deliver(
         attempt=result.record.attempts,
         target=result.record.target,
     )
+    if result.recovered_failure:  # a retry made an earlier `failed` answer good (Terraform's target_failures)
+        outcome["recovered_failure"] = True
     if "reason" in body:  # skipped: late or overlap
         outcome.update(reason=body["reason"], message=body["message"])
     headers = {"Runonce-Replayed": "true"} if result.replayed else {}

@@ -35,7 +35,8 @@ async def read_raw(request: Request, route: str, run_id: str | None = None) -> b
     """The body's bytes, streamed within `MAX_BODY_BYTES` (413 beyond: Content-Length or the bytes)."""
     context = {"route": route, "run_id": run_id}
     declared = request.headers.get("content-length", "")
-    if declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+    too_long = len(declared) > len(str(MAX_BODY_BYTES))  # bounded before int(): more digits is more bytes
+    if declared.isascii() and declared.isdigit() and (too_long or int(declared) > MAX_BODY_BYTES):
         raise errors.PayloadTooLarge("body", f"body is over {MAX_BODY_BYTES} bytes (Content-Length)", **context)
     chunks, size = [], 0
     async for chunk in request.stream():

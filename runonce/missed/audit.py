@@ -40,6 +40,7 @@ from runonce.run.delivery import (
     parse_body,
     parse_delivery,
 )
+from runonce.run.runner import FAILED_ANSWER
 from runonce.schedules import get_zone, parse_schedule
 from runonce.stores import RunStore, StoreUnavailable
 from runonce.stores.base import FAILED, IN_PROGRESS, RunRecord
@@ -56,6 +57,10 @@ RETENTION_MARGIN = timedelta(seconds=1)
 fire time expires exactly at fire time + retention, when a store already counts it absent."""
 
 _DURATION = re.compile(r"(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?")  # ASCII digits only
+_SECONDS = re.compile(r"[0-9]+")
+MAX_DURATION_CHARS = 64
+"""A duration is read only up to this length: a longer one is refused before any digit is converted
+(Python refuses `int()` of more than 4,300 digits, and no one means a number that long)."""
 
 
 class RangeRefused(errors.InvalidDelivery):
@@ -65,18 +70,21 @@ class RangeRefused(errors.InvalidDelivery):
 
 
 def parse_duration(text: str, field: str) -> timedelta:
-    """`90s`, `15m`, `2h`, `7d`, `1h30m`, or a number of seconds."""
+    """`90s`, `15m`, `2h`, `7d`, `1h30m`, or a number of seconds; at most ten years."""
     text = text.strip()
-    if text.isascii() and text.isdigit():
+    shown = repr(text) if len(text) <= MAX_DURATION_CHARS else f"a value of {len(text)} characters"
+    if len(text) > MAX_DURATION_CHARS:
+        raise RangeRefused(field, f"{shown} is not a duration (e.g. 90s, 15m, 2h, 7d, 1h30m; at most ten years)")
+    if _SECONDS.fullmatch(text):
         seconds = int(text)
     else:
         match = _DURATION.fullmatch(text)
         if not text or match is None:
-            raise RangeRefused(field, f"{text!r} is not a duration (e.g. 90s, 15m, 2h, 7d, 1h30m)")
+            raise RangeRefused(field, f"{shown} is not a duration (e.g. 90s, 15m, 2h, 7d, 1h30m)")
         days, hours, minutes, secs = (int(part or 0) for part in match.groups())
         seconds = ((days * 24 + hours) * 60 + minutes) * 60 + secs
     if not 0 < seconds <= 10 * 365 * 86400:
-        raise RangeRefused(field, f"{text!r} must be more than 0 and at most ten years")
+        raise RangeRefused(field, f"{shown} must be more than 0 and at most ten years")
     return timedelta(seconds=seconds)
 
 
@@ -217,7 +225,7 @@ async def missing(store: RunStore, runs: Iterable[ScheduledRun], now: datetime) 
         if record is None:
             return NO_DELIVERY
         if record.status == FAILED:
-            return f"failed: {record.last_error}"
+            return f"failed: {(record.last_error or '').removeprefix(FAILED_ANSWER)}"
         return None
 
     found = [why_missed(run) for run in runs]

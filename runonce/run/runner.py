@@ -72,6 +72,17 @@ def _new_run(delivery: Delivery, body_sha256: str) -> NewRun:
     )
 
 
+FAILED_ANSWER = "target failed: "
+"""How a record's `last_error` begins after a `failed` answer (the target refused and created nothing),
+and only then: a throttled, waiting or given-back attempt also leaves the run failed, but did not fail."""
+
+
+def answered_failed(previous: RunRecord | None) -> bool:
+    """Whether the attempt before this one answered `failed` (not throttled, waiting or given back): a
+    retry that completes the run then made a failure good (Terraform's target_failures alert)."""
+    return previous is not None and previous.status == FAILED and (previous.last_error or "").startswith(FAILED_ANSWER)
+
+
 @dataclass(frozen=True)
 class RunResult:
     """A successful answer: `processed` (this attempt dispatched or reconciled), `duplicate`, or
@@ -80,6 +91,7 @@ class RunResult:
     status: str
     record: RunRecord
     replayed: bool = False
+    recovered_failure: bool = False  # processed by a retry whose previous attempt answered `failed`
 
     def body(self) -> dict[str, Any]:
         body: dict[str, Any] = {"run_id": self.record.run_id, "status": self.status, "route": self.record.route}
@@ -356,7 +368,7 @@ class Runner:
                 route=held.route,
                 target=recorded,
             ) from exc
-        return RunResult("processed", record)
+        return RunResult("processed", record, recovered_failure=answered_failed(previous))
 
     async def _skip(self, claim: Claim, skip: guarantees.Skip) -> RunResult:
         """Record the run `skipped`: terminal, so every retry replays this answer."""
@@ -418,8 +430,9 @@ class Runner:
         held = claim.record
         message = getattr(outcome, "message", str(outcome))
         unknown = isinstance(outcome, TargetOutcomeUnknown)
+        recorded = FAILED_ANSWER + message if isinstance(outcome, TargetFailed) else message
         try:
-            await self._finish(claim, Finish(status=IN_PROGRESS if unknown else FAILED, last_error=message))
+            await self._finish(claim, Finish(status=IN_PROGRESS if unknown else FAILED, last_error=recorded))
             unrecorded = None
         except Fenced as exc:
             raise self._fenced(claim, exc) from exc

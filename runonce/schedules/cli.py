@@ -24,11 +24,18 @@ LATEST_SCHEDULE_TIME (this leaf cannot import it; a test holds them equal)."""
 
 GROC_NOTE = "note: groc schedule: Cloud Scheduler does not guarantee X-CloudScheduler-ScheduleTime for it"
 
+MAX_NUMBER_CHARS = 20
+"""A flag's number or timestamp is read only up to this many characters (64-bit integers fit)."""
+
 
 class AsciiIntRange(click.IntRange):
     """click's IntRange, in ASCII digits only: `int()` also takes `1_000` and other scripts' digits."""
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and len(value.strip()) > MAX_NUMBER_CHARS:  # bounded before int()
+            self.fail(
+                f"a value of {len(value.strip())} characters is not in the range {self._describe_range()}", param, ctx
+            )
         if isinstance(value, str) and not re.fullmatch(r"[-+]?[0-9]+", value.strip()):
             self.fail(f"{value!r} is not a whole number in ASCII digits", param, ctx)
         return super().convert(value, param, ctx)
@@ -68,6 +75,8 @@ class InstantType(click.ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> datetime:
         if isinstance(value, datetime):
             return value
+        if len(value) > 40:  # the longest RFC 3339 form is 35 characters
+            self.fail(f"a value of {len(value)} characters is not an RFC 3339 timestamp", param, ctx)
         try:
             parsed = datetime.fromisoformat(value)
         except ValueError:

@@ -24,30 +24,9 @@ from runonce.stores.base import (
     StoreUnavailable,
 )
 from runonce.stores.sqlite import SQLiteStore
-from runonce.stores.urls import (
-    RedisURL,
-    SpannerURL,
-    parse_redis_url,
-    parse_spanner_url,
-    redact_store_url,
-    secrets_of,
-    split_credentials,
-)
-
-
-def _check_sqlite(url: str) -> None:
-    if not url.startswith("sqlite:///") or len(url) == len("sqlite:///"):
-        raise ValueError(
-            "must be sqlite:///PATH: sqlite:///runonce.db is runonce.db in the working directory, "
-            "sqlite:////var/lib/runonce.db an absolute path (four slashes)"
-        )
-    if "?" in url or "#" in url:
-        raise ValueError("sqlite:///PATH takes no options: a path with ? or # is not supported")
-
-
-def _check_firestore(url: str) -> None:
-    if url != "firestore":
-        raise ValueError("must be exactly 'firestore' (project, database and collection are RUNONCE_FIRESTORE_*)")
+from runonce.stores.urls import RedisURL, SpannerURL, parse_redis_url, parse_spanner_url
+from runonce_store_url import FORMS, redact_store_url, scheme_of, scrub, secrets_of, split_credentials
+from runonce_store_url import check_store_url as _check_store_url
 
 
 def _open_sqlite(url: str, timeout: float, options: dict[str, Any]) -> RunStore:
@@ -103,7 +82,6 @@ class Backend:
 
     scheme: str
     form: str  # what the user writes, for error messages
-    check: Callable[[str], Any]
     open: Callable[[str, float, dict[str, Any]], RunStore]
     extra: str | None = None  # `pip install 'runonce[EXTRA]'` installs its driver
 
@@ -111,42 +89,25 @@ class Backend:
 BACKENDS: dict[str, Backend] = {
     b.scheme: b
     for b in (
-        Backend("sqlite", "sqlite:///PATH", _check_sqlite, _open_sqlite),
-        Backend("firestore", "firestore", _check_firestore, _open_firestore),
-        Backend("spanner", "spanner://projects/P/instances/I/databases/D", parse_spanner_url, _open_spanner, "spanner"),
-        Backend("redis", "redis://[:PASSWORD@]HOST:PORT/DB", parse_redis_url, _open_redis, "redis"),
-        Backend("rediss", "rediss://[:PASSWORD@]HOST:PORT/DB?ca_file=PATH", parse_redis_url, _open_redis, "redis"),
+        Backend("sqlite", FORMS["sqlite"], _open_sqlite),
+        Backend("firestore", FORMS["firestore"], _open_firestore),
+        Backend("spanner", FORMS["spanner"], _open_spanner, "spanner"),
+        Backend("redis", FORMS["redis"], _open_redis, "redis"),
+        Backend("rediss", FORMS["rediss"], _open_redis, "redis"),
     )
 }
 
 
 def backend_for(url: str) -> Backend:
     """The registry row for `url` (by scheme; `firestore` is a bare name)."""
-    scheme = url.split("://", 1)[0] if "://" in url else url.split(":", 1)[0]
-    backend = BACKENDS.get(scheme)
-    if backend is None or ("://" in url) != ("://" in backend.form):
-        forms = ", ".join(b.form for b in BACKENDS.values())
-        raise ValueError(f"unknown store {redact_store_url(url).split('?')[0]!r}: use one of {forms}")
-    return backend
-
-
-def scrub(message: str, url: str) -> str:
-    """`message` with every secret of `url` (`secrets_of`) replaced by `***`: a second guard, as
-    messages are written never to quote them. (Secrets under 4 characters are left: replacing a
-    one-letter user name everywhere would garble the message and hide nothing worth hiding.)"""
-    for secret in secrets_of(url):
-        if len(secret) >= 4:
-            message = message.replace(secret, "***")
-    return message
+    return BACKENDS[scheme_of(url)]
 
 
 def check_store_url(url: str) -> str:
-    """Validate `RUNONCE_STORE` without importing any driver (settings call this). The error never
-    quotes the URL's credentials or option values."""
-    try:
-        backend_for(url).check(url)
-    except ValueError as exc:
-        raise ValueError(scrub(str(exc), url)) from None
+    """Validate `RUNONCE_STORE` without importing any driver (settings call this), with the reading
+    `runonce-guard` shares (`runonce_store_url`). The error (a ValueError) never quotes the URL's
+    credentials or option values."""
+    _check_store_url(url)
     return url
 
 

@@ -24,7 +24,7 @@ ARGS = ("--project", PROJECT, "--location", "europe-west1", "--jobs", "nightly,r
 METRICS = [
     "deliveries",
     "lateness",
-    "retried_successes",
+    "recovered_failures",
     "scheduler_attempts_failed",
     "service_errors",
     "store_unavailable",
