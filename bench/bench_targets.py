@@ -24,6 +24,7 @@ import sys
 import tempfile
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -111,12 +112,13 @@ DISPATCH = textwrap.dedent(
 )
 
 
-def example_block(kind: str) -> dict:
+def example_block(kind: str) -> dict[str, Any]:
     routes = yaml.safe_load((REPO / "examples" / f"{kind}.yaml").read_text())["routes"]
-    return next(iter(routes.values()))["target"]
+    block: dict[str, Any] = next(iter(routes.values()))["target"]
+    return block
 
 
-def run_in(tree: Path, script: str, *args: str) -> object:
+def run_in(tree: Path, script: str, *args: str) -> Any:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     done = subprocess.run(
         [sys.executable, "-c", script, *args], cwd=tree, env=env, capture_output=True, text=True, check=False
@@ -145,18 +147,18 @@ def main() -> None:
         for round_no in range(-1, args.runs):
             for tree in trees if round_no % 2 else reversed(trees):
                 store = Path(tmp) / f"runs-{tree.name}-{round_no}.db"
-                wall, cpu = run_in(tree, COLD_START, str(routes_file), str(store), str(round_no + 1))  # type: ignore[misc]
+                wall, cpu = run_in(tree, COLD_START, str(routes_file), str(store), str(round_no + 1))
                 result = run_in(tree, DISPATCH, blocks, str(args.dispatches))
                 if round_no >= 0:
                     walls[tree].append(wall)
                     cpus[tree].append(cpu)
-                    per_dispatch[tree].append(result)  # type: ignore[arg-type]
+                    per_dispatch[tree].append(result)
     first = trees[0]
     print(f"cold start with one route of each of {len(TYPES)} Google target types, median of {args.runs}:")
     for tree in trees:
         wall, cpu = statistics.median(walls[tree]), statistics.median(cpus[tree])
         ratio = wall / statistics.median(walls[first])
-        print(f"  {str(tree):40s} wall {wall:.3f} s ({ratio:.2f}x)  server CPU {cpu:.3f} s")
+        print(f"  {tree!s:40s} wall {wall:.3f} s ({ratio:.2f}x)  server CPU {cpu:.3f} s")
     print(f"adapter CPU per dispatch (ms), median of {args.runs} passes of {args.dispatches}:")
     print(f"  {'type':24s}" + "".join(f"{tree.name[-14:]:>16s}" for tree in trees) + "   ratio")
     for kind in REST_TYPES:

@@ -76,7 +76,7 @@ def check_route(adapter: type[GoogleEngineTarget[Any]], config: Any) -> None:
     document = target.document
     for request in sample_requests():
         listing = target.list_call(request)
-        calls = [target.create_call(request), target.lookup_call(request), listing and listing.call]
+        calls = [target.create_call(request), target.lookup_call(request), listing.call if listing else None]
         for call in [call for call in calls if call is not None]:
             method = document.method(call.method)
             if method is None:

@@ -25,9 +25,8 @@ from runonce.targets import (
     TargetFailed,
     TargetOutcomeUnknown,
     TargetThrottled,
-    dataflow_flex_template,
+    engine,
 )
-from runonce.targets import engine
 from runonce.targets.engine import request_id_for, run_hex
 from runonce.targets.presets import resource_id_for
 from tests.fakes.dataflow import LAUNCH, LIST, FakeDataflow
@@ -589,7 +588,7 @@ async def test_dataflow_reconcile_gives_up_after_max_pages(dataflow, fakes, http
         dataflow, "_list", lambda project, location, query: original(project, location, {**query, "name": [""]})
     )
     calls = dataflow.calls[LIST]
-    with pytest.raises(TargetOutcomeUnknown, match="list Dataflow jobs named .*: more than 3 pages"):
+    with pytest.raises(TargetOutcomeUnknown, match=r"list Dataflow jobs named .*: more than 3 pages"):
         await target.reconcile(new_request())
     assert dataflow.calls[LIST] == calls + 3
 
