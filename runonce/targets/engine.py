@@ -297,6 +297,20 @@ def created_time(item: dict[str, Any], field_name: str = "createTime") -> dateti
         return datetime.max.replace(tzinfo=UTC)
 
 
+def operation_result(operation: dict[str, Any], execution: Any, action: str) -> str:
+    """The execution a long-running operation's answer names (`execution`, read from its metadata
+    by the preset), else: an operation that failed at once is TargetFailed, one that names nothing
+    but itself is recorded by its own name, anything else is unknown."""
+    if isinstance(execution, str) and execution:
+        return execution
+    error = operation.get("error")
+    if error:
+        raise TargetFailed(f"{action}: {error.get('message', error) if isinstance(error, dict) else error}")
+    if operation.get("name"):
+        return str(operation["name"])
+    raise TargetOutcomeUnknown(f"{action}: the answer names neither an execution nor an operation")
+
+
 @dataclass(frozen=True)
 class Running:
     """Which values of an execution's state field mean it still runs. A state in `running` runs,
@@ -367,8 +381,12 @@ class GoogleEngineTarget(Target, Generic[ConfigT]):
         self.config = config
         self._http = http
         self._auth = auth
-        self.document = load(self.API)
+        self.document = load(self.api())
         self._base = rest_base_url(endpoint, self.default_endpoint())
+
+    def api(self) -> str:
+        """The route's discovery document: the preset's `API`."""
+        return self.API
 
     @classmethod
     def route_where(cls, problem: str) -> str:
@@ -480,7 +498,7 @@ class GoogleEngineTarget(Target, Generic[ConfigT]):
         adopted = self.adopted_without_lookup(request)
         if adopted is not None:
             logging.getLogger(f"runonce.target.{self.type}").info(
-                "run %s: %s already exists; nothing created", request.run_id, adopted
+                "run %s: %s %s already exists; nothing created", request.run_id, self.NOUN, adopted
             )
             return adopted
         with reconciling(action):
@@ -530,9 +548,10 @@ class GoogleEngineTarget(Target, Generic[ConfigT]):
         raise TargetOutcomeUnknown(f"{action}: more than {MAX_PAGES} pages to search")
 
     async def read(self, url: str, action: str) -> dict[str, Any] | None:
-        """GET `url`: the resource, None on 404, else its outcome raised."""
+        """GET `url`: the resource, None on Google's 404 NOT_FOUND, else its outcome raised (a
+        proxy's or a wrong endpoint's bare 404 says nothing about the resource)."""
         response = await self.send("GET", url, action)  # pragma: no mutate - httpx upper-cases the method
-        if response.status_code == 404:
+        if response.status_code == 404 and error_of(response.text).get("status") == "NOT_FOUND":
             return None
         return json_of(action, response)
 
@@ -540,7 +559,7 @@ class GoogleEngineTarget(Target, Generic[ConfigT]):
         """The execution `resource` for `is_running`: it, None when it no longer exists, else unknown."""
         call = self.state_call(resource)
         action = f"get {resource}"
-        with reading(action):
+        with reading(action, f"cannot read the state of {resource}"):
             return await self.read(call if isinstance(call, str) else self.url_of(call), action)
 
     async def is_running(self, resource: str) -> bool:

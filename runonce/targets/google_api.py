@@ -22,43 +22,27 @@ schema, the reconcile method (a GET) and its params, the `running` field and val
 reconcile method's response. A route must give a way to dedupe: a client-chosen id or requestId
 filled from the run, a reconcile method, or both.
 
-Answers to the call, as for the other Google targets:
-
-    2xx                                the run's execution: the reconcile path, else the answer's name
-    409 ALREADY_EXISTS                 the run's execution exists: adopted (read with reconcile)
-    429 / RESOURCE_EXHAUSTED           TargetThrottled, nothing created
-    other 4xx (409 ABORTED too)        TargetFailed, nothing created
-    5xx, or no answer after sending    TargetOutcomeUnknown: claim kept; after the lease the retry
-                                       reconciles, or re-sends the same id/requestId (the API dedupes)
+Answers to the call: the engine's table (`engine.py`), the same as every Google target's. A 2xx
+records the reconcile call (the run's resource), else the answer's name; ALREADY_EXISTS adopts the
+resource the reconcile call reads (without one, the id the API deduped on is the proof).
 """
 
 from __future__ import annotations
 
 import hashlib
-import logging
 import re
 import uuid
 from typing import Any, Literal
-from urllib.parse import quote, urlencode
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from runonce.targets.base import DispatchRequest, TargetFailed, TargetOutcomeUnknown
-from runonce.targets.google import (
-    GoogleAuth,
-    GoogleRestTarget,
-    error_of,
-    json_of,
-    outcome_for_response,
-    reading,
-    reconciling,
-)
+from runonce.targets.engine import Call, GoogleEngineTarget, Running, wire
+from runonce.targets.google import GoogleAuth
 from runonce.targets.google_api_discovery import ApiDocument, ApiMethod, DocumentNotFound, load
 from runonce.targets.registry import TargetType
-
-logger = logging.getLogger("runonce.target.google_api")
 
 PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
 PLACEHOLDERS = "${run_id}, ${run_id:N} (N = 1-64), ${run_uuid}, ${schedule_time}"
@@ -69,9 +53,6 @@ SAMPLE_RUN_IDS = ("0" * 64, "f" * 64, "9" * 16 + "a" * 48)
 """Expansions checked at start-up: a run_id is 64 hex characters, starting with a digit or a letter."""
 SAMPLE_SCHEDULE_TIME = "2026-01-31T12:00:00Z"
 EXAMPLE_HANDLES = '"r${run_id:62}" or "${run_uuid}"'
-RESERVED_KEPT = "/:@"
-"""What a reserved expansion (`{+name}`) keeps as it is in the path; a simple one (`{name}`) keeps nothing."""
-SIMPLE_KEPT = ""
 
 
 def _error(message: str, **context: Any) -> PydanticCustomError:
@@ -172,13 +153,6 @@ def _samples(value: Any) -> list[Any]:
 # --- parameters ------------------------------------------------------------------------------------
 
 
-def wire(value: Any) -> str:
-    """A parameter's value as the URL carries it."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
 def param_problem(method: ApiMethod, name: str, value: Any) -> str | None:
     """What the document says against `value` (already expanded) for the parameter `name`."""
     spec = method.parameters[name]
@@ -230,26 +204,6 @@ def check_params(method: ApiMethod, params: dict[str, Any], where: str) -> None:
             problem = param_problem(method, name, sample)
             if problem:
                 raise _error("{where}.{problem}", where=where, problem=problem)
-
-
-def build_path(document: ApiDocument, method: ApiMethod, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """(the call's path relative to the API's root, its query parameters), params expanded."""
-    path = method.path
-    for name in method.path_parameters():
-        value = wire(params[name])
-        path = path.replace(f"{{+{name}}}", quote(value, safe=RESERVED_KEPT))
-        path = path.replace(f"{{{name}}}", quote(value, safe=SIMPLE_KEPT))
-    query = {
-        name: [wire(v) for v in value] if isinstance(value, list) else wire(value)
-        for name, value in params.items()
-        if name not in method.path_parameters()
-    }
-    return document.service_path + path, query
-
-
-def relative_url(path: str, query: dict[str, Any]) -> str:
-    """A call as one string (`v1/projects/p/…/jobs/j`, `…?filter=…`): what the run records."""
-    return f"{path}?{urlencode(query, doseq=True)}" if query else path
 
 
 def _location(params: dict[str, Any]) -> str | None:
@@ -461,126 +415,86 @@ def _hint(document: ApiDocument, method_id: str) -> str:
 # --- the adapter -----------------------------------------------------------------------------------
 
 
-class GoogleApiTarget(GoogleRestTarget[GoogleApiTargetConfig]):
+class GoogleApiTarget(GoogleEngineTarget[GoogleApiTargetConfig]):
+    """The engine driven by the route's own method, params and body."""
+
     type = "google_api"
+    NOUN = "resource"
 
     def __init__(
         self, config: GoogleApiTargetConfig, http: httpx.AsyncClient, auth: GoogleAuth, endpoint: str | None = None
     ) -> None:
-        self.document = load(config.api)
+        super().__init__(config, http, auth, endpoint or config.endpoint)
         method = self.document.method(config.method)
         assert method is not None  # validated with the config
         self.method = method
-        lookup = self.document.method(config.reconcile.method) if config.reconcile else None
-        self.lookup = lookup
         self.needs_schedule_time = uses_schedule_time(
             [config.params, config.body, config.reconcile and config.reconcile.params]
         )
-        super().__init__(config, http, auth, endpoint or config.endpoint)
+        running = config.running
+        self.running = Running(running.field, running=frozenset(running.values)) if running else None
+
+    def api(self) -> str:
+        return self.config.api
 
     def default_endpoint(self) -> str:
         return self.document.default_endpoint(_location(self.config.params))
 
-    def create_call(self, request: DispatchRequest) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
-        """(path, query, body) of the call for this run."""
+    def describe(self, request: DispatchRequest) -> str:
+        return f"call {self.method.id}"
+
+    def describe_lookup(self, request: DispatchRequest) -> str:
+        return f"look up the run's resource: {self.lookup_url(request)}"
+
+    def create_call(self, request: DispatchRequest) -> Call:
         params = expand(self.config.params, request.run_id, request.schedule_time)
-        path, query = build_path(self.document, self.method, params)
         body = None
         if self.method.request is not None:
             body = expand(self.config.body or {}, request.run_id, request.schedule_time)
-        return path, query, body
+        return Call(self.method.id, params, body)
+
+    def lookup_call(self, request: DispatchRequest) -> Call | None:
+        if self.config.reconcile is None:
+            return None  # the run's id or requestId dedupes the re-sent call
+        params = expand(self.config.reconcile.params, request.run_id, request.schedule_time)
+        return Call(self.config.reconcile.method, params)
 
     def lookup_url(self, request: DispatchRequest) -> str | None:
         """The reconcile call for this run, as `relative_url` writes it; None without one."""
-        if self.config.reconcile is None:
-            return None
-        assert self.lookup is not None  # validated with the config
-        params = expand(self.config.reconcile.params, request.run_id, request.schedule_time)
-        return relative_url(*build_path(self.document, self.lookup, params))
+        lookup = self.lookup_call(request)
+        return self.url_of(lookup) if lookup else None
 
     async def dispatch(self, request: DispatchRequest) -> str:
-        action = f"call {self.method.id}"
-        if request.payload:
-            raise TargetFailed(f"{action}: a google_api route takes no delivery body (its request is the route's)")
-        if request.schedule_time is None and self.needs_schedule_time:
-            raise TargetFailed(f"{action}: the route uses ${{schedule_time}} and this run has no schedule time")
-        path, query, body = self.create_call(request)
-        response = await self.send(self.method.http_method, path, action, body=body, params=query)
-        if response.status_code == 409 and _status(response) in ("ALREADY_EXISTS", ""):
-            return await self._adopt(request, action, relative_url(path, query))
-        if not response.is_success:
-            raise create_outcome(action, response)
-        answer = json_of(action, response)
+        # (a delivery with a body is refused by the engine first)
+        if request.schedule_time is None and self.needs_schedule_time and not request.payload:
+            raise TargetFailed(
+                f"{self.describe(request)}: the route uses ${{schedule_time}} and this run has no schedule time"
+            )
+        return await super().dispatch(request)
+
+    def created(self, answer: dict[str, Any], request: DispatchRequest) -> str:
         found = self.lookup_url(request)
         if found is not None:
             return found
         name = answer.get("name")
-        return name if isinstance(name, str) and name else relative_url(path, query)
+        return name if isinstance(name, str) and name else self.url_of(self.create_call(request))
 
-    async def _adopt(self, request: DispatchRequest, action: str, call: str) -> str:
-        """409 ALREADY_EXISTS: the run's id is taken, so an earlier attempt created its resource."""
-        found = self.lookup_url(request)
-        if found is None:
-            logger.info("run %s: %s answered ALREADY_EXISTS; nothing created", request.run_id, call)
-            return call
-        action = f"{action}: it already exists; read it"
-        with reconciling(action):
-            if await self._read(found, action) is None:
-                raise TargetOutcomeUnknown(f"{action}: {found} is not found (yet)")
-        return found
+    def found(self, answer: dict[str, Any], request: DispatchRequest) -> str:
+        return self.url_of(self.lookup_call(request))  # type: ignore[arg-type]  # found only through it
 
-    async def reconcile(self, request: DispatchRequest) -> str | None:
-        found = self.lookup_url(request)
-        if found is None:
-            return None  # the run's id or requestId dedupes the re-sent call
-        action = f"look up the run's resource: {found}"
-        with reconciling(action):
-            resource = await self._read(found, action)
-        return found if resource is not None else None
+    def adopted_without_lookup(self, request: DispatchRequest) -> str | None:
+        """Without a reconcile call, ALREADY_EXISTS on the run's id is the proof (start-up accepted
+        the route only with a handle the API dedupes on)."""
+        return None if self.config.reconcile else self.url_of(self.create_call(request))
+
+    def state_call(self, resource: str) -> str:
+        return resource  # the recorded reconcile call, query and all
 
     async def is_running(self, resource: str) -> bool:
-        running = self.config.running
-        if running is None:
+        if self.running is None:
             raise TargetOutcomeUnknown(f"route has no 'running' to read the state of {resource}")
-        action = f"get {resource}"
-        with reading(action):
-            answer = await self._read(resource, action)
-        if answer is None:
-            return False
-        state = _dotted(answer, running.field)
-        if not isinstance(state, str):
-            raise TargetOutcomeUnknown(f"get {resource}: no {running.field} in the answer")
-        return state in running.values
-
-    async def _read(self, call: str, action: str) -> dict[str, Any] | None:
-        """GET `call` (a relative URL, its query as recorded: a repeated parameter keeps every
-        value): the resource, None on 404, else its outcome raised."""
-        response = await self.send(
-            "GET",  # pragma: no mutate - httpx upper-cases the method it sends
-            call,
-            action,
-        )
-        if response.status_code == 404:
-            return None
-        return json_of(action, response)
-
-
-def create_outcome(action: str, response: httpx.Response) -> Exception:
-    """A non-2xx answer other than 409 ALREADY_EXISTS: a 5xx may come after the create, so unknown."""
-    outcome = outcome_for_response(action, response)
-    if response.status_code >= 500:
-        return TargetOutcomeUnknown(outcome.message)
-    return outcome
-
-
-def _status(response: httpx.Response) -> str:
-    return str(error_of(response.text).get("status") or "")
-
-
-def _dotted(data: Any, dotted: str) -> Any:
-    for part in dotted.split("."):
-        data = data.get(part) if isinstance(data, dict) else None
-    return data
+        answer = await self.read_state(resource)
+        return answer is not None and self.running.of(resource, answer)
 
 
 TARGET = TargetType(

@@ -17,16 +17,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from runonce.targets.base import DispatchRequest, Target, TargetFailed, TargetOutcomeUnknown
+from runonce.targets.engine import reading, reconciling, translated
 from runonce.targets.google import (
     RUN_ID_LABEL,
     GoogleAuth,
     check_labels,
     grpc_target,
-    reading,
-    reconciling,
     resource_name_problem,
     run_id_label,
-    translated,
 )
 from runonce.targets.registry import Grant, TargetType
 
@@ -166,7 +164,7 @@ class WorkflowsTarget(Target):
         from google.cloud.workflows.executions_v1.types import Execution  # deferred (cold start)
 
         states = Execution.State
-        with reading(f"get {resource}"):
+        with reading(f"get {resource}", f"cannot read the state of {resource}"):
             try:
                 execution = await self._client.get_execution(name=resource, metadata=await self._metadata(), retry=None)
             except NotFound:

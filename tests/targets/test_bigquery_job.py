@@ -280,7 +280,14 @@ async def test_is_running_until_the_job_is_done(bigquery, http, metadata) -> Non
     assert await target.is_running(resource) is False
 
 
-@pytest.mark.parametrize("code", ["NOT_FOUND", "PERMISSION_DENIED", "UNAVAILABLE"])
+async def test_a_job_that_no_longer_exists_is_not_running(bigquery, http, metadata) -> None:
+    target = target_for(bigquery, http, metadata)
+    resource = await target.dispatch(new_request())
+    bigquery.fail(GET, "NOT_FOUND", "gone")
+    assert await target.is_running(resource) is False
+
+
+@pytest.mark.parametrize("code", ["PERMISSION_DENIED", "UNAVAILABLE"])
 async def test_is_running_that_cannot_read_the_state_is_unknown(bigquery, http, metadata, code: str) -> None:
     target = target_for(bigquery, http, metadata)
     resource = await target.dispatch(new_request())

@@ -291,7 +291,7 @@ async def test_is_running_cannot_tell_on_any_other_answer(fake, http, auth, code
     fake.fail(GET, code, "no state for you")
     with pytest.raises(TargetOutcomeUnknown) as raised:
         await target.is_running(name)
-    assert raised.value.message.startswith(f"cannot read the state of {name}: get task {name}: HTTP ")
+    assert raised.value.message.startswith(f"cannot read the state of {name}: get {name}: HTTP ")
     assert raised.value.message.endswith(": no state for you")
 
 

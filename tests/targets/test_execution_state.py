@@ -114,6 +114,6 @@ async def test_a_resource_that_names_no_execution_cannot_tell(case: Case) -> Non
 async def test_a_failed_read_cannot_tell(case: Case, code: str, message: str) -> None:
     resource = await case.target.dispatch(request_for(f"unreadable-{case.target.type}-{code}"))
     case.fake.fail(case.get, code, message)
-    with pytest.raises(TargetOutcomeUnknown, match=f"^get {resource}: ") as raised:
+    with pytest.raises(TargetOutcomeUnknown, match=f"^cannot read the state of {resource}: get {resource}: ") as raised:
         await case.target.is_running(resource)
     assert code in raised.value.message and message in raised.value.message

@@ -12,13 +12,14 @@ from google.protobuf import duration_pb2
 from google.rpc import error_details_pb2
 
 from runonce.targets import TargetFailed, TargetOutcomeUnknown, TargetThrottled
-from runonce.targets.google import (
-    grpc_target,
+from runonce.targets.engine import (
+    is_already_exists,
     outcome_for_grpc_error,
     outcome_for_response,
     reconciling,
     translated,
 )
+from runonce.targets.google import grpc_target
 
 
 def google_error(
@@ -32,9 +33,14 @@ def google_error(
     ("status", "code", "outcome"),
     [
         (429, "RESOURCE_EXHAUSTED", TargetThrottled),
-        (503, "UNAVAILABLE", TargetFailed),
-        (500, "INTERNAL", TargetFailed),
-        (502, "", TargetFailed),
+        (503, "RESOURCE_EXHAUSTED", TargetThrottled),  # the canonical code decides, not the HTTP status
+        (429, "", TargetThrottled),
+        (503, "UNAVAILABLE", TargetOutcomeUnknown),  # "not always safe to retry non-idempotent operations"
+        (500, "INTERNAL", TargetOutcomeUnknown),
+        (502, "", TargetOutcomeUnknown),
+        (500, "UNKNOWN", TargetOutcomeUnknown),
+        (501, "UNIMPLEMENTED", TargetFailed),  # the method is not there: nothing ran
+        (409, "ABORTED", TargetFailed),
         (400, "INVALID_ARGUMENT", TargetFailed),
         (401, "UNAUTHENTICATED", TargetFailed),
         (403, "PERMISSION_DENIED", TargetFailed),
@@ -51,6 +57,29 @@ def test_rest_answers(status: int, code: str, outcome: type) -> None:
     assert type(result) is outcome
     assert "the API's own words" in result.message
     assert result.message.startswith(f"run projects/p/locations/l/jobs/j: HTTP {status}")
+
+
+def test_a_legacy_rate_limit_reason_is_throttled_at_any_status() -> None:
+    """BigQuery's 403 rateLimitExceeded (the legacy `errors[].reason`) is a rate limit: nothing created."""
+    body = {"error": {"code": 403, "message": "slow down", "errors": [{"reason": "rateLimitExceeded"}]}}
+    result = outcome_for_response("insert", httpx.Response(403, json=body, headers={"Retry-After": "3"}))
+    assert type(result) is TargetThrottled
+    assert result.retry_after == 3
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "adopted"),
+    [
+        (409, "ALREADY_EXISTS", True),
+        (400, "ALREADY_EXISTS", True),  # the canonical code decides, whatever the HTTP status
+        (409, "", True),  # a 409 without Google's error body: adopted, through a lookup that must find it
+        (409, "ABORTED", False),  # a concurrency conflict created nothing
+        (200, "", False),
+    ],
+)
+def test_already_exists_is_one_rule_for_every_target(status: int, code: str, adopted: bool) -> None:
+    response = google_error(status, code, "taken") if code else httpx.Response(status, text="Conflict")
+    assert is_already_exists(response) is adopted
 
 
 def test_rest_throttle_delay_from_retry_after_or_retry_info() -> None:
@@ -74,7 +103,7 @@ def test_resource_exhausted_status_is_throttling_whatever_the_http_status() -> N
 
 def test_a_body_that_is_not_googles_error_shape_still_names_the_status() -> None:
     result = outcome_for_response("x", httpx.Response(502, text="<html>Bad Gateway</html>"))
-    assert isinstance(result, TargetFailed)
+    assert isinstance(result, TargetOutcomeUnknown)
     assert "HTTP 502" in result.message and "Bad Gateway" in result.message
 
 
@@ -108,12 +137,13 @@ def _grpc_error(cls: type, message: str, details: list | None = None) -> api_exc
         ),
         (
             _grpc_error(api_exceptions.ServiceUnavailable, "down", [error_details_pb2.ErrorInfo(reason="X")]),
-            TargetFailed,
+            TargetOutcomeUnknown,
         ),
         (
             _grpc_error(api_exceptions.InternalServerError, "oops", [error_details_pb2.ErrorInfo(reason="X")]),
-            TargetFailed,
+            TargetOutcomeUnknown,
         ),
+        (_grpc_error(api_exceptions.MethodNotImplemented, "no such method"), TargetFailed),
         (_grpc_error(api_exceptions.ServiceUnavailable, "Socket closed"), TargetOutcomeUnknown),
         (
             _grpc_error(api_exceptions.ServiceUnavailable, "failed to connect to all addresses; last error: refused"),

@@ -919,7 +919,10 @@ async def test_each_failure_names_the_call_that_failed_and_the_runs_execution(ki
     fake.fail(kind.state_read, "PERMISSION_DENIED", "no reading")
     with pytest.raises(TargetOutcomeUnknown) as unknown:
         await target.is_running(resource)
-    assert unknown.value.message == f"get {resource}: HTTP 403 PERMISSION_DENIED: no reading"
+    assert (
+        unknown.value.message
+        == f"cannot read the state of {resource}: get {resource}: HTTP 403 PERMISSION_DENIED: no reading"
+    )
 
 
 def answering_create(kind: JobType, status: int, text: str, found: bool = True) -> httpx.MockTransport:
