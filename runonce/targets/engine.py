@@ -33,10 +33,6 @@ AIP-193: `error.status` is the canonical code, the HTTP status is derived from i
      ├── could not connect, no credentials      TargetFailed          (nothing was sent)
      └── timeout, reset, dropped after sending  TargetOutcomeUnknown  (it may have been created)
 
-gRPC (the same codes): an UNAVAILABLE/INTERNAL/UNKNOWN counts as "answered" only when it carries
-the `google.rpc.Status` details Google's APIs attach to every error they send; without them it may
-be a broken connection after sending, which is unknown as well.
-
 A *lookup* (reconciliation, adoption, an execution's state) never releases the claim: every
 failure there is TargetOutcomeUnknown (`reading`, `reconciling`), so a run is never dispatched
 blind and the overlap policy never decides on a guess. A preset may depart from a row only with
@@ -117,16 +113,12 @@ def error_of(text: str) -> dict[str, Any]:
 
 
 def _retry_delay(details: list[Any]) -> float | None:
-    """Seconds from a `google.rpc.RetryInfo` detail (`{"retryDelay": "7s"}` or the proto)."""
+    """Seconds from a `google.rpc.RetryInfo` detail (`{"retryDelay": "7s"}`)."""
     for detail in details:
         if isinstance(detail, dict) and str(detail.get("@type", "")).endswith("google.rpc.RetryInfo"):
             match = re.fullmatch(r"(\d+(?:\.\d+)?)s", str(detail.get("retryDelay", "")))
             if match:
                 return float(match.group(1))
-        delay = getattr(detail, "retry_delay", None)
-        if delay is not None and hasattr(delay, "seconds"):
-            seconds: float = delay.seconds + delay.nanos / 1e9
-            return seconds
     return None
 
 
@@ -166,28 +158,6 @@ def outcome_for_transport_error(action: str, exc: httpx.TransportError) -> Targe
     return TargetOutcomeUnknown(f"{action}: no answer (timeout or connection lost after sending): {exc!r}")
 
 
-_NEVER_CONNECTED = ("failed to connect to all addresses", "DNS resolution failed", "Name resolution failure")
-_SERVER_ERROR_CODES = {"UNAVAILABLE", "INTERNAL", "UNKNOWN", "DATA_LOSS"}
-
-
-def outcome_for_grpc_error(action: str, exc: Any) -> TargetError:
-    """The outcome of a `google.api_core.exceptions.GoogleAPICallError` raised by a gRPC call."""
-    code_enum = getattr(exc, "grpc_status_code", None)
-    code = code_enum.name if code_enum is not None else "UNKNOWN"
-    message = str(getattr(exc, "message", exc))
-    detail = f"{action}: {code}: {message}"
-    details = list(getattr(exc, "details", None) or [])
-    if code == "RESOURCE_EXHAUSTED":
-        return TargetThrottled(detail, _retry_delay(details))
-    if code == "UNIMPLEMENTED":
-        return TargetFailed(detail)
-    if code in _SERVER_ERROR_CODES and any(marker in message for marker in _NEVER_CONNECTED):
-        return TargetFailed(f"{detail} (could not connect, nothing was sent)")
-    if code in ("DEADLINE_EXCEEDED", "CANCELLED") or code in _SERVER_ERROR_CODES:
-        return TargetOutcomeUnknown(detail)
-    return TargetFailed(detail)
-
-
 def outcome_for_auth_error(action: str, exc: Exception) -> TargetError:
     """google-auth could not get a token: nothing was sent to the API."""
     return TargetFailed(f"{action}: could not get Google credentials (Application Default Credentials): {exc}")
@@ -196,15 +166,12 @@ def outcome_for_auth_error(action: str, exc: Exception) -> TargetError:
 @contextmanager
 def translated(action: str) -> Iterator[None]:
     """Turn the foreign errors of one Google API call into outcomes, chained `from` the original."""
-    from google.api_core.exceptions import GoogleAPICallError  # deferred (cold start)
     from google.auth.exceptions import GoogleAuthError  # deferred (cold start)
 
     try:
         yield
     except httpx.TransportError as exc:
         raise outcome_for_transport_error(action, exc) from exc
-    except GoogleAPICallError as exc:
-        raise outcome_for_grpc_error(action, exc) from exc
     except GoogleAuthError as exc:
         raise outcome_for_auth_error(action, exc) from exc
 

@@ -10,7 +10,6 @@ import re
 import threading
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 from pydantic_core import PydanticCustomError
 
@@ -97,15 +96,6 @@ def resource_parts(name: str) -> dict[str, str]:
 def rest_base_url(override: str | None, default: str) -> str:
     """The API's base URL: `RUNONCE_*_ENDPOINT` when set (http:// for a local fake), else Google's."""
     return (override or default).rstrip("/")
-
-
-def grpc_target(override: str | None, default_host: str) -> tuple[str, bool]:
-    """(`host:port`, secure) for a gRPC API. `http://127.0.0.1:PORT` means plaintext."""
-    if not override:
-        return f"{default_host}:443", True
-    url = urlsplit(override)
-    secure = url.scheme == "https"
-    return f"{url.hostname}:{url.port or (443 if secure else 80)}", secure
 
 
 # --- credentials -------------------------------------------------------------------------------

@@ -108,7 +108,7 @@ def request_for(run_id: str) -> DispatchRequest:
     return DispatchRequest(run_id=run_id, route="r", job="nightly", schedule_time=WHEN, source="scheduler")
 
 
-async def sent_for(kind: str, run_id: str) -> dict[str, Any]:
+async def sent_for(kind: str, run_id: str, block: dict[str, Any] | None = None) -> dict[str, Any]:
     """The create call a `kind` route sends for `run_id`: method, path, query and JSON body."""
     calls: list[httpx.Request] = []
 
@@ -118,7 +118,7 @@ async def sent_for(kind: str, run_id: str) -> dict[str, Any]:
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as http:
         context = TargetContext(http=http, google_auth=RecordingAuth())  # type: ignore[arg-type]  # only access_token is used
-        config = TypeAdapter(TargetConfig).validate_python({"type": kind, **CONFIGS[kind]})
+        config = TypeAdapter(TargetConfig).validate_python({"type": kind, **(block or CONFIGS[kind])})
         target = build_target(config, context)
         await target.dispatch(request_for(run_id))
     [create] = [call for call in calls if call.method != "GET"]
@@ -319,25 +319,11 @@ GOLDEN_WORKFLOWS: dict[str, dict[str, Any]] = {
 
 
 async def workflows_sent_for(run_id: str) -> dict[str, Any]:
-    """The execution a `workflows` route creates for `run_id`: its argument (as the text sent) and labels."""
-    sent: list[Any] = []
-
-    class Created:
-        name = "projects/my-project/locations/us-central1/workflows/etl/executions/e-1"
-
-    async def create_execution(*, parent: str, execution: Any, **_: Any) -> Created:
-        sent.append(execution)
-        return Created()
-
-    async with httpx.AsyncClient() as http:
-        context = TargetContext(http=http, google_auth=RecordingAuth())  # type: ignore[arg-type]  # only access_token is used
-        config = TypeAdapter(TargetConfig).validate_python({"type": "workflows", **WORKFLOWS})
-        target = build_target(config, context)
-        target._client.create_execution = create_execution  # type: ignore[attr-defined]
-        await target.dispatch(request_for(run_id))
-        await target.aclose()
-    [execution] = sent
-    return {"argument": execution.argument, "labels": dict(execution.labels)}
+    """The execution a `workflows` route creates for `run_id`: its argument (as the text sent) and
+    labels (pinned from the gRPC client the target used before it called the REST API: the same
+    `Execution` message, so the same argument text and labels)."""
+    body = (await sent_for("workflows", run_id, WORKFLOWS))["body"]
+    return {"argument": body["argument"], "labels": body["labels"]}
 
 
 @pytest.mark.parametrize("run_id", RUN_IDS)

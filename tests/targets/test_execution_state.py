@@ -40,7 +40,9 @@ async def case(request: pytest.FixtureRequest, metadata, fakes) -> AsyncIterator
     fake = fakes[request.param]
     async with httpx.AsyncClient(timeout=10) as http:
         if request.param == "workflows":
-            target: Target = WorkflowsTarget(WorkflowsTargetConfig(type="workflows", workflow=WORKFLOW), auth, fake.url)
+            target: Target = WorkflowsTarget(
+                WorkflowsTargetConfig(type="workflows", workflow=WORKFLOW), http, auth, fake.url
+            )
             gone = f"{WORKFLOW}/executions/8d1c0c55-0b57-4a61-a34c-31e0bd1a4cf0"
             states = [
                 (lambda f, r: f.finish(r, "QUEUED"), True),  # in the backlog: not started, yet not done

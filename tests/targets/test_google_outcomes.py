@@ -6,20 +6,15 @@ import json
 
 import httpx
 import pytest
-from google.api_core import exceptions as api_exceptions
 from google.auth.exceptions import RefreshError
-from google.protobuf import duration_pb2
-from google.rpc import error_details_pb2
 
 from runonce.targets import TargetFailed, TargetOutcomeUnknown, TargetThrottled
 from runonce.targets.engine import (
     is_already_exists,
-    outcome_for_grpc_error,
     outcome_for_response,
     reconciling,
     translated,
 )
-from runonce.targets.google import grpc_target
 
 
 def google_error(
@@ -107,70 +102,6 @@ def test_a_body_that_is_not_googles_error_shape_still_names_the_status() -> None
     assert "HTTP 502" in result.message and "Bad Gateway" in result.message
 
 
-@pytest.mark.parametrize(
-    ("exc", "outcome"),
-    [
-        (httpx.ConnectError("refused"), TargetFailed),
-        (httpx.ConnectTimeout("slow connect"), TargetFailed),
-        (httpx.ReadTimeout("no answer"), TargetOutcomeUnknown),
-        (httpx.WriteTimeout("half sent"), TargetOutcomeUnknown),
-        (httpx.RemoteProtocolError("Server disconnected without sending a response."), TargetOutcomeUnknown),
-        (httpx.ReadError("Connection reset by peer"), TargetOutcomeUnknown),
-    ],
-)
-def test_transport_errors_are_chained(exc: Exception, outcome: type) -> None:
-    with pytest.raises(outcome) as raised, translated("run job"):
-        raise exc
-    assert raised.value.__cause__ is exc
-
-
-def _grpc_error(cls: type, message: str, details: list | None = None) -> api_exceptions.GoogleAPICallError:
-    return cls(message, details=details or [])
-
-
-@pytest.mark.parametrize(
-    ("exc", "outcome"),
-    [
-        (
-            _grpc_error(api_exceptions.ResourceExhausted, "quota", [error_details_pb2.ErrorInfo(reason="RATE")]),
-            TargetThrottled,
-        ),
-        (
-            _grpc_error(api_exceptions.ServiceUnavailable, "down", [error_details_pb2.ErrorInfo(reason="X")]),
-            TargetOutcomeUnknown,
-        ),
-        (
-            _grpc_error(api_exceptions.InternalServerError, "oops", [error_details_pb2.ErrorInfo(reason="X")]),
-            TargetOutcomeUnknown,
-        ),
-        (_grpc_error(api_exceptions.MethodNotImplemented, "no such method"), TargetFailed),
-        (_grpc_error(api_exceptions.ServiceUnavailable, "Socket closed"), TargetOutcomeUnknown),
-        (
-            _grpc_error(api_exceptions.ServiceUnavailable, "failed to connect to all addresses; last error: refused"),
-            TargetFailed,
-        ),
-        (_grpc_error(api_exceptions.DeadlineExceeded, "Deadline Exceeded"), TargetOutcomeUnknown),
-        (_grpc_error(api_exceptions.Cancelled, "cancelled"), TargetOutcomeUnknown),
-        (_grpc_error(api_exceptions.PermissionDenied, "Permission 'workflows.executions.create' denied"), TargetFailed),
-        (_grpc_error(api_exceptions.NotFound, "workflow not found"), TargetFailed),
-        (_grpc_error(api_exceptions.InvalidArgument, "bad argument"), TargetFailed),
-    ],
-)
-def test_grpc_errors(exc: api_exceptions.GoogleAPICallError, outcome: type) -> None:
-    result = outcome_for_grpc_error("create an execution", exc)
-    assert type(result) is outcome
-    assert exc.message in result.message
-
-
-def test_grpc_throttle_delay_from_retry_info() -> None:
-    exc = _grpc_error(
-        api_exceptions.ResourceExhausted,
-        "quota",
-        [error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=9))],
-    )
-    assert outcome_for_grpc_error("x", exc).retry_after == 9
-
-
 def test_no_credentials_means_nothing_was_sent() -> None:
     with pytest.raises(TargetFailed, match="could not get Google credentials"), translated("run job"):
         raise RefreshError("metadata server unreachable")
@@ -179,17 +110,10 @@ def test_no_credentials_means_nothing_was_sent() -> None:
 @pytest.mark.parametrize(
     "exc",
     [
-        api_exceptions.PermissionDenied("run.executions.list denied"),
-        api_exceptions.ResourceExhausted("quota"),
         httpx.ConnectError("refused"),
+        httpx.ReadTimeout("slow"),
     ],
 )
 def test_reconciliation_failures_never_release_the_claim(exc: Exception) -> None:
     with pytest.raises(TargetOutcomeUnknown, match="cannot tell whether this run already started"), reconciling("list"):
         raise exc
-
-
-def test_grpc_endpoints() -> None:
-    assert grpc_target(None, "workflowexecutions.googleapis.com") == ("workflowexecutions.googleapis.com:443", True)
-    assert grpc_target("http://127.0.0.1:8085", "x") == ("127.0.0.1:8085", False)
-    assert grpc_target("https://private.example.com", "x") == ("private.example.com:443", True)
