@@ -238,15 +238,6 @@ async def test_inserting_a_run_again_answers_its_existing_job(bigquery, http, me
     assert bigquery.created_for(request.run_id) == [first]
 
 
-async def test_a_409_whose_job_cannot_be_read_is_unknown(bigquery, http, metadata) -> None:
-    target = target_for(bigquery, http, metadata)
-    request = new_request()
-    await target.dispatch(request)
-    bigquery.fail(GET, "INTERNAL", "An internal error occurred and the request could not be completed.")
-    with pytest.raises(TargetOutcomeUnknown, match="already exists; read it"):
-        await target.dispatch(request)
-
-
 async def test_reconcile_finds_the_runs_job_by_its_id_and_nothing_for_another_run(bigquery, http, metadata) -> None:
     target = target_for(bigquery, http, metadata)
     bigquery.add_unrelated_jobs(PROJECT, 5)
@@ -262,13 +253,6 @@ async def test_reconcile_looks_in_the_routes_location(bigquery, http, metadata) 
     await target_for(bigquery, http, metadata, location="EU").dispatch(request)
     assert await target_for(bigquery, http, metadata, location="US").reconcile(request) is None
     assert await target_for(bigquery, http, metadata, location="EU").reconcile(request) is not None
-
-
-@pytest.mark.parametrize("code", ["PERMISSION_DENIED", "INTERNAL", "INVALID_ARGUMENT"])
-async def test_reconcile_that_cannot_read_is_unknown_never_none(bigquery, http, metadata, code: str) -> None:
-    bigquery.fail(GET, code, "cannot read jobs")
-    with pytest.raises(TargetOutcomeUnknown, match="cannot tell"):
-        await target_for(bigquery, http, metadata).reconcile(new_request())
 
 
 async def test_is_running_until_the_job_is_done(bigquery, http, metadata) -> None:

@@ -21,7 +21,7 @@ import yaml
 
 from runonce.routes import parse_routes
 from runonce.settings import ConfigError
-from runonce.targets import TARGET_TYPES, DispatchRequest, TargetFailed, TargetOutcomeUnknown, TargetThrottled
+from runonce.targets import TARGET_TYPES, DispatchRequest, TargetFailed, TargetOutcomeUnknown
 from runonce.targets import google_api_discovery as discovery
 from runonce.targets.google_api import (
     GoogleApiTarget,
@@ -34,7 +34,6 @@ from runonce.targets.google_api import (
 from tests.fakes.discovery_apis import (
     BATCH_CREATE,
     BATCH_GET,
-    DATAPROC_CREATE,
     DATAPROC_GET,
     FakeBatch,
     FakeDataproc,
@@ -625,29 +624,6 @@ async def test_409_aborted_is_a_refusal_not_the_runs_execution(batch, http, meta
     assert batch.created_for(f"r{request.run_id[:62]}") == []
 
 
-@pytest.mark.parametrize(
-    ("code", "http_status", "outcome"),
-    [
-        ("RESOURCE_EXHAUSTED", None, TargetThrottled),
-        ("RESOURCE_EXHAUSTED", 403, TargetThrottled),
-        ("INVALID_ARGUMENT", None, TargetFailed),
-        ("PERMISSION_DENIED", None, TargetFailed),
-        ("NOT_FOUND", None, TargetFailed),
-        ("INTERNAL", None, TargetOutcomeUnknown),
-        ("UNAVAILABLE", None, TargetOutcomeUnknown),
-        ("DEADLINE_EXCEEDED", None, TargetOutcomeUnknown),
-        ("UNIMPLEMENTED", 501, TargetFailed),
-    ],
-)
-async def test_each_answer_of_the_create_is_its_outcome(dataproc, http, metadata, code, http_status, outcome) -> None:
-    target = target_for(SPARK, dataproc.url, http, metadata)
-    dataproc.fail(DATAPROC_CREATE, code, f"says {code}", http_status=http_status, retry_after="9")
-    with pytest.raises(outcome, match=f"call dataproc.projects.locations.batches.create: HTTP .*says {code}") as caught:
-        await target.dispatch(new_request())
-    if outcome is TargetThrottled:
-        assert caught.value.retry_after == 9
-
-
 async def test_a_re_sent_request_id_is_the_same_operation(dataproc, http, metadata) -> None:
     target = target_for(SPARK, dataproc.url, http, metadata)
     request = new_request()
@@ -672,14 +648,6 @@ async def test_reconcile_finds_the_runs_resource_and_nothing_for_another_run(bat
     await target.dispatch(request)
     assert await target.reconcile(request) == f"v1/{job_of(request)}"
     assert await target.reconcile(new_request()) is None
-
-
-@pytest.mark.parametrize("code", ["PERMISSION_DENIED", "INTERNAL", "INVALID_ARGUMENT"])
-async def test_reconcile_that_cannot_read_is_unknown_never_none(batch, http, metadata, code: str) -> None:
-    target = target_for(BATCH, batch.url, http, metadata)
-    batch.fail(BATCH_GET, code, "no")
-    with pytest.raises(TargetOutcomeUnknown, match="cannot tell whether this run already started"):
-        await target.reconcile(new_request())
 
 
 async def test_is_running_reads_the_field_of_the_reconcile_answer(batch, http, metadata) -> None:

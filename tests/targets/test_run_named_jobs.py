@@ -24,7 +24,6 @@ from runonce.targets import (
     TargetError,
     TargetFailed,
     TargetOutcomeUnknown,
-    TargetThrottled,
     engine,
 )
 from runonce.targets.engine import request_id_for, run_hex
@@ -294,18 +293,6 @@ async def test_a_run_without_a_schedule_time_gets_only_its_run_id(kind, fakes, h
     assert "RUNONCE_SCHEDULE_TIME" not in text and '"schedule_time"' not in text and '"ds"' not in text
 
 
-async def test_a_second_dispatch_of_the_same_run_is_the_same_execution(kind, fakes, http, metadata) -> None:
-    """The create again, with the same id: the API answers 409 (or, on a repeated requestId, the
-    first answer), and the run has the one execution either way."""
-    fake = fakes[kind.type]
-    target = target_for(kind, fakes, http, metadata)
-    request = new_request()
-    first = await target.dispatch(request)
-    again = await target.dispatch(request)
-    assert again == first
-    assert created_for(fake, request) == [first]
-
-
 async def test_a_delivery_body_is_refused_before_anything_is_sent(kind, fakes, http, metadata) -> None:
     fake = fakes[kind.type]
     calls = fake.calls[kind.create]
@@ -317,34 +304,6 @@ async def test_a_delivery_body_is_refused_before_anything_is_sent(kind, fakes, h
 # --- how answers become outcomes -----------------------------------------------------------------
 
 
-async def test_409_already_exists_adopts_the_runs_execution(kind, fakes, http, metadata) -> None:
-    fake = fakes[kind.type]
-    target = target_for(kind, fakes, http, metadata)
-    request = new_request()
-    fake.drop_after_create(kind.create)
-    with pytest.raises(TargetOutcomeUnknown, match="no answer"):
-        await target.dispatch(request)
-    [created] = created_for(fake, request)
-    fake.fail(kind.create, "ALREADY_EXISTS", "already exists")
-    if TARGET_TYPES[kind.type].adapter.FIND_BEFORE_CREATE:
-        fake.lag_lists(1)  # the lookup before the launch does not see it yet: the launch answers 409
-    assert await target.dispatch(request) == created
-    assert created_for(fake, request) == [created]
-
-
-async def test_409_whose_execution_cannot_be_read_yet_is_unknown(kind, fakes, http, metadata) -> None:
-    fake = fakes[kind.type]
-    target = target_for(kind, fakes, http, metadata)
-    request = new_request()
-    fake.fail(kind.create, "ALREADY_EXISTS", "already exists")
-    if kind.type == "dataflow_flex_template":
-        fake.lag_lists(1)
-    else:
-        kind.lag(fake)
-    with pytest.raises(TargetOutcomeUnknown, match="cannot be read yet"):
-        await target.dispatch(request)
-
-
 async def test_409_aborted_is_a_conflict_that_created_nothing(kind, fakes, http, metadata) -> None:
     fake = fakes[kind.type]
     fake.fail(kind.create, "ABORTED", "Concurrent modification, try again", http_status=409)
@@ -354,58 +313,7 @@ async def test_409_aborted_is_a_conflict_that_created_nothing(kind, fakes, http,
     assert created_for(fake, request) == []
 
 
-@pytest.mark.parametrize(
-    ("code", "http_status", "outcome"),
-    [
-        ("RESOURCE_EXHAUSTED", None, TargetThrottled),
-        ("RESOURCE_EXHAUSTED", 403, TargetThrottled),  # the status, whatever the code
-        ("INVALID_ARGUMENT", None, TargetFailed),
-        ("FAILED_PRECONDITION", None, TargetFailed),
-        ("UNAUTHENTICATED", None, TargetFailed),
-        ("PERMISSION_DENIED", None, TargetFailed),
-        ("NOT_FOUND", None, TargetFailed),
-        ("INTERNAL", None, TargetOutcomeUnknown),
-        ("UNAVAILABLE", None, TargetOutcomeUnknown),
-        ("DEADLINE_EXCEEDED", None, TargetOutcomeUnknown),
-    ],
-)
-async def test_each_answer_of_the_create_is_its_outcome(
-    kind, fakes, http, metadata, code: str, http_status: int | None, outcome: type
-) -> None:
-    fake = fakes[kind.type]
-    fake.fail(kind.create, code, f"the API says {code}", http_status=http_status, retry_after="7")
-    request = new_request()
-    with pytest.raises(outcome) as caught:
-        await target_for(kind, fakes, http, metadata).dispatch(request)
-    assert type(caught.value) is outcome
-    assert f"the API says {code}" in caught.value.message
-    assert caught.value.message.startswith(f"create {TARGET_TYPES[kind.type].adapter.NOUN} ")
-    if outcome is TargetThrottled:
-        assert caught.value.retry_after == 7
-    assert created_for(fake, request) == []
-
-
-async def test_nothing_sent_when_the_api_cannot_be_reached(kind, fakes, http, metadata) -> None:
-    """Released at once, except where every create is preceded by a lookup (Dataflow): a lookup
-    that cannot read keeps the claim, since an earlier attempt may have launched the run's job."""
-    target = target_for(kind, fakes, http, metadata, endpoint=f"http://127.0.0.1:{free_port()}")
-    outcome = TargetOutcomeUnknown if TARGET_TYPES[kind.type].adapter.FIND_BEFORE_CREATE else TargetFailed
-    with pytest.raises(outcome, match="nothing was sent"):
-        await target.dispatch(new_request())
-
-
 # --- reconciliation and the running check ----------------------------------------------------------
-
-
-async def test_reconcile_finds_nothing_for_a_run_never_created(kind, fakes, http, metadata) -> None:
-    assert await target_for(kind, fakes, http, metadata).reconcile(new_request()) is None
-
-
-@pytest.mark.parametrize("code", ["PERMISSION_DENIED", "INTERNAL", "RESOURCE_EXHAUSTED"])
-async def test_a_reconciliation_that_cannot_read_is_unknown(kind, fakes, http, metadata, code: str) -> None:
-    fakes[kind.type].fail(kind.lookup, code, "the lookup fails")
-    with pytest.raises(TargetOutcomeUnknown, match=r"cannot tell whether this run already started.*the lookup fails"):
-        await target_for(kind, fakes, http, metadata).reconcile(new_request())
 
 
 RUNNING = {
