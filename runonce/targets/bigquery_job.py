@@ -70,7 +70,7 @@ def _check_query(query: Any) -> None:
             "configuration.query: parameterMode must be NAMED (runonce adds named parameters; got {mode})",
             mode=query["parameterMode"],
         )
-    parameters = query.get("queryParameters", [])
+    parameters = query.get("queryParameters") or []
     if not isinstance(parameters, list) or not all(isinstance(p, dict) for p in parameters):
         raise _config_error("configuration.query.queryParameters must be a list of parameters")
     for parameter in parameters:
@@ -123,7 +123,7 @@ class BigQueryJobTargetConfig(BaseModel):
             raise _config_error(f"configuration.{kinds[0]} must be a mapping")
         if value.get("dryRun"):
             raise _config_error("dryRun creates no job, so a run would start nothing")
-        labels = value.get("labels", {})
+        labels = value.get("labels") or {}
         if not isinstance(labels, dict):
             raise _config_error("configuration.labels must be a mapping")
         check_labels(labels, MAX_LABELS)
@@ -163,12 +163,14 @@ class BigQueryJobTarget(GoogleEngineTarget[BigQueryJobTargetConfig]):
     def job(self, request: DispatchRequest) -> dict[str, Any]:
         """The `Job` that jobs.insert receives for this run."""
         configuration = copy.deepcopy(self.config.configuration)
-        configuration["labels"] = {**configuration.get("labels", {}), RUN_ID_LABEL: run_id_label(request.run_id)}
+        labels = configuration.get("labels") or {}  # null: absent
+        configuration["labels"] = {**labels, RUN_ID_LABEL: run_id_label(request.run_id)}
         query = configuration.get("query")
         if query is not None:
-            query.setdefault("useLegacySql", False)
+            if query.get("useLegacySql") is None:
+                query["useLegacySql"] = False
             query["parameterMode"] = "NAMED"
-            query["queryParameters"] = [*query.get("queryParameters", []), *run_parameters(request)]
+            query["queryParameters"] = [*(query.get("queryParameters") or []), *run_parameters(request)]
         reference = {
             "projectId": self.config.project,
             "jobId": job_id_for(request.run_id),

@@ -231,14 +231,15 @@ def wire(value: Any) -> str:
 def build_path(document: ApiDocument, method: ApiMethod, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """(the call's path relative to the API's root, its query parameters)."""
     path = method.path
-    for name in method.path_parameters():
+    in_path = method.path_parameters()
+    for name in in_path:
         value = wire(params[name])
         path = path.replace(f"{{+{name}}}", quote(value, safe=RESERVED_KEPT))
         path = path.replace(f"{{{name}}}", quote(value, safe=""))
     query = {
         name: [wire(v) for v in value] if isinstance(value, list) else wire(value)
         for name, value in params.items()
-        if name not in method.path_parameters()
+        if name not in in_path
     }
     return document.service_path + path, query
 
@@ -350,6 +351,7 @@ class GoogleEngineTarget(Target, Generic[ConfigT]):
         self._auth = auth
         self.document = load(self.api())
         self._base = rest_base_url(endpoint, self.default_endpoint())
+        self._methods: dict[str, ApiMethod] = {}
 
     def api(self) -> str:
         """The route's discovery document: the preset's `API`."""
@@ -427,11 +429,18 @@ class GoogleEngineTarget(Target, Generic[ConfigT]):
 
     # --- the engine -------------------------------------------------------------------------------
 
+    def method_of(self, call: Call) -> ApiMethod:
+        """The document's method of `call`, looked up once per method for the process."""
+        method = self._methods.get(call.method)
+        if method is None:
+            found = self.document.method(call.method)
+            assert found is not None, call.method  # checked at start-up (presets.check_route)
+            method = self._methods[call.method] = found
+        return method
+
     def url_of(self, call: Call) -> str:
         """The call as a relative URL (path and query)."""
-        method = self.document.method(call.method)
-        assert method is not None, call.method  # the preset's own methods; tests/targets hold them to the document
-        return relative_url(*build_path(self.document, method, call.params))
+        return relative_url(*build_path(self.document, self.method_of(call), call.params))
 
     async def send(self, http_method: str, url: str, action: str, body: dict[str, Any] | None = None) -> httpx.Response:
         """One authenticated call (`url` relative to the API's base); the answer whatever its status."""
@@ -442,9 +451,7 @@ class GoogleEngineTarget(Target, Generic[ConfigT]):
             )
 
     async def send_call(self, call: Call, action: str) -> httpx.Response:
-        method = self.document.method(call.method)
-        assert method is not None, call.method
-        return await self.send(method.http_method, self.url_of(call), action, call.body)
+        return await self.send(self.method_of(call).http_method, self.url_of(call), action, call.body)
 
     async def dispatch(self, request: DispatchRequest) -> str:
         action = self.describe(request)

@@ -75,8 +75,11 @@ def check_route(adapter: type[GoogleEngineTarget[Any]], config: Any) -> None:
     target = adapter(config, None, None)  # type: ignore[arg-type]  # no clients: it only builds calls
     document = target.document
     for request in sample_requests():
-        listing = target.list_call(request)
-        calls = [target.create_call(request), target.lookup_call(request), listing.call if listing else None]
+        try:
+            listing = target.list_call(request)
+            calls = [target.create_call(request), target.lookup_call(request), listing.call if listing else None]
+        except (AttributeError, KeyError, TypeError, IndexError) as exc:  # a shape the config's checks let through
+            raise config_error(f"the request cannot be built from this route ({type(exc).__name__}: {exc})") from None
         for call in [call for call in calls if call is not None]:
             method = document.method(call.method)
             if method is None:

@@ -10,7 +10,9 @@ Per-target behaviour (what the call carries, the config rules) stays in each tar
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import json
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,6 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
+from runonce.routes import parse_routes
+from runonce.settings import ConfigError
 from runonce.targets import (
     TARGET_TYPES,
     DispatchRequest,
@@ -176,7 +180,9 @@ async def case(request: pytest.FixtureRequest, metadata, fakes) -> AsyncIterator
     preset, fake = PRESETS[request.param], fakes[request.param]
     entry = TARGET_TYPES[request.param]
     async with httpx.AsyncClient(timeout=TIMEOUT_SECONDS) as http:
-        target = entry.build(entry.config.model_validate(preset.target), _Context(http, metadata), fake.url)
+        target = entry.build(
+            entry.config.model_validate(preset.target), _Context(http, MetadataTokenAuth(metadata.host)), fake.url
+        )
         assert isinstance(target, GoogleEngineTarget)
         yield Case(request.param, preset, fake, target)
     fake.create_delay = 0.0
@@ -186,12 +192,10 @@ async def case(request: pytest.FixtureRequest, metadata, fakes) -> AsyncIterator
 
 @dataclass
 class _Context:
-    http: httpx.AsyncClient
-    metadata: FakeMetadataServer
+    """What a target's builder takes: the HTTP client and the credentials."""
 
-    @property
-    def google_auth(self) -> MetadataTokenAuth:
-        return MetadataTokenAuth(self.metadata.host)
+    http: httpx.AsyncClient
+    google_auth: Any
 
 
 def new_request(attempt: int = 1) -> DispatchRequest:
@@ -317,7 +321,94 @@ async def test_an_api_that_cannot_be_reached_was_sent_nothing(case: Case, metada
     that cannot read keeps the claim, since an earlier attempt may have created the run's job."""
     entry = TARGET_TYPES[case.name]
     async with httpx.AsyncClient(timeout=TIMEOUT_SECONDS) as http:
-        unreachable = entry.build(case.target.config, _Context(http, metadata), f"http://127.0.0.1:{free_port()}")
+        unreachable = entry.build(
+            case.target.config, _Context(http, MetadataTokenAuth(metadata.host)), f"http://127.0.0.1:{free_port()}"
+        )
         outcome = TargetOutcomeUnknown if case.target.FIND_BEFORE_CREATE else TargetFailed
         with pytest.raises(outcome, match="could not connect, nothing was sent"):
             await unreachable.dispatch(new_request())
+
+
+# --- start-up: every preset route is held to its API's discovery document --------------------------
+
+START_UP_MISTAKES = [
+    ("batch_job", ("job", "taskGroups", 0, "taskCount"), "many", "job.taskGroups[0].taskCount: expected an int64"),
+    ("batch_job", ("job", "logsPolicy"), {"destinaton": "CLOUD_LOGGING"}, "job.logsPolicy: LogsPolicy has no field"),
+    (
+        "dataflow_flex_template",
+        ("launch_parameter", "environment", "maxWorkers"),
+        "four",
+        "launch_parameter.environment.maxWorkers: expected an integer",
+    ),
+    ("dataproc_batch", ("batch", "runtimeConfig", "version"), 2.2, "batch.runtimeConfig.version: expected a string"),
+    ("vertex_pipeline_job", ("pipeline_job", "displayName"), 5, "pipeline_job.displayName: expected a string"),
+    (
+        "bigquery_job",
+        ("configuration", "query", "useQueryCache"),
+        "yes",
+        "configuration.query.useQueryCache: expected a boolean",
+    ),
+]
+
+
+@pytest.mark.parametrize(("kind", "path", "value", "expected"), START_UP_MISTAKES)
+def test_a_route_the_api_would_refuse_is_refused_at_start_up_in_one_line(
+    kind: str, path: tuple[Any, ...], value: Any, expected: str
+) -> None:
+    """The preset's call, built from sample runs, is checked with the same document checks as a
+    `google_api` route: the field named as the route writes it, never a traceback."""
+    target = copy.deepcopy(PRESETS[kind].target)
+    holder = target
+    for part in path[:-1]:
+        holder = holder[part]
+    holder[path[-1]] = value
+    with pytest.raises(ConfigError) as caught:
+        parse_routes(json.dumps({"routes": {"r": {"target": target}}}), "routes file r.yaml")
+    message = str(caught.value)
+    assert message.startswith("routes file r.yaml: route 'r': field 'target': ")
+    assert expected in message
+    assert len(message.splitlines()) == 1
+
+
+@pytest.mark.parametrize("kind", sorted(PRESETS))
+def test_every_preset_route_of_the_suite_loads(kind: str) -> None:
+    parse_routes(json.dumps({"routes": {"r": {"target": PRESETS[kind].target}}}), "routes file r.yaml")
+
+
+NULLED = {  # an empty YAML key (its children commented out) is null: proto3's "absent"
+    "batch_job": ("job", "taskGroups", 0, "taskSpec", "environment"),
+    "dataflow_flex_template": ("launch_parameter", "environment"),
+    "dataproc_batch": ("batch", "runtimeConfig"),
+    "vertex_pipeline_job": ("pipeline_job", "runtimeConfig"),
+    "bigquery_job": ("configuration", "labels"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(NULLED))
+async def test_an_empty_yaml_key_is_absent_and_every_delivery_still_works(kind: str) -> None:
+    target = copy.deepcopy(PRESETS[kind].target)
+    holder = target
+    path = NULLED[kind]
+    for part in path[:-1]:
+        holder = holder[part]
+    holder[path[-1]] = None
+    [route] = parse_routes(json.dumps({"routes": {"r": {"target": target}}}), "routes file r.yaml").values()
+    sent: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(200, json={"name": "n", "job": {"id": "j"}, "jobs": []})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as http:
+        adapter = TARGET_TYPES[kind].build(
+            route.target, _Context(http, FakeMetadataServer.__new__(FakeMetadataServer)), None
+        )
+        adapter._auth = _NoAuth()  # type: ignore[attr-defined]  # no credentials needed by the transport
+        request = new_request()
+        await adapter.dispatch(request)
+    assert request.run_id[:63] in sent[-1].content.decode()  # the run's label, at least, was sent
+
+
+class _NoAuth:
+    async def access_token(self) -> str:
+        return "token"
