@@ -31,13 +31,11 @@ from runonce.targets.google_api import (
     placeholder_problem,
     run_uuid,
 )
-from tests.fakes.discovery_apis import (
-    BATCH_CREATE,
-    BATCH_GET,
-    DATAPROC_GET,
-    FakeBatch,
-    FakeDataproc,
-)
+from tests.fakes.batch import CREATE as BATCH_CREATE
+from tests.fakes.batch import GET as BATCH_GET
+from tests.fakes.batch import FakeBatch
+from tests.fakes.dataproc import GET as DATAPROC_GET
+from tests.fakes.dataproc import FakeDataproc
 from tests.fakes.metadata import FakeMetadataServer, MetadataTokenAuth
 from tests.support import discovery_vendor
 from tests.support.procs import REPO
@@ -598,7 +596,7 @@ async def test_a_taken_id_is_adopted_by_reconcile_or_as_the_call(batch, http, me
     assert (batch.calls[BATCH_CREATE], batch.calls[BATCH_GET]) == (creates + 1, gets + 1)
     without = target_for(with_changes(BATCH, {"reconcile": None, "running": None}), batch.url, http, metadata)
     assert await without.dispatch(request) == f"v1/{PARENT}/jobs?jobId=r{request.run_id[:62]}"
-    assert len(batch.created_for(f"r{request.run_id[:62]}")) == 1
+    assert len(batch.created_with_id(f"r{request.run_id[:62]}")) == 1
 
 
 async def test_a_taken_id_that_reconcile_cannot_find_is_unknown(batch, http, metadata) -> None:
@@ -621,7 +619,7 @@ async def test_409_aborted_is_a_refusal_not_the_runs_execution(batch, http, meta
     batch.fail(BATCH_CREATE, "ABORTED", "concurrent modification", http_status=409)
     with pytest.raises(TargetFailed, match="HTTP 409 ABORTED: concurrent modification"):
         await target.dispatch(request)
-    assert batch.created_for(f"r{request.run_id[:62]}") == []
+    assert batch.created_with_id(f"r{request.run_id[:62]}") == []
 
 
 async def test_a_re_sent_request_id_is_the_same_operation(dataproc, http, metadata) -> None:
@@ -631,7 +629,7 @@ async def test_a_re_sent_request_id_is_the_same_operation(dataproc, http, metada
     assert first.startswith("projects/runonce-test/regions/us-central1/operations/")
     assert await target.dispatch(request) == first
     assert await target.reconcile(request) is None
-    [created] = dataproc.created_for(f"b{request.run_id[:62]}")
+    [created] = dataproc.created_with_id(f"b{request.run_id[:62]}")
     [sent] = [c for c in dataproc.created if c.resource == created]
     assert sent.data["body"] == {"pysparkBatch": {"mainPythonFileUri": "gs://p/etl.py"}}
     dataproc.forget_request_ids()
@@ -660,10 +658,10 @@ async def test_is_running_reads_the_field_of_the_reconcile_answer(batch, http, m
     batch.finish(job_of(request), "SUCCEEDED")
     assert await target.is_running(resource) is False
     assert await target.is_running(f"v1/{PARENT}/jobs/gone") is False  # deleted: not running
-    batch.jobs[job_of(request)]["status"] = {}
+    batch.resources[job_of(request)]["status"] = {}
     with pytest.raises(TargetOutcomeUnknown, match=r"no status\.state in the answer"):
         await target.is_running(resource)
-    del batch.jobs[job_of(request)]["status"]
+    del batch.resources[job_of(request)]["status"]
     with pytest.raises(TargetOutcomeUnknown, match=r"no status\.state in the answer"):
         await target.is_running(resource)
     batch.fail(BATCH_GET, "PERMISSION_DENIED", "no")
