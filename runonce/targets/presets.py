@@ -17,7 +17,7 @@ from typing import Annotated, Any, ClassVar, TypeVar
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
-from runonce.targets.base import DispatchRequest, TargetOutcomeUnknown
+from runonce.targets.base import DispatchRequest, TargetError, TargetOutcomeUnknown
 from runonce.targets.engine import Call, GoogleEngineTarget, request_id_for, run_hex
 from runonce.targets.google import PROJECT, RUN_ID_LABEL, check_labels, run_id_label
 from runonce.targets.google_api import SAMPLE_RUN_IDS, SAMPLE_SCHEDULE_TIME, check_params
@@ -78,6 +78,8 @@ def check_route(adapter: type[GoogleEngineTarget[Any]], config: Any) -> None:
         try:
             listing = target.list_call(request)
             calls = [target.create_call(request), target.lookup_call(request), listing.call if listing else None]
+        except TargetError as exc:  # a run of this route could never be sent (an argument over the API's limit)
+            raise config_error(exc.message.split(": ", 1)[-1]) from None
         except (AttributeError, KeyError, TypeError, IndexError) as exc:  # a shape the config's checks let through
             raise config_error(f"the request cannot be built from this route ({type(exc).__name__}: {exc})") from None
         for call in [call for call in calls if call is not None]:

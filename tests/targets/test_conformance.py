@@ -412,3 +412,10 @@ async def test_an_empty_yaml_key_is_absent_and_every_delivery_still_works(kind: 
 class _NoAuth:
     async def access_token(self) -> str:
         return "token"
+
+
+def test_a_route_no_run_of_which_could_be_sent_is_refused_at_start_up() -> None:
+    """A Workflows argument over the API's 32 KiB would fail every delivery: refused in one line."""
+    target = {**PRESETS["workflows"].target, "argument": {"blob": "x" * 40000}}
+    with pytest.raises(ConfigError, match=r"field 'target': the argument is over the API's 32768 bytes$"):
+        parse_routes(json.dumps({"routes": {"r": {"target": target}}}), "routes file r.yaml")
