@@ -3,7 +3,8 @@ against its fake (which holds every request to the API's discovery document), th
 run meets: a lost answer, a 5xx after the create, ALREADY_EXISTS, 429, a 4xx, a hang past the
 dispatch timeout, a lookup that cannot read, and a run whose record was lost.
 
-What each case asserts is what a user notices: whether the claim is kept (unknown) or released
+Each row of the outcome table is tested code by code in test_google_outcomes.py; here a few codes
+of each row run through every target. What each case asserts is what a user notices: whether the claim is kept (unknown) or released
 (throttled, failed), and that a retry finds the run's one execution instead of starting a second.
 Per-target behaviour (what the call carries, the config rules) stays in each target's own tests.
 """
@@ -231,7 +232,7 @@ async def test_a_lost_answer_keeps_the_claim_and_the_retry_finds_the_execution(c
     assert await case.target.reconcile(retry_of(request)) == created
 
 
-@pytest.mark.parametrize("code", ["INTERNAL", "UNAVAILABLE", "DEADLINE_EXCEEDED"])
+@pytest.mark.parametrize("code", ["UNAVAILABLE", "DEADLINE_EXCEEDED"])
 async def test_a_5xx_after_the_create_keeps_the_claim(case: Case, code: str) -> None:
     request = new_request()
     case.fake.fail_after_create(case.preset.create, code, "the API broke after creating it")
@@ -285,7 +286,7 @@ async def test_throttling_releases_the_claim_with_the_apis_delay(case: Case, cod
     assert case.executions(request) == []
 
 
-@pytest.mark.parametrize("code", ["INVALID_ARGUMENT", "PERMISSION_DENIED", "NOT_FOUND", "FAILED_PRECONDITION"])
+@pytest.mark.parametrize("code", ["INVALID_ARGUMENT", "PERMISSION_DENIED"])
 async def test_a_4xx_releases_the_claim_with_the_apis_message(case: Case, code: str) -> None:
     request = new_request()
     case.fake.fail(case.preset.create, code, f"the API says {code}")
@@ -294,7 +295,7 @@ async def test_a_4xx_releases_the_claim_with_the_apis_message(case: Case, code: 
     assert case.executions(request) == []
 
 
-@pytest.mark.parametrize("code", ["PERMISSION_DENIED", "INTERNAL", "RESOURCE_EXHAUSTED"])
+@pytest.mark.parametrize("code", ["PERMISSION_DENIED", "INTERNAL"])
 async def test_a_lookup_that_cannot_read_keeps_the_claim(case: Case, code: str) -> None:
     request = new_request()
     await case.target.dispatch(request)
