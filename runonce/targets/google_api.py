@@ -55,6 +55,7 @@ from runonce.targets.google import (
     reading,
     reconciling,
 )
+from runonce.targets.endpoints import endpoint_problem
 from runonce.targets.google_api_discovery import ApiDocument, ApiMethod, DocumentNotFound, load
 from runonce.targets.registry import TargetType
 
@@ -291,8 +292,18 @@ class GoogleApiTargetConfig(BaseModel):
     reconcile: ReconcileConfig | None = None
     running: RunningConfig | None = None
     endpoint: str | None = Field(
-        None, description="Base URL instead of Google's (http://HOST:PORT: plaintext, for tests and emulators)."
+        None,
+        description="Base URL instead of Google's: https:// to a host under googleapis.com, or http:// to a "
+        "loopback address (plaintext, for local fakes); an origin without path, query or user.",
     )
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        problem = endpoint_problem(value) if value is not None else None
+        if problem:
+            raise _error("{problem}", problem=problem)
+        return value
 
     @field_validator("api")
     @classmethod
