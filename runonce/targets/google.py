@@ -60,11 +60,8 @@ LABEL_KEY_PATTERN = r"[a-z][a-z0-9_-]{0,62}"
 """A label key in ASCII (match it whole, `re.fullmatch`); `label_problem` also takes international
 lower-case letters, as Google's label rule does."""
 LABEL_VALUE_PATTERN = r"[a-z0-9_-]{0,63}"
-LABEL_RULE = (
-    "keys 1-63 characters and values 0-63 characters of lower-case letters (international ones too), digits, "
-    "'_' and '-', a key starting with a letter"
-)
-"""Google's label rule (Compute Engine's, which the other APIs share), in words."""
+INTERNATIONAL = " (international lower-case letters count as letters)"
+"""Google's label rule (Compute Engine's, which the other APIs share) allows them."""
 RUN_ID_LABEL = "runonce-run-id"
 MAX_LABEL_CHARACTERS = 63
 
@@ -89,14 +86,12 @@ def label_problem(key: object, value: object) -> str | None:
     are checked, so a value ending in a newline is refused too."""
     if not isinstance(key, str):
         return f"label key {key!r} is a {type(key).__name__}: a key is text (quote it in YAML: '{key}')"
-    if not (
-        1 <= len(key) <= MAX_LABEL_CHARACTERS and _label_letter(key[0]) and all(map(_label_character, key))
-    ):
-        return f"label key {key!r}: {LABEL_RULE}"
+    if not (1 <= len(key) <= MAX_LABEL_CHARACTERS and _label_letter(key[0]) and all(map(_label_character, key))):
+        return f"label key {key!r}: 1-63 characters of a-z 0-9 _ -, starting with a letter{INTERNATIONAL}"
     if not isinstance(value, str):
-        return f"label {key}: value {value!r} is a {type(value).__name__}: a value is text (quote it in YAML)"
+        return f"label {key!r}: value {value!r} is a {type(value).__name__}: a value is text (quote it in YAML)"
     if not (len(value) <= MAX_LABEL_CHARACTERS and all(map(_label_character, value))):
-        return f"label {key}: value {value!r}: {LABEL_RULE}"
+        return f"label {key!r}: value {value!r} must be at most 63 characters of a-z 0-9 _ -{INTERNATIONAL}"
     return None
 
 
@@ -104,7 +99,9 @@ def check_labels(labels: dict[str, str], max_labels: int) -> dict[str, str]:
     """A route's extra labels for an API's resource, or the first problem as a pydantic error:
     keys and values as Google's labels take them, not `runonce-run-id`, room left for it."""
     if not isinstance(labels, dict):
-        raise PydanticCustomError("label", "labels must be a mapping of key: value, got {kind}", {"kind": type(labels).__name__})
+        raise PydanticCustomError(
+            "label", "labels must be a mapping of key: value, got {kind}", {"kind": type(labels).__name__}
+        )
     for key, value in labels.items():
         if key == RUN_ID_LABEL:
             raise PydanticCustomError("label", "label {key} is set by runonce itself", {"key": repr(key)})
