@@ -186,3 +186,14 @@ def handles_by_api() -> dict[str, dict[str, list[Handle]]]:
                 methods[method_id.removeprefix(f"{document.name}.")] = found
         table[api] = methods
     return table
+
+
+def handles_table() -> str:
+    """The Markdown table of `handles_by_api` that docs/how-to/targets/google_api.md carries."""
+    lines = ["| API | method | what it dedupes on |", "|---|---|---|"]
+    for api, methods in handles_by_api().items():
+        if not methods:
+            lines.append(f"| `{api}` | (none: no method takes a client-chosen id or a requestId) | |")
+        for method, handles in methods.items():
+            lines.append(f"| `{api}` | `{method}` | {', '.join(f'`{handle.path}`' for handle in handles)} |")
+    return "\n".join(lines) + "\n"
