@@ -16,7 +16,7 @@ from click.testing import CliRunner, Result
 
 from runonce.cli import main
 from runonce.routes import parse_routes
-from runonce.settings import ConfigError
+from runonce.settings import ConfigError, load_settings
 from runonce.targets.handles import handles_by_api, handles_table
 from tests.support.procs import REPO
 
@@ -285,37 +285,44 @@ CASES: dict[str, tuple[dict[str, Any], str, str]] = {
         "target",
         "fill params.jobId (resource id) from the run and read the resource it names",
     ),
-    "endpoint: plaintext to another host": (
-        BATCH | {"endpoint": "http://example.com"},
-        "target.endpoint",
+}
+BAD_ENDPOINTS = {
+    "plaintext to another host": (
+        "http://example.com",
         "http:// (plaintext) is only for a loopback address (a local fake), not 'example.com'",
     ),
-    "endpoint: another host": (
-        BATCH | {"endpoint": "https://googleapis.com.evil.example"},
-        "target.endpoint",
-        "host 'googleapis.com.evil.example' is not under googleapis.com",
-    ),
-    "endpoint: path, query, fragment": (
-        BATCH | {"endpoint": "https://batch.googleapis.com/evil/path?x=1#frag"},
-        "target.endpoint",
-        "has a path ('/evil/path')",
-    ),
-    "endpoint: userinfo": (
-        BATCH | {"endpoint": "https://user:hunter2@batch.googleapis.com"},
-        "target.endpoint",
-        "holds a user or password (before '@')",
-    ),
-    "endpoint: file scheme": (
-        BATCH | {"endpoint": "file:///etc/passwd"},
-        "target.endpoint",
-        "scheme file://: only https://",
-    ),
-    "endpoint: port out of range": (
-        BATCH | {"endpoint": "https://batch.googleapis.com:99999"},
-        "target.endpoint",
-        "has no valid port (1-65535)",
-    ),
+    "another host": ("https://googleapis.com.evil.example", "host 'googleapis.com.evil.example' is not under"),
+    "a look-alike host": ("https://evilgoogleapis.com", "host 'evilgoogleapis.com' is not under googleapis.com"),
+    "path, query, fragment": ("https://batch.googleapis.com/evil/path?x=1#frag", "has a path ('/evil/path')"),
+    "query": ("https://batch.googleapis.com?x=1", "has a query"),
+    "fragment": ("http://127.0.0.1:8085#f", "has a fragment"),
+    "userinfo": ("https://user:hunter2@batch.googleapis.com", "holds a user or password (before '@')"),
+    "file scheme": ("file:///etc/passwd", "scheme file://: only https://"),
+    "no scheme": ("batch.googleapis.com", "scheme missing"),
+    "port out of range": ("https://batch.googleapis.com:99999", "has no valid port (1-65535)"),
+    "port zero": ("http://127.0.0.1:0", "port 0 is not from 1 to 65535"),
+    "plaintext to every interface": ("http://0.0.0.0:8085", "not '0.0.0.0'"),
+    "a newline": ("http://127.0.0.1:8085\n", "holds a space, control character or backslash"),
 }
+CASES.update(
+    {
+        f"endpoint: {name}": (BATCH | {"endpoint": url}, "target.endpoint", says)
+        for name, (url, says) in BAD_ENDPOINTS.items()
+    }
+)
+
+
+GOOD_ENDPOINTS = [
+    "https://batch.googleapis.com",
+    "https://batch.googleapis.com/",
+    "https://us-central1-batch.googleapis.com:443",
+    "https://batch-myendpoint.p.googleapis.com",
+    "https://batch.mtls.googleapis.com",
+    "http://127.0.0.1:8085",
+    "http://127.8.9.10:1",
+    "http://[::1]:65535",
+    "http://localhost:8085/",
+]
 
 
 def _refusal(text: str) -> str:
@@ -371,6 +378,22 @@ def test_serve_and_lint_say_the_same_line(case: str, tmp_path: Path) -> None:
     assert allowed in linted.output and "Traceback" not in linted.output
 
 
+@pytest.mark.parametrize("name", BAD_ENDPOINTS)
+def test_an_endpoint_setting_follows_the_same_rule(name: str) -> None:
+    url, says = BAD_ENDPOINTS[name]
+    with pytest.raises(ConfigError) as caught:
+        load_settings(batch_endpoint=url)
+    line = str(caught.value)
+    assert line.startswith("bad settings: RUNONCE_BATCH_ENDPOINT: ") and says in line, line
+    assert "\n" not in line and "hunter2" not in line
+
+
+@pytest.mark.parametrize("url", GOOD_ENDPOINTS)
+def test_google_hosts_and_local_fakes_are_endpoints(url: str) -> None:
+    assert load_settings(batch_endpoint=url).batch_endpoint == url
+    assert parse_routes(routes_yaml(BATCH | {"endpoint": url}), "routes file routes.yaml")
+
+
 # --- what still loads --------------------------------------------------------------------------------
 
 GOOD = {
@@ -380,12 +403,8 @@ GOOD = {
     "bigquery job by jobReference.jobId": BIGQUERY
     | {"reconcile": {"method": "jobs.get", "params": {"projectId": "my-project", "jobId": "q_${run_id}"}}},
     "pubsub topic by its name": TOPIC,
-    "int64 as a number and as digits": changed(BATCH, "body.priority", 10) | {"endpoint": "http://127.0.0.1:8085"},
-    "a null scalar is its default": changed(BATCH, "body.priority", None) | {"endpoint": "http://[::1]:9"},
-    "regional endpoint": BATCH | {"endpoint": "https://us-central1-batch.googleapis.com:443/"},
-    "private endpoint": BATCH | {"endpoint": "https://batch-myendpoint.p.googleapis.com"},
-    "mtls endpoint": BATCH | {"endpoint": "https://batch.mtls.googleapis.com"},
-    "localhost endpoint": BATCH | {"endpoint": "http://localhost:8085"},
+    "int64 as a number": changed(BATCH, "body.priority", 10),
+    "a null scalar is its default": changed(BATCH, "body.priority", None),
 }
 
 
