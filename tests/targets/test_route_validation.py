@@ -394,6 +394,52 @@ def test_google_hosts_and_local_fakes_are_endpoints(url: str) -> None:
     assert parse_routes(routes_yaml(BATCH | {"endpoint": url}), "routes file routes.yaml")
 
 
+# --- the first-class Google targets: each is a preset whose call is checked like a google_api route --
+
+
+def example_target(name: str) -> dict[str, Any]:
+    """The target of the first route of examples/NAME.yaml: a correct route of that type."""
+    routes = yaml.safe_load((REPO / "examples" / f"{name}.yaml").read_text(encoding="utf-8"))["routes"]
+    return dict(next(iter(routes.values()))["target"])
+
+
+PRESET_CASES: dict[str, tuple[str, str, Any, tuple[str, ...]]] = {
+    # class: (example, field, value, words the line holds: the field and what the API allows)
+    "batch: int64 as a word": ("batch_job", "job.taskGroups.0.taskCount", "many", ("taskCount", "int64")),
+    "batch: null environment": ("batch_job", "job.taskGroups.0.taskSpec.environment", None, ("environment", "null")),
+    "batch: unknown field": ("batch_job", "job.logsPolicy", {"destinaton": "CLOUD_LOGGING"}, ("destinaton",)),
+    "batch: label with a newline": ("batch_job", "job.labels", {"team": "media\n"}, ("team", "63 characters")),
+    "batch: label key a number": ("batch_job", "job.labels", {2024: "q4"}, ("2024", "not text")),
+    "dataflow: int32 as a word": (
+        "dataflow_flex_template",
+        "launch_parameter.environment.maxWorkers",
+        "four",
+        ("maxWorkers", "integer"),
+    ),
+    "dataflow: null environment": ("dataflow_flex_template", "launch_parameter.environment", None, ("null",)),
+    "dataproc: label key in upper case": ("dataproc_batch", "batch.labels", {"Team": "data"}, ("Team",)),
+    "dataproc: null map": ("dataproc_batch", "batch.runtimeConfig.properties", None, ("properties", "null")),
+    "vertex: label value with a newline": ("vertex_pipeline_job", "pipeline_job.labels", {"team": "ml\n"}, ("team",)),
+    "vertex: text as a number": (
+        "vertex_pipeline_job",
+        "pipeline_job.runtimeConfig.gcsOutputDirectory",
+        5,
+        ("gcsOutputDirectory", "string"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", PRESET_CASES)
+def test_preset_routes_are_held_to_their_api(case: str) -> None:
+    """A batch_job, dataflow_flex_template, dataproc_batch or vertex_pipeline_job route whose call
+    the API would refuse on every delivery is refused at start-up, in one line naming the field."""
+    example, path, value, words = PRESET_CASES[case]
+    line = _refusal(routes_yaml(changed(example_target(example), path, value)))
+    assert "\n" not in line and line.startswith("routes file routes.yaml: route 'nightly': field 'target"), line
+    for word in words:
+        assert word in line, line
+
+
 # --- what still loads --------------------------------------------------------------------------------
 
 GOOD = {
