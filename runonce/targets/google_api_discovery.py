@@ -19,8 +19,9 @@ Descriptions are dropped, keeping what they state as rules:
 - fields that descriptions name as exclusive ("Only one of `a` or `b` may be set", "Exactly one
   of a, b or c must be set", "a and b are mutually exclusive") keep them as `exclusive` groups on
   their object;
-- a create's `…Id` query parameter that its description calls the new resource's ID ("will become
-  the final component of the resource name", "The ID to use for …") keeps `resourceId`.
+- a create's `…Id` query parameter or body field that its description calls the new resource's ID
+  ("will become the final component of the resource name", "The ID to use for …"), and a `name`
+  the caller may choose ("Optionally caller-specified in CreateTask"), keep `resourceId`.
 
 Values are checked as proto3's JSON mapping takes them: int64 as a number or a string of digits,
 int32 in its range, enums, durations (`3.5s`), RFC 3339 timestamps, base64 bytes, booleans; a
@@ -73,6 +74,8 @@ _RESOURCE_ID = re.compile(
     r"|name of the \w+ becomes",
     re.IGNORECASE,
 )
+_CALLER_NAMED = re.compile(r"\b(?:caller|client|user)[- ](?:specified|chosen)\b", re.IGNORECASE)
+"""A resource's `name` the caller may choose on create ("Optionally caller-specified in CreateTask")."""
 _NAME = r"`?[A-Za-z_][A-Za-z0-9_]*`?"
 _NAMES = rf"{_NAME}(?:\s*,\s*(?:or\s+|and\s+)?{_NAME})*(?:,?\s+(?:or|and)\s+{_NAME})"
 _EXCLUSIVE = (
@@ -102,7 +105,8 @@ def _reduce_schema(schema: dict[str, Any]) -> dict[str, Any]:
     if "properties" in schema:
         out["properties"] = {name: _reduce_schema(field) for name, field in schema["properties"].items()}
         for name, field in schema["properties"].items():
-            if name.endswith("Id") and _RESOURCE_ID.search(str(field.get("description", ""))):
+            text = str(field.get("description", ""))
+            if (name.endswith("Id") and _RESOURCE_ID.search(text)) or (name == "name" and _CALLER_NAMED.search(text)):
                 out["properties"][name]["resourceId"] = True
         groups = exclusive_groups(schema)
         if groups:

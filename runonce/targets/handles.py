@@ -8,7 +8,8 @@ A method dedupes on what its document says it does, and nothing else:
   same field at the top of the create's request body (`deploymentResourcePoolId`), or BigQuery's
   `<kind>Reference.<kind>Id` in an insert's body (`jobReference.jobId` of `jobs.insert`). A second
   create with the same id answers 409 ALREADY_EXISTS.
-- **the resource's name in a create's path** (`PUT v1/{+name}`, Pub/Sub's `topics.create`).
+- **the resource's name in a create's path** (`PUT v1/{+name}`, Pub/Sub's `topics.create`), or in
+  its body where the document says the caller may choose it (Cloud Tasks' `task.name`).
 - **a `requestId`** the method takes (query parameter or top-level body field): the API answers a
   repeated request id with the first request's result (AIP-155).
 
@@ -59,6 +60,7 @@ ID_RULES: dict[tuple[str, str], IdRule] = {
     ("aiplatform.v1", "pipelineJobId"): IdRule(r"[a-z0-9-]{1,127}", "1-127 characters of a-z 0-9 -"),
     ("bigquery.v2", "jobReference.jobId"): IdRule(r"[A-Za-z0-9_-]{1,1024}", "1-1024 characters of A-Z a-z 0-9 _ -"),
     ("pubsub.v1", "name"): PUBSUB_ID,
+    ("cloudtasks.v2", "task.name"): IdRule(r"[A-Za-z0-9_-]{1,500}", "1-500 characters of A-Z a-z 0-9 _ -"),
 }
 NO_RULE_KINDS = ("request id",)
 """A requestId's rule is the API's own (ID_RULES) or none: AIP-155 names no alphabet."""
@@ -95,6 +97,9 @@ def handles_of(document: ApiDocument, method: ApiMethod) -> list[Handle]:
             if name.endswith("Id") and field.get("resourceId") and not field.get("readOnly"):
                 handles.append(Handle("resource id", "body", name))
         singular = _singular(collection)
+        resource = _properties(document, (request.get(singular) or {}).get("$ref"))
+        if resource.get("name", {}).get("resourceId") and not resource["name"].get("readOnly"):
+            handles.append(Handle("resource name", "body", f"{singular}.name"))
         reference = request.get(f"{singular}Reference")
         if reference is not None and f"{singular}Id" in _properties(document, reference.get("$ref")):
             handles.append(Handle("resource id", "body", f"{singular}Reference.{singular}Id"))

@@ -17,7 +17,8 @@ from click.testing import CliRunner, Result
 from runonce.cli import main
 from runonce.routes import parse_routes
 from runonce.settings import ConfigError, load_settings
-from runonce.targets.handles import handles_by_api, handles_table
+from runonce.targets.google_api_discovery import load
+from runonce.targets.handles import describe, handles_by_api, handles_of, handles_table
 from tests.support.procs import REPO
 
 PARENT = "projects/my-project/locations/us-central1"
@@ -449,6 +450,22 @@ GOOD = {
     "bigquery job by jobReference.jobId": BIGQUERY
     | {"reconcile": {"method": "jobs.get", "params": {"projectId": "my-project", "jobId": "q_${run_id}"}}},
     "pubsub topic by its name": TOPIC,
+    "cloud tasks task by its caller-chosen name (a document from the google-api extra)": {
+        "type": "google_api",
+        "api": "cloudtasks.v2",
+        "method": "projects.locations.queues.tasks.create",
+        "params": {"parent": f"{PARENT}/queues/q"},
+        "body": {
+            "task": {
+                "name": f"{PARENT}/queues/q/tasks/t-${{run_id}}",
+                "httpRequest": {"url": "https://example.com/hook", "httpMethod": "POST"},
+            }
+        },
+        "reconcile": {
+            "method": "projects.locations.queues.tasks.get",
+            "params": {"name": f"{PARENT}/queues/q/tasks/t-${{run_id}}"},
+        },
+    },
     "int64 as a number": changed(BATCH, "body.priority", 10),
     "a null scalar is its default": changed(BATCH, "body.priority", None),
 }
@@ -479,6 +496,37 @@ def test_loading_the_examples_stays_fast() -> None:
     for text in texts:
         parse_routes(text, "routes file")
     assert time.perf_counter() - started < len(texts) * 1.0
+
+
+@pytest.mark.parametrize(
+    ("api", "method", "handles"),
+    [
+        ("batch.v1", "projects.locations.jobs.create", "params.jobId (resource id), params.requestId (request id)"),
+        ("dataproc.v1", "projects.regions.jobs.submit", "body.requestId (request id)"),
+        ("aiplatform.v1", "projects.locations.pipelineJobs.create", "params.pipelineJobId (resource id)"),
+        (
+            "aiplatform.v1",
+            "projects.locations.deploymentResourcePools.create",
+            "body.deploymentResourcePoolId (resource id)",
+        ),
+        ("bigquery.v2", "jobs.insert", "body.jobReference.jobId (resource id)"),
+        ("pubsub.v1", "projects.topics.create", "params.name (resource name)"),
+        ("run.v2", "projects.locations.jobs.create", "params.jobId (resource id)"),
+        # nothing to dedupe on: a field ending in Id, a server-chosen id, an update by PUT, a run
+        ("bigquery.v2", "tabledata.insertAll", ""),
+        ("bigquery.v2", "tables.update", ""),
+        ("workflowexecutions.v1", "projects.locations.workflows.executions.create", ""),
+        ("run.v2", "projects.locations.jobs.run", ""),
+        ("cloudbuild.v1", "projects.locations.builds.create", ""),
+        ("dataflow.v1b3", "projects.locations.flexTemplates.launch", ""),
+        ("dataflow.v1b3", "projects.locations.jobs.create", ""),  # replaceJobId replaces, it does not dedupe
+    ],
+)
+def test_a_method_dedupes_on_what_its_document_says(api: str, method: str, handles: str) -> None:
+    document = load(api)
+    found = document.method(method)
+    assert found is not None
+    assert describe(handles_of(document, found)) == handles
 
 
 def test_the_docs_list_every_recognised_handle() -> None:
