@@ -19,8 +19,9 @@ Placeholders in params and body strings: `${run_id}`, `${run_id:N}` (its first N
 Everything is checked at start-up against the document (google_api_discovery.py): the method, each
 param (name, type, enum, pattern, with the placeholders expanded), the body against the request
 schema, the reconcile method (a GET) and its params, the `running` field and values against the
-reconcile method's response. A route must give a way to dedupe: a client-chosen id or requestId
-filled from the run, a reconcile method, or both.
+reconcile method's response. A route must fill from the run a field the method dedupes on
+(handles.py: a client-chosen id, the name in a create's path, a requestId); a reconcile read must
+read the resource that id names.
 
 Answers to the call, as for the other Google targets:
 
