@@ -47,7 +47,7 @@ def endpoint_problem(url: object) -> str | None:
     if port is not None and not 1 <= port <= 65535:  # urlsplit allows 0
         return f"port {port} is not from 1 to 65535; use {RULE}"
     host = (parts.hostname or "").lower()
-    if url.startswith("https://"):
+    if url.lower().startswith("https://"):
         if not _google_host(host):
             return f"host {host!r} is not under {GOOGLE_DOMAIN}: the call carries a Google access token; use {RULE}"
         return None
@@ -62,7 +62,7 @@ def endpoint_problem(url: object) -> str | None:
 def _shape_problem(parts: SplitResult, url: str) -> str | None:
     if f"{parts.scheme}://" not in ("https://", "http://"):
         return f"scheme {parts.scheme + '://' if parts.scheme else 'missing'}: only https:// (http:// to loopback)"
-    if not url.startswith(f"{parts.scheme}://"):
+    if not url.lower().startswith(f"{parts.scheme}://"):
         return "must start with https:// or http://"
     if "@" in parts.netloc:
         return "holds a user or password (before '@'); credentials come from the service account"

@@ -304,6 +304,10 @@ BAD_ENDPOINTS = {
     "port zero": ("http://127.0.0.1:0", "port 0 is not from 1 to 65535"),
     "plaintext to every interface": ("http://0.0.0.0:8085", "not '0.0.0.0'"),
     "a newline": ("http://127.0.0.1:8085\n", "holds a space, control character or backslash"),
+    "a user hidden before a Google host": ("https://batch.googleapis.com:443@evil.example", "holds a user"),
+    "a backslash": ("https://evil.example\\@batch.googleapis.com", "backslash"),
+    "loopback by name only": ("http://127.0.0.1.nip.io:80", "not '127.0.0.1.nip.io'"),
+    "plaintext to Google": ("http://batch.googleapis.com", "not 'batch.googleapis.com'"),
 }
 CASES.update(
     {
@@ -323,6 +327,7 @@ GOOD_ENDPOINTS = [
     "http://127.8.9.10:1",
     "http://[::1]:65535",
     "http://localhost:8085/",
+    "HTTPS://Batch.GoogleAPIs.com",
 ]
 
 
