@@ -56,6 +56,10 @@ _DATETIME = re.compile(
 _DIGITS = re.compile(r"-?[0-9]+")
 _DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 _BASE64 = re.compile(r"(?:[A-Za-z0-9+/_-]{4})*(?:[A-Za-z0-9+/_-]{2}(?:==)?|[A-Za-z0-9+/_-]{3}=?)?")
+NOT_REQUIRED = {
+    ("cloudbuild.v1", "RepoSource", "repoName"): "a trigger's run (triggers.run) builds the trigger's own repository",
+}
+"""Fields marked "Required." where a request may leave them out, each with the reason."""
 MAX_LABELS = 64
 """Labels a Google resource holds at most."""
 MAX_DURATION_SECONDS = 315_576_000_000
@@ -347,9 +351,11 @@ class ApiDocument:
             problem = _labels_problem(value, extra, where)
             if problem:
                 return problem
-        return _required_problem(value, properties or {}, where, kind_name, given) or _exclusive_problem(
-            value, schema.get("exclusive") or [], where, kind_name
-        )
+        required = _required_problem(value, properties or {}, where, kind_name, given | self._not_required(kind_name))
+        return required or _exclusive_problem(value, schema.get("exclusive") or [], where, kind_name)
+
+    def _not_required(self, kind_name: str) -> frozenset[str]:
+        return frozenset(field for (api, schema, field) in NOT_REQUIRED if api == self.api and schema == kind_name)
 
     def _field_problem(
         self, item: Any, field: dict[str, Any], where: str, kind_name: str, given: frozenset[str]
@@ -380,9 +386,12 @@ def _unknown_field(where: str, kind_name: str, key: str, properties: dict[str, A
 def _required_problem(
     value: dict[str, Any], properties: dict[str, Any], where: str, kind_name: str, given: frozenset[str]
 ) -> str | None:
-    """A field the document marks "Required." that the object leaves out (or sets to null)."""
+    """A field the document marks "Required." that the object leaves out (or sets to null). An
+    identifier (`name`, `parent`, `…Id`) is not asked for: the call's path, the API or runonce may
+    supply it (Cloud Build's triggers.run names the trigger in its path, not in the body's triggerId)."""
     for name, field in properties.items():
-        if field.get("required") and value.get(name) is None and name not in given:
+        identifier = name in ("name", "parent") or name.endswith("Id")
+        if field.get("required") and value.get(name) is None and name not in given and not identifier:
             return f"{where}.{name}: required by {kind_name} (the API refuses the request without it)"
     return None
 

@@ -92,6 +92,9 @@ def _problem(api: str, value: Any, schema_name: str) -> str | None:
         # null is "absent" for a scalar, even an output-only one
         ("batch.v1", {"uid": None, "priority": "10", "taskGroups": [{"taskSpec": TASK_SPEC}]}, "Job"),
         ("batch.v1", {"maxRunDuration": "0.000000001s", "runnables": RUNNABLES}, "TaskSpec"),
+        # identifiers marked Required. may come from the path (triggers.run names the trigger there),
+        # and a trigger's run builds the trigger's own repository
+        ("cloudbuild.v1", {"source": {"substitutions": {"_DAY": "x"}}}, "RunBuildTriggerRequest"),
         ("batch.v1", {"maxRunDuration": "-315576000000s", "runnables": RUNNABLES}, "TaskSpec"),
         # "@type" in an open object is the packed message's type URL, whatever the other values are
         (
@@ -122,6 +125,12 @@ def test_request_fields_that_fit_their_schema_have_no_problem(api: str, value: A
         ),
         ("batch.v1", {"maxRetryCount": 2.5}, "TaskSpec", "body.maxRetryCount: expected an integer, got float 2.5"),
         ("batch.v1", {"permissiveSsh": "yes"}, "TaskGroup", 'body.permissiveSsh: expected a boolean, got str "yes"'),
+        (
+            "bigquery.v2",
+            {"configuration": {"query": {"useLegacySql": False}}},
+            "Job",
+            "body.configuration.query.query: required by JobConfigurationQuery (the API refuses the request without it)",
+        ),
         # a null scalar is skipped, and the fields after it are still checked
         (
             "batch.v1",
