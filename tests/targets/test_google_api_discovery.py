@@ -129,7 +129,8 @@ def test_request_fields_that_fit_their_schema_have_no_problem(api: str, value: A
             "bigquery.v2",
             {"configuration": {"query": {"useLegacySql": False}}},
             "Job",
-            "body.configuration.query.query: required by JobConfigurationQuery (the API refuses the request without it)",
+            "body.configuration.query.query: required by JobConfigurationQuery "
+            "(the API refuses the request without it)",
         ),
         # a null scalar is skipped, and the fields after it are still checked
         (
