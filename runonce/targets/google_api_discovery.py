@@ -62,6 +62,8 @@ NOT_REQUIRED = {
 """Fields marked "Required." where a request may leave them out, each with the reason."""
 MAX_LABELS = 64
 """Labels a Google resource holds at most."""
+LABEL_FIELDS = ("labels", "additionalUserLabels")
+"""Maps of text held to Google's label rule (Dataflow's `additionalUserLabels` documents the same rule)."""
 MAX_DURATION_SECONDS = 315_576_000_000
 """google.protobuf.Duration's range: about 10,000 years either way."""
 INTEGER_RANGES = {
@@ -347,7 +349,7 @@ class ApiDocument:
                 return _unknown_field(where, kind_name, key, properties or {})
             if problem:
                 return problem
-        if where.endswith(".labels") or where == "labels":
+        if where.rsplit(".", 1)[-1] in LABEL_FIELDS:
             problem = _labels_problem(value, extra, where)
             if problem:
                 return problem
