@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
+import unicodedata
 from collections.abc import Callable
 from typing import Any
 
@@ -21,9 +22,14 @@ CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 PROJECT = rf"(?:{names.SCOPED_PROJECT_ID}|{names.PROJECT_NUMBER})"
 LOCATION = names.LOCATION
 
-LABEL_KEY_PATTERN = r"^[a-z][a-z0-9_-]{0,62}$"
-LABEL_VALUE_PATTERN = r"^[a-z0-9_-]{0,63}$"
+LABEL_KEY_PATTERN = r"[a-z][a-z0-9_-]{0,62}"
+"""A label key in ASCII (match it whole, `re.fullmatch`); `label_problem` also takes international
+lower-case letters, as Google's label rule does."""
+LABEL_VALUE_PATTERN = r"[a-z0-9_-]{0,63}"
+INTERNATIONAL = " (international lower-case letters count as letters)"
+"""Google's label rule (Compute Engine's, which the other APIs share) allows them."""
 RUN_ID_LABEL = "runonce-run-id"
+MAX_LABEL_CHARACTERS = 63
 
 
 def run_id_label(run_id: str) -> str:
@@ -31,22 +37,51 @@ def run_id_label(run_id: str) -> str:
     return run_id[:63]
 
 
+def _label_letter(char: str) -> bool:
+    """A lower-case letter, ASCII or international (a letter without case, such as 'は', counts)."""
+    return unicodedata.category(char) in ("Ll", "Lo", "Lm")
+
+
+def _label_character(char: str) -> bool:
+    """A letter, a digit, `_`, `-`, or a mark that belongs to the letter before it (as in 'क्ष')."""
+    return _label_letter(char) or char in "_-" or unicodedata.category(char) in ("Nd", "Mn", "Mc")
+
+
+def _kind(value: object) -> str:
+    if value is None or isinstance(value, bool):
+        return "null" if value is None else "true or false"
+    return "a number" if isinstance(value, (int, float)) else f"a {type(value).__name__}"
+
+
+def label_problem(key: object, value: object) -> str | None:
+    """What Google's label rule says against one label (None when it fits): the whole key and value
+    are checked, so a value ending in a newline is refused too."""
+    if not isinstance(key, str):
+        return f"label key {key!r} is {_kind(key)}, not text: quote it ('{key}')"
+    if not (1 <= len(key) <= MAX_LABEL_CHARACTERS and _label_letter(key[0]) and all(map(_label_character, key))):
+        return f"label key {key!r}: 1-63 characters of a-z 0-9 _ -, starting with a letter{INTERNATIONAL}"
+    if value is None:
+        return f"label {key!r}: the value is empty (null); write '' for an empty value"
+    if not isinstance(value, str):
+        return f"label {key!r}: value {value!r} is {_kind(value)}, not text: quote it ('{value}')"
+    if not (len(value) <= MAX_LABEL_CHARACTERS and all(map(_label_character, value))):
+        return f"label {key!r}: value {value!r} must be at most 63 characters of a-z 0-9 _ -{INTERNATIONAL}"
+    return None
+
+
 def check_labels(labels: dict[str, str], max_labels: int) -> dict[str, str]:
     """A route's extra labels for an API's resource, or the first problem as a pydantic error:
     keys and values as Google's labels take them, not `runonce-run-id`, room left for it."""
+    if not isinstance(labels, dict):
+        raise PydanticCustomError(
+            "label", "labels must be a mapping of key: value, got {kind}", {"kind": type(labels).__name__}
+        )
     for key, value in labels.items():
         if key == RUN_ID_LABEL:
             raise PydanticCustomError("label", "label {key} is set by runonce itself", {"key": repr(key)})
-        if not re.match(LABEL_KEY_PATTERN, key):
-            raise PydanticCustomError(
-                "label", "label key {key}: 1-63 characters of a-z 0-9 _ -, starting with a letter", {"key": repr(key)}
-            )
-        if not isinstance(value, str) or not re.match(LABEL_VALUE_PATTERN, value):
-            raise PydanticCustomError(
-                "label",
-                "label {key}: value {value} must be at most 63 characters of a-z 0-9 _ -",
-                {"key": repr(key), "value": repr(value)},
-            )
+        problem = label_problem(key, value)
+        if problem:
+            raise PydanticCustomError("label", "{problem}", {"problem": problem})
     if len(labels) > max_labels - 1:
         raise PydanticCustomError(
             "label", "at most {n} labels (runonce adds {label})", {"n": max_labels - 1, "label": repr(RUN_ID_LABEL)}
@@ -55,14 +90,19 @@ def check_labels(labels: dict[str, str], max_labels: int) -> dict[str, str]:
 
 
 def resource_pattern(collection: str, resource_id: str) -> str:
-    """`^projects/P/locations/L/{collection}/ID$` with `resource_id` the regex of the last part."""
-    return rf"^projects/{PROJECT}/locations/{LOCATION}/{collection}/{resource_id}$"
+    """`^projects/P/locations/L/{collection}/ID$` with `resource_id` the regex of the last part.
+
+    A lookahead refuses any newline, so the pattern holds with `re.match` too (where a `$` alone
+    lets a trailing newline through)."""
+    return rf"^(?!.*\n)projects/{PROJECT}/locations/{LOCATION}/{collection}/{resource_id}$"
 
 
 def resource_name_problem(name: str, collection: str, resource_id: str, id_rule: str) -> str | None:
     """What is wrong with `name` as `projects/P/locations/L/{collection}/ID`, naming the part at fault
     (a bad project ID is not reported as "not a full name"); None if nothing. `id_rule` describes
     `resource_id`, e.g. "workflow ID must be 1-64 characters of …"."""
+    if not isinstance(name, str):
+        return f"must be a full resource name (text), got {type(name).__name__} {name!r}"
     parts = name.split("/")
     if len(parts) != 6 or parts[0::2] != ["projects", "locations", collection]:
         singular = collection.removesuffix("s")

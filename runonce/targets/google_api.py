@@ -19,8 +19,9 @@ Placeholders in params and body strings: `${run_id}`, `${run_id:N}` (its first N
 Everything is checked at start-up against the document (google_api_discovery.py): the method, each
 param (name, type, enum, pattern, with the placeholders expanded), the body against the request
 schema, the reconcile method (a GET) and its params, the `running` field and values against the
-reconcile method's response. A route must give a way to dedupe: a client-chosen id or requestId
-filled from the run, a reconcile method, or both.
+reconcile method's response. A route must fill from the run a field the method dedupes on
+(handles.py: a client-chosen id, the name in a create's path, a requestId); a reconcile read must
+read the resource that id names.
 
 Answers to the call: the engine's table (`engine.py`), the same as every Google target's. A 2xx
 records the reconcile call (the run's resource), else the answer's name; ALREADY_EXISTS adopts the
@@ -39,9 +40,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from pydantic_core import PydanticCustomError
 
 from runonce.targets.base import DispatchRequest, TargetFailed, TargetOutcomeUnknown
+from runonce.targets.endpoints import endpoint_problem
 from runonce.targets.engine import Call, GoogleEngineTarget, Running, wire
 from runonce.targets.google import GoogleAuth
-from runonce.targets.google_api_discovery import ApiDocument, ApiMethod, DocumentNotFound, load
+from runonce.targets.google_api_discovery import (
+    ApiDocument,
+    ApiMethod,
+    DocumentNotFound,
+    load,
+    scalar_problem,
+    vendored_names,
+)
+from runonce.targets.handles import Handle, describe, handles_of, id_problem, value_at
 from runonce.targets.registry import TargetType
 
 PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
@@ -154,22 +164,28 @@ def _samples(value: Any) -> list[Any]:
 
 
 def param_problem(method: ApiMethod, name: str, value: Any) -> str | None:
-    """What the document says against `value` (already expanded) for the parameter `name`."""
+    """What the document says against `value` (already expanded) for the parameter `name`: its
+    type (integers within their format's range), enum, and pattern, matched whole."""
     spec = method.parameters[name]
     values = value if isinstance(value, list) and spec.get("repeated") else [value]
     for item in values:
         if isinstance(item, (dict, list)) or item is None:
-            return f"{name}: expected a {spec.get('type', 'string')}, got {type(item).__name__}"
+            shown = "nothing (null)" if item is None else type(item).__name__
+            return f"{name}: expected a {spec.get('type', 'string')}, got {shown}"
         text = wire(item)
         where = f"{name}={text!r}"
-        if spec.get("type") == "integer" and not re.fullmatch(r"-?[0-9]+", text):
-            return f"{where}: expected an integer"
+        if any(ord(char) < 0x20 or ord(char) == 0x7F for char in text):
+            return f"{where}: holds a control character (a newline?); a parameter is sent in the URL as it is"
+        if spec.get("type") == "integer" or spec.get("format") in ("int64", "uint64"):
+            problem = scalar_problem(text, {"type": "integer", "format": spec.get("format") or "int32"}, where)
+            if problem:
+                return problem
         if spec.get("type") == "boolean" and text not in ("true", "false"):
             return f"{where}: expected true or false"
         if "enum" in spec and text not in spec["enum"]:
             return f"{where}: not one of {', '.join(spec['enum'])}"
         pattern = spec.get("pattern")
-        if pattern and not re.search(pattern, text):
+        if pattern and not re.fullmatch(pattern, text):
             return f"{where} does not match {pattern}, the pattern {method.id} states for {name}"
     return None
 
@@ -204,6 +220,17 @@ def check_params(method: ApiMethod, params: dict[str, Any], where: str) -> None:
             problem = param_problem(method, name, sample)
             if problem:
                 raise _error("{where}.{problem}", where=where, problem=problem)
+
+
+def check_body(document: ApiDocument, method: ApiMethod, body: dict[str, Any], params: dict[str, Any]) -> None:
+    """The body, as each sample run would send it, against the method's request schema. A field the
+    path already carries (Pub/Sub's `name` in `PUT v1/{+name}`) counts as given."""
+    assert method.request is not None  # the caller checked
+    carried = frozenset(method.path_parameters())
+    for sample in _samples(body):
+        problem = document.value_problem(sample, {"$ref": method.request}, "body", carried)
+        if problem:
+            raise _error("{problem}", problem=problem)
 
 
 def _location(params: dict[str, Any]) -> str | None:
@@ -245,8 +272,18 @@ class GoogleApiTargetConfig(BaseModel):
     reconcile: ReconcileConfig | None = None
     running: RunningConfig | None = None
     endpoint: str | None = Field(
-        None, description="Base URL instead of Google's (http://HOST:PORT: plaintext, for tests and emulators)."
+        None,
+        description="Base URL instead of Google's: https:// to a host under googleapis.com, or http:// to a "
+        "loopback address (plaintext, for local fakes); an origin without path, query or user.",
     )
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        problem = endpoint_problem(value) if value is not None else None
+        if problem:
+            raise _error("{problem}", problem=problem)
+        return value
 
     @field_validator("api")
     @classmethod
@@ -287,10 +324,7 @@ class GoogleApiTargetConfig(BaseModel):
         if method.request is None:
             raise _error("{method} takes no request body", method=method.id)
         _check_placeholders(value, "body")
-        for sample in _samples(value):
-            problem = document.value_problem(sample, {"$ref": method.request}, "body")
-            if problem:
-                raise _error("{problem}", problem=problem)
+        check_body(document, method, value, info.data.get("params") or {})
         return value
 
     @field_validator("reconcile")
@@ -334,21 +368,11 @@ class GoogleApiTargetConfig(BaseModel):
         document = load(self.api)
         method = document.method(self.method)
         assert method is not None  # the field validators ran
+        if self.body is None and method.request is not None:
+            check_body(document, method, {}, self.params)  # the adapter sends {}: its required fields
         if self.running is not None:
             self._check_running(document, self.running)
-        if (
-            self.reconcile is None
-            and not any(is_handle(method, name) and carries_run(value) for name, value in self.params.items())
-            and not any(_body_handle(name) and carries_run(value) for name, value in (self.body or {}).items())
-        ):
-            handles = [name for name in sorted(method.parameters) if is_handle(method, name)]
-            raise _error(
-                "no way to dedupe: fill a client-chosen id or requestId of {method} from the run{takes}, give a "
-                "reconcile method that reads the run's resource, or both; otherwise a retry after a lost answer "
-                "could create a second execution",
-                method=method.id,
-                takes=f" ({', '.join(handles)}, e.g. {EXAMPLE_HANDLES})" if handles else "",
-            )
+        check_handles(document, method, self.params, self.body, self.reconcile)
         return self
 
     def _check_running(self, document: ApiDocument, running: RunningConfig) -> None:
@@ -384,17 +408,103 @@ class GoogleApiTargetConfig(BaseModel):
         return None
 
 
-def is_handle(method: ApiMethod, name: str) -> bool:
-    """Parameters that can carry a client-chosen identity: a requestId, a client-chosen id (`jobId`,
-    `batchId`, …), or the resource name in the path of a PUT."""
-    if method.parameters[name].get("location") == "path":
-        return method.http_method == "PUT"  # PUT creates the resource the path names (Pub/Sub's create)
-    return name.endswith("Id")  # requestId too
+def is_handle(method: ApiMethod, name: str, document: ApiDocument | None = None) -> bool:
+    """Whether the parameter `name` is one `method` dedupes on (handles.py: a client-chosen id, the
+    name in a create's path, or a requestId)."""
+    document = document or _document_of(method)
+    return any(h.where == "params" and h.field == name for h in handles_of(document, method))
 
 
-def _body_handle(name: str) -> bool:
-    """Top-level body fields that carry a client-chosen identity."""
-    return name == "name" or name.endswith("Id")  # requestId too
+def _document_of(method: ApiMethod) -> ApiDocument:
+    """The carried document a method id belongs to (`batch.projects…` -> batch.v1)."""
+    name = method.id.split(".", 1)[0]
+    for api in vendored_names():
+        document = load(api)
+        if api.startswith(f"{name}.") and document.method(method.id) is not None:
+            return document
+    raise DocumentNotFound(f"no carried document has the method {method.id}")
+
+
+def check_handles(
+    document: ApiDocument,
+    method: ApiMethod,
+    params: dict[str, Any],
+    body: dict[str, Any] | None,
+    reconcile: ReconcileConfig | None,
+) -> None:
+    """The route fills from the run a field the method dedupes on, with ids the API takes; and a
+    reconcile read, when given, reads the resource that id names."""
+    handles = handles_of(document, method)
+    filled = [h for h in handles if carries_run(value_at(params, body, h))]
+    if not filled:
+        raise _error("{problem}", problem=_no_handle(document, method, handles, params, body))
+    for handle in filled:
+        for sample in _samples(value_at(params, body, handle)):
+            problem = id_problem(document.api, handle, wire(sample))
+            if problem:
+                raise _error("{problem}", problem=problem)
+    if reconcile is not None:
+        _check_reconcile_reads(method, handles, filled, params, body, reconcile)
+
+
+def _check_reconcile_reads(
+    method: ApiMethod,
+    handles: list[Handle],
+    filled: list[Handle],
+    params: dict[str, Any],
+    body: dict[str, Any] | None,
+    reconcile: ReconcileConfig,
+) -> None:
+    """A reconcile read counts only when, for every sample run, one of its parameters names the
+    resource by the id the run filled (a path segment equal to it)."""
+    named = [h for h in filled if h.names_resource]
+    reads = _samples([wire(v) for v in reconcile.params.values() if not isinstance(v, (dict, list))])
+    for handle in named:
+        ids = [wire(sample).rsplit("/", 1)[-1] for sample in _samples(value_at(params, body, handle))]
+        if all(any(run_id in _segments(read) for read in reads[index]) for index, run_id in enumerate(ids)):
+            return
+    resource_ids = [h for h in handles if h.names_resource]
+    if named:
+        wanted = f"its name built from the value of {describe(named)}"
+    elif resource_ids:
+        wanted = f"fill {describe(resource_ids)} from the run and read the resource it names"
+    else:
+        wanted = f"{method.id} takes no client-chosen id, so its requestId alone dedupes: leave reconcile out"
+    raise _error(
+        "reconcile.params: the read must find the resource the run's id names ({wanted}); a read of a name "
+        "the API picks, or of one merely holding {placeholder}, finds nothing after a lost answer",
+        wanted=wanted,
+        placeholder="${run_id}",
+    )
+
+
+def _segments(value: str) -> list[str]:
+    return value.split("/")
+
+
+def _no_handle(
+    document: ApiDocument, method: ApiMethod, handles: list[Handle], params: dict[str, Any], body: Any
+) -> str:
+    """Why the route cannot dedupe, with what the method does dedupe on (or that nothing)."""
+    look_alike = [f"params.{name}" for name, value in params.items() if carries_run(value)] + [
+        f"body.{name}" for name, value in (body or {}).items() if carries_run(value)
+    ]
+    not_handles = (
+        f" ({', '.join(look_alike)} {'holds' if len(look_alike) == 1 else 'hold'} the run but "
+        f"{method.id} does not dedupe on {'it' if len(look_alike) == 1 else 'them'})"
+        if look_alike
+        else ""
+    )
+    if not handles:
+        return (
+            f"no way to dedupe{not_handles}: {method.id} has no client-chosen id and no requestId, so a retry "
+            "after a lost answer could run it twice and runonce cannot call it exactly once (a field ending in "
+            "Id or holding ${run_id} is no handle, nor is a reconcile read of a name the API picks)"
+        )
+    return (
+        f"no way to dedupe{not_handles}: fill from the run what {method.id} dedupes on: {describe(handles)} "
+        f"(e.g. {EXAMPLE_HANDLES}); otherwise a retry after a lost answer could create a second execution"
+    )
 
 
 def _document(info: ValidationInfo) -> ApiDocument | None:
