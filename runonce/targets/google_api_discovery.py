@@ -58,6 +58,9 @@ _DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 _BASE64 = re.compile(r"(?:[A-Za-z0-9+/_-]{4})*(?:[A-Za-z0-9+/_-]{2}(?:==)?|[A-Za-z0-9+/_-]{3}=?)?")
 NOT_REQUIRED = {
     ("cloudbuild.v1", "RepoSource", "repoName"): "a trigger's run (triggers.run) builds the trigger's own repository",
+    ("aiplatform.v1", "GoogleCloudAiplatformV1PipelineJobRuntimeConfig", "gcsOutputDirectory"): (
+        "a compiled pipeline carries its own root (pipelineSpec.defaultPipelineRoot)"
+    ),
 }
 """Fields marked "Required." where a request may leave them out, each with the reason."""
 MAX_LABELS = 64

@@ -139,12 +139,18 @@ def test_each_mistake_in_a_route_is_named(change: dict[str, Any], expected: str)
 
 
 def test_load_extract_and_copy_jobs_are_accepted() -> None:
-    for kind in ("load", "extract", "copy"):
+    table = {"projectId": PROJECT, "datasetId": "sales", "tableId": "daily"}
+    jobs = {
+        "load": {"sourceUris": ["gs://bucket/daily-*.csv"], "destinationTable": table},
+        "extract": {"sourceTable": table, "destinationUris": ["gs://bucket/daily-*.csv"]},
+        "copy": {"sourceTables": [table], "destinationTable": {**table, "tableId": "daily_copy"}},
+    }
+    for kind, job in jobs.items():
         routes = parse_routes(
-            json.dumps({"routes": {"r": {"target": {**VALID, "type": "bigquery_job", "configuration": {kind: {}}}}}}),
+            json.dumps({"routes": {"r": {"target": {**VALID, "type": "bigquery_job", "configuration": {kind: job}}}}}),
             "r.yaml",
         )
-        assert kind in routes["r"].target.configuration
+        assert routes["r"].target.configuration[kind] == job
 
 
 # --- what jobs.insert receives ------------------------------------------------------------------
