@@ -111,15 +111,11 @@ class BatchJobTarget(RunNamedPreset[BatchJobTargetConfig]):
         job = copy.deepcopy(self.config.job)
         job["labels"] = with_label(job.get("labels"), request.run_id)
         identity = {f"RUNONCE_{field.upper()}": value for field, value in run_values(request).items()}
-        for group in job["taskGroups"]:  # a null where a mapping goes is proto3's "absent"
-            environment = group["taskSpec"]["environment"] = group["taskSpec"].get("environment") or {}
-            environment["variables"] = {**(environment.get("variables") or {}), **identity}
-            if group.get("taskEnvironments") is None:
-                group.pop("taskEnvironments", None)
-                continue
-            group["taskEnvironments"] = [per_task or {} for per_task in group["taskEnvironments"]]
-            for per_task in group["taskEnvironments"]:
-                per_task["variables"] = {**(per_task.get("variables") or {}), **identity}
+        for group in job["taskGroups"]:  # a null in them is refused at start-up (presets.refuse_nulls)
+            environment = group["taskSpec"].setdefault("environment", {})
+            environment["variables"] = {**environment.get("variables", {}), **identity}
+            for per_task in group.get("taskEnvironments", []):
+                per_task["variables"] = {**per_task.get("variables", {}), **identity}
         return job
 
 

@@ -163,7 +163,7 @@ class BigQueryJobTarget(GoogleEngineTarget[BigQueryJobTargetConfig]):
     def job(self, request: DispatchRequest) -> dict[str, Any]:
         """The `Job` that jobs.insert receives for this run."""
         configuration = copy.deepcopy(self.config.configuration)
-        labels = configuration.get("labels") or {}  # null: absent
+        labels = configuration.get("labels") or {}
         configuration["labels"] = {**labels, RUN_ID_LABEL: run_id_label(request.run_id)}
         query = configuration.get("query")
         if query is not None:

@@ -112,7 +112,7 @@ class DataflowFlexTemplateTarget(GoogleEngineTarget[DataflowFlexTemplateTargetCo
         and its identity in the parameters the route names."""
         launch = copy.deepcopy(self.config.launch_parameter)
         launch["jobName"] = self.job_name(request)
-        environment = launch["environment"] = launch.get("environment") or {}  # null: absent
+        environment = launch["environment"] = launch.get("environment") or {}
         environment["additionalUserLabels"] = with_label(environment.get("additionalUserLabels"), request.run_id)
         mapped = mapped_parameters(self.config.run_parameters, request)
         if mapped:

@@ -99,7 +99,7 @@ class DataprocBatchTarget(RunNamedPreset[DataprocBatchTargetConfig]):
         """The route's Batch with the label, and the run's identity in the Spark properties."""
         batch = copy.deepcopy(self.config.batch)
         batch["labels"] = with_label(batch.get("labels"), request.run_id)
-        runtime = batch["runtimeConfig"] = batch.get("runtimeConfig") or {}  # null: absent
+        runtime = batch["runtimeConfig"] = batch.get("runtimeConfig") or {}
         runtime["properties"] = {**(runtime.get("properties") or {}), **identity_properties(request)}
         return batch
 

@@ -72,6 +72,7 @@ def sample_requests() -> list[DispatchRequest]:
 def check_route(adapter: type[GoogleEngineTarget[Any]], config: Any) -> None:
     """Every call `adapter` would make for `config`, for each sample run, held to the API's
     discovery document: the first problem raised as the route's error, naming the route's field."""
+    refuse_nulls(adapter, config)
     target = adapter(config, None, None)  # type: ignore[arg-type]  # no clients: it only builds calls
     document = target.document
     for request in sample_requests():
@@ -92,6 +93,35 @@ def check_route(adapter: type[GoogleEngineTarget[Any]], config: Any) -> None:
             problem = document.value_problem(call.body, {"$ref": method.request}, "body")
             if problem:
                 raise config_error(adapter.route_where(problem))
+
+
+def refuse_nulls(adapter: type[GoogleEngineTarget[Any]], config: Any) -> None:
+    """A null where the API needs an object, a list or a map's value in the route's part of the
+    body (`BODY_FIELD`): an empty YAML key, its children commented out. Checked on the route as
+    written, before runonce adds its env vars, labels and parameters to that part."""
+    prefix, field = adapter.BODY_FIELD
+    given = getattr(config, field, None) if field else None
+    if not isinstance(given, dict):
+        return
+    target = adapter(config.model_copy(update={field: _without_nulls(given)}), None, None)  # type: ignore[arg-type]
+    try:
+        method = target.document.method(target.create_call(sample_requests()[0]).method)
+    except (TargetError, AttributeError, KeyError, TypeError, IndexError):
+        return  # check_route reports what keeps the call from being built
+    if method is None or method.request is None:
+        return
+    schema = target.document.field(method.request, prefix) if prefix else {"$ref": method.request}
+    problem = target.document.null_problem(given, schema or {}, field)
+    if problem:
+        raise config_error(problem)
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _without_nulls(item) for key, item in value.items() if item is not None}
+    if isinstance(value, list):
+        return [_without_nulls(item) for item in value if item is not None]
+    return value
 
 
 # --- run-named presets -------------------------------------------------------------------------------

@@ -92,7 +92,7 @@ class VertexPipelineJobTarget(RunNamedPreset[VertexPipelineJobTargetConfig]):
         job["labels"] = with_label(job.get("labels"), request.run_id)
         mapped = mapped_parameters(self.config.run_parameters, request)
         if mapped:
-            runtime = job["runtimeConfig"] = job.get("runtimeConfig") or {}  # null: absent
+            runtime = job["runtimeConfig"] = job.get("runtimeConfig") or {}
             runtime["parameterValues"] = {**(runtime.get("parameterValues") or {}), **mapped}
         return job
 

@@ -4,9 +4,10 @@ run meets: a lost answer, a 5xx after the create, ALREADY_EXISTS, 429, a 4xx, a 
 dispatch timeout, a lookup that cannot read, and a run whose record was lost.
 
 Each row of the outcome table is tested code by code in test_google_outcomes.py; here a few codes
-of each row run through every target. What each case asserts is what a user notices: whether the claim is kept (unknown) or released
-(throttled, failed), and that a retry finds the run's one execution instead of starting a second.
-Per-target behaviour (what the call carries, the config rules) stays in each target's own tests.
+of each row run through every target. What each case asserts is what a user notices: whether the
+claim is kept (unknown) or released (throttled, failed), and that a retry finds the run's one
+execution instead of starting a second. Per-target behaviour (what the call carries, the config
+rules) stays in each target's own tests.
 """
 
 from __future__ import annotations
@@ -17,11 +18,15 @@ import json
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import yaml
+from click.testing import CliRunner
 
+from runonce.cli import main
 from runonce.routes import parse_routes
 from runonce.settings import ConfigError
 from runonce.targets import (
@@ -376,7 +381,7 @@ def test_every_preset_route_of_the_suite_loads(kind: str) -> None:
     parse_routes(json.dumps({"routes": {"r": {"target": PRESETS[kind].target}}}), "routes file r.yaml")
 
 
-NULLED = {  # an empty YAML key (its children commented out) is null: proto3's "absent"
+NULLED = {  # an empty YAML key (its children commented out) is null where the API needs an object
     "batch_job": ("job", "taskGroups", 0, "taskSpec", "environment"),
     "dataflow_flex_template": ("launch_parameter", "environment"),
     "dataproc_batch": ("batch", "runtimeConfig"),
@@ -386,33 +391,29 @@ NULLED = {  # an empty YAML key (its children commented out) is null: proto3's "
 
 
 @pytest.mark.parametrize("kind", sorted(NULLED))
-async def test_an_empty_yaml_key_is_absent_and_every_delivery_still_works(kind: str) -> None:
+def test_an_empty_yaml_key_is_refused_at_start_up_by_serve_and_lint(kind: str, tmp_path: Path) -> None:
+    """runonce does not fill in what a route's author commented out: `serve` and `lint` refuse the
+    route in one line naming it and the field, and say to give the key a value or delete it."""
     target = copy.deepcopy(PRESETS[kind].target)
     holder = target
     path = NULLED[kind]
     for part in path[:-1]:
         holder = holder[part]
     holder[path[-1]] = None
-    [route] = parse_routes(json.dumps({"routes": {"r": {"target": target}}}), "routes file r.yaml").values()
-    sent: list[httpx.Request] = []
+    field = ".".join(str(part) for part in path).replace(".0.", "[0].")
+    routes = tmp_path / "routes.yaml"
+    routes.write_text(yaml.safe_dump({"routes": {"r": {"target": target}}}), encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        parse_routes(routes.read_text(encoding="utf-8"), f"routes file {routes}")
+    line = str(caught.value)
+    assert "\n" not in line and line.startswith(f"routes file {routes}: route 'r': field 'target': {field}: "), line
+    assert "is empty (null)" in line and "give it a value" in line and "remove the key" in line, line
 
-    def answer(request: httpx.Request) -> httpx.Response:
-        sent.append(request)
-        return httpx.Response(200, json={"name": "n", "job": {"id": "j"}, "jobs": []})
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as http:
-        adapter = TARGET_TYPES[kind].build(
-            route.target, _Context(http, FakeMetadataServer.__new__(FakeMetadataServer)), None
-        )
-        adapter._auth = _NoAuth()  # type: ignore[attr-defined]  # no credentials needed by the transport
-        request = new_request()
-        await adapter.dispatch(request)
-    assert request.run_id[:63] in sent[-1].content.decode()  # the run's label, at least, was sent
-
-
-class _NoAuth:
-    async def access_token(self) -> str:
-        return "token"
+    env = {"RUNONCE_AUTH": "none", "RUNONCE_STORE": "sqlite:///:memory:", "RUNONCE_ROUTES_FILE": str(routes)}
+    served = CliRunner().invoke(main, ["serve", "--port", "1"], env=env)
+    assert served.exit_code != 0 and line in served.output and "Traceback" not in served.output, served.output
+    linted = CliRunner().invoke(main, ["lint", str(routes)], env={**env, "RUNONCE_ROUTES_FILE": None})
+    assert linted.exit_code == 1 and f"{routes}: -: error: {line} [invalid_routes]" in linted.output, linted.output
 
 
 def test_a_route_no_run_of_which_could_be_sent_is_refused_at_start_up() -> None:
