@@ -31,8 +31,8 @@ TRIGGER_PATTERN = resource_pattern("triggers", r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}"
 BUILD_PATTERN = resource_pattern("builds", r"[A-Za-z0-9_-]+")
 RUNNING_STATUSES = ("PENDING", "QUEUED", "WORKING")
 FINAL_STATUSES = ("SUCCESS", "FAILURE", "INTERNAL_ERROR", "TIMEOUT", "CANCELLED", "EXPIRED")
-SUBSTITUTION_PATTERN = r"^_[A-Z0-9_]+$"
-UUID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+SUBSTITUTION_PATTERN = r"_[A-Z0-9_]+"
+UUID_PATTERN = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 RUN_FIELD_SUBSTITUTIONS = ("_RUNONCE_JOB", "_RUNONCE_SCHEDULE_TIME", "_RUNONCE_TASK", "_RUNONCE_SOURCE")
 
 
@@ -59,7 +59,7 @@ class CloudBuildTriggerTargetConfig(BaseModel):
     @field_validator("trigger")
     @classmethod
     def _trigger(cls, value: str) -> str:
-        if not re.match(TRIGGER_PATTERN, value):
+        if not re.fullmatch(TRIGGER_PATTERN, value):
             raise PydanticCustomError(
                 "resource_name",
                 "must be a trigger's full name, projects/PROJECT/locations/LOCATION/triggers/TRIGGER "
@@ -71,7 +71,7 @@ class CloudBuildTriggerTargetConfig(BaseModel):
     @field_validator("substitution")
     @classmethod
     def _substitution(cls, value: str) -> str:
-        if not re.match(SUBSTITUTION_PATTERN, value) or value in RUN_FIELD_SUBSTITUTIONS:
+        if not re.fullmatch(SUBSTITUTION_PATTERN, value) or value in RUN_FIELD_SUBSTITUTIONS:
             raise _substitution_error(value)
         return value
 
@@ -79,7 +79,7 @@ class CloudBuildTriggerTargetConfig(BaseModel):
     @classmethod
     def _substitutions(cls, values: dict[str, str]) -> dict[str, str]:
         for key in values:
-            if not re.match(SUBSTITUTION_PATTERN, key):
+            if not re.fullmatch(SUBSTITUTION_PATTERN, key):
                 raise _substitution_error(key)
             if key in RUN_FIELD_SUBSTITUTIONS:
                 raise PydanticCustomError("substitution", "substitution {key} is set by runonce", {"key": repr(key)})
@@ -126,12 +126,12 @@ class CloudBuildTriggerTarget(GoogleEngineTarget[CloudBuildTriggerTargetConfig])
         super().__init__(config, http, auth, endpoint)
         parts = resource_parts(config.trigger)
         self._project, self._location, self._trigger = parts["projects"], parts["locations"], parts["triggers"]
-        self._trigger_id: str | None = self._trigger if re.match(UUID_PATTERN, self._trigger) else None
+        self._trigger_id: str | None = self._trigger if re.fullmatch(UUID_PATTERN, self._trigger) else None
 
     def substitutions(self, request: DispatchRequest) -> dict[str, str]:
         values = dict(self.config.substitutions)
         for key, value in request.payload.items():
-            if not re.match(SUBSTITUTION_PATTERN, key) or not isinstance(value, str):
+            if not re.fullmatch(SUBSTITUTION_PATTERN, key) or not isinstance(value, str):
                 raise TargetFailed(
                     f"payload field {key!r}: a cloud_build_trigger payload holds substitutions, "
                     "keys matching ^_[A-Z0-9_]+$ with string values"
@@ -207,7 +207,7 @@ class CloudBuildTriggerTarget(GoogleEngineTarget[CloudBuildTriggerTargetConfig])
         return await super().find(request, action)
 
     def state_call(self, resource: str) -> Call:
-        if not re.match(BUILD_PATTERN, resource):
+        if not re.fullmatch(BUILD_PATTERN, resource):
             raise TargetOutcomeUnknown(f"{resource} is not a build's name")
         return Call("projects.locations.builds.get", {"name": resource})
 

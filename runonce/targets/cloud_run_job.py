@@ -26,7 +26,7 @@ from runonce.targets.registry import Grant, TargetType
 
 JOB_PATTERN = resource_pattern("jobs", r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?")
 EXECUTION_PATTERN = JOB_PATTERN.removesuffix("$") + r"/executions/[a-z0-9-]{1,63}$"
-ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+ENV_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*"
 RESERVED_ENV = {
     "CLOUD_RUN_JOB",
     "CLOUD_RUN_EXECUTION",
@@ -51,7 +51,7 @@ class CloudRunJobTargetConfig(BaseModel):
     @field_validator("job")
     @classmethod
     def _job(cls, value: str) -> str:
-        if not re.match(JOB_PATTERN, value):
+        if not re.fullmatch(JOB_PATTERN, value):
             raise PydanticCustomError(
                 "resource_name",
                 "must be a job's full name, projects/PROJECT/locations/LOCATION/jobs/JOB (got {value})",
@@ -62,7 +62,7 @@ class CloudRunJobTargetConfig(BaseModel):
     @field_validator("env_var")
     @classmethod
     def _env_var(cls, value: str) -> str:
-        if not re.match(ENV_NAME_PATTERN, value) or value in RESERVED_ENV or value.startswith("RUNONCE_"):
+        if not re.fullmatch(ENV_NAME_PATTERN, value) or value in RESERVED_ENV or value.startswith("RUNONCE_"):
             raise PydanticCustomError(
                 "env_var",
                 "must be an env var name ([A-Za-z_][A-Za-z0-9_]*), not reserved by Cloud Run or runonce "
@@ -162,7 +162,7 @@ class CloudRunJobTarget(GoogleEngineTarget[CloudRunJobTargetConfig]):
         return str(item["name"]) if carries and item.get("name") else None
 
     def state_call(self, resource: str) -> Call:
-        if not re.match(EXECUTION_PATTERN, resource):
+        if not re.fullmatch(EXECUTION_PATTERN, resource):
             raise TargetOutcomeUnknown(f"{resource} is not an execution's name")
         return Call("projects.locations.jobs.executions.get", {"name": resource})
 

@@ -238,7 +238,7 @@ def _location(params: dict[str, Any]) -> str | None:
     for value in params.values():
         if not isinstance(value, str):
             continue
-        match = re.search(r"(?:^|/)locations/([a-z0-9-]+)(?:/|$)", value)
+        match = re.search(r"(?:^|/)locations/([a-z0-9-]+)(?:/|\Z)", value)
         if match:
             return match.group(1)
     return None

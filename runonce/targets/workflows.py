@@ -26,7 +26,7 @@ FINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 MAX_ARGUMENT_BYTES = 32 * 1024  # the API's limit on `argument`
 MAX_LABELS = 64
 WORKFLOW_ID = r"[A-Za-z][A-Za-z0-9_-]{0,63}"
-ARGUMENT_KEY_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+ARGUMENT_KEY_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*"
 
 
 class WorkflowsTargetConfig(BaseModel):
@@ -55,7 +55,7 @@ class WorkflowsTargetConfig(BaseModel):
     @field_validator("key_field")
     @classmethod
     def _key_field(cls, value: str) -> str:
-        if not re.match(ARGUMENT_KEY_PATTERN, value) or value == "runonce":
+        if not re.fullmatch(ARGUMENT_KEY_PATTERN, value) or value == "runonce":
             raise PydanticCustomError(
                 "key_field",
                 "must be an identifier ([A-Za-z_][A-Za-z0-9_]*) other than 'runonce' (got {value})",

@@ -545,3 +545,34 @@ def test_the_docs_list_every_recognised_handle() -> None:
     for api, methods in handles_by_api().items():
         for method, handles in methods.items():
             assert f"| `{api}` | `{method}` | {', '.join(f'`{h.path}`' for h in handles)} |" in page
+
+
+TRAILING_NEWLINE_CASES: dict[str, tuple[str, str, Any, str]] = {
+    # class: (example, field, value ending in a newline, what the line names)
+    "cloud build: the run's substitution": ("cloud_build_trigger", "substitution", "_RUN_KEY\n", "substitution"),
+    "cloud build: a substitution's key": ("cloud_build_trigger", "substitutions", {"_BRANCH\n": "main"}, "_BRANCH"),
+    "cloud run: the run's env var": ("cloud_run_job", "env_var", "IDEMPOTENCY_KEY\n", "env_var"),
+    "workflows: the argument key": ("workflows", "key_field", "idempotency_key\n", "key_field"),
+    "google_api: a parameter's location": (
+        "google_api",
+        "params.parent",
+        "projects/my-project/locations/us-central1\n",
+        "parent",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", TRAILING_NEWLINE_CASES)
+def test_a_name_ending_in_a_newline_is_refused_by_serve_and_lint(case: str, tmp_path: Path) -> None:
+    """Every pattern is matched whole (`fullmatch`): a `$` would let a final newline through."""
+    example, field, value, named = TRAILING_NEWLINE_CASES[case]
+    routes = tmp_path / "routes.yaml"
+    routes.write_text(routes_yaml(changed(example_target(example), field, value)), encoding="utf-8")
+    line = _refusal(routes.read_text(encoding="utf-8")).replace("routes.yaml", str(routes))
+    assert "\n" not in line.rstrip("\n") and named in line, line
+    assert line.startswith(f"routes file {routes}: route 'nightly': field 'target"), line
+
+    served = _cli(["serve", "--port", "1"], routes)
+    assert served.exit_code != 0 and line in served.output and "Traceback" not in served.output, served.output
+    linted = _cli(["lint", str(routes)])
+    assert linted.exit_code == 1 and f"{routes}: -: error: {line} [invalid_routes]" in linted.output, linted.output
