@@ -105,6 +105,16 @@ def load_documents(path: str) -> tuple[str, Any]:
         raise yaml.YAMLError("a number is too long to read (an integer is at most 20 digits)") from exc
 
 
+def _unreadable(path: str, exc: Exception) -> str:
+    """Why a file cannot be read, in one line; a YAML mistake as the routes loader (`serve`) says it."""
+    if isinstance(exc, yaml.YAMLError):
+        try:
+            parse_routes(Path(path).read_text(encoding="utf-8"), f"file {path}")
+        except ConfigError as refused:
+            return str(refused)
+    return "cannot read as JSON or YAML: " + " ".join(str(exc).split())
+
+
 def lint_files(paths: list[str], config: LintConfig, default_routes: Mapping[str, Any] | None = None) -> list[Finding]:
     """All findings for the given files, in file order. `default_routes` (the configured routes) are
     the jobs' routes when no routes file is among the files."""
@@ -121,8 +131,7 @@ def lint_files(paths: list[str], config: LintConfig, default_routes: Mapping[str
             findings.append(Finding(path, "-", "error", "unreadable", yaml_problem(exc)))
             continue
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-            reason = " ".join(str(exc).split())
-            findings.append(Finding(path, "-", "error", "unreadable", f"cannot read as JSON or YAML: {reason}"))
+            findings.append(Finding(path, "-", "error", "unreadable", _unreadable(path, exc)))
             continue
         if isinstance(data, Mapping) and "routes" in data:
             routes_seen = True

@@ -327,6 +327,9 @@ def parse_routes(text: str, origin: str) -> dict[str, Route]:
     too_big = _check_size(data)
     if too_big:
         raise ConfigError(f"{origin}: {too_big}")
+    bad_key = _non_text_key(data)
+    if bad_key:
+        raise ConfigError(f"{origin}: {bad_key}")
     try:
         return dict(RoutesConfig.model_validate(data).routes)
     except ValidationError as exc:
@@ -487,6 +490,37 @@ def _check_size(data: object) -> str | None:
         elif isinstance(value, list):
             stack.extend((item, depth + 1) for item in value)
     return None
+
+
+def _non_text_key(data: Mapping[Any, Any]) -> str | None:
+    """Where the file has a key that is not text (YAML reads `2024:`, `true:`, `null:` or
+    `2026-01-31:` as a number, a boolean, null or a date; JSON and Google's APIs have text keys
+    only), as one line naming the route and field, or None."""
+    stack: list[tuple[object, str]] = [(data, "")]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    return _key_line(path, key)
+                stack.append((item, f"{path}.{key}" if path else key))
+        elif isinstance(value, list):
+            stack.extend((item, f"{path}[{index}]") for index, item in enumerate(value))
+    return None
+
+
+def _key_line(path: str, key: object) -> str:
+    if key is None or isinstance(key, bool):
+        kind, text = ("null", "null") if key is None else ("true or false", str(key).lower())
+    else:
+        kind, text = ("a number" if isinstance(key, (int, float)) else f"a {type(key).__name__}"), str(key)
+    advice = f"is {kind}, not text (keys are text in JSON and in Google's APIs); quote it: '{text}'"
+    if path == "routes":
+        return f"route name {text}: {advice}"
+    route, _, field = path.removeprefix("routes.").partition(".")
+    if not path.startswith("routes."):
+        return f"the key {text} at {path or 'the top'} {advice}"
+    return f"route {route!r}: {f'field {field!r}: ' if field else ''}the key {text} {advice}"
 
 
 ROUTE_PATTERN_WORDS = {

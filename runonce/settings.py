@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from runonce.errors import ConfigError as ConfigError  # raised here; defined below the stores, which raise it too
 from runonce.stores import check_store_url
 from runonce.targets import ENDPOINTS
+from runonce.targets.endpoints import check_endpoint
 
 EMAIL_PATTERN = r"^[^@\s,]+@[^@\s,]+$"
 """A caller's email, as in allow-lists (routes' `allowed_callers`, RUNONCE_*_CALLERS)."""
@@ -52,12 +53,7 @@ def _split_csv(value: object) -> object:
 
 
 def _endpoint(value: str | None) -> str | None:
-    if value is not None and not re.fullmatch(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?", value):
-        raise ValueError(
-            "must be a URL without a path, e.g. https://run.googleapis.com or http://127.0.0.1:8085 "
-            "(http:// means plaintext, for local fakes)"
-        )
-    return value
+    return check_endpoint(value)  # the one rule for endpoints (runonce/targets/endpoints.py)
 
 
 # create_model's typed overloads take no **fields spread; the class is checked at run time by pydantic

@@ -114,7 +114,8 @@ def settings_page() -> str:
     lines += [
         "",
         "Lists (`RUNONCE_AUDIENCE`, `RUNONCE_ALLOWED_CALLERS`, `RUNONCE_ADMIN_CALLERS`) are comma-separated.",
-        "An endpoint override is a URL without a path; `http://` means plaintext, for local fakes.",
+        "An endpoint override is a bare origin: `https://` to a host under `googleapis.com`, or `http://` "
+        "(plaintext) to a loopback address, for local fakes.",
         "",
         "## The rule across settings",
         "",

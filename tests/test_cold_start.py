@@ -103,8 +103,10 @@ def test_http_and_log_routes_on_sqlite_load_no_google_client(tmp_path: Path) -> 
     assert google_clients(modules) == set()
 
 
-def test_a_workflows_route_loads_its_client_at_start_up(tmp_path: Path) -> None:
-    """The other side: what a route uses is loaded at start-up, not at its first delivery."""
+def test_a_workflows_route_calls_rest_and_loads_no_google_client_at_start_up(tmp_path: Path) -> None:
+    """Every Google target calls REST through the one engine over the shared HTTP client: a
+    workflows route loads no gRPC and no generated client; its discovery document is read at
+    start-up, where the route is checked against it, not at its first delivery."""
     modules = modules_after_start_up(
         tmp_path,
         {
@@ -113,8 +115,8 @@ def test_a_workflows_route_loads_its_client_at_start_up(tmp_path: Path) -> None:
             },
         },
     )
-    assert "google.cloud.workflows.executions_v1" in modules
-    assert not any(m.startswith("google.cloud.firestore") for m in modules)
+    assert google_clients(modules) == set()
+    assert "runonce.targets.engine" in modules
 
 
 def test_on_cloud_run_with_oidc_start_up_loads_the_ca_bundle_once(tmp_path: Path) -> None:

@@ -6,7 +6,10 @@ pydantic's own wording.
 Documents are built valid-ish (every route field, with values from the right type to the absurd:
 huge and non-finite numbers, other scripts' digits, project numbers, unknown target types),
 written as YAML or JSON, then sometimes broken: a line repeated (repeated keys), text cut, deep
-nesting, aliases, bytes that are not UTF-8.
+nesting, aliases, bytes that are not UTF-8. Google targets start from the examples' routes
+(examples/*.yaml) and are mutated where a user slips: a field emptied (null, as an empty YAML key
+is), a value of another type, a key that is a number, a trailing newline, an unknown field, a
+field removed, an endpoint that is no Google host.
 
 Budget: RUNONCE_FUZZ_ROUTES_EXAMPLES (default 150); RUNONCE_FUZZ_ROUTES_SEED replays a run; the
 seed is printed either way.
@@ -14,9 +17,11 @@ seed is printed either way.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import random
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +32,7 @@ from hypothesis import strategies as st
 from runonce.missed.audit import check_catch_up_windows
 from runonce.routes import load_routes, route_warnings
 from runonce.settings import ConfigError, Settings
+from tests.support.procs import REPO
 
 EXAMPLES = int(os.environ.get("RUNONCE_FUZZ_ROUTES_EXAMPLES", "150"))
 SEED = int(os.environ.get("RUNONCE_FUZZ_ROUTES_SEED", random.randrange(2**32)))
@@ -124,7 +130,64 @@ good_routes = st.fixed_dictionaries(
         "allowed_callers": st.just(["scheduler@my-project.iam.gserviceaccount.com"]),
     },
 )
+EXAMPLE_TARGETS = [
+    route["target"]
+    for path in sorted((REPO / "examples").glob("*.yaml"))
+    for route in (yaml.safe_load(path.read_text(encoding="utf-8")).get("routes") or {}).values()
+    if route["target"]["type"] not in ("log", "http")
+]
+"""The Google targets of the examples: correct routes of every Google target type."""
+ENDPOINTS = [
+    "http://example.com",
+    "https://user:pw@batch.googleapis.com",
+    "https://batch.googleapis.com/x?y#z",
+    "https://batch.googleapis.com:99999",
+    "file:///etc/passwd",
+    "http://127.0.0.1:8085",
+    "https://us-central1-aiplatform.googleapis.com",
+]
+
+
+def _places(value: Any) -> Iterator[tuple[Any, Any]]:
+    """Every (container, key or index) in a target, but its `type`."""
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        if key != "type":
+            yield value, key
+            yield from _places(item)
+
+
+@st.composite
+def mutated_targets(draw: st.DrawFn) -> dict[str, Any]:
+    """An example's Google target with one to three slips in it."""
+    target = copy.deepcopy(draw(st.sampled_from(EXAMPLE_TARGETS)))
+    for _ in range(draw(st.integers(1, 3))):
+        places = list(_places(target))
+        if not places:  # everything but the type was removed
+            break
+        container, key = draw(st.sampled_from(places))
+        how = draw(st.sampled_from(["null", "value", "number key", "newline", "unknown", "remove", "endpoint"]))
+        if how == "null":
+            container[key] = None
+        elif how == "value":
+            container[key] = draw(json_values)
+        elif how == "number key" and isinstance(container[key], dict):
+            container[key][draw(st.integers(-5, 3000))] = draw(scalars)
+        elif how == "newline" and isinstance(container[key], str):
+            container[key] += "\n"
+        elif how == "unknown" and isinstance(container[key], dict):
+            container[key]["destinaton"] = draw(scalars)
+        elif how == "remove" and isinstance(container, dict):
+            del container[key]
+        elif how == "endpoint" and target["type"] == "google_api":
+            target["endpoint"] = draw(st.sampled_from(ENDPOINTS))
+    return target
+
+
 documents = st.one_of(
+    st.fixed_dictionaries(
+        {"routes": st.fixed_dictionaries({"google": st.fixed_dictionaries({"target": mutated_targets()})})}
+    ),
     st.fixed_dictionaries(
         {
             "routes": st.dictionaries(

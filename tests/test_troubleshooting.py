@@ -35,7 +35,9 @@ CASES: dict[str, dict[str, str] | None] = {
     "bad settings: RUNONCE_STORE: unknown store …": {"RUNONCE_STORE": "postgres://db/runs"},
     "bad settings: RUNONCE_STORE: must be sqlite:///PATH …": {"RUNONCE_STORE": "sqlite:///"},
     "bad settings: RUNONCE_STORE: unknown option …": {"RUNONCE_STORE": "redis://localhost:6379/0?nosuch=1"},
-    "bad settings: RUNONCE_<NAME>_ENDPOINT: must be a URL without a path …": {"RUNONCE_RUN_ENDPOINT": "https://x/v2"},
+    "bad settings: RUNONCE_<NAME>_ENDPOINT: … use https://HOST[:PORT] with HOST under googleapis.com …": {
+        "RUNONCE_RUN_ENDPOINT": "https://run.googleapis.com/v2"
+    },
     "RUNONCE_AUTH=oidc needs RUNONCE_AUDIENCE …": {"RUNONCE_AUTH": "oidc"},
     "RUNONCE_AUTH=oidc and no caller is allowed on route(s) …": {
         "RUNONCE_AUTH": "oidc",

@@ -274,7 +274,7 @@ def check_auth_config(
         )
     for variable in ("allowed_callers", "admin_callers"):
         for email in getattr(settings, variable):
-            if not _EMAIL.match(email):
+            if not _EMAIL.fullmatch(email):
                 raise ConfigError(f"RUNONCE_{variable.upper()}: {email!r} is not an email address")
     uncallable = sorted(name for name, callers in route_callers.items() if not callers)
     if uncallable and not settings.allowed_callers:

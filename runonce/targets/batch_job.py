@@ -9,7 +9,7 @@ for an hour. A retry after a lost answer creates the same id again: Batch answer
 Every task gets the run's identity in its environment, `RUNONCE_RUN_ID` and `RUNONCE_SCHEDULE_TIME`
 (when the run has one), so the job's code can use `runonce-guard`; the job carries the label
 `runonce-run-id`. A job whose `status.state` is QUEUED, SCHEDULED or RUNNING is running (overlap).
-Answers: `rest_jobs`'s table.
+Answers: the engine's table (`engine.py`).
 """
 
 from __future__ import annotations
@@ -17,25 +17,25 @@ from __future__ import annotations
 import copy
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from runonce.targets.base import DispatchRequest
-from runonce.targets.registry import Grant, TargetType
-from runonce.targets.rest_jobs import (
+from runonce.targets.engine import Running
+from runonce.targets.presets import (
     RUN_ID_ENV,
     SCHEDULE_TIME_ENV,
     ParentConfig,
-    RunNamedJobTarget,
+    RunNamedPreset,
+    check_route,
     check_route_labels,
     config_error,
     mapping_at,
     refuse_fields,
-    request_id_for,
     run_values,
     with_label,
 )
+from runonce.targets.registry import Grant, TargetType
 
-DEFAULT_ENDPOINT = "https://batch.googleapis.com"
 RESERVED_ENV = (RUN_ID_ENV, SCHEDULE_TIME_ENV)
 
 
@@ -90,41 +90,40 @@ class BatchJobTargetConfig(ParentConfig):
         check_route_labels(value, "labels", "job")
         return value
 
+    @model_validator(mode="after")
+    def _against_the_api(self) -> BatchJobTargetConfig:
+        check_route(BatchJobTarget, self)
+        return self
 
-class BatchJobTarget(RunNamedJobTarget):
-    config: BatchJobTargetConfig
+
+class BatchJobTarget(RunNamedPreset[BatchJobTargetConfig]):
     type = "batch_job"
-    collection = "jobs"
-    noun = "Batch job"
-    running_states = frozenset({"QUEUED", "SCHEDULED", "RUNNING"})
-
-    def default_endpoint(self) -> str:
-        return DEFAULT_ENDPOINT
-
-    def create_params(self, request: DispatchRequest) -> dict[str, str]:
-        return {"jobId": self.resource_id(request), "requestId": request_id_for(request.run_id)}
+    API = "batch.v1"
+    NOUN = "Batch job"
+    COLLECTION = "jobs"
+    ID_PARAM = "jobId"
+    REQUEST_ID = True
+    RUNNING = Running("status.state", running=frozenset({"QUEUED", "SCHEDULED", "RUNNING"}))
+    BODY_FIELD = ("", "job")
 
     def body(self, request: DispatchRequest) -> dict[str, Any]:
         """The route's Job with the label, and the run's identity in every task's environment."""
         job = copy.deepcopy(self.config.job)
         job["labels"] = with_label(job.get("labels"), request.run_id)
         identity = {f"RUNONCE_{field.upper()}": value for field, value in run_values(request).items()}
-        for group in job["taskGroups"]:
+        for group in job["taskGroups"]:  # a null in them is refused at start-up (presets.refuse_nulls)
             environment = group["taskSpec"].setdefault("environment", {})
-            environment["variables"] = {**(environment.get("variables") or {}), **identity}
-            for per_task in group.get("taskEnvironments") or []:
-                per_task["variables"] = {**(per_task.get("variables") or {}), **identity}
+            environment["variables"] = {**environment.get("variables", {}), **identity}
+            for per_task in group.get("taskEnvironments", []):
+                per_task["variables"] = {**per_task.get("variables", {}), **identity}
         return job
-
-    def state_of(self, resource: dict[str, Any]) -> str:
-        return str((resource.get("status") or {}).get("state") or "")  # pragma: no mutate - "" is no running state
 
 
 TARGET = TargetType(
     name="batch_job",
     config=BatchJobTargetConfig,
     adapter=BatchJobTarget,
-    build=lambda config, context, endpoint: BatchJobTarget(config, context.http, context.google_auth, endpoint),
+    build=BatchJobTarget.build,
     endpoint="batch",
     resource_field="project",
     grants=(

@@ -12,49 +12,26 @@ the run has no schedule time, as a Cloud Tasks run), so scheduled SQL can be ide
 `useLegacySql: false` unless the route says otherwise, and refuses legacy SQL and positional
 parameters at start-up.
 
-Answers to `jobs.insert`, BigQuery's way (`error.errors[].reason`):
-
-    409 duplicate                         the run's job exists: jobs.get, completed with it
-    429, or 403 rateLimitExceeded          TargetThrottled (nothing created)
-    400 / 401 / 403 / 404 (and other 4xx)  TargetFailed (nothing created)
-    5xx (backendError), timeout after sending
-                                          TargetOutcomeUnknown: BigQuery may have created the job
-                                          before failing; the retry reconciles by jobs.get on the id
+Answers to `jobs.insert`: the engine's table (`engine.py`), BigQuery's rows of it included: 409
+ALREADY_EXISTS (reason `duplicate`) adopts the run's job, a 403 `rateLimitExceeded` is throttled, a
+5xx (`backendError`) is unknown and the retry reconciles by `jobs.get` on the id.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
 import re
 from typing import Any, Literal
 
-import httpx
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from runonce.targets.base import (
-    DispatchRequest,
-    TargetError,
-    TargetFailed,
-    TargetOutcomeUnknown,
-    TargetThrottled,
-    parse_retry_after,
-)
-from runonce.targets.google import (
-    PROJECT,
-    RUN_ID_LABEL,
-    GoogleRestTarget,
-    check_labels,
-    error_of,
-    json_of,
-    outcome_for_response,
-    reconciling,
-    run_id_label,
-)
+from runonce.targets.base import DispatchRequest
+from runonce.targets.engine import Call, GoogleEngineTarget, Running, run_hex
+from runonce.targets.google import PROJECT, RUN_ID_LABEL, check_labels, run_id_label
+from runonce.targets.presets import check_route
 from runonce.targets.registry import Grant, TargetType
 
-DEFAULT_ENDPOINT = "https://bigquery.googleapis.com"
 JOB_KINDS = ("query", "load", "extract", "copy")
 LOCATION_PATTERN = r"^(?:US|EU|us|eu|[a-z]+-[a-z]+[0-9]+)$"
 MAX_LABELS = 64
@@ -64,9 +41,7 @@ RUN_PARAMETERS = ("run_id", "schedule_time")
 def job_id_for(run_id: str) -> str:
     """The run's BigQuery job id: `runonce_` + the run_id (64 hex characters, as every run_id is;
     anything else is hashed so the id stays within BigQuery's `[A-Za-z0-9_-]{1,1024}`)."""
-    if not re.fullmatch(r"[0-9a-f]{64}", run_id):
-        run_id = hashlib.sha256(run_id.encode("utf-8")).hexdigest()
-    return f"runonce_{run_id}"
+    return f"runonce_{run_hex(run_id)}"
 
 
 def run_parameters(request: DispatchRequest) -> list[dict[str, Any]]:
@@ -95,7 +70,7 @@ def _check_query(query: Any) -> None:
             "configuration.query: parameterMode must be NAMED (runonce adds named parameters; got {mode})",
             mode=query["parameterMode"],
         )
-    parameters = query.get("queryParameters", [])
+    parameters = query.get("queryParameters") or []
     if not isinstance(parameters, list) or not all(isinstance(p, dict) for p in parameters):
         raise _config_error("configuration.query.queryParameters must be a list of parameters")
     for parameter in parameters:
@@ -148,13 +123,18 @@ class BigQueryJobTargetConfig(BaseModel):
             raise _config_error(f"configuration.{kinds[0]} must be a mapping")
         if value.get("dryRun"):
             raise _config_error("dryRun creates no job, so a run would start nothing")
-        labels = value.get("labels", {})
+        labels = value.get("labels") or {}
         if not isinstance(labels, dict):
             raise _config_error("configuration.labels must be a mapping")
         check_labels(labels, MAX_LABELS)
         if "query" in value:
             _check_query(value["query"])
         return value
+
+    @model_validator(mode="after")
+    def _against_the_api(self) -> BigQueryJobTargetConfig:
+        check_route(BigQueryJobTarget, self)
+        return self
 
 
 def parse_resource(resource: str) -> tuple[str, str, str]:
@@ -164,19 +144,33 @@ def parse_resource(resource: str) -> tuple[str, str, str]:
     return project, location, job_id
 
 
-class BigQueryJobTarget(GoogleRestTarget[BigQueryJobTargetConfig]):
+class BigQueryJobTarget(GoogleEngineTarget[BigQueryJobTargetConfig]):
     type = "bigquery_job"
-    DEFAULT_ENDPOINT = DEFAULT_ENDPOINT
+    API = "bigquery.v2"
+    NOUN = "BigQuery job"
+    RUNNING = Running("status.state", final=frozenset({"DONE"}))
+    BODY_FIELD = ("configuration", "configuration")
+
+    def _job_name(self, request: DispatchRequest) -> str:
+        return f"{self.config.project}:{self.config.location}.{job_id_for(request.run_id)}"
+
+    def describe(self, request: DispatchRequest) -> str:
+        return f"insert BigQuery job {self._job_name(request)}"
+
+    def describe_lookup(self, request: DispatchRequest) -> str:
+        return f"get BigQuery job {self._job_name(request)}"
 
     def job(self, request: DispatchRequest) -> dict[str, Any]:
         """The `Job` that jobs.insert receives for this run."""
         configuration = copy.deepcopy(self.config.configuration)
-        configuration["labels"] = {**configuration.get("labels", {}), RUN_ID_LABEL: run_id_label(request.run_id)}
+        labels = configuration.get("labels") or {}
+        configuration["labels"] = {**labels, RUN_ID_LABEL: run_id_label(request.run_id)}
         query = configuration.get("query")
         if query is not None:
-            query.setdefault("useLegacySql", False)
+            if query.get("useLegacySql") is None:
+                query["useLegacySql"] = False
             query["parameterMode"] = "NAMED"
-            query["queryParameters"] = [*query.get("queryParameters", []), *run_parameters(request)]
+            query["queryParameters"] = [*(query.get("queryParameters") or []), *run_parameters(request)]
         reference = {
             "projectId": self.config.project,
             "jobId": job_id_for(request.run_id),
@@ -184,68 +178,22 @@ class BigQueryJobTarget(GoogleRestTarget[BigQueryJobTargetConfig]):
         }
         return {"jobReference": reference, "configuration": configuration}
 
-    def _job_path(self, project: str, job_id: str | None = None) -> str:
-        return f"bigquery/v2/projects/{project}/jobs" + (f"/{job_id}" if job_id else "")
+    def create_call(self, request: DispatchRequest) -> Call:
+        return Call("jobs.insert", {"projectId": self.config.project}, self.job(request))
 
-    async def dispatch(self, request: DispatchRequest) -> str:
-        job_id = job_id_for(request.run_id)
-        action = f"insert BigQuery job {self.config.project}:{self.config.location}.{job_id}"
-        if request.payload:
-            raise TargetFailed(
-                f"{action}: a bigquery_job route takes no delivery body (its job is the route's configuration)"
-            )
-        response = await self.send("POST", self._job_path(self.config.project), action, body=self.job(request))
-        if response.status_code == 409:  # the run's job exists: an earlier attempt created it
-            read = f"{action}: it already exists; read it"
-            with reconciling(read):
-                job = await self._get(self.config.project, self.config.location, job_id, read)
-            return self._resource(job, job_id)
-        if not response.is_success:
-            raise insert_outcome(action, response)
-        return self._resource(json_of(action, response), job_id)
+    def lookup_call(self, request: DispatchRequest) -> Call:
+        return self._get(self.config.project, self.config.location, job_id_for(request.run_id))
 
-    async def reconcile(self, request: DispatchRequest) -> str | None:
-        job_id = job_id_for(request.run_id)
-        action = f"get BigQuery job {self.config.project}:{self.config.location}.{job_id}"
-        with reconciling(action):
-            response = await self.send(
-                "GET", self._job_path(self.config.project, job_id), action, params={"location": self.config.location}
-            )
-            if response.status_code == 404:
-                return None
-            job = json_of(action, response)
-        return self._resource(job, job_id)
-
-    async def is_running(self, resource: str) -> bool:
-        project, location, job_id = parse_resource(resource)
-        action = f"get BigQuery job {resource}"
-        try:
-            job = await self._get(project, location, job_id, action)
-        except TargetOutcomeUnknown:
-            raise
-        except TargetError as exc:
-            raise TargetOutcomeUnknown(f"cannot read the state of {resource}: {exc.message}") from exc
-        return (job.get("status") or {}).get("state") != "DONE"
-
-    async def _get(self, project: str, location: str, job_id: str, action: str) -> dict[str, Any]:
-        return await self.call("GET", self._job_path(project, job_id), action, params={"location": location})
-
-    def _resource(self, job: dict[str, Any], job_id: str) -> str:
+    def created(self, answer: dict[str, Any], request: DispatchRequest) -> str:
         """BigQuery's own name for the job, `PROJECT:LOCATION.JOB_ID` (as `bq show -j` takes it)."""
-        return str(job.get("id") or f"{self.config.project}:{self.config.location}.{job_id}")
+        return str(answer.get("id") or self._job_name(request))
 
+    def state_call(self, resource: str) -> Call:
+        return self._get(*parse_resource(resource))
 
-def insert_outcome(action: str, response: httpx.Response) -> TargetError:
-    """The outcome of a jobs.insert answer other than 2xx and 409 (see the module's table)."""
-    outcome = outcome_for_response(action, response)
-    reasons = {e.get("reason") for e in error_of(response.text).get("errors") or [] if isinstance(e, dict)}
-    if isinstance(outcome, TargetThrottled):
-        return outcome
-    if "rateLimitExceeded" in reasons:
-        return TargetThrottled(outcome.message, parse_retry_after(response.headers.get("retry-after")))
-    if response.status_code >= 500:
-        return TargetOutcomeUnknown(outcome.message)
-    return outcome
+    @staticmethod
+    def _get(project: str, location: str, job_id: str) -> Call:
+        return Call("jobs.get", {"projectId": project, "jobId": job_id, "location": location})
 
 
 TARGET = TargetType(

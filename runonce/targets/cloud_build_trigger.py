@@ -13,9 +13,8 @@ since the run was first claimed and matches the substitution itself.
 
 from __future__ import annotations
 
-import logging
 import re
-from datetime import UTC, timedelta
+from datetime import UTC
 from typing import Any, Literal
 
 import httpx
@@ -23,22 +22,18 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_core import PydanticCustomError
 
 from runonce.targets.base import DispatchRequest, TargetFailed, TargetOutcomeUnknown
-from runonce.targets.google import GoogleAuth, GoogleRestTarget, reconciling, resource_parts, resource_pattern
+from runonce.targets.engine import CLOCK_SKEW, Call, GoogleEngineTarget, Listing, Running, operation_result
+from runonce.targets.google import GoogleAuth, resource_parts, resource_pattern
+from runonce.targets.presets import check_route
 from runonce.targets.registry import Grant, TargetType
 
-logger = logging.getLogger("runonce.target.cloud_build_trigger")
-
-DEFAULT_ENDPOINT = "https://cloudbuild.googleapis.com"
 TRIGGER_PATTERN = resource_pattern("triggers", r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 BUILD_PATTERN = resource_pattern("builds", r"[A-Za-z0-9_-]+")
 RUNNING_STATUSES = ("PENDING", "QUEUED", "WORKING")
 FINAL_STATUSES = ("SUCCESS", "FAILURE", "INTERNAL_ERROR", "TIMEOUT", "CANCELLED", "EXPIRED")
-SUBSTITUTION_PATTERN = r"^_[A-Z0-9_]+$"
-UUID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+SUBSTITUTION_PATTERN = r"_[A-Z0-9_]+"
+UUID_PATTERN = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 RUN_FIELD_SUBSTITUTIONS = ("_RUNONCE_JOB", "_RUNONCE_SCHEDULE_TIME", "_RUNONCE_TASK", "_RUNONCE_SOURCE")
-CLOCK_SKEW = timedelta(minutes=10)
-"""How far Google's createTime may lag our clock when searching builds since the first claim."""
-MAX_PAGES = 20
 
 
 def _substitution_error(key: str) -> PydanticCustomError:
@@ -64,7 +59,7 @@ class CloudBuildTriggerTargetConfig(BaseModel):
     @field_validator("trigger")
     @classmethod
     def _trigger(cls, value: str) -> str:
-        if not re.match(TRIGGER_PATTERN, value):
+        if not re.fullmatch(TRIGGER_PATTERN, value):
             raise PydanticCustomError(
                 "resource_name",
                 "must be a trigger's full name, projects/PROJECT/locations/LOCATION/triggers/TRIGGER "
@@ -76,7 +71,7 @@ class CloudBuildTriggerTargetConfig(BaseModel):
     @field_validator("substitution")
     @classmethod
     def _substitution(cls, value: str) -> str:
-        if not re.match(SUBSTITUTION_PATTERN, value) or value in RUN_FIELD_SUBSTITUTIONS:
+        if not re.fullmatch(SUBSTITUTION_PATTERN, value) or value in RUN_FIELD_SUBSTITUTIONS:
             raise _substitution_error(value)
         return value
 
@@ -84,7 +79,7 @@ class CloudBuildTriggerTargetConfig(BaseModel):
     @classmethod
     def _substitutions(cls, values: dict[str, str]) -> dict[str, str]:
         for key in values:
-            if not re.match(SUBSTITUTION_PATTERN, key):
+            if not re.fullmatch(SUBSTITUTION_PATTERN, key):
                 raise _substitution_error(key)
             if key in RUN_FIELD_SUBSTITUTIONS:
                 raise PydanticCustomError("substitution", "substitution {key} is set by runonce", {"key": repr(key)})
@@ -110,12 +105,16 @@ class CloudBuildTriggerTargetConfig(BaseModel):
             raise PydanticCustomError(
                 "substitution", "substitutions: {key} is the token's substitution", {"key": repr(self.substitution)}
             )
+        check_route(CloudBuildTriggerTarget, self)
         return self
 
 
-class CloudBuildTriggerTarget(GoogleRestTarget[CloudBuildTriggerTargetConfig]):
+class CloudBuildTriggerTarget(GoogleEngineTarget[CloudBuildTriggerTargetConfig]):
     type = "cloud_build_trigger"
-    DEFAULT_ENDPOINT = DEFAULT_ENDPOINT
+    API = "cloudbuild.v1"
+    NOUN = "build"
+    TAKES_PAYLOAD = True  # the delivery's body holds substitutions
+    RUNNING = Running("status", running=frozenset(RUNNING_STATUSES), final=frozenset(FINAL_STATUSES))
 
     def __init__(
         self,
@@ -127,12 +126,12 @@ class CloudBuildTriggerTarget(GoogleRestTarget[CloudBuildTriggerTargetConfig]):
         super().__init__(config, http, auth, endpoint)
         parts = resource_parts(config.trigger)
         self._project, self._location, self._trigger = parts["projects"], parts["locations"], parts["triggers"]
-        self._trigger_id: str | None = self._trigger if re.match(UUID_PATTERN, self._trigger) else None
+        self._trigger_id: str | None = self._trigger if re.fullmatch(UUID_PATTERN, self._trigger) else None
 
     def substitutions(self, request: DispatchRequest) -> dict[str, str]:
         values = dict(self.config.substitutions)
         for key, value in request.payload.items():
-            if not re.match(SUBSTITUTION_PATTERN, key) or not isinstance(value, str):
+            if not re.fullmatch(SUBSTITUTION_PATTERN, key) or not isinstance(value, str):
                 raise TargetFailed(
                     f"payload field {key!r}: a cloud_build_trigger payload holds substitutions, "
                     "keys matching ^_[A-Z0-9_]+$ with string values"
@@ -160,77 +159,57 @@ class CloudBuildTriggerTarget(GoogleRestTarget[CloudBuildTriggerTargetConfig]):
             source["commitSha"] = self.config.commit
         return {"projectId": self._project, "triggerId": self._trigger, "source": source}
 
-    async def dispatch(self, request: DispatchRequest) -> str:
-        action = f"run {self.config.trigger}"
-        operation = await self.call("POST", f"v1/{self.config.trigger}:run", action, body=self.run_request(request))
-        build = (operation.get("metadata") or {}).get("build") or {}
+    @property
+    def _parent(self) -> str:
+        return f"projects/{self._project}/locations/{self._location}"
+
+    def describe(self, request: DispatchRequest) -> str:
+        return f"run {self.config.trigger}"
+
+    def describe_lookup(self, request: DispatchRequest) -> str:
+        return f"list builds of {self.config.trigger}"
+
+    def create_call(self, request: DispatchRequest) -> Call:
+        return Call("projects.locations.triggers.run", {"name": self.config.trigger}, self.run_request(request))
+
+    def created(self, answer: dict[str, Any], request: DispatchRequest) -> str:
+        """The build named in the operation's metadata (runonce never waits for it)."""
+        build = (answer.get("metadata") or {}).get("build") or {}
         if build.get("buildTriggerId"):
             self._trigger_id = build["buildTriggerId"]
-        if build.get("name"):
-            return str(build["name"])
-        if build.get("id"):
-            return f"projects/{self._project}/locations/{self._location}/builds/{build['id']}"
-        if operation.get("error"):
-            raise TargetFailed(f"{action}: {operation['error'].get('message', operation['error'])}")
-        if operation.get("name"):
-            return str(operation["name"])
-        raise TargetOutcomeUnknown(f"{action}: the answer names neither a build nor an operation")
+        name = build.get("name") or (f"{self._parent}/builds/{build['id']}" if build.get("id") else None)
+        return operation_result(answer, name, self.describe(request))
 
-    async def reconcile(self, request: DispatchRequest) -> str | None:
-        parent = f"projects/{self._project}/locations/{self._location}"
-        with reconciling(f"look up trigger {self.config.trigger}"):
-            trigger_id = await self._resolve_trigger_id()
-        conditions = [f'trigger_id="{trigger_id}"']
+    def list_call(self, request: DispatchRequest) -> Listing:
+        """The trigger's builds since the run's first claim (`builds.list` cannot filter on
+        substitutions; it filters on the trigger and the creation time)."""
+        conditions = [f'trigger_id="{self._trigger_id or self._trigger}"']
         if request.created_at is not None:
             since = (request.created_at - CLOCK_SKEW).astimezone(UTC)
             conditions.append(f'create_time>="{since:%Y-%m-%dT%H:%M:%SZ}"')
-        action = f"list builds of {self.config.trigger}"
-        found: list[str] = []
-        with reconciling(action):
-            page_token: str | None = None
-            for _ in range(MAX_PAGES):
-                params: dict[str, Any] = {
-                    "projectId": self._project,
-                    "filter": " AND ".join(conditions),
-                    "pageSize": 100,
-                }
-                if page_token:
-                    params["pageToken"] = page_token
-                page = await self.call("GET", f"v1/{parent}/builds", action, params=params)
-                for build in page.get("builds") or []:
-                    if (build.get("substitutions") or {}).get(self.config.substitution) == request.run_id:
-                        found.append(build.get("name") or f"{parent}/builds/{build.get('id')}")
-                page_token = page.get("nextPageToken")
-                if not page_token:
-                    break
-            else:
-                raise TargetOutcomeUnknown(f"{action}: more than {MAX_PAGES} pages of builds to search")
-        if len(found) > 1:
-            logger.warning("run %s has %d builds: %s", request.run_id, len(found), ", ".join(found))
-        return found[-1] if found else None  # newest first: the last is the earliest
+        params = {"parent": self._parent, "projectId": self._project, "filter": " AND ".join(conditions)}
+        return Listing(Call("projects.locations.builds.list", {**params, "pageSize": 100}), items="builds")
 
-    async def is_running(self, resource: str) -> bool:
-        """`builds.get`: PENDING, QUEUED or WORKING runs; a final status, or no build, does not."""
-        if not re.match(BUILD_PATTERN, resource):
-            raise TargetOutcomeUnknown(f"{resource} is not a build's name")
-        build = await self.read_state(f"v1/{resource}", resource)
-        if build is None:
-            return False
-        status = build.get("status")
-        if status in RUNNING_STATUSES:
-            return True
-        if status in FINAL_STATUSES:
-            return False
-        raise TargetOutcomeUnknown(f"get {resource}: status {status}")
+    def matches(self, item: dict[str, Any], request: DispatchRequest) -> str | None:
+        if (item.get("substitutions") or {}).get(self.config.substitution) != request.run_id:
+            return None
+        return str(item.get("name") or f"{self._parent}/builds/{item.get('id')}")
 
-    async def _resolve_trigger_id(self) -> str:
-        """Builds name their trigger by id; a trigger configured by name is looked up once."""
+    async def find(self, request: DispatchRequest, action: str) -> str | None:
+        """Builds name their trigger by id: a trigger configured by name is looked up once first."""
         if self._trigger_id is None:
-            trigger = await self.call("GET", f"v1/{self.config.trigger}", f"get {self.config.trigger}")
+            get = f"get {self.config.trigger}"
+            lookup = Call("projects.locations.triggers.get", {"name": self.config.trigger})
+            trigger = await self.read(self.url_of(lookup), get) or {}
             if not trigger.get("id"):
-                raise TargetOutcomeUnknown(f"get {self.config.trigger}: the answer has no trigger id")
+                raise TargetOutcomeUnknown(f"{get}: the answer has no trigger id")
             self._trigger_id = str(trigger["id"])
-        return self._trigger_id
+        return await super().find(request, action)
+
+    def state_call(self, resource: str) -> Call:
+        if not re.fullmatch(BUILD_PATTERN, resource):
+            raise TargetOutcomeUnknown(f"{resource} is not a build's name")
+        return Call("projects.locations.builds.get", {"name": resource})
 
 
 TARGET = TargetType(

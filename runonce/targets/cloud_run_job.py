@@ -12,24 +12,21 @@ back to when the run was first claimed and matches the env override.
 from __future__ import annotations
 
 import json
-import logging
 import re
-from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from runonce.targets.base import DispatchRequest, TargetFailed, TargetOutcomeUnknown
-from runonce.targets.google import GoogleRestTarget, reconciling, resource_pattern
+from runonce.targets.engine import Call, GoogleEngineTarget, Listing, operation_result
+from runonce.targets.google import resource_pattern
+from runonce.targets.presets import check_route
 from runonce.targets.registry import Grant, TargetType
 
-logger = logging.getLogger("runonce.target.cloud_run_job")
-
-DEFAULT_ENDPOINT = "https://run.googleapis.com"
 JOB_PATTERN = resource_pattern("jobs", r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?")
 EXECUTION_PATTERN = JOB_PATTERN.removesuffix("$") + r"/executions/[a-z0-9-]{1,63}$"
-ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+ENV_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*"
 RESERVED_ENV = {
     "CLOUD_RUN_JOB",
     "CLOUD_RUN_EXECUTION",
@@ -38,10 +35,6 @@ RESERVED_ENV = {
     "CLOUD_RUN_TASK_COUNT",
 }
 MAX_ENV_VALUE_BYTES = 32768
-CLOCK_SKEW = timedelta(minutes=10)
-"""How far Google's createTime may lag our clock; executions older than the run's first claim by
-more than this cannot belong to it."""
-MAX_PAGES = 20
 
 
 class CloudRunJobTargetConfig(BaseModel):
@@ -58,7 +51,7 @@ class CloudRunJobTargetConfig(BaseModel):
     @field_validator("job")
     @classmethod
     def _job(cls, value: str) -> str:
-        if not re.match(JOB_PATTERN, value):
+        if not re.fullmatch(JOB_PATTERN, value):
             raise PydanticCustomError(
                 "resource_name",
                 "must be a job's full name, projects/PROJECT/locations/LOCATION/jobs/JOB (got {value})",
@@ -69,7 +62,7 @@ class CloudRunJobTargetConfig(BaseModel):
     @field_validator("env_var")
     @classmethod
     def _env_var(cls, value: str) -> str:
-        if not re.match(ENV_NAME_PATTERN, value) or value in RESERVED_ENV or value.startswith("RUNONCE_"):
+        if not re.fullmatch(ENV_NAME_PATTERN, value) or value in RESERVED_ENV or value.startswith("RUNONCE_"):
             raise PydanticCustomError(
                 "env_var",
                 "must be an env var name ([A-Za-z_][A-Za-z0-9_]*), not reserved by Cloud Run or runonce "
@@ -96,10 +89,17 @@ class CloudRunJobTargetConfig(BaseModel):
             )
         return value
 
+    @model_validator(mode="after")
+    def _against_the_api(self) -> CloudRunJobTargetConfig:
+        check_route(CloudRunJobTarget, self)
+        return self
 
-class CloudRunJobTarget(GoogleRestTarget[CloudRunJobTargetConfig]):
+
+class CloudRunJobTarget(GoogleEngineTarget[CloudRunJobTargetConfig]):
     type = "cloud_run_job"
-    DEFAULT_ENDPOINT = DEFAULT_ENDPOINT
+    API = "run.v2"
+    NOUN = "execution"
+    TAKES_PAYLOAD = True  # the delivery's body travels as RUNONCE_PAYLOAD
 
     def env(self, request: DispatchRequest) -> list[dict[str, str]]:
         fields = request.runonce_fields()
@@ -128,70 +128,51 @@ class CloudRunJobTarget(GoogleRestTarget[CloudRunJobTargetConfig]):
             overrides["timeout"] = self.config.timeout
         return {"overrides": overrides}
 
-    async def dispatch(self, request: DispatchRequest) -> str:
-        action = f"run {self.config.job}"
+    def describe(self, request: DispatchRequest) -> str:
+        return f"run {self.config.job}"
+
+    def describe_lookup(self, request: DispatchRequest) -> str:
+        return f"list executions of {self.config.job}"
+
+    def create_call(self, request: DispatchRequest) -> Call:
         body = self.run_request(request)
         for var in body["overrides"]["containerOverrides"][0]["env"]:
             if len(var["value"].encode("utf-8")) > MAX_ENV_VALUE_BYTES:
-                raise TargetFailed(f"{action}: env {var['name']} is over Cloud Run's {MAX_ENV_VALUE_BYTES} bytes")
-        operation = await self.call("POST", f"v2/{self.config.job}:run", action, body=body)
-        execution = (operation.get("metadata") or {}).get("name")
-        if execution:
-            return str(execution)
-        if operation.get("error"):  # the operation failed at once and names no execution
-            raise TargetFailed(f"{action}: {operation['error'].get('message', operation['error'])}")
-        if operation.get("name"):
-            return str(operation["name"])
-        raise TargetOutcomeUnknown(f"{action}: the answer names neither an execution nor an operation")
+                raise TargetFailed(
+                    f"{self.describe(request)}: env {var['name']} is over Cloud Run's {MAX_ENV_VALUE_BYTES} bytes"
+                )
+        return Call("projects.locations.jobs.run", {"name": self.config.job}, body)
 
-    async def reconcile(self, request: DispatchRequest) -> str | None:
-        since = request.created_at - CLOCK_SKEW if request.created_at else None
-        action = f"list executions of {self.config.job}"
-        found: list[str] = []
-        with reconciling(action):
-            page_token: str | None = None
-            for _ in range(MAX_PAGES):
-                params: dict[str, Any] = {"pageSize": 100}
-                if page_token:
-                    params["pageToken"] = page_token
-                page = await self.call("GET", f"v2/{self.config.job}/executions", action, params=params)
-                executions = page.get("executions") or []
-                found += [e["name"] for e in executions if self._carries(e, request.run_id)]
-                page_token = page.get("nextPageToken")
-                older = since is not None and executions and all(_created(e) < since for e in executions)
-                if not page_token or older:
-                    break
-            else:
-                raise TargetOutcomeUnknown(f"{action}: more than {MAX_PAGES} pages of executions to search")
-        if len(found) > 1:
-            logger.warning("run %s has %d executions: %s", request.run_id, len(found), ", ".join(found))
-        return found[-1] if found else None
+    def created(self, answer: dict[str, Any], request: DispatchRequest) -> str:
+        """The new Execution named in the operation's metadata (runonce never waits for it)."""
+        return operation_result(answer, (answer.get("metadata") or {}).get("name"), self.describe(request))
+
+    def list_call(self, request: DispatchRequest) -> Listing:
+        """The job's executions, newest first, back to the run's first claim (they carry no labels)."""
+        call = Call("projects.locations.jobs.executions.list", {"parent": self.config.job, "pageSize": 100})
+        return Listing(call, items="executions", since=request.created_at)
+
+    def matches(self, item: dict[str, Any], request: DispatchRequest) -> str | None:
+        containers = (item.get("template") or {}).get("containers") or []
+        carries = any(
+            var.get("name") == self.config.env_var and var.get("value") == request.run_id
+            for container in containers
+            for var in container.get("env") or []
+        )
+        return str(item["name"]) if carries and item.get("name") else None
+
+    def state_call(self, resource: str) -> Call:
+        if not re.fullmatch(EXECUTION_PATTERN, resource):
+            raise TargetOutcomeUnknown(f"{resource} is not an execution's name")
+        return Call("projects.locations.jobs.executions.get", {"name": resource})
 
     async def is_running(self, resource: str) -> bool:
         """`executions.get`: an execution without `completionTime`, or with tasks still running
         (`runningCount`), runs; one that no longer exists does not."""
-        if not re.match(EXECUTION_PATTERN, resource):
-            raise TargetOutcomeUnknown(f"{resource} is not an execution's name")
-        execution = await self.read_state(f"v2/{resource}", resource)
+        execution = await self.read_state(resource)
         if execution is None:
             return False
         return not execution.get("completionTime") or int(execution.get("runningCount") or 0) > 0
-
-    def _carries(self, execution: dict[str, Any], run_id: str) -> bool:
-        containers = (execution.get("template") or {}).get("containers") or []
-        return any(
-            var.get("name") == self.config.env_var and var.get("value") == run_id
-            for container in containers
-            for var in container.get("env") or []
-        )
-
-
-def _created(execution: dict[str, Any]) -> datetime:
-    text = str(execution.get("createTime") or "")
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return datetime.max.replace(tzinfo=UTC)  # unknown: treat as recent
 
 
 TARGET = TargetType(

@@ -21,31 +21,21 @@ cannot tell the two apart: the run is never dispatched blind (TargetOutcomeUnkno
 from __future__ import annotations
 
 import base64
-import logging
 import re
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from runonce.targets.base import DispatchRequest, TargetError, TargetOutcomeUnknown
-from runonce.targets.google import (
-    GoogleRestTarget,
-    error_of,
-    json_of,
-    outcome_for_response,
-    reconciling,
-    resource_name_problem,
-)
+from runonce.targets.base import DispatchRequest, TargetOutcomeUnknown
+from runonce.targets.engine import CLOCK_SKEW, Call, GoogleEngineTarget
+from runonce.targets.google import resource_name_problem
 from runonce.targets.http import run_document
+from runonce.targets.presets import check_route
 from runonce.targets.registry import Grant, TargetType
 
-logger = logging.getLogger("runonce.target.cloud_tasks_task")
-
-DEFAULT_ENDPOINT = "https://cloudtasks.googleapis.com"
 QUEUE_ID = r"[A-Za-z0-9-]{1,100}"
 MAX_URL_LENGTH = 2083
 MAX_HEADERS_BYTES = 80 * 1024  # "The size of the headers must be less than 80KB."
@@ -58,9 +48,8 @@ GOOGLE_PREFIXES = ("x-google-", "x-appengine-", "x-cloudtasks-")
 SERVICE_ACCOUNT = r"[a-z0-9][a-z0-9._-]*@[a-z0-9][a-z0-9.-]*\.gserviceaccount\.com"
 
 NAME_MEMORY = timedelta(hours=1)
-"""How long Cloud Tasks refuses a task name again after the task ended (queues made through the API)."""
-CLOCK_SKEW = timedelta(minutes=10)
-"""Taken off NAME_MEMORY: our clock against Google's, and the "about" in "about an hour"."""
+"""How long Cloud Tasks refuses a task name again after the task ended (queues made through the API);
+the engine's CLOCK_SKEW comes off it: our clock against Google's, and the "about" in "about an hour"."""
 
 
 def _error(kind: str, message: str, **context: Any) -> PydanticCustomError:
@@ -170,13 +159,27 @@ class CloudTasksTaskTargetConfig(BaseModel):
             raise PydanticCustomError("resource_name", "{problem}", {"problem": problem})
         return value
 
+    @model_validator(mode="after")
+    def _against_the_api(self) -> CloudTasksTaskTargetConfig:
+        check_route(CloudTasksTaskTarget, self)
+        return self
 
-class CloudTasksTaskTarget(GoogleRestTarget[CloudTasksTaskTargetConfig]):
+
+class CloudTasksTaskTarget(GoogleEngineTarget[CloudTasksTaskTargetConfig]):
     type = "cloud_tasks_task"
-    DEFAULT_ENDPOINT = DEFAULT_ENDPOINT
+    API = "cloudtasks.v2"
+    NOUN = "task"
+    TAKES_PAYLOAD = True  # the delivery's body is the task's body
+    BODY_FIELD = ("task.httpRequest", "http_request")
 
     def task_name(self, run_id: str) -> str:
         return f"{self.config.queue}/tasks/{run_id}"
+
+    def describe(self, request: DispatchRequest) -> str:
+        return f"create task {self.task_name(request.run_id)}"
+
+    def describe_lookup(self, request: DispatchRequest) -> str:
+        return f"get task {self.task_name(request.run_id)}"
 
     def task(self, request: DispatchRequest) -> dict[str, Any]:
         """The `Task` that `tasks.create` takes: the run as the `http` target would POST it."""
@@ -195,58 +198,43 @@ class CloudTasksTaskTarget(GoogleRestTarget[CloudTasksTaskTargetConfig]):
             task_request["oidcToken"] = token
         return {"name": self.task_name(request.run_id), "httpRequest": task_request}
 
-    async def dispatch(self, request: DispatchRequest) -> str:
-        name = self.task_name(request.run_id)
-        action = f"create task {name}"
-        response = await self.send("POST", f"v2/{self.config.queue}/tasks", action, body={"task": self.task(request)})
-        if response.status_code == 409 and _status(response) == "ALREADY_EXISTS":
-            # This run's task exists, or ran within the hour: an earlier attempt created it.
-            logger.info("run %s: task %s already exists; nothing created", request.run_id, name)
-            return name
-        if response.status_code >= 500:
-            # Not proof that nothing was created (CreateTask is not retried by Google's own
-            # clients): keep the claim, and let reconciliation read the task after the lease.
-            raise TargetOutcomeUnknown(outcome_for_response(action, response).message)
-        json_of(action, response)  # the created Task, named as asked
-        return name
+    def create_call(self, request: DispatchRequest) -> Call:
+        return Call(
+            "projects.locations.queues.tasks.create", {"parent": self.config.queue}, {"task": self.task(request)}
+        )
+
+    def lookup_call(self, request: DispatchRequest) -> Call:
+        return self.state_call(self.task_name(request.run_id))
+
+    def created(self, answer: dict[str, Any], request: DispatchRequest) -> str:
+        return self.task_name(request.run_id)  # the created Task, named as asked
+
+    def adopted_without_lookup(self, request: DispatchRequest) -> str:
+        """Cloud Tasks answers ALREADY_EXISTS for a task of that name that exists *or ran within
+        the hour* (then deleted, so a lookup would not find it): either way an earlier attempt
+        created the run's task."""
+        return self.task_name(request.run_id)
+
+    def state_call(self, resource: str) -> Call:
+        return Call("projects.locations.queues.tasks.get", {"name": resource})
 
     async def reconcile(self, request: DispatchRequest) -> str | None:
-        name = self.task_name(request.run_id)
-        with reconciling(f"get task {name}"):
-            if await self._exists(name):
-                return name
+        found = await super().reconcile(request)
+        if found is not None:
+            return found
         now = datetime.now(UTC)
         if request.created_at is not None and now < request.created_at + NAME_MEMORY - CLOCK_SKEW:
             return None  # never created, or ended so recently that a re-send is answered ALREADY_EXISTS
         first = "at an unknown time" if request.created_at is None else f"at {request.created_at:%Y-%m-%dT%H:%M:%SZ}"
         raise TargetOutcomeUnknown(
-            f"cannot tell whether this run already started: task {name} is not in the queue, and the run was first "
-            f"claimed {first}, so a task it created may have run and been deleted longer ago than Cloud Tasks "
-            "remembers its name (about an hour); a re-send could run it twice"
+            f"cannot tell whether this run already started: task {self.task_name(request.run_id)} is not in the "
+            f"queue, and the run was first claimed {first}, so a task it created may have run and been deleted "
+            "longer ago than Cloud Tasks remembers its name (about an hour); a re-send could run it twice"
         )
 
     async def is_running(self, resource: str) -> bool:
         """A task stays in its queue until it succeeded or ran out of retries; then it is deleted (404)."""
-        try:
-            return await self._exists(resource)
-        except TargetOutcomeUnknown:
-            raise
-        except TargetError as exc:
-            raise TargetOutcomeUnknown(f"cannot read the state of {resource}: {exc.message}") from exc
-
-    async def _exists(self, name: str) -> bool:
-        """`tasks.get`: True on 200, False on Google's 404 NOT_FOUND, any other answer raised as its outcome."""
-        action = f"get task {name}"
-        response = await self.send("GET", f"v2/{name}", action)
-        if response.status_code == 404 and _status(response) == "NOT_FOUND":
-            return False
-        json_of(action, response)
-        return True
-
-
-def _status(response: httpx.Response) -> str:
-    """The `status` of Google's JSON error answer (`ALREADY_EXISTS`), "" when it is not one."""
-    return str(error_of(response.text).get("status") or "")
+        return await self.read_state(resource) is not None
 
 
 TARGET = TargetType(

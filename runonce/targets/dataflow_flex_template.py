@@ -4,53 +4,49 @@ v1b3 `projects.locations.flexTemplates.launch`, REST).
 The run's handle is the job's name, `launchParameter.jobName` = `runonce-` + the run_id (72
 characters of Dataflow's `[a-z]([-a-z0-9]{0,1022}[a-z0-9])?`). Dataflow refuses a second launch with
 the name of an *active* job (409 ALREADY_EXISTS), but a finished job does not stop one. So
-reconciliation is the only guard once the run's job has finished, and runonce never launches again
-without asking first: every attempt after the first one lists the jobs of that name
-(`projects.locations.jobs.list?name=…`) before it launches, whether or not the runner reconciled,
-and a 409 is answered by the same listing. Any job of that name is the run's: the name holds the
-run_id.
+reconciliation is the only guard once the run's job has finished, and runonce never launches
+without asking first: every attempt, the first one too, lists the jobs of that name
+(`projects.locations.jobs.list?name=…&filter=ALL`, one GET) before it launches, so a run whose
+record was lost (a store without persistence, a record past retention) after its job finished does
+not launch a second job; a 409 is answered by the same listing. Any job of that name is the run's:
+the name holds the run_id.
 
 The template gets the run's identity as parameters where the route names them
 (`run_parameters: [run_id, schedule_time]`, or `{run_id: PARAM, schedule_time: PARAM}`), and the job
 carries the label `runonce-run-id` (`environment.additionalUserLabels`). A job whose
 `currentState` is not terminal (DONE, FAILED, CANCELLED, UPDATED, DRAINED) is running (overlap).
-Answers: `rest_jobs`'s table.
+Answers: the engine's table (`engine.py`).
 """
 
 from __future__ import annotations
 
 import copy
-import logging
 import re
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from runonce.targets.base import DispatchRequest, TargetOutcomeUnknown
-from runonce.targets.google import json_of, read_state, reconciling, send_rest
-from runonce.targets.registry import Grant, TargetType
-from runonce.targets.rest_jobs import (
+from runonce.targets.engine import Call, GoogleEngineTarget, Listing, Running
+from runonce.targets.presets import (
     ParentConfig,
-    RunNamedJobTarget,
     RunParameters,
+    check_route,
     check_route_labels,
     config_error,
     mapped_parameters,
     mapping_at,
     refuse_fields,
     refuse_mapped_parameters,
+    resource_id_for,
     with_label,
 )
+from runonce.targets.registry import Grant, TargetType
 
-logger = logging.getLogger("runonce.target.dataflow_flex_template")
-
-DEFAULT_ENDPOINT = "https://dataflow.googleapis.com"
 MAX_NAME_LENGTH = 1024
 TERMINAL_STATES = frozenset(
     {"JOB_STATE_DONE", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_UPDATED", "JOB_STATE_DRAINED"}
 )
-MAX_PAGES = 20
-JOB_PATTERN = r"projects/[^/]+/locations/[^/]+/jobs/[^/]+"
 
 
 class DataflowFlexTemplateTargetConfig(ParentConfig):
@@ -85,113 +81,82 @@ class DataflowFlexTemplateTargetConfig(ParentConfig):
     def _parameters_left_to_runonce(self) -> DataflowFlexTemplateTargetConfig:
         given = mapping_at(self.launch_parameter, "parameters", "launch_parameter")
         refuse_mapped_parameters(self.run_parameters, given, "launch_parameter.parameters")
+        check_route(DataflowFlexTemplateTarget, self)
         return self
 
 
-class DataflowFlexTemplateTarget(RunNamedJobTarget):
-    config: DataflowFlexTemplateTargetConfig
+class DataflowFlexTemplateTarget(GoogleEngineTarget[DataflowFlexTemplateTargetConfig]):
     type = "dataflow_flex_template"
-    collection = "jobs"
-    noun = "Dataflow job"
-    running_states = frozenset()  # not used: a job runs until its state is terminal
-    max_id_length = MAX_NAME_LENGTH
-    api_version = "v1b3"
-
-    def default_endpoint(self) -> str:
-        return DEFAULT_ENDPOINT
-
-    def resource_name(self, request: DispatchRequest) -> str:
-        """The job's name: Dataflow's resource is named by the id it assigns (`_job_resource`)."""
-        return self.resource_id(request)
-
-    def create_url(self) -> str:
-        return self._url(f"{self._project_path}/flexTemplates:launch")
+    API = "dataflow.v1b3"
+    NOUN = "Dataflow job"
+    FIND_BEFORE_CREATE = True  # names are unique among active jobs only (the module's docstring)
+    RUNNING = Running("currentState", final=TERMINAL_STATES)
+    BODY_FIELD = ("launchParameter", "launch_parameter")
 
     @property
-    def _project_path(self) -> str:
-        return f"projects/{self.config.project}/locations/{self.config.location}"
+    def _where(self) -> dict[str, str]:
+        return {"projectId": self.config.project, "location": self.config.location}
 
-    def create_params(self, request: DispatchRequest) -> dict[str, str]:
-        return {}
+    def job_name(self, request: DispatchRequest) -> str:
+        return resource_id_for(request.run_id, MAX_NAME_LENGTH)
 
-    def body(self, request: DispatchRequest) -> dict[str, Any]:
+    def describe(self, request: DispatchRequest) -> str:
+        return f"create Dataflow job {self.job_name(request)}"
+
+    def describe_lookup(self, request: DispatchRequest) -> str:
+        parent = f"projects/{self.config.project}/locations/{self.config.location}"
+        return f"list Dataflow jobs named {self.job_name(request)} in {parent}"
+
+    def create_call(self, request: DispatchRequest) -> Call:
         """The LaunchFlexTemplateRequest: the route's parameter with the run's name, its label,
         and its identity in the parameters the route names."""
         launch = copy.deepcopy(self.config.launch_parameter)
-        launch["jobName"] = self.resource_id(request)
-        environment = launch.setdefault("environment", {})
+        launch["jobName"] = self.job_name(request)
+        environment = launch["environment"] = launch.get("environment") or {}
         environment["additionalUserLabels"] = with_label(environment.get("additionalUserLabels"), request.run_id)
         mapped = mapped_parameters(self.config.run_parameters, request)
         if mapped:
             launch["parameters"] = {**(launch.get("parameters") or {}), **mapped}
-        return {"launchParameter": launch}
+        return Call("projects.locations.flexTemplates.launch", self._where, {"launchParameter": launch})
 
-    def created_resource(self, answer: dict[str, Any], request: DispatchRequest) -> str:
+    def list_call(self, request: DispatchRequest) -> Listing:
+        """The jobs of the run's name, active or finished (Dataflow filters by name itself)."""
+        params = {**self._where, "name": self.job_name(request), "filter": "ALL", "pageSize": "100"}
+        return Listing(Call("projects.locations.jobs.list", params), items="jobs")
+
+    def matches(self, item: dict[str, Any], request: DispatchRequest) -> str | None:
+        """Any job of the run's name is the run's: the name holds the run_id."""
+        if item.get("name") == self.job_name(request) and item.get("id"):
+            return self._job_resource(item)
+        return None
+
+    def choose(self, found: list[tuple[str, dict[str, Any]]]) -> str:
+        """An active job of the run's name before a finished one."""
+        active = [name for name, job in found if job.get("currentState") not in TERMINAL_STATES]
+        return (active or [name for name, _ in found])[0]
+
+    def created(self, answer: dict[str, Any], request: DispatchRequest) -> str:
         job = answer.get("job") or {}
         if not job.get("id"):
-            raise TargetOutcomeUnknown(f"launch Dataflow job {self.resource_id(request)}: the answer names no job")
+            raise TargetOutcomeUnknown(f"{self.describe(request)}: the answer names no job")
         return self._job_resource(job)
 
     def _job_resource(self, job: dict[str, Any]) -> str:
-        return f"{self._project_path}/jobs/{job['id']}"
+        return f"projects/{self.config.project}/locations/{self.config.location}/jobs/{job['id']}"
 
-    async def dispatch(self, request: DispatchRequest) -> str:
-        if request.attempt > 1:  # an earlier attempt may have launched it: ask first, always
-            found = await self.reconcile(request)
-            if found is not None:
-                return found
-        return await super().dispatch(request)
-
-    async def find(self, request: DispatchRequest, action: str) -> str | None:
-        """The run's job among the jobs of its name (active or finished), or None."""
-        name = self.resource_id(request)
-        matches: list[dict[str, Any]] = []
-        page_token: str | None = None  # pragma: no mutate - "" is as falsy: the first page either way
-        for _ in range(MAX_PAGES):
-            params = {"name": name, "filter": "ALL", "pageSize": "100"}
-            if page_token:
-                params["pageToken"] = page_token
-            response = await send_rest(
-                self._http,
-                self._auth,
-                "GET",  # pragma: no mutate - httpx upper-cases the method: "get" is the same request
-                self._url(f"{self._project_path}/jobs"),
-                action,
-                params=params,
-            )
-            page = json_of(action, response)
-            matches += [job for job in page.get("jobs") or [] if job.get("name") == name and job.get("id")]
-            page_token = page.get("nextPageToken")
-            if not page_token:
-                break
-        else:
-            raise TargetOutcomeUnknown(f"{action}: more than {MAX_PAGES} pages of jobs named {name}")
-        if not matches:
-            return None
-        if len(matches) > 1:
-            logger.warning("run %s has %d Dataflow jobs: %s", request.run_id, len(matches), [j["id"] for j in matches])
-        active = [job for job in matches if job.get("currentState") not in TERMINAL_STATES]
-        return self._job_resource((active or matches)[0])
-
-    async def reconcile(self, request: DispatchRequest) -> str | None:
-        action = f"list Dataflow jobs named {self.resource_id(request)} in {self._project_path}"
-        with reconciling(action):
-            return await self.find(request, action)
-
-    async def is_running(self, resource: str) -> bool:
-        if not re.fullmatch(JOB_PATTERN, resource):
+    def state_call(self, resource: str) -> Call:
+        match = re.fullmatch(r"projects/([^/]+)/locations/([^/]+)/jobs/([^/]+)", resource)
+        if match is None:
             raise TargetOutcomeUnknown(f"{resource} is not a Dataflow job's name")
-        found = await read_state(self._http, self._auth, self._url(resource), resource)
-        return found is not None and found.get("currentState") not in TERMINAL_STATES
+        project, location, job_id = match.groups()
+        return Call("projects.locations.jobs.get", {"projectId": project, "location": location, "jobId": job_id})
 
 
 TARGET = TargetType(
     name="dataflow_flex_template",
     config=DataflowFlexTemplateTargetConfig,
     adapter=DataflowFlexTemplateTarget,
-    build=lambda config, context, endpoint: DataflowFlexTemplateTarget(
-        config, context.http, context.google_auth, endpoint
-    ),
+    build=DataflowFlexTemplateTarget.build,
     endpoint="dataflow",
     resource_field="project",
     grants=(

@@ -12,8 +12,8 @@ waits for it: the batch's name is known from its id.
 The workload gets the run's identity as Spark properties that set environment variables in the
 driver and the executors (`spark.dataproc.driverEnv.RUNONCE_RUN_ID`,
 `spark.executorEnv.RUNONCE_RUN_ID`, and the same for `RUNONCE_SCHEDULE_TIME`), and the batch carries
-the label `runonce-run-id`. A batch in PENDING or RUNNING is running (overlap). Answers:
-`rest_jobs`'s table.
+the label `runonce-run-id`. A batch in PENDING or RUNNING is running (overlap). Answers: the
+engine's table (`engine.py`).
 """
 
 from __future__ import annotations
@@ -21,24 +21,26 @@ from __future__ import annotations
 import copy
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from runonce.targets.base import DispatchRequest
-from runonce.targets.registry import Grant, TargetType
-from runonce.targets.rest_jobs import (
+from runonce.targets.engine import Running
+from runonce.targets.presets import (
     RUN_ID_ENV,
     SCHEDULE_TIME_ENV,
     ParentConfig,
-    RunNamedJobTarget,
+    RunNamedPreset,
+    check_route,
     check_route_labels,
     config_error,
     mapping_at,
     refuse_fields,
-    request_id_for,
     with_label,
 )
+from runonce.targets.registry import Grant, TargetType
 
 DEFAULT_ENDPOINT = "https://{location}-dataproc.googleapis.com"
+"""Dataproc's regional endpoint (its discovery document lists none): batches live in a region."""
 WORKLOADS = ("pysparkBatch", "sparkBatch", "sparkRBatch", "sparkSqlBatch", "pysparkNotebookBatch")
 ENV_PROPERTY_PREFIXES = ("spark.dataproc.driverEnv.", "spark.executorEnv.")
 OUTPUT_ONLY = ("name", "uuid", "createTime", "state", "stateMessage", "stateTime", "creator", "operation")
@@ -74,25 +76,30 @@ class DataprocBatchTargetConfig(ParentConfig):
         check_route_labels(value, "labels", "batch")
         return value
 
+    @model_validator(mode="after")
+    def _against_the_api(self) -> DataprocBatchTargetConfig:
+        check_route(DataprocBatchTarget, self)
+        return self
 
-class DataprocBatchTarget(RunNamedJobTarget):
-    config: DataprocBatchTargetConfig
+
+class DataprocBatchTarget(RunNamedPreset[DataprocBatchTargetConfig]):
     type = "dataproc_batch"
-    collection = "batches"
-    noun = "Dataproc batch"
-    running_states = frozenset({"PENDING", "RUNNING"})
+    API = "dataproc.v1"
+    NOUN = "Dataproc batch"
+    COLLECTION = "batches"
+    ID_PARAM = "batchId"
+    REQUEST_ID = True
+    RUNNING = Running("state", running=frozenset({"PENDING", "RUNNING"}))
+    BODY_FIELD = ("", "batch")
 
     def default_endpoint(self) -> str:
         return DEFAULT_ENDPOINT.format(location=self.config.location)
-
-    def create_params(self, request: DispatchRequest) -> dict[str, str]:
-        return {"batchId": self.resource_id(request), "requestId": request_id_for(request.run_id)}
 
     def body(self, request: DispatchRequest) -> dict[str, Any]:
         """The route's Batch with the label, and the run's identity in the Spark properties."""
         batch = copy.deepcopy(self.config.batch)
         batch["labels"] = with_label(batch.get("labels"), request.run_id)
-        runtime = batch.setdefault("runtimeConfig", {})
+        runtime = batch["runtimeConfig"] = batch.get("runtimeConfig") or {}
         runtime["properties"] = {**(runtime.get("properties") or {}), **identity_properties(request)}
         return batch
 
@@ -101,7 +108,7 @@ TARGET = TargetType(
     name="dataproc_batch",
     config=DataprocBatchTargetConfig,
     adapter=DataprocBatchTarget,
-    build=lambda config, context, endpoint: DataprocBatchTarget(config, context.http, context.google_auth, endpoint),
+    build=DataprocBatchTarget.build,
     endpoint="dataproc",
     resource_field="project",
     grants=(

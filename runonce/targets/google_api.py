@@ -19,46 +19,40 @@ Placeholders in params and body strings: `${run_id}`, `${run_id:N}` (its first N
 Everything is checked at start-up against the document (google_api_discovery.py): the method, each
 param (name, type, enum, pattern, with the placeholders expanded), the body against the request
 schema, the reconcile method (a GET) and its params, the `running` field and values against the
-reconcile method's response. A route must give a way to dedupe: a client-chosen id or requestId
-filled from the run, a reconcile method, or both.
+reconcile method's response. A route must fill from the run a field the method dedupes on
+(handles.py: a client-chosen id, the name in a create's path, a requestId); a reconcile read must
+read the resource that id names.
 
-Answers to the call, as for the other Google targets:
-
-    2xx                                the run's execution: the reconcile path, else the answer's name
-    409 ALREADY_EXISTS                 the run's execution exists: adopted (read with reconcile)
-    429 / RESOURCE_EXHAUSTED           TargetThrottled, nothing created
-    other 4xx (409 ABORTED too)        TargetFailed, nothing created
-    5xx, or no answer after sending    TargetOutcomeUnknown: claim kept; after the lease the retry
-                                       reconciles, or re-sends the same id/requestId (the API dedupes)
+Answers to the call: the engine's table (`engine.py`), the same as every Google target's. A 2xx
+records the reconcile call (the run's resource), else the answer's name; ALREADY_EXISTS adopts the
+resource the reconcile call reads (without one, the id the API deduped on is the proof).
 """
 
 from __future__ import annotations
 
 import hashlib
-import logging
 import re
 import uuid
 from typing import Any, Literal
-from urllib.parse import quote, urlencode
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from runonce.targets.base import DispatchRequest, TargetFailed, TargetOutcomeUnknown
-from runonce.targets.google import (
-    GoogleAuth,
-    GoogleRestTarget,
-    error_of,
-    json_of,
-    outcome_for_response,
-    reading,
-    reconciling,
+from runonce.targets.endpoints import endpoint_problem
+from runonce.targets.engine import Call, GoogleEngineTarget, Running, wire
+from runonce.targets.google import GoogleAuth
+from runonce.targets.google_api_discovery import (
+    ApiDocument,
+    ApiMethod,
+    DocumentNotFound,
+    load,
+    scalar_problem,
+    vendored_names,
 )
-from runonce.targets.google_api_discovery import ApiDocument, ApiMethod, DocumentNotFound, load
+from runonce.targets.handles import Handle, describe, handles_of, id_problem, value_at
 from runonce.targets.registry import TargetType
-
-logger = logging.getLogger("runonce.target.google_api")
 
 PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
 PLACEHOLDERS = "${run_id}, ${run_id:N} (N = 1-64), ${run_uuid}, ${schedule_time}"
@@ -69,9 +63,6 @@ SAMPLE_RUN_IDS = ("0" * 64, "f" * 64, "9" * 16 + "a" * 48)
 """Expansions checked at start-up: a run_id is 64 hex characters, starting with a digit or a letter."""
 SAMPLE_SCHEDULE_TIME = "2026-01-31T12:00:00Z"
 EXAMPLE_HANDLES = '"r${run_id:62}" or "${run_uuid}"'
-RESERVED_KEPT = "/:@"
-"""What a reserved expansion (`{+name}`) keeps as it is in the path; a simple one (`{name}`) keeps nothing."""
-SIMPLE_KEPT = ""
 
 
 def _error(message: str, **context: Any) -> PydanticCustomError:
@@ -172,30 +163,29 @@ def _samples(value: Any) -> list[Any]:
 # --- parameters ------------------------------------------------------------------------------------
 
 
-def wire(value: Any) -> str:
-    """A parameter's value as the URL carries it."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
 def param_problem(method: ApiMethod, name: str, value: Any) -> str | None:
-    """What the document says against `value` (already expanded) for the parameter `name`."""
+    """What the document says against `value` (already expanded) for the parameter `name`: its
+    type (integers within their format's range), enum, and pattern, matched whole."""
     spec = method.parameters[name]
     values = value if isinstance(value, list) and spec.get("repeated") else [value]
     for item in values:
         if isinstance(item, (dict, list)) or item is None:
-            return f"{name}: expected a {spec.get('type', 'string')}, got {type(item).__name__}"
+            shown = "nothing (null)" if item is None else type(item).__name__
+            return f"{name}: expected a {spec.get('type', 'string')}, got {shown}"
         text = wire(item)
         where = f"{name}={text!r}"
-        if spec.get("type") == "integer" and not re.fullmatch(r"-?[0-9]+", text):
-            return f"{where}: expected an integer"
+        if any(ord(char) < 0x20 or ord(char) == 0x7F for char in text):
+            return f"{where}: holds a control character (a newline?); a parameter is sent in the URL as it is"
+        if spec.get("type") == "integer" or spec.get("format") in ("int64", "uint64"):
+            problem = scalar_problem(text, {"type": "integer", "format": spec.get("format") or "int32"}, where)
+            if problem:
+                return problem
         if spec.get("type") == "boolean" and text not in ("true", "false"):
             return f"{where}: expected true or false"
         if "enum" in spec and text not in spec["enum"]:
             return f"{where}: not one of {', '.join(spec['enum'])}"
         pattern = spec.get("pattern")
-        if pattern and not re.search(pattern, text):
+        if pattern and not re.fullmatch(pattern, text):
             return f"{where} does not match {pattern}, the pattern {method.id} states for {name}"
     return None
 
@@ -232,24 +222,15 @@ def check_params(method: ApiMethod, params: dict[str, Any], where: str) -> None:
                 raise _error("{where}.{problem}", where=where, problem=problem)
 
 
-def build_path(document: ApiDocument, method: ApiMethod, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """(the call's path relative to the API's root, its query parameters), params expanded."""
-    path = method.path
-    for name in method.path_parameters():
-        value = wire(params[name])
-        path = path.replace(f"{{+{name}}}", quote(value, safe=RESERVED_KEPT))
-        path = path.replace(f"{{{name}}}", quote(value, safe=SIMPLE_KEPT))
-    query = {
-        name: [wire(v) for v in value] if isinstance(value, list) else wire(value)
-        for name, value in params.items()
-        if name not in method.path_parameters()
-    }
-    return document.service_path + path, query
-
-
-def relative_url(path: str, query: dict[str, Any]) -> str:
-    """A call as one string (`v1/projects/p/…/jobs/j`, `…?filter=…`): what the run records."""
-    return f"{path}?{urlencode(query, doseq=True)}" if query else path
+def check_body(document: ApiDocument, method: ApiMethod, body: dict[str, Any], params: dict[str, Any]) -> None:
+    """The body, as each sample run would send it, against the method's request schema. A field the
+    path already carries (Pub/Sub's `name` in `PUT v1/{+name}`) counts as given."""
+    assert method.request is not None  # the caller checked
+    carried = frozenset(method.path_parameters())
+    for sample in _samples(body):
+        problem = document.value_problem(sample, {"$ref": method.request}, "body", carried)
+        if problem:
+            raise _error("{problem}", problem=problem)
 
 
 def _location(params: dict[str, Any]) -> str | None:
@@ -257,7 +238,7 @@ def _location(params: dict[str, Any]) -> str | None:
     for value in params.values():
         if not isinstance(value, str):
             continue
-        match = re.search(r"(?:^|/)locations/([a-z0-9-]+)(?:/|$)", value)
+        match = re.search(r"(?:^|/)locations/([a-z0-9-]+)(?:/|\Z)", value)
         if match:
             return match.group(1)
     return None
@@ -291,8 +272,18 @@ class GoogleApiTargetConfig(BaseModel):
     reconcile: ReconcileConfig | None = None
     running: RunningConfig | None = None
     endpoint: str | None = Field(
-        None, description="Base URL instead of Google's (http://HOST:PORT: plaintext, for tests and emulators)."
+        None,
+        description="Base URL instead of Google's: https:// to a host under googleapis.com, or http:// to a "
+        "loopback address (plaintext, for local fakes); an origin without path, query or user.",
     )
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        problem = endpoint_problem(value) if value is not None else None
+        if problem:
+            raise _error("{problem}", problem=problem)
+        return value
 
     @field_validator("api")
     @classmethod
@@ -333,10 +324,7 @@ class GoogleApiTargetConfig(BaseModel):
         if method.request is None:
             raise _error("{method} takes no request body", method=method.id)
         _check_placeholders(value, "body")
-        for sample in _samples(value):
-            problem = document.value_problem(sample, {"$ref": method.request}, "body")
-            if problem:
-                raise _error("{problem}", problem=problem)
+        check_body(document, method, value, info.data.get("params") or {})
         return value
 
     @field_validator("reconcile")
@@ -380,21 +368,11 @@ class GoogleApiTargetConfig(BaseModel):
         document = load(self.api)
         method = document.method(self.method)
         assert method is not None  # the field validators ran
+        if self.body is None and method.request is not None:
+            check_body(document, method, {}, self.params)  # the adapter sends {}: its required fields
         if self.running is not None:
             self._check_running(document, self.running)
-        if (
-            self.reconcile is None
-            and not any(is_handle(method, name) and carries_run(value) for name, value in self.params.items())
-            and not any(_body_handle(name) and carries_run(value) for name, value in (self.body or {}).items())
-        ):
-            handles = [name for name in sorted(method.parameters) if is_handle(method, name)]
-            raise _error(
-                "no way to dedupe: fill a client-chosen id or requestId of {method} from the run{takes}, give a "
-                "reconcile method that reads the run's resource, or both; otherwise a retry after a lost answer "
-                "could create a second execution",
-                method=method.id,
-                takes=f" ({', '.join(handles)}, e.g. {EXAMPLE_HANDLES})" if handles else "",
-            )
+        check_handles(document, method, self.params, self.body, self.reconcile)
         return self
 
     def _check_running(self, document: ApiDocument, running: RunningConfig) -> None:
@@ -430,17 +408,103 @@ class GoogleApiTargetConfig(BaseModel):
         return None
 
 
-def is_handle(method: ApiMethod, name: str) -> bool:
-    """Parameters that can carry a client-chosen identity: a requestId, a client-chosen id (`jobId`,
-    `batchId`, …), or the resource name in the path of a PUT."""
-    if method.parameters[name].get("location") == "path":
-        return method.http_method == "PUT"  # PUT creates the resource the path names (Pub/Sub's create)
-    return name.endswith("Id")  # requestId too
+def is_handle(method: ApiMethod, name: str, document: ApiDocument | None = None) -> bool:
+    """Whether the parameter `name` is one `method` dedupes on (handles.py: a client-chosen id, the
+    name in a create's path, or a requestId)."""
+    document = document or _document_of(method)
+    return any(h.where == "params" and h.field == name for h in handles_of(document, method))
 
 
-def _body_handle(name: str) -> bool:
-    """Top-level body fields that carry a client-chosen identity."""
-    return name == "name" or name.endswith("Id")  # requestId too
+def _document_of(method: ApiMethod) -> ApiDocument:
+    """The carried document a method id belongs to (`batch.projects…` -> batch.v1)."""
+    name = method.id.split(".", 1)[0]
+    for api in vendored_names():
+        document = load(api)
+        if api.startswith(f"{name}.") and document.method(method.id) is not None:
+            return document
+    raise DocumentNotFound(f"no carried document has the method {method.id}")
+
+
+def check_handles(
+    document: ApiDocument,
+    method: ApiMethod,
+    params: dict[str, Any],
+    body: dict[str, Any] | None,
+    reconcile: ReconcileConfig | None,
+) -> None:
+    """The route fills from the run a field the method dedupes on, with ids the API takes; and a
+    reconcile read, when given, reads the resource that id names."""
+    handles = handles_of(document, method)
+    filled = [h for h in handles if carries_run(value_at(params, body, h))]
+    if not filled:
+        raise _error("{problem}", problem=_no_handle(document, method, handles, params, body))
+    for handle in filled:
+        for sample in _samples(value_at(params, body, handle)):
+            problem = id_problem(document.api, handle, wire(sample))
+            if problem:
+                raise _error("{problem}", problem=problem)
+    if reconcile is not None:
+        _check_reconcile_reads(method, handles, filled, params, body, reconcile)
+
+
+def _check_reconcile_reads(
+    method: ApiMethod,
+    handles: list[Handle],
+    filled: list[Handle],
+    params: dict[str, Any],
+    body: dict[str, Any] | None,
+    reconcile: ReconcileConfig,
+) -> None:
+    """A reconcile read counts only when, for every sample run, one of its parameters names the
+    resource by the id the run filled (a path segment equal to it)."""
+    named = [h for h in filled if h.names_resource]
+    reads = _samples([wire(v) for v in reconcile.params.values() if not isinstance(v, (dict, list))])
+    for handle in named:
+        ids = [wire(sample).rsplit("/", 1)[-1] for sample in _samples(value_at(params, body, handle))]
+        if all(any(run_id in _segments(read) for read in reads[index]) for index, run_id in enumerate(ids)):
+            return
+    resource_ids = [h for h in handles if h.names_resource]
+    if named:
+        wanted = f"its name built from the value of {describe(named)}"
+    elif resource_ids:
+        wanted = f"fill {describe(resource_ids)} from the run and read the resource it names"
+    else:
+        wanted = f"{method.id} takes no client-chosen id, so its requestId alone dedupes: leave reconcile out"
+    raise _error(
+        "reconcile.params: the read must find the resource the run's id names ({wanted}); a read of a name "
+        "the API picks, or of one merely holding {placeholder}, finds nothing after a lost answer",
+        wanted=wanted,
+        placeholder="${run_id}",
+    )
+
+
+def _segments(value: str) -> list[str]:
+    return value.split("/")
+
+
+def _no_handle(
+    document: ApiDocument, method: ApiMethod, handles: list[Handle], params: dict[str, Any], body: Any
+) -> str:
+    """Why the route cannot dedupe, with what the method does dedupe on (or that nothing)."""
+    look_alike = [f"params.{name}" for name, value in params.items() if carries_run(value)] + [
+        f"body.{name}" for name, value in (body or {}).items() if carries_run(value)
+    ]
+    not_handles = (
+        f" ({', '.join(look_alike)} {'holds' if len(look_alike) == 1 else 'hold'} the run but "
+        f"{method.id} does not dedupe on {'it' if len(look_alike) == 1 else 'them'})"
+        if look_alike
+        else ""
+    )
+    if not handles:
+        return (
+            f"no way to dedupe{not_handles}: {method.id} has no client-chosen id and no requestId, so a retry "
+            "after a lost answer could run it twice and runonce cannot call it exactly once (a field ending in "
+            "Id or holding ${run_id} is no handle, nor is a reconcile read of a name the API picks)"
+        )
+    return (
+        f"no way to dedupe{not_handles}: fill from the run what {method.id} dedupes on: {describe(handles)} "
+        f"(e.g. {EXAMPLE_HANDLES}); otherwise a retry after a lost answer could create a second execution"
+    )
 
 
 def _document(info: ValidationInfo) -> ApiDocument | None:
@@ -461,126 +525,86 @@ def _hint(document: ApiDocument, method_id: str) -> str:
 # --- the adapter -----------------------------------------------------------------------------------
 
 
-class GoogleApiTarget(GoogleRestTarget[GoogleApiTargetConfig]):
+class GoogleApiTarget(GoogleEngineTarget[GoogleApiTargetConfig]):
+    """The engine driven by the route's own method, params and body."""
+
     type = "google_api"
+    NOUN = "resource"
 
     def __init__(
         self, config: GoogleApiTargetConfig, http: httpx.AsyncClient, auth: GoogleAuth, endpoint: str | None = None
     ) -> None:
-        self.document = load(config.api)
+        super().__init__(config, http, auth, endpoint or config.endpoint)
         method = self.document.method(config.method)
         assert method is not None  # validated with the config
         self.method = method
-        lookup = self.document.method(config.reconcile.method) if config.reconcile else None
-        self.lookup = lookup
         self.needs_schedule_time = uses_schedule_time(
             [config.params, config.body, config.reconcile and config.reconcile.params]
         )
-        super().__init__(config, http, auth, endpoint or config.endpoint)
+        running = config.running
+        self.running = Running(running.field, running=frozenset(running.values)) if running else None
+
+    def api(self) -> str:
+        return self.config.api
 
     def default_endpoint(self) -> str:
         return self.document.default_endpoint(_location(self.config.params))
 
-    def create_call(self, request: DispatchRequest) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
-        """(path, query, body) of the call for this run."""
+    def describe(self, request: DispatchRequest) -> str:
+        return f"call {self.method.id}"
+
+    def describe_lookup(self, request: DispatchRequest) -> str:
+        return f"look up the run's resource: {self.lookup_url(request)}"
+
+    def create_call(self, request: DispatchRequest) -> Call:
         params = expand(self.config.params, request.run_id, request.schedule_time)
-        path, query = build_path(self.document, self.method, params)
         body = None
         if self.method.request is not None:
             body = expand(self.config.body or {}, request.run_id, request.schedule_time)
-        return path, query, body
+        return Call(self.method.id, params, body)
+
+    def lookup_call(self, request: DispatchRequest) -> Call | None:
+        if self.config.reconcile is None:
+            return None  # the run's id or requestId dedupes the re-sent call
+        params = expand(self.config.reconcile.params, request.run_id, request.schedule_time)
+        return Call(self.config.reconcile.method, params)
 
     def lookup_url(self, request: DispatchRequest) -> str | None:
         """The reconcile call for this run, as `relative_url` writes it; None without one."""
-        if self.config.reconcile is None:
-            return None
-        assert self.lookup is not None  # validated with the config
-        params = expand(self.config.reconcile.params, request.run_id, request.schedule_time)
-        return relative_url(*build_path(self.document, self.lookup, params))
+        lookup = self.lookup_call(request)
+        return self.url_of(lookup) if lookup else None
 
     async def dispatch(self, request: DispatchRequest) -> str:
-        action = f"call {self.method.id}"
-        if request.payload:
-            raise TargetFailed(f"{action}: a google_api route takes no delivery body (its request is the route's)")
-        if request.schedule_time is None and self.needs_schedule_time:
-            raise TargetFailed(f"{action}: the route uses ${{schedule_time}} and this run has no schedule time")
-        path, query, body = self.create_call(request)
-        response = await self.send(self.method.http_method, path, action, body=body, params=query)
-        if response.status_code == 409 and _status(response) in ("ALREADY_EXISTS", ""):
-            return await self._adopt(request, action, relative_url(path, query))
-        if not response.is_success:
-            raise create_outcome(action, response)
-        answer = json_of(action, response)
+        # (a delivery with a body is refused by the engine first)
+        if request.schedule_time is None and self.needs_schedule_time and not request.payload:
+            raise TargetFailed(
+                f"{self.describe(request)}: the route uses ${{schedule_time}} and this run has no schedule time"
+            )
+        return await super().dispatch(request)
+
+    def created(self, answer: dict[str, Any], request: DispatchRequest) -> str:
         found = self.lookup_url(request)
         if found is not None:
             return found
         name = answer.get("name")
-        return name if isinstance(name, str) and name else relative_url(path, query)
+        return name if isinstance(name, str) and name else self.url_of(self.create_call(request))
 
-    async def _adopt(self, request: DispatchRequest, action: str, call: str) -> str:
-        """409 ALREADY_EXISTS: the run's id is taken, so an earlier attempt created its resource."""
-        found = self.lookup_url(request)
-        if found is None:
-            logger.info("run %s: %s answered ALREADY_EXISTS; nothing created", request.run_id, call)
-            return call
-        action = f"{action}: it already exists; read it"
-        with reconciling(action):
-            if await self._read(found, action) is None:
-                raise TargetOutcomeUnknown(f"{action}: {found} is not found (yet)")
-        return found
+    def found(self, answer: dict[str, Any], request: DispatchRequest) -> str:
+        return self.url_of(self.lookup_call(request))  # type: ignore[arg-type]  # found only through it
 
-    async def reconcile(self, request: DispatchRequest) -> str | None:
-        found = self.lookup_url(request)
-        if found is None:
-            return None  # the run's id or requestId dedupes the re-sent call
-        action = f"look up the run's resource: {found}"
-        with reconciling(action):
-            resource = await self._read(found, action)
-        return found if resource is not None else None
+    def adopted_without_lookup(self, request: DispatchRequest) -> str | None:
+        """Without a reconcile call, ALREADY_EXISTS on the run's id is the proof (start-up accepted
+        the route only with a handle the API dedupes on)."""
+        return None if self.config.reconcile else self.url_of(self.create_call(request))
+
+    def state_call(self, resource: str) -> str:
+        return resource  # the recorded reconcile call, query and all
 
     async def is_running(self, resource: str) -> bool:
-        running = self.config.running
-        if running is None:
+        if self.running is None:
             raise TargetOutcomeUnknown(f"route has no 'running' to read the state of {resource}")
-        action = f"get {resource}"
-        with reading(action):
-            answer = await self._read(resource, action)
-        if answer is None:
-            return False
-        state = _dotted(answer, running.field)
-        if not isinstance(state, str):
-            raise TargetOutcomeUnknown(f"get {resource}: no {running.field} in the answer")
-        return state in running.values
-
-    async def _read(self, call: str, action: str) -> dict[str, Any] | None:
-        """GET `call` (a relative URL, its query as recorded: a repeated parameter keeps every
-        value): the resource, None on 404, else its outcome raised."""
-        response = await self.send(
-            "GET",  # pragma: no mutate - httpx upper-cases the method it sends
-            call,
-            action,
-        )
-        if response.status_code == 404:
-            return None
-        return json_of(action, response)
-
-
-def create_outcome(action: str, response: httpx.Response) -> Exception:
-    """A non-2xx answer other than 409 ALREADY_EXISTS: a 5xx may come after the create, so unknown."""
-    outcome = outcome_for_response(action, response)
-    if response.status_code >= 500:
-        return TargetOutcomeUnknown(outcome.message)
-    return outcome
-
-
-def _status(response: httpx.Response) -> str:
-    return str(error_of(response.text).get("status") or "")
-
-
-def _dotted(data: Any, dotted: str) -> Any:
-    for part in dotted.split("."):
-        data = data.get(part) if isinstance(data, dict) else None
-    return data
+        answer = await self.read_state(resource)
+        return answer is not None and self.running.of(resource, answer)
 
 
 TARGET = TargetType(

@@ -12,29 +12,88 @@ Where they come from, in this order:
 A document is reduced to what validation and calls need: root URL, service path, locational
 endpoints, each method's HTTP method, path and parameters (location, type, pattern, enum), its
 request and response schema names, and the schemas' types, formats, enums and output-only marks.
-Descriptions are dropped; a field that a description calls "Output only" keeps `readOnly`.
+Descriptions are dropped, keeping what they state as rules:
+
+- a field whose description starts "Output only" keeps `readOnly`; "Required." (or BigQuery's
+  "[Required]") keeps `required`;
+- fields that descriptions name as exclusive ("Only one of `a` or `b` may be set", "Exactly one
+  of a, b or c must be set", "a and b are mutually exclusive") keep them as `exclusive` groups on
+  their object;
+- a create's `…Id` query parameter or body field that its description calls the new resource's ID
+  ("will become the final component of the resource name", "The ID to use for …"), and a `name`
+  the caller may choose ("Optionally caller-specified in CreateTask"), keep `resourceId`.
+
+Values are checked as proto3's JSON mapping takes them: int64 as a number or a string of digits,
+int32 in its range, enums, durations (`3.5s`), RFC 3339 timestamps, base64 bytes, booleans; a
+field the schema does not have, an output-only field, a missing required field, two exclusive
+fields, a null where an object, list or map is needed, a key that is not text, and labels outside
+Google's label rule are refused, naming where and what the document allows.
 """
 
 from __future__ import annotations
 
+import difflib
 import gzip
 import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from runonce.errors import RunonceError
+from runonce.targets.google import label_problem
 
 VENDORED = Path(__file__).with_name("discovery")
 
-_DURATION = re.compile(r"^-?[0-9]+(\.[0-9]{1,9})?s$")
-_DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$")
-_DIGITS = re.compile(r"^-?[0-9]+$")
+# Every pattern here is used with `fullmatch` (a `$` would let a trailing newline through).
+_DURATION = re.compile(r"(-?)([0-9]+)(?:\.([0-9]{1,9}))?s")
+_DATETIME = re.compile(
+    r"([0-9]{4}-[0-9]{2}-[0-9]{2})[Tt]([0-9]{2}:[0-9]{2}:[0-9]{2})(\.[0-9]{1,9})?([Zz]|[+-][0-9]{2}:[0-9]{2})"
+)
+_DIGITS = re.compile(r"-?[0-9]+")
+_DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+_BASE64 = re.compile(r"(?:[A-Za-z0-9+/_-]{4})*(?:[A-Za-z0-9+/_-]{2}(?:==)?|[A-Za-z0-9+/_-]{3}=?)?")
+NOT_REQUIRED = {
+    ("cloudbuild.v1", "RepoSource", "repoName"): "a trigger's run (triggers.run) builds the trigger's own repository",
+    ("aiplatform.v1", "GoogleCloudAiplatformV1PipelineJobRuntimeConfig", "gcsOutputDirectory"): (
+        "a compiled pipeline carries its own root (pipelineSpec.defaultPipelineRoot)"
+    ),
+}
+"""Fields marked "Required." where a request may leave them out, each with the reason."""
+MAX_LABELS = 64
+"""Labels a Google resource holds at most."""
+LABEL_FIELDS = ("labels", "additionalUserLabels")
+"""Maps of text held to Google's label rule (Dataflow's `additionalUserLabels` documents the same rule)."""
+MAX_DURATION_SECONDS = 315_576_000_000
+"""google.protobuf.Duration's range: about 10,000 years either way."""
+INTEGER_RANGES = {
+    "int32": (-(2**31), 2**31 - 1),
+    "uint32": (0, 2**32 - 1),
+    "int64": (-(2**63), 2**63 - 1),
+    "uint64": (0, 2**64 - 1),
+}
 _PARAMETER_KEYS = ("location", "type", "format", "pattern", "enum", "repeated", "required")
 _SCHEMA_KEYS = ("type", "format", "enum", "$ref")
+_REQUIRED = re.compile(r"\s*(?:Required\.|\[Required\])")
+_RESOURCE_ID = re.compile(
+    r"final component of|(?:ID|identifier|name) (?:to use for|used to uniquely identify|of the \w+ to create)"
+    r"|name of the \w+ becomes",
+    re.IGNORECASE,
+)
+_CALLER_NAMED = re.compile(r"\b(?:caller|client|user)[- ](?:specified|chosen)\b", re.IGNORECASE)
+"""A resource's `name` the caller may choose on create ("Optionally caller-specified in CreateTask")."""
+_NAME = r"`?[A-Za-z_][A-Za-z0-9_]*`?"
+_NAMES = rf"{_NAME}(?:\s*,\s*(?:or\s+|and\s+)?{_NAME})*(?:,?\s+(?:or|and)\s+{_NAME})"
+_EXCLUSIVE = (
+    re.compile(
+        rf"(?:Only|Exactly|At most) one of (?:the fields,?\s*)?({_NAMES}),? (?:may|can|must|should) be "
+        r"(?:set|specified|used|provided)"
+    ),
+    re.compile(rf"({_NAMES}) are mutually exclusive"),
+)
 
 
 class DocumentNotFound(RunonceError):
@@ -47,15 +106,49 @@ class DocumentNotFound(RunonceError):
 def _reduce_schema(schema: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {key: schema[key] for key in _SCHEMA_KEYS if key in schema}
     description = schema.get("description")
-    output_only = isinstance(description, str) and description.lstrip().startswith("Output only")
-    if schema.get("readOnly") or output_only:
+    description = description if isinstance(description, str) else ""
+    if schema.get("readOnly") or description.lstrip().startswith("Output only"):
         out["readOnly"] = True
+    elif _REQUIRED.match(description):
+        out["required"] = True
     if "properties" in schema:
         out["properties"] = {name: _reduce_schema(field) for name, field in schema["properties"].items()}
+        for name, field in schema["properties"].items():
+            text = str(field.get("description", ""))
+            if (name.endswith("Id") and _RESOURCE_ID.search(text)) or (name == "name" and _CALLER_NAMED.search(text)):
+                out["properties"][name]["resourceId"] = True
+        groups = exclusive_groups(schema)
+        if groups:
+            out["exclusive"] = groups
     for key in ("items", "additionalProperties"):
         if isinstance(schema.get(key), dict):
             out[key] = _reduce_schema(schema[key])
     return out
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.strip("`").split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def exclusive_groups(schema: dict[str, Any]) -> list[list[str]]:
+    """The groups of an object's fields that its descriptions say cannot be set together: only
+    sentences naming two or more of this object's own fields count (snake_case names are read as
+    the JSON's camelCase)."""
+    properties = schema.get("properties") or {}
+    texts = [schema.get("description")] + [field.get("description") for field in properties.values()]
+    groups: list[list[str]] = []
+    for text in texts:
+        if not isinstance(text, str):
+            continue
+        text = " ".join(text.split())
+        for pattern in _EXCLUSIVE:
+            for match in pattern.finditer(text):
+                names = [_camel(name) for name in re.findall(_NAME, match.group(1)) if name not in ("or", "and")]
+                group = sorted(set(names))
+                if len(group) >= 2 and all(name in properties for name in group) and group not in groups:
+                    groups.append(group)
+    return sorted(groups)
 
 
 def _walk_methods(resource: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -68,10 +161,11 @@ def reduce_document(doc: dict[str, Any]) -> dict[str, Any]:
     """The part of a discovery document runonce uses (see the module's docstring)."""
     methods = {}
     for spec in _walk_methods(doc):
-        parameters = {
-            name: {key: param[key] for key in _PARAMETER_KEYS if key in param}
-            for name, param in spec.get("parameters", {}).items()
-        }
+        parameters = {}
+        for name, param in spec.get("parameters", {}).items():
+            parameters[name] = {key: param[key] for key in _PARAMETER_KEYS if key in param}
+            if name.endswith("Id") and _RESOURCE_ID.search(str(param.get("description", ""))):
+                parameters[name]["resourceId"] = True
         methods[spec["id"]] = {
             "httpMethod": spec["httpMethod"],
             "path": spec["path"],
@@ -175,6 +269,10 @@ class ApiDocument:
             full, spec["httpMethod"], spec["path"], spec["parameters"], spec.get("request"), spec.get("response")
         )
 
+    def method_ids(self) -> list[str]:
+        """Every method's full id, sorted."""
+        return sorted(self._methods)
+
     def similar_methods(self, method_id: str, limit: int = 6) -> list[str]:
         """Method ids (without the API's name) sharing the most trailing parts with `method_id`."""
         wanted = method_id.removeprefix(f"{self.name}.").split(".")
@@ -209,75 +307,213 @@ class ApiDocument:
             schema = self.schemas[schema["$ref"]]
         return schema
 
-    def value_problem(self, value: Any, schema: dict[str, Any], where: str) -> str | None:
+    def value_problem(
+        self, value: Any, schema: dict[str, Any], where: str, given: frozenset[str] = frozenset()
+    ) -> str | None:
         """What is wrong with `value` as a request field of `schema`, naming where and what the
-        document allows; None when it fits. Nulls are proto3's "absent" and fit anywhere."""
+        document allows; None when it fits. `given`: fields the call's path carries (a required
+        `projectId` or `name` is given there)."""
         kind_name = schema.get("$ref")
         schema = self.resolve(schema)
         kind = schema.get("type")
         if kind == "object" or "properties" in schema:
-            return self._object_problem(value, schema, where, kind_name or "object")
+            return self._object_problem(value, schema, where, kind_name or "object", given)
         if kind == "array":
             if not isinstance(value, list):
                 return f"{where}: expected an array, got {_shown(value)}"
             for index, item in enumerate(value):
-                problem = self.value_problem(item, schema.get("items", {}), f"{where}[{index}]")
+                problem = self._item_problem(item, schema.get("items", {}), f"{where}[{index}]", given)
                 if problem:
                     return problem
             return None
         return scalar_problem(value, schema, where)
 
-    def _object_problem(self, value: Any, schema: dict[str, Any], where: str, kind_name: str) -> str | None:
+    def null_problem(self, value: Any, schema: dict[str, Any], where: str) -> str | None:
+        """The first null in `value` where `schema` needs an object, a list or a map's value: what
+        a route gives before runonce adds its fields (an empty YAML key is null, and runonce must
+        not fill it in and send what the route's author commented out)."""
+        schema = self.resolve(schema)
+        if isinstance(value, list):
+            pairs = [(f"{where}[{index}]", item, schema.get("items") or {}, True) for index, item in enumerate(value)]
+        elif isinstance(value, dict):
+            properties, extra = schema.get("properties") or {}, schema.get("additionalProperties")
+            pairs = [
+                (f"{where}.{key}", item, properties.get(key, extra), key not in properties)
+                for key, item in value.items()
+                if key in properties or extra is not None
+            ]
+        else:
+            return None
+        for inner, item, field, is_entry in pairs:
+            resolved = self.resolve(field)
+            container = resolved.get("type") in ("object", "array") or "properties" in resolved
+            if item is None and (container or (is_entry and resolved.get("type") != "any")):
+                return f"{inner}: is empty (null); {_null_hint(resolved)}"
+            problem = self.null_problem(item, field, inner)
+            if problem:
+                return problem
+        return None
+
+    def _item_problem(self, value: Any, schema: dict[str, Any], where: str, given: frozenset[str]) -> str | None:
+        """A list item or map value: null is no value there (proto3's JSON refuses it)."""
+        if value is None and self.resolve(schema).get("type") != "any":
+            return f"{where}: is empty (null); {_null_hint(self.resolve(schema))}"
+        return self.value_problem(value, schema, where, given)
+
+    def _object_problem(
+        self, value: Any, schema: dict[str, Any], where: str, kind_name: str, given: frozenset[str]
+    ) -> str | None:
         if not isinstance(value, dict):
             return f"{where}: expected an object ({kind_name}), got {_shown(value)}"
         properties = schema.get("properties")
         extra = schema.get("additionalProperties")
         for key, item in value.items():
-            if item is None:
-                continue
+            if not isinstance(key, str):
+                return f"{where}: the key {key!r} is a {type(key).__name__}; keys are text (quote it: '{key}')"
             if properties is not None and key in properties:
-                field = properties[key]
-                if field.get("readOnly"):
-                    return f"{where}.{key}: output only in {kind_name}; a request cannot set it"
-                problem = self.value_problem(item, field, f"{where}.{key}")
+                problem = self._field_problem(item, properties[key], f"{where}.{key}", kind_name, given)
             elif extra is not None:
-                problem = None if key == "@type" else self.value_problem(item, extra, f"{where}.{key}")
+                problem = None if key == "@type" else self._item_problem(item, extra, f"{where}.{key}", given)
             else:
-                allowed = ", ".join(sorted(k for k, f in (properties or {}).items() if not f.get("readOnly")))
-                return f"{where}: {kind_name} has no field {key!r} (it has: {allowed or 'none'})"
+                return _unknown_field(where, kind_name, key, properties or {})
             if problem:
                 return problem
+        if where.rsplit(".", 1)[-1] in LABEL_FIELDS:
+            problem = _labels_problem(value, extra, where)
+            if problem:
+                return problem
+        required = _required_problem(value, properties or {}, where, kind_name, given | self._not_required(kind_name))
+        return required or _exclusive_problem(value, schema.get("exclusive") or [], where, kind_name)
+
+    def _not_required(self, kind_name: str) -> frozenset[str]:
+        return frozenset(field for (api, schema, field) in NOT_REQUIRED if api == self.api and schema == kind_name)
+
+    def _field_problem(
+        self, item: Any, field: dict[str, Any], where: str, kind_name: str, given: frozenset[str]
+    ) -> str | None:
+        if field.get("readOnly") and item is not None:
+            return f"{where}: output only in {kind_name}; a request cannot set it"
+        if item is None:
+            resolved = self.resolve(field)
+            if resolved.get("type") in ("object", "array") or "properties" in resolved:
+                # An empty YAML key (`environment:` with its children commented out) is null.
+                return f"{where}: is empty (null); {_null_hint(resolved)}"
+            return None  # proto3: a null scalar is the field's default
+        return self.value_problem(item, field, where, given)
+
+
+def _null_hint(schema: dict[str, Any]) -> str:
+    kind = {"array": "a list", "object": "an object"}.get(schema.get("type") or "", "a value")
+    kind = "an object" if "properties" in schema else kind
+    return f"{kind} is needed here: give it a value (an empty key in YAML is null) or remove the key"
+
+
+def _unknown_field(where: str, kind_name: str, key: str, properties: dict[str, Any]) -> str:
+    settable = sorted(name for name, field in properties.items() if not field.get("readOnly"))
+    close = difflib.get_close_matches(key, settable, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"{where}: {kind_name} has no field {key!r} (it has: {', '.join(settable) or 'none'}{hint})"
+
+
+def _required_problem(
+    value: dict[str, Any], properties: dict[str, Any], where: str, kind_name: str, given: frozenset[str]
+) -> str | None:
+    """A field the document marks "Required." that the object leaves out (or sets to null). An
+    identifier (`name`, `parent`, `…Id`) is not asked for: the call's path, the API or runonce may
+    supply it (Cloud Build's triggers.run names the trigger in its path, not in the body's triggerId)."""
+    for name, field in properties.items():
+        identifier = name in ("name", "parent") or name.endswith("Id")
+        if field.get("required") and value.get(name) is None and name not in given and not identifier:
+            return f"{where}.{name}: required by {kind_name} (the API refuses the request without it)"
+    return None
+
+
+def _exclusive_problem(value: dict[str, Any], groups: list[list[str]], where: str, kind_name: str) -> str | None:
+    for group in groups:
+        given = [name for name in group if value.get(name) is not None]
+        if len(given) > 1:
+            return f"{where}: {' and '.join(given)} are both set; {kind_name} takes only one of {', '.join(group)}"
+    return None
+
+
+def _labels_problem(labels: dict[str, Any], extra: dict[str, Any] | None, where: str) -> str | None:
+    """A `labels` map of text (every Google API's labels): Google's label rule, at most 64."""
+    if extra is None or extra.get("type") != "string":
         return None
+    for key, label in labels.items():
+        problem = label_problem(key, label)
+        if problem:
+            return f"{where}: {problem}"
+    if len(labels) > MAX_LABELS:
+        return f"{where}: {len(labels)} labels; a resource holds at most {MAX_LABELS}"
+    return None
 
 
 def scalar_problem(value: Any, schema: dict[str, Any], where: str) -> str | None:
     """A string, integer, number or boolean field (or parameter), as proto3 JSON takes it."""
     kind, fmt = schema.get("type"), schema.get("format")
-    if kind == "string" and fmt in ("int64", "uint64"):
-        if _is_int(value) or (isinstance(value, str) and _DIGITS.match(value)):
-            return None
-        return f"{where}: expected an {fmt} (an integer, or a string of digits), got {_shown(value)}"
+    if (kind == "string" and fmt in INTEGER_RANGES) or kind == "integer":
+        return _integer_problem(value, fmt if fmt in INTEGER_RANGES else "int32", where)
     if kind == "string":
         if not isinstance(value, str):
             return f"{where}: expected a string, got {_shown(value)}"
-        if fmt == "google-duration" and not _DURATION.match(value):
-            return f"{where}: {value!r} is not a duration like '3.5s'"
-        if fmt == "google-datetime" and not _DATETIME.match(value):
-            return f"{where}: {value!r} is not an RFC 3339 timestamp like 2026-01-31T12:00:00Z"
-        if "enum" in schema and value not in schema["enum"]:
-            return f"{where}: {value!r} is not one of {', '.join(schema['enum'])}"
-        return None
-    if kind == "integer":
-        if _is_int(value) or (isinstance(value, str) and _DIGITS.match(value)):
-            return None
-        return f"{where}: expected an integer, got {_shown(value)}"
+        return _string_problem(value, schema, where)
     if kind == "number":
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return None
+        if isinstance(value, str) and (_DECIMAL.fullmatch(value) or value in ("NaN", "Infinity", "-Infinity")):
             return None
         return f"{where}: expected a number, got {_shown(value)}"
     if kind == "boolean":
         return None if isinstance(value, bool) else f"{where}: expected a boolean, got {_shown(value)}"
     return None  # "any" and untyped fields take anything
+
+
+def _integer_problem(value: Any, fmt: str, where: str) -> str | None:
+    """An integer as a number or a string of digits (proto3 JSON), within its format's range."""
+    low, high = INTEGER_RANGES[fmt]
+    number: int | None = None
+    if _is_int(value):
+        number = value
+    elif (isinstance(value, float) and value.is_integer()) or (isinstance(value, str) and _DIGITS.fullmatch(value)):
+        number = int(value)
+    if number is None:
+        kind = f"an {fmt} (an integer, or a string of digits)" if fmt.endswith("64") else "an integer"
+        return f"{where}: expected {kind}, got {_shown(value)}"
+    if not low <= number <= high:
+        return f"{where}: {number} is outside the {fmt} range {low} to {high}"
+    return None
+
+
+def _string_problem(value: str, schema: dict[str, Any], where: str) -> str | None:
+    fmt = schema.get("format")
+    if fmt == "google-duration" and not _is_duration(value):
+        return f"{where}: {value!r} is not a duration like '3.5s' (seconds, up to 9 decimals, then 's')"
+    if fmt == "google-datetime" and not _is_timestamp(value):
+        return f"{where}: {value!r} is not an RFC 3339 timestamp like 2026-01-31T12:00:00Z"
+    if fmt == "byte" and not _BASE64.fullmatch(value):
+        return f"{where}: {value!r} is not base64 (bytes are sent as base64 text)"
+    if "enum" in schema and value not in schema["enum"]:
+        return f"{where}: {value!r} is not one of {', '.join(schema['enum'])}"
+    return None
+
+
+def _is_duration(value: str) -> bool:
+    match = _DURATION.fullmatch(value)
+    return match is not None and int(match.group(2)) <= MAX_DURATION_SECONDS
+
+
+def _is_timestamp(value: str) -> bool:
+    """RFC 3339 as google.protobuf.Timestamp takes it: a real date and time, years 1-9999."""
+    match = _DATETIME.fullmatch(value)
+    if match is None:
+        return False
+    date, time, _fraction, offset = match.groups()
+    try:
+        datetime.fromisoformat(f"{date}T{time}{'+00:00' if offset in 'Zz' else offset}")
+    except ValueError:
+        return False
+    return True
 
 
 def _is_int(value: Any) -> bool:

@@ -25,7 +25,8 @@ from runonce.targets.base import (
     encode_json,
     parse_retry_after,
 )
-from runonce.targets.google import GoogleAuth, translated
+from runonce.targets.engine import translated
+from runonce.targets.google import GoogleAuth
 from runonce.targets.registry import TargetType
 
 

@@ -9,7 +9,7 @@ lost answer creates the same id again: Vertex answers 409 ALREADY_EXISTS, and ru
 The pipeline gets the run's identity as runtime parameters where the route maps them
 (`run_parameters: {run_id: PARAM, schedule_time: PARAM}`, or `[run_id, schedule_time]` for
 parameters of those names), in `runtimeConfig.parameterValues`. A job in PIPELINE_STATE_QUEUED,
-_PENDING or _RUNNING is running (overlap). Answers: `rest_jobs`'s table.
+_PENDING or _RUNNING is running (overlap). Answers: the engine's table (`engine.py`).
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from runonce.targets.base import DispatchRequest
-from runonce.targets.registry import Grant, TargetType
-from runonce.targets.rest_jobs import (
+from runonce.targets.engine import Running
+from runonce.targets.presets import (
     ParentConfig,
-    RunNamedJobTarget,
+    RunNamedPreset,
     RunParameters,
+    check_route,
     check_route_labels,
     config_error,
     mapped_parameters,
@@ -33,6 +34,7 @@ from runonce.targets.rest_jobs import (
     refuse_mapped_parameters,
     with_label,
 )
+from runonce.targets.registry import Grant, TargetType
 
 DEFAULT_ENDPOINT = "https://{location}-aiplatform.googleapis.com"
 MAX_ID_LENGTH = 127
@@ -65,22 +67,24 @@ class VertexPipelineJobTargetConfig(ParentConfig):
     def _parameters_left_to_runonce(self) -> VertexPipelineJobTargetConfig:
         given = mapping_at(self.pipeline_job, "runtimeConfig.parameterValues", "pipeline_job")
         refuse_mapped_parameters(self.run_parameters, given, "pipeline_job.runtimeConfig.parameterValues")
+        check_route(VertexPipelineJobTarget, self)
         return self
 
 
-class VertexPipelineJobTarget(RunNamedJobTarget):
-    config: VertexPipelineJobTargetConfig
+class VertexPipelineJobTarget(RunNamedPreset[VertexPipelineJobTargetConfig]):
     type = "vertex_pipeline_job"
-    collection = "pipelineJobs"
-    noun = "Vertex AI pipeline job"
-    running_states = frozenset({"PIPELINE_STATE_QUEUED", "PIPELINE_STATE_PENDING", "PIPELINE_STATE_RUNNING"})
-    max_id_length = MAX_ID_LENGTH
+    API = "aiplatform.v1"
+    NOUN = "Vertex AI pipeline job"
+    COLLECTION = "pipelineJobs"
+    ID_PARAM = "pipelineJobId"
+    MAX_ID_LENGTH = MAX_ID_LENGTH
+    RUNNING = Running(
+        "state", running=frozenset({"PIPELINE_STATE_QUEUED", "PIPELINE_STATE_PENDING", "PIPELINE_STATE_RUNNING"})
+    )
+    BODY_FIELD = ("", "pipeline_job")
 
     def default_endpoint(self) -> str:
         return DEFAULT_ENDPOINT.format(location=self.config.location)
-
-    def create_params(self, request: DispatchRequest) -> dict[str, str]:
-        return {"pipelineJobId": self.resource_id(request)}
 
     def body(self, request: DispatchRequest) -> dict[str, Any]:
         """The route's PipelineJob with the label, and the run's identity in the mapped parameters."""
@@ -88,7 +92,7 @@ class VertexPipelineJobTarget(RunNamedJobTarget):
         job["labels"] = with_label(job.get("labels"), request.run_id)
         mapped = mapped_parameters(self.config.run_parameters, request)
         if mapped:
-            runtime = job.setdefault("runtimeConfig", {})
+            runtime = job["runtimeConfig"] = job.get("runtimeConfig") or {}
             runtime["parameterValues"] = {**(runtime.get("parameterValues") or {}), **mapped}
         return job
 
@@ -97,9 +101,7 @@ TARGET = TargetType(
     name="vertex_pipeline_job",
     config=VertexPipelineJobTargetConfig,
     adapter=VertexPipelineJobTarget,
-    build=lambda config, context, endpoint: VertexPipelineJobTarget(
-        config, context.http, context.google_auth, endpoint
-    ),
+    build=VertexPipelineJobTarget.build,
     endpoint="aiplatform",
     resource_field="project",
     grants=(

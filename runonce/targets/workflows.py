@@ -1,4 +1,5 @@
-"""`workflows` target: one Workflows execution per run (Workflows Executions API, gRPC).
+"""`workflows` target: one Workflows execution per run (Workflow Executions API v1
+`projects.locations.workflows.executions.create`, REST).
 
 The token travels twice: in full as `argument[key_field]`, and as the execution label
 `runonce-run-id`, which reconciliation lists by. Label values hold at most 63 characters, so the
@@ -9,34 +10,23 @@ is confirmed against the full run_id in the argument.
 from __future__ import annotations
 
 import json
-import logging
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from runonce.targets.base import DispatchRequest, Target, TargetFailed, TargetOutcomeUnknown
-from runonce.targets.google import (
-    RUN_ID_LABEL,
-    GoogleAuth,
-    check_labels,
-    grpc_target,
-    reading,
-    reconciling,
-    resource_name_problem,
-    run_id_label,
-    translated,
-)
+from runonce.targets.base import DispatchRequest, TargetFailed
+from runonce.targets.engine import Call, GoogleEngineTarget, Listing, Running
+from runonce.targets.google import RUN_ID_LABEL, check_labels, resource_name_problem, run_id_label
+from runonce.targets.presets import check_route
 from runonce.targets.registry import Grant, TargetType
 
-logger = logging.getLogger("runonce.target.workflows")
-
-DEFAULT_HOST = "workflowexecutions.googleapis.com"
+FINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 MAX_ARGUMENT_BYTES = 32 * 1024  # the API's limit on `argument`
 MAX_LABELS = 64
 WORKFLOW_ID = r"[A-Za-z][A-Za-z0-9_-]{0,63}"
-ARGUMENT_KEY_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+ARGUMENT_KEY_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*"
 
 
 class WorkflowsTargetConfig(BaseModel):
@@ -65,7 +55,7 @@ class WorkflowsTargetConfig(BaseModel):
     @field_validator("key_field")
     @classmethod
     def _key_field(cls, value: str) -> str:
-        if not re.match(ARGUMENT_KEY_PATTERN, value) or value == "runonce":
+        if not re.fullmatch(ARGUMENT_KEY_PATTERN, value) or value == "runonce":
             raise PydanticCustomError(
                 "key_field",
                 "must be an identifier ([A-Za-z_][A-Za-z0-9_]*) other than 'runonce' (got {value})",
@@ -78,32 +68,20 @@ class WorkflowsTargetConfig(BaseModel):
     def _labels(cls, labels: dict[str, str]) -> dict[str, str]:
         return check_labels(labels, MAX_LABELS)
 
+    @model_validator(mode="after")
+    def _against_the_api(self) -> WorkflowsTargetConfig:
+        check_route(WorkflowsTarget, self)
+        return self
 
-class WorkflowsTarget(Target):
+
+class WorkflowsTarget(GoogleEngineTarget[WorkflowsTargetConfig]):
     type = "workflows"
-
-    def __init__(self, config: WorkflowsTargetConfig, auth: GoogleAuth, endpoint: str | None = None):
-        # The gRPC client loads with a workflows route only: tests/test_cold_start.py checks that a
-        # start without one imports neither grpc nor google.cloud.workflows.
-        import grpc  # deferred (cold start)
-        from google.cloud.workflows.executions_v1 import ExecutionsAsyncClient  # deferred (cold start)
-        from google.cloud.workflows.executions_v1.services.executions.transports import (  # deferred (cold start)
-            ExecutionsGrpcAsyncIOTransport,
-        )
-
-        self.config = config
-        self._auth = auth
-        target, secure = grpc_target(endpoint, DEFAULT_HOST)
-        # The channel carries no call credentials: each call sends the shared ADC token itself
-        # (`_metadata`), which also works over the plaintext channel of a local endpoint.
-        if secure:
-            self._channel = grpc.aio.secure_channel(target, grpc.ssl_channel_credentials())
-        else:
-            self._channel = grpc.aio.insecure_channel(target)
-        self._client = ExecutionsAsyncClient(transport=ExecutionsGrpcAsyncIOTransport(channel=self._channel))
-
-    async def _metadata(self) -> list[tuple[str, str]]:
-        return [("authorization", f"Bearer {await self._auth.access_token()}")]
+    API = "workflowexecutions.v1"
+    NOUN = "execution"
+    TAKES_PAYLOAD = True  # the delivery's body is merged into the argument
+    RUNNING = Running("state", running=frozenset({"ACTIVE", "QUEUED"}), final=FINAL_STATES)
+    """ACTIVE or QUEUED (in the backlog) runs; SUCCEEDED, FAILED or CANCELLED does not; UNAVAILABLE
+    ("execution data is unavailable") cannot tell."""
 
     def argument(self, request: DispatchRequest) -> dict[str, Any]:
         """Route argument, then the delivery payload over it, then the token and run identity."""
@@ -114,68 +92,44 @@ class WorkflowsTarget(Target):
             "runonce": request.runonce_fields(),
         }
 
-    async def dispatch(self, request: DispatchRequest) -> str:
-        from google.cloud.workflows.executions_v1.types import Execution  # deferred (cold start)
+    def describe(self, request: DispatchRequest) -> str:
+        return f"create an execution of {self.config.workflow}"
 
-        action = f"create an execution of {self.config.workflow}"
+    def describe_lookup(self, request: DispatchRequest) -> str:
+        label = run_id_label(request.run_id)
+        return f"list executions of {self.config.workflow} labelled {RUN_ID_LABEL}={label}"
+
+    def create_call(self, request: DispatchRequest) -> Call:
         argument = json.dumps(self.argument(request), separators=(",", ":"), ensure_ascii=False)
         if len(argument.encode("utf-8")) > MAX_ARGUMENT_BYTES:
-            raise TargetFailed(f"{action}: the argument is over the API's {MAX_ARGUMENT_BYTES} bytes")
-        execution = Execution(
-            argument=argument,
-            labels={**self.config.labels, RUN_ID_LABEL: run_id_label(request.run_id)},
-        )
+            raise TargetFailed(f"{self.describe(request)}: the argument is over the API's {MAX_ARGUMENT_BYTES} bytes")
+        execution: dict[str, Any] = {
+            "argument": argument,
+            "labels": {**self.config.labels, RUN_ID_LABEL: run_id_label(request.run_id)},
+        }
         if self.config.call_log_level:
-            # proto-plus enums are IntEnums at run time; the stubs do not show their metaclass's __getitem__
-            execution.call_log_level = Execution.CallLogLevel[self.config.call_log_level]  # type: ignore[misc]  # see above
-        with translated(action):
-            created = await self._client.create_execution(
-                parent=self.config.workflow, execution=execution, metadata=await self._metadata(), retry=None
-            )
-        return created.name
+            execution["callLogLevel"] = self.config.call_log_level
+        return Call("projects.locations.workflows.executions.create", {"parent": self.config.workflow}, execution)
 
-    async def reconcile(self, request: DispatchRequest) -> str | None:
-        from google.cloud.workflows.executions_v1.types import (  # deferred (cold start)
-            ExecutionView,
-            ListExecutionsRequest,
-        )
+    def list_call(self, request: DispatchRequest) -> Listing:
+        """The workflow's executions labelled with the run (labels and argument come only with FULL)."""
+        params = {
+            "parent": self.config.workflow,
+            "view": "FULL",
+            "filter": f'labels.{RUN_ID_LABEL}="{run_id_label(request.run_id)}"',
+            "pageSize": 100,
+        }
+        return Listing(Call("projects.locations.workflows.executions.list", params), items="executions")
 
-        label = run_id_label(request.run_id)
-        found: list[str] = []
-        with reconciling(f"list executions of {self.config.workflow} labelled {RUN_ID_LABEL}={label}"):
-            pager = await self._client.list_executions(
-                request=ListExecutionsRequest(
-                    parent=self.config.workflow,
-                    view=ExecutionView.FULL,  # labels and argument come only with FULL
-                    filter=f'labels.{RUN_ID_LABEL}="{label}"',
-                    page_size=100,
-                ),
-                metadata=await self._metadata(),
-            )
-            async for execution in pager:
-                if execution.labels.get(RUN_ID_LABEL) == label and self._carries(execution.argument, request.run_id):
-                    found.append(execution.name)
-        if len(found) > 1:
-            logger.warning("run %s has %d executions: %s", request.run_id, len(found), ", ".join(found))
-        return found[-1] if found else None  # newest first: the last is the earliest
+    def matches(self, item: dict[str, Any], request: DispatchRequest) -> str | None:
+        """The label carries 63 of the run_id's 64 characters: confirmed on the argument."""
+        labelled = (item.get("labels") or {}).get(RUN_ID_LABEL) == run_id_label(request.run_id)
+        if labelled and self._carries(str(item.get("argument") or ""), request.run_id) and item.get("name"):
+            return str(item["name"])
+        return None
 
-    async def is_running(self, resource: str) -> bool:
-        """`executions.get`: ACTIVE or QUEUED (in the backlog) runs; SUCCEEDED, FAILED, CANCELLED
-        or gone does not; UNAVAILABLE ("execution data is unavailable") cannot tell."""
-        from google.api_core.exceptions import NotFound  # deferred (cold start)
-        from google.cloud.workflows.executions_v1.types import Execution  # deferred (cold start)
-
-        states = Execution.State
-        with reading(f"get {resource}"):
-            try:
-                execution = await self._client.get_execution(name=resource, metadata=await self._metadata(), retry=None)
-            except NotFound:
-                return False
-        if execution.state in (states.ACTIVE, states.QUEUED):
-            return True
-        if execution.state in (states.SUCCEEDED, states.FAILED, states.CANCELLED):
-            return False
-        raise TargetOutcomeUnknown(f"get {resource}: state {execution.state.name}")
+    def state_call(self, resource: str) -> Call:
+        return Call("projects.locations.workflows.executions.get", {"name": resource})
 
     def _carries(self, argument: str, run_id: str) -> bool:
         """Does this execution's argument carry `run_id` (or no token at all, only the label)?"""
@@ -185,15 +139,12 @@ class WorkflowsTarget(Target):
             return True
         return not isinstance(data, dict) or data.get(self.config.key_field, run_id) == run_id
 
-    async def aclose(self) -> None:
-        await self._channel.close()
-
 
 TARGET = TargetType(
     name="workflows",
     config=WorkflowsTargetConfig,
     adapter=WorkflowsTarget,
-    build=lambda config, context, endpoint: WorkflowsTarget(config, context.google_auth, endpoint),
+    build=WorkflowsTarget.build,
     endpoint="workflows",
     resource_field="workflow",
     grants=(Grant("roles/workflows.invoker", on="project"),),  # Workflows has no per-workflow IAM

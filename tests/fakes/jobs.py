@@ -64,6 +64,16 @@ class FakeJobsApi(FakeRestApi):
         with self.lock:
             self._set_state(self.resources[name], state or self.final_state)
 
+    def created_with_id(self, resource_id: str) -> list[str]:
+        """What was created under that id (a `google_api` route's handle, whatever its labels)."""
+        with self.lock:
+            return [c.resource for c in self.created if c.resource.rsplit("/", 1)[1] == resource_id]
+
+    def forget_request_ids(self) -> None:
+        """The API's memory of request ids runs out: a re-sent create meets the id instead."""
+        with self.lock:
+            self.answers_by_request_id.clear()
+
     def state(self, name: str) -> str:
         with self.lock:
             value: Any = self.resources[name]

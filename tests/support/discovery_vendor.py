@@ -21,6 +21,7 @@ APIS = (
     "batch.v1",  # Cloud Batch: jobs.create (jobId, requestId)
     "bigquery.v2",  # jobs.insert (jobReference.jobId)
     "cloudbuild.v1",  # builds.create, triggers.run
+    "cloudtasks.v2",  # Cloud Tasks: tasks.create (the task name is client-chosen)
     "composer.v1",  # Cloud Composer: environments
     "dataflow.v1b3",  # Flex Templates: launch (jobName)
     "dataproc.v1",  # Dataproc Serverless: batches.create (batchId, requestId)

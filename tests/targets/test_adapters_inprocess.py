@@ -76,10 +76,10 @@ async def test_cloud_build_trigger_by_name_is_resolved_once(http, metadata, fake
     assert fake.violations == []
 
 
-async def test_workflows_argument_over_the_api_limit_creates_nothing(metadata, fakes) -> None:
+async def test_workflows_argument_over_the_api_limit_creates_nothing(http, metadata, fakes) -> None:
     fake = fakes["workflows"]
     target = WorkflowsTarget(
-        WorkflowsTargetConfig(type="workflows", workflow=WORKFLOW), MetadataTokenAuth(metadata.host), fake.url
+        WorkflowsTargetConfig(type="workflows", workflow=WORKFLOW), http, MetadataTokenAuth(metadata.host), fake.url
     )
     request = request_for("huge", {"blob": "x" * 33000})
     creates = fake.calls[CREATE]

@@ -40,7 +40,9 @@ async def case(request: pytest.FixtureRequest, metadata, fakes) -> AsyncIterator
     fake = fakes[request.param]
     async with httpx.AsyncClient(timeout=10) as http:
         if request.param == "workflows":
-            target: Target = WorkflowsTarget(WorkflowsTargetConfig(type="workflows", workflow=WORKFLOW), auth, fake.url)
+            target: Target = WorkflowsTarget(
+                WorkflowsTargetConfig(type="workflows", workflow=WORKFLOW), http, auth, fake.url
+            )
             gone = f"{WORKFLOW}/executions/8d1c0c55-0b57-4a61-a34c-31e0bd1a4cf0"
             states = [
                 (lambda f, r: f.finish(r, "QUEUED"), True),  # in the backlog: not started, yet not done
@@ -114,6 +116,6 @@ async def test_a_resource_that_names_no_execution_cannot_tell(case: Case) -> Non
 async def test_a_failed_read_cannot_tell(case: Case, code: str, message: str) -> None:
     resource = await case.target.dispatch(request_for(f"unreadable-{case.target.type}-{code}"))
     case.fake.fail(case.get, code, message)
-    with pytest.raises(TargetOutcomeUnknown, match=f"^get {resource}: ") as raised:
+    with pytest.raises(TargetOutcomeUnknown, match=f"^cannot read the state of {resource}: get {resource}: ") as raised:
         await case.target.is_running(resource)
     assert code in raised.value.message and message in raised.value.message

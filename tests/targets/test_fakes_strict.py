@@ -14,7 +14,6 @@ import httpx
 import pytest
 
 from tests.fakes.cloud_run import FakeCloudRun
-from tests.fakes.workflows import FakeWorkflows
 from tests.support.discovery import Discovery, Violation
 from tests.support.procs import REPO
 
@@ -61,11 +60,6 @@ def test_an_output_only_field_marked_only_in_its_description_is_refused() -> Non
     )
     del queue["purgeTime"]
     assert accepted("cloudtasks.v2", "POST", "v2/projects/p-1/locations/us-central1/queues", queue)
-
-
-def test_the_workflows_fake_takes_its_output_only_fields_from_the_discovery_document(fakes) -> None:
-    fake: FakeWorkflows = fakes["workflows"]
-    assert {"state", "result", "name", "workflow_revision_id", "start_time"} <= set(fake.output_only)
 
 
 # -- timestamps ------------------------------------------------------------------------------------

@@ -18,27 +18,27 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from pydantic_core import PydanticCustomError
 
 from runonce.routes import parse_routes
 from runonce.settings import ConfigError
-from runonce.targets import TARGET_TYPES, DispatchRequest, TargetFailed, TargetOutcomeUnknown, TargetThrottled
+from runonce.targets import TARGET_TYPES, DispatchRequest, TargetFailed, TargetOutcomeUnknown
 from runonce.targets import google_api_discovery as discovery
 from runonce.targets.google_api import (
     GoogleApiTarget,
     GoogleApiTargetConfig,
+    _location,
     carries_run,
+    check_params,
     expand,
     placeholder_problem,
     run_uuid,
 )
-from tests.fakes.discovery_apis import (
-    BATCH_CREATE,
-    BATCH_GET,
-    DATAPROC_CREATE,
-    DATAPROC_GET,
-    FakeBatch,
-    FakeDataproc,
-)
+from tests.fakes.batch import CREATE as BATCH_CREATE
+from tests.fakes.batch import GET as BATCH_GET
+from tests.fakes.batch import FakeBatch
+from tests.fakes.dataproc import GET as DATAPROC_GET
+from tests.fakes.dataproc import FakeDataproc
 from tests.fakes.metadata import FakeMetadataServer, MetadataTokenAuth
 from tests.support import discovery_vendor
 from tests.support.procs import REPO
@@ -54,6 +54,17 @@ BATCH = {
     "reconcile": {"method": "projects.locations.jobs.get", "params": {"name": JOB_NAME}},
     "running": {"field": "status.state", "values": ["QUEUED", "SCHEDULED", "RUNNING"]},
 }
+
+BIGQUERY_QUERY_JOB = {
+    "type": "google_api",
+    "api": "bigquery.v2",
+    "method": "jobs.insert",
+    "params": {"projectId": "p"},
+    "body": {"jobReference": {"jobId": "r${run_id}"}, "configuration": {"query": {"query": "SELECT 1"}}},
+    "reconcile": {"method": "jobs.get", "params": {"projectId": "p", "jobId": "r${run_id}"}},
+    "running": {"field": "status.state", "values": ["PENDING", "RUNNING"]},
+}
+"""A BigQuery query job started with jobs.insert and read back with jobs.get."""
 SPARK = {
     "type": "google_api",
     "api": "dataproc.v1",
@@ -146,17 +157,14 @@ def test_a_param_the_method_does_not_take_or_that_breaks_its_pattern_is_refused(
     ],
 )
 def test_a_query_param_is_held_to_its_type(params, expected) -> None:
-    target = {
-        "type": "google_api",
-        "api": "batch.v1",
-        "method": "projects.locations.jobs.list",
-        "params": {"parent": PARENT, **params},
-        "reconcile": {"method": "projects.locations.jobs.get", "params": {"name": JOB_NAME}},
-    }
+    method = discovery.load("batch.v1").method("projects.locations.jobs.list")
+    assert method is not None
     if expected is None:
-        parse_routes(json.dumps({"routes": {"r": {"target": target}}}), "t")
+        check_params(method, {"parent": PARENT, **params}, "params")
     else:
-        assert expected in error_of(target)
+        with pytest.raises(PydanticCustomError) as caught:
+            check_params(method, {"parent": PARENT, **params}, "params")
+        assert expected in str(caught.value)
 
 
 def test_a_boolean_and_an_enum_param_are_held_to_the_document() -> None:
@@ -293,16 +301,22 @@ def test_running_needs_a_reconcile_method() -> None:
     ],
 )
 def test_a_route_with_no_way_to_dedupe_is_refused_with_the_reason(change) -> None:
-    line = error_of(with_changes(BATCH, change))
-    assert line.startswith("routes file r.yaml: route 'jobs': field 'target': no way to dedupe: "), line
-    assert "(jobId, requestId, e.g. " in line and "a retry after a lost answer could create a second" in line
+    line = error_of(with_changes(BATCH, {"reconcile": None, "running": None, **change}))
+    assert line.startswith("routes file r.yaml: route 'jobs': field 'target': no way to dedupe"), line
+    assert "params.jobId (resource id), params.requestId (request id) (e.g. " in line, line
+    assert "a retry after a lost answer could create a second" in line
+
+
+def test_a_reconcile_read_alone_is_no_way_to_dedupe() -> None:
+    """The job's id is the server's when the route does not fill jobId: a read of r${run_id:62} finds nothing."""
+    line = error_of(with_changes(BATCH, {"params": {"jobId": None}}))
+    assert "field 'target': no way to dedupe" in line and "params.jobId (resource id)" in line, line
 
 
 @pytest.mark.parametrize(
     "target",
     [
         with_changes(BATCH, {"reconcile": None, "running": None}),  # jobId alone
-        with_changes(BATCH, {"params": {"jobId": None}}),  # reconcile alone
         with_changes(SPARK, {"params": {"batchId": None}}),  # requestId alone
         {
             "type": "google_api",
@@ -315,12 +329,13 @@ def test_a_route_with_no_way_to_dedupe_is_refused_with_the_reason(change) -> Non
             "type": "google_api",
             "api": "run.v2",
             "method": "projects.locations.jobs.create",
-            "params": {"parent": PARENT},
-            "body": {"name": f"{PARENT}/jobs/j${{run_id:32}}", "template": {"template": {"containers": []}}},
-        },  # a client-chosen name in the body
+            "params": {"parent": PARENT, "jobId": "j${run_id:32}"},
+            "body": {"template": {"template": {"containers": []}}},
+        },  # the AIP-133 id of a create
+        BIGQUERY_QUERY_JOB,  # BigQuery's jobReference.jobId, read back by jobs.get
     ],
 )
-def test_a_handle_filled_from_the_run_or_a_reconcile_method_is_a_way_to_dedupe(target) -> None:
+def test_a_handle_filled_from_the_run_is_a_way_to_dedupe(target) -> None:
     parse_routes(json.dumps({"routes": {"r": {"target": target}}}), "t")
 
 
@@ -599,7 +614,7 @@ async def test_a_taken_id_is_adopted_by_reconcile_or_as_the_call(batch, http, me
     assert (batch.calls[BATCH_CREATE], batch.calls[BATCH_GET]) == (creates + 1, gets + 1)
     without = target_for(with_changes(BATCH, {"reconcile": None, "running": None}), batch.url, http, metadata)
     assert await without.dispatch(request) == f"v1/{PARENT}/jobs?jobId=r{request.run_id[:62]}"
-    assert len(batch.created_for(f"r{request.run_id[:62]}")) == 1
+    assert len(batch.created_with_id(f"r{request.run_id[:62]}")) == 1
 
 
 async def test_a_taken_id_that_reconcile_cannot_find_is_unknown(batch, http, metadata) -> None:
@@ -607,7 +622,9 @@ async def test_a_taken_id_that_reconcile_cannot_find_is_unknown(batch, http, met
     request = new_request()
     await target.dispatch(request)
     batch.fail(BATCH_GET, "NOT_FOUND", "lagging")
-    with pytest.raises(TargetOutcomeUnknown, match=r"it already exists; read it: .* is not found"):
+    with pytest.raises(
+        TargetOutcomeUnknown, match=r"it already exists; read it: the API says it exists but it cannot be read yet"
+    ):
         await target.dispatch(request)
     batch.fail(BATCH_GET, "PERMISSION_DENIED", "no batch.jobs.get")
     with pytest.raises(TargetOutcomeUnknown, match="cannot tell whether this run already started"):
@@ -620,30 +637,7 @@ async def test_409_aborted_is_a_refusal_not_the_runs_execution(batch, http, meta
     batch.fail(BATCH_CREATE, "ABORTED", "concurrent modification", http_status=409)
     with pytest.raises(TargetFailed, match="HTTP 409 ABORTED: concurrent modification"):
         await target.dispatch(request)
-    assert batch.created_for(f"r{request.run_id[:62]}") == []
-
-
-@pytest.mark.parametrize(
-    ("code", "http_status", "outcome"),
-    [
-        ("RESOURCE_EXHAUSTED", None, TargetThrottled),
-        ("RESOURCE_EXHAUSTED", 403, TargetThrottled),
-        ("INVALID_ARGUMENT", None, TargetFailed),
-        ("PERMISSION_DENIED", None, TargetFailed),
-        ("NOT_FOUND", None, TargetFailed),
-        ("INTERNAL", None, TargetOutcomeUnknown),
-        ("UNAVAILABLE", None, TargetOutcomeUnknown),
-        ("DEADLINE_EXCEEDED", None, TargetOutcomeUnknown),
-        ("UNIMPLEMENTED", 501, TargetOutcomeUnknown),
-    ],
-)
-async def test_each_answer_of_the_create_is_its_outcome(dataproc, http, metadata, code, http_status, outcome) -> None:
-    target = target_for(SPARK, dataproc.url, http, metadata)
-    dataproc.fail(DATAPROC_CREATE, code, f"says {code}", http_status=http_status, retry_after="9")
-    with pytest.raises(outcome, match=f"call dataproc.projects.locations.batches.create: HTTP .*says {code}") as caught:
-        await target.dispatch(new_request())
-    if outcome is TargetThrottled:
-        assert caught.value.retry_after == 9
+    assert batch.created_with_id(f"r{request.run_id[:62]}") == []
 
 
 async def test_a_re_sent_request_id_is_the_same_operation(dataproc, http, metadata) -> None:
@@ -653,7 +647,7 @@ async def test_a_re_sent_request_id_is_the_same_operation(dataproc, http, metada
     assert first.startswith("projects/runonce-test/regions/us-central1/operations/")
     assert await target.dispatch(request) == first
     assert await target.reconcile(request) is None
-    [created] = dataproc.created_for(f"b{request.run_id[:62]}")
+    [created] = dataproc.created_with_id(f"b{request.run_id[:62]}")
     [sent] = [c for c in dataproc.created if c.resource == created]
     assert sent.data["body"] == {"pysparkBatch": {"mainPythonFileUri": "gs://p/etl.py"}}
     dataproc.forget_request_ids()
@@ -672,14 +666,6 @@ async def test_reconcile_finds_the_runs_resource_and_nothing_for_another_run(bat
     assert await target.reconcile(new_request()) is None
 
 
-@pytest.mark.parametrize("code", ["PERMISSION_DENIED", "INTERNAL", "INVALID_ARGUMENT"])
-async def test_reconcile_that_cannot_read_is_unknown_never_none(batch, http, metadata, code: str) -> None:
-    target = target_for(BATCH, batch.url, http, metadata)
-    batch.fail(BATCH_GET, code, "no")
-    with pytest.raises(TargetOutcomeUnknown, match="cannot tell whether this run already started"):
-        await target.reconcile(new_request())
-
-
 async def test_is_running_reads_the_field_of_the_reconcile_answer(batch, http, metadata) -> None:
     target = target_for(BATCH, batch.url, http, metadata)
     request = new_request()
@@ -690,10 +676,10 @@ async def test_is_running_reads_the_field_of_the_reconcile_answer(batch, http, m
     batch.finish(job_of(request), "SUCCEEDED")
     assert await target.is_running(resource) is False
     assert await target.is_running(f"v1/{PARENT}/jobs/gone") is False  # deleted: not running
-    batch.jobs[job_of(request)]["status"] = {}
+    batch.resources[job_of(request)]["status"] = {}
     with pytest.raises(TargetOutcomeUnknown, match=r"no status\.state in the answer"):
         await target.is_running(resource)
-    del batch.jobs[job_of(request)]["status"]
+    del batch.resources[job_of(request)]["status"]
     with pytest.raises(TargetOutcomeUnknown, match=r"no status\.state in the answer"):
         await target.is_running(resource)
     batch.fail(BATCH_GET, "PERMISSION_DENIED", "no")
@@ -756,7 +742,7 @@ async def test_the_default_endpoint_is_the_locational_host_or_the_root(http, met
 
 
 async def test_reserved_and_simple_path_expansion(http, metadata) -> None:
-    from runonce.targets.google_api import build_path
+    from runonce.targets.engine import build_path
 
     document = discovery.load("cloudbuild.v1")
     method = document.method("projects.builds.cancel")
@@ -855,18 +841,6 @@ def test_a_mistake_is_a_google_api_error_and_values_are_shown_as_json() -> None:
     assert _shown("x" * 100) == 'str "' + "x" * 56 + "..."
 
 
-BIGQUERY_QUERY_JOB = {
-    "type": "google_api",
-    "api": "bigquery.v2",
-    "method": "jobs.insert",
-    "params": {"projectId": "p"},
-    "body": {"jobReference": {"jobId": "r${run_id}"}, "configuration": {"query": {"query": "SELECT 1"}}},
-    "reconcile": {"method": "jobs.get", "params": {"projectId": "p", "jobId": "r${run_id}"}},
-    "running": {"field": "status.state", "values": ["PENDING", "RUNNING"]},
-}
-"""A BigQuery query job started with jobs.insert and read back with jobs.get."""
-
-
 async def test_a_reconcile_call_with_a_query_keeps_it_on_the_wire_and_in_the_resource(metadata) -> None:
     """BigQuery's jobs.get takes the job's location as a query parameter: the reconcile call, the
     resource the run records and the state read all carry it."""
@@ -911,7 +885,7 @@ async def test_a_recorded_resource_whose_query_repeats_a_parameter_is_read_with_
 
 
 def test_a_repeated_query_parameter_is_sent_once_per_value() -> None:
-    from runonce.targets.google_api import relative_url
+    from runonce.targets.engine import relative_url
 
     assert relative_url("v1/x", {"a": ["1", "2"], "b": "3"}) == "v1/x?a=1&a=2&b=3"
     assert relative_url("v1/x", {}) == "v1/x"
@@ -1046,7 +1020,7 @@ def test_params_are_held_to_their_declared_type_repetition_and_values() -> None:
 
 
 def test_params_go_on_the_wire_as_the_api_reads_them() -> None:
-    from runonce.targets.google_api import build_path
+    from runonce.targets.engine import build_path
 
     batch_doc = discovery.load("batch.v1")
     locations = batch_doc.method("projects.locations.list")
@@ -1073,17 +1047,25 @@ def test_every_placeholder_of_a_string_is_checked() -> None:
             "api": "aiplatform.v1",
             "method": "projects.locations.deploymentResourcePools.create",
             "params": {"parent": "projects/p/locations/us-central1"},
-            "body": {"deploymentResourcePoolId": "p${run_id}"},
+            "body": {
+                "deploymentResourcePoolId": "p${run_id:62}",
+                "deploymentResourcePool": {"dedicatedResources": {"machineSpec": {}, "minReplicaCount": 1}},
+            },
         },
         {  # ${schedule_time} is checked as a timestamp, as the runs fill it
             "type": "google_api",
-            "api": "aiplatform.v1",
-            "method": "projects.locations.schedules.create",
-            "params": {"parent": "projects/p/locations/us-central1"},
-            "body": {"startTime": "${schedule_time}"},
-            "reconcile": {
-                "method": "projects.locations.schedules.get",
-                "params": {"name": "projects/p/locations/us-central1/schedules/s${run_id}"},
+            "api": "bigquery.v2",
+            "method": "jobs.insert",
+            "params": {"projectId": "p"},
+            "body": {
+                "jobReference": {"jobId": "copy_${run_id}"},
+                "configuration": {
+                    "copy": {
+                        "sourceTable": {"projectId": "p", "datasetId": "d", "tableId": "t"},
+                        "destinationTable": {"projectId": "p", "datasetId": "d", "tableId": "t_${run_id:16}"},
+                        "destinationExpirationTime": "${schedule_time}",
+                    }
+                },
             },
         },
     ],
@@ -1093,18 +1075,19 @@ def test_a_route_the_document_allows_is_accepted(target) -> None:
 
 
 async def test_the_locational_endpoint_is_found_past_params_that_are_not_strings(http, metadata) -> None:
-    listing = {
+    pipeline = {
         "type": "google_api",
         "api": "aiplatform.v1",
-        "method": "projects.locations.pipelineJobs.list",
-        "params": {"pageSize": 5, "parent": "projects/p/locations/europe-west4"},
+        "method": "projects.locations.pipelineJobs.create",
+        "params": {"pipelineJobId": "p${run_id:62}", "parent": "projects/p/locations/europe-west4"},
         "reconcile": {
             "method": "projects.locations.pipelineJobs.get",
             "params": {"name": "projects/p/locations/europe-west4/pipelineJobs/p${run_id:62}"},
         },
     }
-    target = target_for(listing, None, http, metadata)  # type: ignore[arg-type]
+    target = target_for(pipeline, None, http, metadata)  # type: ignore[arg-type]
     assert target._base == "https://europe-west4-aiplatform.googleapis.com"
+    assert _location({"pageSize": 5, "parent": "projects/p/locations/europe-west4"}) == "europe-west4"
 
 
 class Recorder:
@@ -1140,15 +1123,15 @@ async def test_the_call_carries_the_run_in_its_params_and_body(metadata) -> None
     target = with_changes(
         BATCH,
         {
-            "params": {"requestId": "${schedule_time}"},
-            "body": {"taskGroups": [], "labels": {"run": "${run_id}", "uuid": "${run_uuid}"}},
+            "params": {"requestId": "${run_uuid}"},
+            "body": {"taskGroups": [], "labels": {"run": "${run_id:63}", "time": "t${run_id:16}"}},
         },
     )
     recorder = Recorder(POST=httpx.Response(200, json={"name": job_of(request)}))
     assert await dispatched(target, metadata, recorder, request) == f"v1/{job_of(request)}"
     [sent] = recorder.requests
-    assert dict(sent.url.params) == {"jobId": f"r{request.run_id[:62]}", "requestId": "2026-10-16T03:00:00Z"}
-    assert json.loads(sent.content)["labels"] == {"run": request.run_id, "uuid": run_uuid(request.run_id)}
+    assert dict(sent.url.params) == {"jobId": f"r{request.run_id[:62]}", "requestId": run_uuid(request.run_id)}
+    assert json.loads(sent.content)["labels"] == {"run": request.run_id[:63], "time": f"t{request.run_id[:16]}"}
 
 
 async def test_a_method_without_a_request_body_is_sent_without_one(metadata) -> None:
@@ -1165,12 +1148,17 @@ async def test_a_method_without_a_request_body_is_sent_without_one(metadata) -> 
 
 
 def test_the_reconcile_call_is_filled_from_the_run_and_its_schedule_time(http, metadata) -> None:
-    target = with_changes(
-        BATCH, {"reconcile": {"params": {"name": f"{PARENT}/jobs/r${{run_id:40}}-${{schedule_time}}"}}}
-    )
+    target = {
+        **BIGQUERY_QUERY_JOB,
+        "body": {"jobReference": {"jobId": "r${run_id:40}"}, "configuration": {"query": {"query": "SELECT 1"}}},
+        "reconcile": {
+            "method": "jobs.get",
+            "params": {"projectId": "p", "jobId": "r${run_id:40}", "location": "l-${schedule_time}"},
+        },
+    }
     request = new_request()
     found = target_for(target, "http://google.test", http, metadata).lookup_url(request)
-    assert found == f"v1/{PARENT}/jobs/r{request.run_id[:40]}-2026-10-16T03:00:00Z"
+    assert found == f"bigquery/v2/projects/p/jobs/r{request.run_id[:40]}?location=l-2026-10-16T03%3A00%3A00Z"
 
 
 @pytest.mark.parametrize(

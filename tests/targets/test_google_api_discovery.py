@@ -73,6 +73,10 @@ def test_a_field_whose_description_opens_with_output_only_is_kept_as_read_only()
 # --- request fields -------------------------------------------------------------------------------
 
 
+RUNNABLES = [{"script": {"text": "echo"}}]
+TASK_SPEC = {"runnables": RUNNABLES}
+
+
 def _problem(api: str, value: Any, schema_name: str) -> str | None:
     return discovery.load(api).value_problem(value, {"$ref": schema_name}, "body")
 
@@ -82,13 +86,20 @@ def _problem(api: str, value: Any, schema_name: str) -> str | None:
     [
         ("batch.v1", {"instanceId": 18446744073709551615}, "AgentMetadata"),  # uint64 as a number
         ("batch.v1", {"instanceId": "18446744073709551615"}, "AgentMetadata"),  # uint64 as digits
-        ("batch.v1", {"maxRetryCount": 3}, "TaskSpec"),  # int32
-        ("batch.v1", {"permissiveSsh": True, "runAsNonRoot": False}, "TaskGroup"),  # booleans
-        ("batch.v1", {"uid": None, "priority": "10"}, "Job"),  # null is "absent", even for output-only fields
+        ("batch.v1", {"maxRetryCount": 3, "runnables": RUNNABLES}, "TaskSpec"),  # int32
+        ("batch.v1", {"maxRetryCount": "2147483647", "runnables": RUNNABLES}, "TaskSpec"),  # int32 as digits
+        ("batch.v1", {"permissiveSsh": True, "runAsNonRoot": False, "taskSpec": TASK_SPEC}, "TaskGroup"),  # booleans
+        # null is "absent" for a scalar, even an output-only one
+        ("batch.v1", {"uid": None, "priority": "10", "taskGroups": [{"taskSpec": TASK_SPEC}]}, "Job"),
+        ("batch.v1", {"maxRunDuration": "0.000000001s", "runnables": RUNNABLES}, "TaskSpec"),
+        # identifiers marked Required. may come from the path (triggers.run names the trigger there),
+        # and a trigger's run builds the trigger's own repository
+        ("cloudbuild.v1", {"source": {"substitutions": {"_DAY": "x"}}}, "RunBuildTriggerRequest"),
+        ("batch.v1", {"maxRunDuration": "-315576000000s", "runnables": RUNNABLES}, "TaskSpec"),
         # "@type" in an open object is the packed message's type URL, whatever the other values are
         (
             "aiplatform.v1",
-            {"trafficSplit": {"@type": "type.googleapis.com/x", "0": 100}},
+            {"trafficSplit": {"@type": "type.googleapis.com/x", "0": 100}, "deployedModel": {"model": "m"}},
             "GoogleCloudAiplatformV1DeployModelRequest",
         ),
     ],
@@ -114,13 +125,20 @@ def test_request_fields_that_fit_their_schema_have_no_problem(api: str, value: A
         ),
         ("batch.v1", {"maxRetryCount": 2.5}, "TaskSpec", "body.maxRetryCount: expected an integer, got float 2.5"),
         ("batch.v1", {"permissiveSsh": "yes"}, "TaskGroup", 'body.permissiveSsh: expected a boolean, got str "yes"'),
-        # a null field is skipped, and the fields after it are still checked
+        (
+            "bigquery.v2",
+            {"configuration": {"query": {"useLegacySql": False}}},
+            "Job",
+            "body.configuration.query.query: required by JobConfigurationQuery "
+            "(the API refuses the request without it)",
+        ),
+        # a null scalar is skipped, and the fields after it are still checked
         (
             "batch.v1",
-            {"labels": None, "lables": {}},
+            {"priority": None, "lables": {}},
             "Job",
             "body: Job has no field 'lables' (it has: allocationPolicy, labels, logsPolicy, notifications, priority, "
-            "taskGroups)",
+            "taskGroups; did you mean 'labels'?)",
         ),
         # a message without fields says so
         ("batch.v1", {"force": True}, "Empty", "body: Empty has no field 'force' (it has: none)"),
@@ -155,7 +173,9 @@ def test_a_schema_with_properties_but_no_type_is_checked_as_an_object() -> None:
     document = discovery.load("batch.v1")
     schema = {"properties": {"name": {"type": "string"}}}
     assert document.value_problem({"name": "a"}, schema, "body") is None
-    assert document.value_problem({"nmae": "a"}, schema, "body") == "body: object has no field 'nmae' (it has: name)"
+    assert document.value_problem({"nmae": "a"}, schema, "body") == (
+        "body: object has no field 'nmae' (it has: name; did you mean 'name'?)"
+    )
 
 
 def test_an_array_whose_items_have_no_schema_takes_any_items() -> None:

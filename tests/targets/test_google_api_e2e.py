@@ -19,8 +19,12 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.discovery_apis import BATCH_CREATE, BATCH_GET, DATAPROC_CREATE, FakeBatch, FakeDataproc
-from tests.fakes.rest import FakeRestApi
+from tests.fakes.batch import CREATE as BATCH_CREATE
+from tests.fakes.batch import GET as BATCH_GET
+from tests.fakes.batch import FakeBatch
+from tests.fakes.dataproc import CREATE as DATAPROC_CREATE
+from tests.fakes.dataproc import FakeDataproc
+from tests.fakes.jobs import FakeJobsApi
 from tests.support.procs import ServerProcess, start_server
 
 from .harness import (
@@ -82,12 +86,12 @@ def spark_target(url: str) -> dict[str, Any]:
 @dataclass
 class Api:
     route: str
-    fake: FakeRestApi
+    fake: FakeJobsApi
     create: str
     prefix: str  # the handle is prefix + the run_id's first 62 hex characters
 
     def executions(self, run_id: str) -> list[str]:
-        return self.fake.created_for(self.prefix + run_id[:62])
+        return self.fake.created_with_id(self.prefix + run_id[:62])
 
 
 @pytest.fixture(scope="module")
@@ -154,12 +158,12 @@ def test_a_run_creates_one_execution_with_the_placeholders_filled_and_replays(se
     assert created.data["body"]["labels"] == {"runonce-run-id": run_id[:63], "schedule": "nightly"}
     again = deliver(server.url, "batch", when)
     assert (again.status_code, again.json()["status"]) == (200, "duplicate")
-    assert len(batch.jobs) >= 1 and batch.created_for(f"r{run_id[:62]}") == [job]
+    assert len(batch.resources) >= 1 and batch.created_with_id(f"r{run_id[:62]}") == [job]
 
     spark = deliver(server.url, "spark", when)
     assert spark.status_code == 200, spark.text
     spark_run = spark.json()["run_id"]
-    [made] = [c for c in dataproc.created if c.token == f"b{spark_run[:62]}"]
+    [made] = [c for c in dataproc.created if c.resource.endswith(f"/b{spark_run[:62]}")]
     assert made.data["body"]["pysparkBatch"]["args"] == [f"--day={when}"]
     assert spark.json()["target"]["resource"].startswith(f"projects/{PROJECT}/regions/{LOCATION}/operations/")
 
@@ -250,7 +254,7 @@ def test_kill_9_after_the_create_is_one_execution(tmp_path, metadata, fakes, bat
         first = start_server(env, tmp_path)
         deliver(first.url, api.route, new_schedule_time())  # another run: the token is fetched before the timed one
         when = new_schedule_time()
-        handle = kill_9_during_create(first, api.fake, api.create, api.route, when).token
+        handle = kill_9_during_create(first, api.fake, api.create, api.route, when).resource.rsplit("/", 1)[1]
         killed.append((api, when, handle))
     second = start_server(env, tmp_path)
     try:
@@ -272,7 +276,7 @@ def test_kill_9_after_the_create_is_one_execution(tmp_path, metadata, fakes, bat
 
 
 def previous_done(batch: FakeBatch) -> None:
-    for name in list(batch.jobs):
+    for name in list(batch.resources):
         batch.finish(name)
 
 

@@ -6,15 +6,11 @@ import json
 
 import httpx
 import pytest
-from google.api_core import exceptions as api_exceptions
 from google.auth.exceptions import RefreshError
-from google.protobuf import duration_pb2
-from google.rpc import error_details_pb2
 
 from runonce.targets import TargetFailed, TargetOutcomeUnknown, TargetThrottled
-from runonce.targets.google import (
-    grpc_target,
-    outcome_for_grpc_error,
+from runonce.targets.engine import (
+    is_already_exists,
     outcome_for_response,
     reconciling,
     translated,
@@ -32,9 +28,14 @@ def google_error(
     ("status", "code", "outcome"),
     [
         (429, "RESOURCE_EXHAUSTED", TargetThrottled),
-        (503, "UNAVAILABLE", TargetFailed),
-        (500, "INTERNAL", TargetFailed),
-        (502, "", TargetFailed),
+        (503, "RESOURCE_EXHAUSTED", TargetThrottled),  # the canonical code decides, not the HTTP status
+        (429, "", TargetThrottled),
+        (503, "UNAVAILABLE", TargetOutcomeUnknown),  # "not always safe to retry non-idempotent operations"
+        (500, "INTERNAL", TargetOutcomeUnknown),
+        (502, "", TargetOutcomeUnknown),
+        (500, "UNKNOWN", TargetOutcomeUnknown),
+        (501, "UNIMPLEMENTED", TargetFailed),  # the method is not there: nothing ran
+        (409, "ABORTED", TargetFailed),
         (400, "INVALID_ARGUMENT", TargetFailed),
         (401, "UNAUTHENTICATED", TargetFailed),
         (403, "PERMISSION_DENIED", TargetFailed),
@@ -51,6 +52,29 @@ def test_rest_answers(status: int, code: str, outcome: type) -> None:
     assert type(result) is outcome
     assert "the API's own words" in result.message
     assert result.message.startswith(f"run projects/p/locations/l/jobs/j: HTTP {status}")
+
+
+def test_a_legacy_rate_limit_reason_is_throttled_at_any_status() -> None:
+    """BigQuery's 403 rateLimitExceeded (the legacy `errors[].reason`) is a rate limit: nothing created."""
+    body = {"error": {"code": 403, "message": "slow down", "errors": [{"reason": "rateLimitExceeded"}]}}
+    result = outcome_for_response("insert", httpx.Response(403, json=body, headers={"Retry-After": "3"}))
+    assert type(result) is TargetThrottled
+    assert result.retry_after == 3
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "adopted"),
+    [
+        (409, "ALREADY_EXISTS", True),
+        (400, "ALREADY_EXISTS", True),  # the canonical code decides, whatever the HTTP status
+        (409, "", True),  # a 409 without Google's error body: adopted, through a lookup that must find it
+        (409, "ABORTED", False),  # a concurrency conflict created nothing
+        (200, "", False),
+    ],
+)
+def test_already_exists_is_one_rule_for_every_target(status: int, code: str, adopted: bool) -> None:
+    response = google_error(status, code, "taken") if code else httpx.Response(status, text="Conflict")
+    assert is_already_exists(response) is adopted
 
 
 def test_rest_throttle_delay_from_retry_after_or_retry_info() -> None:
@@ -74,71 +98,8 @@ def test_resource_exhausted_status_is_throttling_whatever_the_http_status() -> N
 
 def test_a_body_that_is_not_googles_error_shape_still_names_the_status() -> None:
     result = outcome_for_response("x", httpx.Response(502, text="<html>Bad Gateway</html>"))
-    assert isinstance(result, TargetFailed)
+    assert isinstance(result, TargetOutcomeUnknown)
     assert "HTTP 502" in result.message and "Bad Gateway" in result.message
-
-
-@pytest.mark.parametrize(
-    ("exc", "outcome"),
-    [
-        (httpx.ConnectError("refused"), TargetFailed),
-        (httpx.ConnectTimeout("slow connect"), TargetFailed),
-        (httpx.ReadTimeout("no answer"), TargetOutcomeUnknown),
-        (httpx.WriteTimeout("half sent"), TargetOutcomeUnknown),
-        (httpx.RemoteProtocolError("Server disconnected without sending a response."), TargetOutcomeUnknown),
-        (httpx.ReadError("Connection reset by peer"), TargetOutcomeUnknown),
-    ],
-)
-def test_transport_errors_are_chained(exc: Exception, outcome: type) -> None:
-    with pytest.raises(outcome) as raised, translated("run job"):
-        raise exc
-    assert raised.value.__cause__ is exc
-
-
-def _grpc_error(cls: type, message: str, details: list | None = None) -> api_exceptions.GoogleAPICallError:
-    return cls(message, details=details or [])
-
-
-@pytest.mark.parametrize(
-    ("exc", "outcome"),
-    [
-        (
-            _grpc_error(api_exceptions.ResourceExhausted, "quota", [error_details_pb2.ErrorInfo(reason="RATE")]),
-            TargetThrottled,
-        ),
-        (
-            _grpc_error(api_exceptions.ServiceUnavailable, "down", [error_details_pb2.ErrorInfo(reason="X")]),
-            TargetFailed,
-        ),
-        (
-            _grpc_error(api_exceptions.InternalServerError, "oops", [error_details_pb2.ErrorInfo(reason="X")]),
-            TargetFailed,
-        ),
-        (_grpc_error(api_exceptions.ServiceUnavailable, "Socket closed"), TargetOutcomeUnknown),
-        (
-            _grpc_error(api_exceptions.ServiceUnavailable, "failed to connect to all addresses; last error: refused"),
-            TargetFailed,
-        ),
-        (_grpc_error(api_exceptions.DeadlineExceeded, "Deadline Exceeded"), TargetOutcomeUnknown),
-        (_grpc_error(api_exceptions.Cancelled, "cancelled"), TargetOutcomeUnknown),
-        (_grpc_error(api_exceptions.PermissionDenied, "Permission 'workflows.executions.create' denied"), TargetFailed),
-        (_grpc_error(api_exceptions.NotFound, "workflow not found"), TargetFailed),
-        (_grpc_error(api_exceptions.InvalidArgument, "bad argument"), TargetFailed),
-    ],
-)
-def test_grpc_errors(exc: api_exceptions.GoogleAPICallError, outcome: type) -> None:
-    result = outcome_for_grpc_error("create an execution", exc)
-    assert type(result) is outcome
-    assert exc.message in result.message
-
-
-def test_grpc_throttle_delay_from_retry_info() -> None:
-    exc = _grpc_error(
-        api_exceptions.ResourceExhausted,
-        "quota",
-        [error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=9))],
-    )
-    assert outcome_for_grpc_error("x", exc).retry_after == 9
 
 
 def test_no_credentials_means_nothing_was_sent() -> None:
@@ -149,17 +110,10 @@ def test_no_credentials_means_nothing_was_sent() -> None:
 @pytest.mark.parametrize(
     "exc",
     [
-        api_exceptions.PermissionDenied("run.executions.list denied"),
-        api_exceptions.ResourceExhausted("quota"),
         httpx.ConnectError("refused"),
+        httpx.ReadTimeout("slow"),
     ],
 )
 def test_reconciliation_failures_never_release_the_claim(exc: Exception) -> None:
     with pytest.raises(TargetOutcomeUnknown, match="cannot tell whether this run already started"), reconciling("list"):
         raise exc
-
-
-def test_grpc_endpoints() -> None:
-    assert grpc_target(None, "workflowexecutions.googleapis.com") == ("workflowexecutions.googleapis.com:443", True)
-    assert grpc_target("http://127.0.0.1:8085", "x") == ("127.0.0.1:8085", False)
-    assert grpc_target("https://private.example.com", "x") == ("private.example.com:443", True)

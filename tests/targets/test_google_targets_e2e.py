@@ -35,12 +35,12 @@ def assert_token_passed(adapter: Adapter, run_id: str, schedule_time: str) -> No
     [created] = [c for c in adapter.fake.created if c.token == run_id]
     if adapter.type == "workflows":
         execution = created.data["execution"]
-        argument = json.loads(execution.argument)
+        argument = json.loads(execution["argument"])
         assert argument["idempotency_key"] == run_id
         assert argument["mode"] == "full"  # the route's argument
         assert argument["runonce"] == {"job": "nightly-job", "schedule_time": schedule_time, "source": "scheduler"}
-        assert execution.labels["runonce-run-id"] == run_id[:63]
-        assert execution.labels["team"] == "data"
+        assert execution["labels"]["runonce-run-id"] == run_id[:63]
+        assert execution["labels"]["team"] == "data"
     elif adapter.type == "cloud_run_job":
         [container] = created.data["execution"]["template"]["containers"]
         env = {v["name"]: v["value"] for v in container["env"]}
@@ -125,8 +125,6 @@ def test_throttled_releases_the_claim_with_retry_after(server, adapter: Adapter)
 @pytest.mark.parametrize(
     ("code", "message"),
     [
-        ("UNAVAILABLE", "The service is currently unavailable."),
-        ("INTERNAL", "Internal error encountered."),
         ("INVALID_ARGUMENT", "Invalid value at 'overrides.task_count'"),
         ("UNAUTHENTICATED", "Request had invalid authentication credentials."),
         ("PERMISSION_DENIED", "Permission 'run.jobs.runWithOverrides' denied on resource"),
@@ -154,16 +152,20 @@ def test_api_refusals_release_the_claim_with_the_apis_message(
     assert len(adapter.executions_for(body["run_id"])) == 1
 
 
-@pytest.mark.parametrize("failure", ["timeout", "reset", "gateway_timeout"])
+@pytest.mark.parametrize("failure", ["timeout", "reset", "gateway_timeout", "UNAVAILABLE", "INTERNAL"])
 def test_ambiguous_outcomes_keep_the_claim(server, adapter: Adapter, failure: str) -> None:
+    """Timeouts, resets and a 5xx after the create (UNAVAILABLE "is not always safe to retry
+    non-idempotent operations"): the execution may exist, so the claim is kept."""
     if failure == "timeout":
         adapter.fake.hang_after_create(adapter.create, 3.5)  # past the 2 s dispatch timeout
     elif failure == "reset":
         adapter.fake.drop_after_create(adapter.create)
-    else:
+    elif failure == "gateway_timeout":
         adapter.fake.fail_after_create(
             adapter.create, "DEADLINE_EXCEEDED", "Deadline expired before operation could complete."
         )
+    else:
+        adapter.fake.fail_after_create(adapter.create, failure, "The service broke after creating it.")
     when = new_schedule_time()
     response = deliver(server.url, adapter.route, when)
     assert response.status_code == 504, response.text

@@ -21,12 +21,13 @@ from runonce.settings import ConfigError
 from runonce.targets import (
     TARGET_TYPES,
     DispatchRequest,
+    TargetError,
     TargetFailed,
     TargetOutcomeUnknown,
-    TargetThrottled,
-    dataflow_flex_template,
+    engine,
 )
-from runonce.targets.rest_jobs import request_id_for, resource_id_for, run_hex
+from runonce.targets.engine import request_id_for, run_hex
+from runonce.targets.presets import resource_id_for
 from tests.fakes.dataflow import LAUNCH, LIST, FakeDataflow
 from tests.fakes.metadata import FakeMetadataServer, MetadataTokenAuth
 from tests.support.discovery import Discovery, load_document
@@ -292,18 +293,6 @@ async def test_a_run_without_a_schedule_time_gets_only_its_run_id(kind, fakes, h
     assert "RUNONCE_SCHEDULE_TIME" not in text and '"schedule_time"' not in text and '"ds"' not in text
 
 
-async def test_a_second_dispatch_of_the_same_run_is_the_same_execution(kind, fakes, http, metadata) -> None:
-    """The create again, with the same id: the API answers 409 (or, on a repeated requestId, the
-    first answer), and the run has the one execution either way."""
-    fake = fakes[kind.type]
-    target = target_for(kind, fakes, http, metadata)
-    request = new_request()
-    first = await target.dispatch(request)
-    again = await target.dispatch(request)
-    assert again == first
-    assert created_for(fake, request) == [first]
-
-
 async def test_a_delivery_body_is_refused_before_anything_is_sent(kind, fakes, http, metadata) -> None:
     fake = fakes[kind.type]
     calls = fake.calls[kind.create]
@@ -315,32 +304,6 @@ async def test_a_delivery_body_is_refused_before_anything_is_sent(kind, fakes, h
 # --- how answers become outcomes -----------------------------------------------------------------
 
 
-async def test_409_already_exists_adopts_the_runs_execution(kind, fakes, http, metadata) -> None:
-    fake = fakes[kind.type]
-    target = target_for(kind, fakes, http, metadata)
-    request = new_request()
-    fake.drop_after_create(kind.create)
-    with pytest.raises(TargetOutcomeUnknown, match="no answer"):
-        await target.dispatch(request)
-    [created] = created_for(fake, request)
-    fake.fail(kind.create, "ALREADY_EXISTS", "already exists")
-    assert await target.dispatch(request) == created
-    assert created_for(fake, request) == [created]
-
-
-async def test_409_whose_execution_cannot_be_read_yet_is_unknown(kind, fakes, http, metadata) -> None:
-    fake = fakes[kind.type]
-    target = target_for(kind, fakes, http, metadata)
-    request = new_request()
-    fake.fail(kind.create, "ALREADY_EXISTS", "already exists")
-    if kind.type == "dataflow_flex_template":
-        fake.lag_lists(1)
-    else:
-        kind.lag(fake)
-    with pytest.raises(TargetOutcomeUnknown, match="cannot be read yet"):
-        await target.dispatch(request)
-
-
 async def test_409_aborted_is_a_conflict_that_created_nothing(kind, fakes, http, metadata) -> None:
     fake = fakes[kind.type]
     fake.fail(kind.create, "ABORTED", "Concurrent modification, try again", http_status=409)
@@ -350,55 +313,7 @@ async def test_409_aborted_is_a_conflict_that_created_nothing(kind, fakes, http,
     assert created_for(fake, request) == []
 
 
-@pytest.mark.parametrize(
-    ("code", "http_status", "outcome"),
-    [
-        ("RESOURCE_EXHAUSTED", None, TargetThrottled),
-        ("RESOURCE_EXHAUSTED", 403, TargetThrottled),  # the status, whatever the code
-        ("INVALID_ARGUMENT", None, TargetFailed),
-        ("FAILED_PRECONDITION", None, TargetFailed),
-        ("UNAUTHENTICATED", None, TargetFailed),
-        ("PERMISSION_DENIED", None, TargetFailed),
-        ("NOT_FOUND", None, TargetFailed),
-        ("INTERNAL", None, TargetOutcomeUnknown),
-        ("UNAVAILABLE", None, TargetOutcomeUnknown),
-        ("DEADLINE_EXCEEDED", None, TargetOutcomeUnknown),
-    ],
-)
-async def test_each_answer_of_the_create_is_its_outcome(
-    kind, fakes, http, metadata, code: str, http_status: int | None, outcome: type
-) -> None:
-    fake = fakes[kind.type]
-    fake.fail(kind.create, code, f"the API says {code}", http_status=http_status, retry_after="7")
-    request = new_request()
-    with pytest.raises(outcome) as caught:
-        await target_for(kind, fakes, http, metadata).dispatch(request)
-    assert type(caught.value) is outcome
-    assert f"the API says {code}" in caught.value.message
-    assert caught.value.message.startswith(f"create {TARGET_TYPES[kind.type].adapter.noun} ")
-    if outcome is TargetThrottled:
-        assert caught.value.retry_after == 7
-    assert created_for(fake, request) == []
-
-
-async def test_nothing_sent_when_the_api_cannot_be_reached(kind, fakes, http, metadata) -> None:
-    target = target_for(kind, fakes, http, metadata, endpoint=f"http://127.0.0.1:{free_port()}")
-    with pytest.raises(TargetFailed, match="nothing was sent"):
-        await target.dispatch(new_request())
-
-
 # --- reconciliation and the running check ----------------------------------------------------------
-
-
-async def test_reconcile_finds_nothing_for_a_run_never_created(kind, fakes, http, metadata) -> None:
-    assert await target_for(kind, fakes, http, metadata).reconcile(new_request()) is None
-
-
-@pytest.mark.parametrize("code", ["PERMISSION_DENIED", "INTERNAL", "RESOURCE_EXHAUSTED"])
-async def test_a_reconciliation_that_cannot_read_is_unknown(kind, fakes, http, metadata, code: str) -> None:
-    fakes[kind.type].fail(kind.lookup, code, "the lookup fails")
-    with pytest.raises(TargetOutcomeUnknown, match=r"cannot tell whether this run already started.*the lookup fails"):
-        await target_for(kind, fakes, http, metadata).reconcile(new_request())
 
 
 RUNNING = {
@@ -507,17 +422,35 @@ async def test_dataflow_a_later_attempt_lists_before_it_launches(dataflow, fakes
     assert dataflow.jobs_named(f"runonce-{fresh.run_id}") == [launched]
 
 
-async def test_dataflow_a_first_attempt_launches_without_listing(dataflow, fakes, http, metadata) -> None:
+async def test_dataflow_a_first_attempt_lists_once_before_it_launches(dataflow, fakes, http, metadata) -> None:
     lists = dataflow.calls[LIST]
     await flex(fakes, http, metadata).dispatch(new_request())
-    assert dataflow.calls[LIST] == lists
+    assert dataflow.calls[LIST] == lists + 1
 
 
-async def test_dataflow_a_later_attempt_whose_listing_fails_never_launches(dataflow, fakes, http, metadata) -> None:
+async def test_dataflow_a_run_whose_record_was_lost_after_its_job_finished_launches_no_second_job(
+    dataflow, fakes, http, metadata
+) -> None:
+    """The store lost the run's record (no persistence, past retention): the redelivery is a first
+    attempt again. Dataflow would take the finished job's name again; the listing finds it."""
+    target = flex(fakes, http, metadata)
+    request = new_request()
+    job = await target.dispatch(request)
+    dataflow.finish(job)
+    launches = dataflow.calls[LAUNCH]
+    assert await target.dispatch(DispatchRequest(**request.__dict__)) == job
+    assert dataflow.calls[LAUNCH] == launches
+    assert dataflow.jobs_named(f"runonce-{request.run_id}") == [job]
+
+
+@pytest.mark.parametrize("attempt", [1, 3])
+async def test_dataflow_an_attempt_whose_listing_fails_never_launches(
+    dataflow, fakes, http, metadata, attempt: int
+) -> None:
     launches = dataflow.calls[LAUNCH]
     dataflow.fail(LIST, "UNAVAILABLE", "listing down")
     with pytest.raises(TargetOutcomeUnknown, match=r"cannot tell.*listing down"):
-        await flex(fakes, http, metadata).dispatch(new_request(attempt=3))
+        await flex(fakes, http, metadata).dispatch(new_request(attempt=attempt))
     assert dataflow.calls[LAUNCH] == launches
 
 
@@ -525,9 +458,8 @@ async def test_dataflow_reconcile_pages_and_prefers_the_active_job(dataflow, fak
     target = flex(fakes, http, metadata)
     request = new_request()
     name = f"runonce-{request.run_id}"
-    dataflow.add_other_jobs(PROJECT, LOCATION, 3, name=name)  # finished jobs of the run's name
     active = await target.dispatch(request)
-    dataflow.add_other_jobs(PROJECT, LOCATION, 2, name=name)
+    dataflow.add_other_jobs(PROJECT, LOCATION, 5, name=name)  # finished jobs of the run's name, newer
     assert await target.reconcile(request) == active
 
     dataflow.finish(active)
@@ -554,8 +486,8 @@ async def test_dataflow_reconcile_pages_through_a_listing_that_ignores_the_name(
 
 
 async def test_dataflow_reconcile_gives_up_after_max_pages(dataflow, fakes, http, metadata, monkeypatch) -> None:
-    assert dataflow_flex_template.MAX_PAGES == 20
-    monkeypatch.setattr(dataflow_flex_template, "MAX_PAGES", 3)
+    assert engine.MAX_PAGES == 20
+    monkeypatch.setattr(engine, "MAX_PAGES", 3)
     target = flex(fakes, http, metadata)
     dataflow.add_other_jobs(PROJECT, LOCATION, 5)
     original = dataflow._list
@@ -564,7 +496,7 @@ async def test_dataflow_reconcile_gives_up_after_max_pages(dataflow, fakes, http
         dataflow, "_list", lambda project, location, query: original(project, location, {**query, "name": [""]})
     )
     calls = dataflow.calls[LIST]
-    with pytest.raises(TargetOutcomeUnknown, match="more than 3 pages of jobs named"):
+    with pytest.raises(TargetOutcomeUnknown, match=r"list Dataflow jobs named .*: more than 3 pages"):
         await target.reconcile(new_request())
     assert dataflow.calls[LIST] == calls + 3
 
@@ -756,8 +688,8 @@ async def test_dataflow_warns_when_a_run_has_more_than_one_job(dataflow, fakes, 
     with caplog.at_level("WARNING", logger="runonce.target.dataflow_flex_template"):
         await target.reconcile(request)
     [record] = caplog.records
-    ids = [resource.rsplit("/", 1)[1] for resource in dataflow.jobs_named(f"runonce-{request.run_id}")]
-    assert record.getMessage() == f"run {request.run_id} has 2 Dataflow jobs: {ids[::-1]}"
+    jobs = dataflow.jobs_named(f"runonce-{request.run_id}")
+    assert record.getMessage() == f"run {request.run_id} has 2 Dataflow jobs: {', '.join(jobs[::-1])}"
 
 
 async def test_a_batch_job_without_environments_still_gives_every_task_the_runs_identity(fakes, http, metadata) -> None:
@@ -852,20 +784,24 @@ def lookup_action(kind: JobType, run_id: str) -> str:
     """How a reconciliation's message names what it read."""
     if kind.type == "dataflow_flex_template":
         return f"list Dataflow jobs named runonce-{run_id} in projects/{PROJECT}/locations/{LOCATION}"
-    return f"get {TARGET_TYPES[kind.type].adapter.noun} {name_for(kind, run_id)}"
+    return f"get {TARGET_TYPES[kind.type].adapter.NOUN} {name_for(kind, run_id)}"
 
 
 async def test_each_failure_names_the_call_that_failed_and_the_runs_execution(kind, fakes, http, metadata) -> None:
     fake = fakes[kind.type]
-    create = f"create {TARGET_TYPES[kind.type].adapter.noun} "
+    create = f"create {TARGET_TYPES[kind.type].adapter.NOUN} "
     unreachable = target_for(kind, fakes, http, metadata, endpoint=f"http://127.0.0.1:{free_port()}")
     target = target_for(kind, fakes, http, metadata)
     doubt = "cannot tell whether this run already started: "
 
     request = new_request()
-    with pytest.raises(TargetFailed) as caught:
+    with pytest.raises(TargetError) as caught:
         await unreachable.dispatch(request)
-    assert caught.value.message.startswith(f"{create}{name_for(kind, request.run_id)}: could not connect")
+    if TARGET_TYPES[kind.type].adapter.FIND_BEFORE_CREATE:  # the lookup before the create failed
+        first = f"{doubt}{lookup_action(kind, request.run_id)}"
+    else:
+        first = f"{create}{name_for(kind, request.run_id)}"
+    assert caught.value.message.startswith(f"{first}: could not connect")
 
     request = new_request()
     with pytest.raises(TargetOutcomeUnknown) as unknown:
@@ -878,33 +814,40 @@ async def test_each_failure_names_the_call_that_failed_and_the_runs_execution(ki
         await target.reconcile(request)
     assert unknown.value.message.startswith(f"{doubt}{lookup_action(kind, request.run_id)}: HTTP 403 ")
 
-    request = new_request()
-    fake.fail(kind.create, "ALREADY_EXISTS", "already exists")
-    fake.fail(kind.lookup, "PERMISSION_DENIED", "no reading")
-    with pytest.raises(TargetOutcomeUnknown) as unknown:
-        await target.dispatch(request)
-    read = f"{create}{name_for(kind, request.run_id)}: it already exists; read it"
-    assert unknown.value.message.startswith(f"{doubt}{read}: HTTP 403 PERMISSION_DENIED: no reading")
+    if not TARGET_TYPES[kind.type].adapter.FIND_BEFORE_CREATE:  # else the lookup before the create reads first
+        request = new_request()
+        fake.fail(kind.create, "ALREADY_EXISTS", "already exists")
+        fake.fail(kind.lookup, "PERMISSION_DENIED", "no reading")
+        with pytest.raises(TargetOutcomeUnknown) as unknown:
+            await target.dispatch(request)
+        read = f"{create}{name_for(kind, request.run_id)}: it already exists; read it"
+        assert unknown.value.message.startswith(f"{doubt}{read}: HTTP 403 PERMISSION_DENIED: no reading")
 
     resource = await target.dispatch(new_request())
     fake.fail(kind.state_read, "PERMISSION_DENIED", "no reading")
     with pytest.raises(TargetOutcomeUnknown) as unknown:
         await target.is_running(resource)
-    assert unknown.value.message == f"get {resource}: HTTP 403 PERMISSION_DENIED: no reading"
+    assert (
+        unknown.value.message
+        == f"cannot read the state of {resource}: get {resource}: HTTP 403 PERMISSION_DENIED: no reading"
+    )
 
 
 def answering_create(kind: JobType, status: int, text: str, found: bool = True) -> httpx.MockTransport:
     """An API that answers the create with `status` and `text` (not Google's error body), and the
     lookups with the run's execution (or 404)."""
 
+    posted = []
+
     def answer(request: httpx.Request) -> httpx.Response:
         if request.method == "POST":
+            posted.append(request)
             return httpx.Response(status, text=text)
+        if kind.type == "dataflow_flex_template":  # a listing: empty until the launch
+            job = {"id": "2026-10-16_1", "name": request.url.params["name"], "currentState": "JOB_STATE_RUNNING"}
+            return httpx.Response(200, json={"jobs": [job] if found and posted else []})
         if not found:
             return httpx.Response(404, json={"error": {"code": 404, "status": "NOT_FOUND", "message": "none"}})
-        if kind.type == "dataflow_flex_template":
-            job = {"id": "2026-10-16_1", "name": request.url.params["name"], "currentState": "JOB_STATE_RUNNING"}
-            return httpx.Response(200, json={"jobs": [job]})
         return httpx.Response(200, json={"name": request.url.path.removeprefix("/v1/"), "state": "RUNNING"})
 
     return httpx.MockTransport(answer)
@@ -929,7 +872,7 @@ async def test_other_answers_without_googles_error_body_are_not_adopted(
         with pytest.raises(outcome) as caught:
             await target_for(kind, fakes, http, metadata).dispatch(request)
     assert type(caught.value) is outcome
-    assert caught.value.message.startswith(f"create {TARGET_TYPES[kind.type].adapter.noun} ")
+    assert caught.value.message.startswith(f"create {TARGET_TYPES[kind.type].adapter.NOUN} ")
     assert "already exists" not in caught.value.message
 
 
@@ -938,7 +881,7 @@ async def test_a_create_answer_that_is_not_json_is_unknown_and_says_which_create
     async with httpx.AsyncClient(transport=answering_create(kind, 200, "<html>ok</html>")) as http:
         with pytest.raises(TargetOutcomeUnknown) as caught:
             await target_for(kind, fakes, http, metadata).dispatch(request)
-    noun = TARGET_TYPES[kind.type].adapter.noun
+    noun = TARGET_TYPES[kind.type].adapter.NOUN
     assert (
         caught.value.message == f"create {noun} {name_for(kind, request.run_id)}: HTTP 200 with a body that is not JSON"
     )

@@ -1,0 +1,204 @@
+"""What a Google API method dedupes on: the only fields a `google_api` route may fill from the run
+to make a retried call create nothing new ("handles").
+
+A method dedupes on what its document says it does, and nothing else:
+
+- **a client-chosen resource id** (AIP-133): the `…Id` query parameter of a create that POSTs to a
+  collection (`jobId` of `batch.projects.locations.jobs.create`, path `v1/{+parent}/jobs`), or the
+  same field at the top of the create's request body (`deploymentResourcePoolId`), or BigQuery's
+  `<kind>Reference.<kind>Id` in an insert's body (`jobReference.jobId` of `jobs.insert`). A second
+  create with the same id answers 409 ALREADY_EXISTS.
+- **the resource's name in a create's path** (`PUT v1/{+name}`, Pub/Sub's `topics.create`), or in
+  its body where the document says the caller may choose it (Cloud Tasks' `task.name`).
+- **a `requestId`** the method takes (query parameter or top-level body field): the API answers a
+  repeated request id with the first request's result (AIP-155).
+
+A field that merely ends in `Id` (`traceId` of `bigquery.tabledata.insertAll`) or merely holds
+`${run_id}` dedupes nothing, and neither does a reconcile read of a name the server picks
+(Workflows' `executions.create` assigns the execution's id): a lost answer then leads to a second
+execution. A reconcile read counts only when the name it reads is built from the run's resource id.
+
+The ids the run fills are held to the API's rule for them: the rule the method's description
+states (`ID_RULES`), else AIP-122's resource-id rule.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from runonce.targets.google_api_discovery import ApiDocument, ApiMethod, load, vendored_names
+
+Kind = Literal["resource id", "resource name", "request id"]
+
+
+@dataclass(frozen=True)
+class IdRule:
+    pattern: str
+    """Matched whole (`re.fullmatch`)."""
+    words: str
+
+
+AIP_122 = IdRule(
+    r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?", "1-63 characters of a-z 0-9 -, starting with a letter, not ending with -"
+)
+"""A resource id where the API states no other rule (AIP-122: RFC 1034 labels)."""
+UUID = IdRule(
+    r"(?!00000000-0000-0000-0000-000000000000)[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+    "a UUID other than the zero UUID (fill it with ${run_uuid})",
+)
+PUBSUB_ID = IdRule(
+    r"(?!goog)[A-Za-z][A-Za-z0-9._~+%-]{2,254}",
+    "3-255 characters of A-Z a-z 0-9 - _ . ~ + %, starting with a letter, not with 'goog'",
+)
+ID_RULES: dict[tuple[str, str], IdRule] = {
+    # (api, field) -> the rule the field's description states, where it is not AIP-122's.
+    ("batch.v1", "requestId"): UUID,  # "must be a valid UUID with the exception that zero UUID is not supported"
+    ("dataproc.v1", "batchId"): IdRule(r"[a-z0-9-]{4,63}", "4-63 characters of a-z 0-9 -"),
+    ("dataproc.v1", "requestId"): IdRule(r"[A-Za-z0-9_-]{1,40}", "1-40 characters of A-Z a-z 0-9 _ -"),
+    ("aiplatform.v1", "pipelineJobId"): IdRule(r"[a-z0-9-]{1,127}", "1-127 characters of a-z 0-9 -"),
+    ("bigquery.v2", "jobReference.jobId"): IdRule(r"[A-Za-z0-9_-]{1,1024}", "1-1024 characters of A-Z a-z 0-9 _ -"),
+    ("pubsub.v1", "name"): PUBSUB_ID,
+    ("cloudtasks.v2", "task.name"): IdRule(r"[A-Za-z0-9_-]{1,500}", "1-500 characters of A-Z a-z 0-9 _ -"),
+}
+NO_RULE_KINDS = ("request id",)
+"""A requestId's rule is the API's own (ID_RULES) or none: AIP-155 names no alphabet."""
+
+
+@dataclass(frozen=True)
+class Handle:
+    """One field a method dedupes on: where it goes (`params` or `body`) and its (dotted) name."""
+
+    kind: Kind
+    where: Literal["params", "body"]
+    field: str
+
+    @property
+    def path(self) -> str:
+        return f"{self.where}.{self.field}"
+
+    @property
+    def names_resource(self) -> bool:
+        """Whether the field's value names the resource a reconcile read can find by it."""
+        return self.kind != "request id"
+
+
+def handles_of(document: ApiDocument, method: ApiMethod) -> list[Handle]:
+    """Every field `method` dedupes on, as its document describes the method."""
+    handles: list[Handle] = []
+    request = _properties(document, method.request)
+    collection = _collection(method)
+    if collection is not None:
+        for name, spec in method.parameters.items():
+            if spec.get("location") == "query" and _is_resource_id(name, spec, collection):
+                handles.append(Handle("resource id", "params", name))
+        for name, field in request.items():
+            if name.endswith("Id") and field.get("resourceId") and not field.get("readOnly"):
+                handles.append(Handle("resource id", "body", name))
+        singular = _singular(collection)
+        resource = _properties(document, (request.get(singular) or {}).get("$ref"))
+        if resource.get("name", {}).get("resourceId") and not resource["name"].get("readOnly"):
+            handles.append(Handle("resource name", "body", f"{singular}.name"))
+        reference = request.get(f"{singular}Reference")
+        if reference is not None and f"{singular}Id" in _properties(document, reference.get("$ref")):
+            handles.append(Handle("resource id", "body", f"{singular}Reference.{singular}Id"))
+    if method.id.rsplit(".", 1)[-1] == "create" and re.search(r"\{\+?name\}$", method.path):
+        handles.append(Handle("resource name", "params", "name"))
+    if method.parameters.get("requestId", {}).get("location") == "query":
+        handles.append(Handle("request id", "params", "requestId"))
+    if "requestId" in request and not request["requestId"].get("readOnly"):
+        handles.append(Handle("request id", "body", "requestId"))
+    return handles
+
+
+def _properties(document: ApiDocument, schema_name: str | None) -> dict[str, Any]:
+    if not schema_name or schema_name not in document.schemas:
+        return {}
+    return dict(document.resolve({"$ref": schema_name}).get("properties") or {})
+
+
+def _collection(method: ApiMethod) -> str | None:
+    """The collection a create POSTs to (`jobs` of `v1/{+parent}/jobs`), or None when the method
+    is no such create (its id ends in `create` or, as BigQuery's, `insert`)."""
+    if method.http_method != "POST" or method.id.rsplit(".", 1)[-1] not in ("create", "insert"):
+        return None
+    last = method.path.rstrip("/").rsplit("/", 1)[-1]
+    return last if re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", last) else None
+
+
+def _singular(collection: str) -> str:
+    for plural, singular in (("ies", "y"), ("ches", "ch"), ("sses", "ss"), ("s", "")):
+        if collection.endswith(plural):
+            return collection[: -len(plural)] + singular
+    return collection
+
+
+def _is_resource_id(name: str, spec: dict[str, Any], collection: str) -> bool:
+    """`jobId` for `…/jobs`: named for the collection's resource, or described as its id."""
+    if not name.endswith("Id") or name == "requestId":
+        return False
+    return bool(spec.get("resourceId")) or name[:-2].lower() == _singular(collection).lower()
+
+
+# --- a route's fields ------------------------------------------------------------------------------
+
+
+def value_at(params: dict[str, Any], body: dict[str, Any] | None, handle: Handle) -> Any:
+    """The route's value for `handle` (None when the route leaves it out)."""
+    value: Any = params if handle.where == "params" else (body or {})
+    for part in handle.field.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def id_rule(api: str, handle: Handle) -> IdRule | None:
+    """The rule the run-filled value of `handle` is held to (for a name: its last segment)."""
+    rule = ID_RULES.get((api, handle.field))
+    if rule is not None or handle.kind in NO_RULE_KINDS:
+        return rule
+    return AIP_122
+
+
+def id_problem(api: str, handle: Handle, value: str) -> str | None:
+    """What the API's id rule says against `value` (one expansion of the route's field), or None."""
+    rule = id_rule(api, handle)
+    if rule is None:
+        return None
+    resource_id = value.rsplit("/", 1)[-1] if handle.kind == "resource name" else value
+    if re.fullmatch(rule.pattern, resource_id):
+        return None
+    part = f"the id {resource_id!r} in {value!r}" if resource_id != value else repr(value)
+    return f"{handle.path}: {part} is not an id {api} takes: {rule.words}"
+
+
+def describe(handles: list[Handle]) -> str:
+    """`params.jobId (resource id), params.requestId (request id)`, or that there are none."""
+    return ", ".join(f"{handle.path} ({handle.kind})" for handle in handles)
+
+
+def handles_by_api() -> dict[str, dict[str, list[Handle]]]:
+    """The handles of every method of the documents runonce carries (for the docs), by API and method."""
+    table: dict[str, dict[str, list[Handle]]] = {}
+    for api in vendored_names():
+        document = load(api)
+        methods = {}
+        for method_id in document.method_ids():
+            method = document.method(method_id)
+            assert method is not None  # listed by the document itself
+            found = handles_of(document, method)
+            if found:
+                methods[method_id.removeprefix(f"{document.name}.")] = found
+        table[api] = methods
+    return table
+
+
+def handles_table() -> str:
+    """The Markdown table of `handles_by_api` that docs/how-to/targets/google_api.md carries."""
+    lines = ["| API | method | what it dedupes on |", "|---|---|---|"]
+    for api, methods in handles_by_api().items():
+        if not methods:
+            lines.append(f"| `{api}` | (none: no method takes a client-chosen id or a requestId) | |")
+        for method, handles in methods.items():
+            lines.append(f"| `{api}` | `{method}` | {', '.join(f'`{handle.path}`' for handle in handles)} |")
+    return "\n".join(lines) + "\n"

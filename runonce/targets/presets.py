@@ -1,0 +1,286 @@
+"""What the Google target presets share: the start-up check every preset route passes, the
+run-named base (`RunNamedPreset`: one resource per run under a name runonce picks from the run),
+and the vocabulary of their configs (parent, labels, run parameters, fields runonce sets).
+
+The start-up check (`check_route`) builds each call a route's preset would make, for a few sample
+runs, and holds it to the API's discovery document with the same checks as a `google_api` route:
+every parameter (name, type, enum, pattern) and the request body against the method's request
+schema. What the document cannot say (the env vars and labels runonce sets, no delivery body) each
+preset checks in its config, in one line each.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, ClassVar, TypeVar
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
+
+from runonce.targets.base import DispatchRequest, TargetError, TargetOutcomeUnknown
+from runonce.targets.engine import Call, GoogleEngineTarget, request_id_for, run_hex
+from runonce.targets.google import PROJECT, RUN_ID_LABEL, check_labels, run_id_label
+from runonce.targets.google_api import SAMPLE_RUN_IDS, SAMPLE_SCHEDULE_TIME, check_params
+
+ID_PREFIX = "runonce-"
+MAX_LABELS = 64
+RUN_ID_ENV = "RUNONCE_RUN_ID"
+SCHEDULE_TIME_ENV = "RUNONCE_SCHEDULE_TIME"
+RUN_FIELDS = ("run_id", "schedule_time")
+REGION = r"[a-z]+-[a-z]+[0-9]+"
+
+ConfigT = TypeVar("ConfigT", bound=BaseModel)
+
+
+def resource_id_for(run_id: str, max_length: int) -> str:
+    """`runonce-` + the run_id's hex, cut to `max_length`: starts with a letter, ends with a hex
+    digit, only `[a-z0-9-]`, so it is a valid id for every API that takes one."""
+    return (ID_PREFIX + run_hex(run_id))[:max_length]
+
+
+def run_values(request: DispatchRequest) -> dict[str, str]:
+    """The run's identity as the workload receives it: `run_id`, and `schedule_time` when the run
+    has one (a Cloud Tasks or manual run may not)."""
+    values = {"run_id": request.run_id}
+    if request.schedule_time:
+        values["schedule_time"] = request.schedule_time
+    return values
+
+
+def with_label(labels: dict[str, str] | None, run_id: str) -> dict[str, str]:
+    """The route's labels and `runonce-run-id`."""
+    return {**(labels or {}), RUN_ID_LABEL: run_id_label(run_id)}
+
+
+# --- the start-up check ----------------------------------------------------------------------------
+
+
+def config_error(message: str) -> PydanticCustomError:
+    """A route's mistake as pydantic reports it (the routes loader makes it one line). No context:
+    pydantic then shows the message as it is, braces included."""
+    return PydanticCustomError("target_config", message)  # pragma: no mutate - routes shows the message, not the type
+
+
+def sample_requests() -> list[DispatchRequest]:
+    """The runs a route's calls are built for at start-up (the run_ids `google_api` checks with)."""
+    return [
+        DispatchRequest(run_id=run_id, route="r", job="j", schedule_time=SAMPLE_SCHEDULE_TIME, source="scheduler")
+        for run_id in SAMPLE_RUN_IDS
+    ]
+
+
+def check_route(adapter: type[GoogleEngineTarget[Any]], config: Any) -> None:
+    """Every call `adapter` would make for `config`, for each sample run, held to the API's
+    discovery document: the first problem raised as the route's error, naming the route's field."""
+    refuse_nulls(adapter, config)
+    target = adapter(config, None, None)  # type: ignore[arg-type]  # no clients: it only builds calls
+    document = target.document
+    for request in sample_requests():
+        try:
+            listing = target.list_call(request)
+            calls = [target.create_call(request), target.lookup_call(request), listing.call if listing else None]
+        except TargetError as exc:  # a run of this route could never be sent (an argument over the API's limit)
+            raise config_error(exc.message.split(": ", 1)[-1]) from None
+        except (AttributeError, KeyError, TypeError, IndexError) as exc:  # a shape the config's checks let through
+            raise config_error(f"the request cannot be built from this route ({type(exc).__name__}: {exc})") from None
+        for call in [call for call in calls if call is not None]:
+            method = document.method(call.method)
+            if method is None:
+                raise config_error(f"{document.api} has no method {call.method}")
+            check_params(method, call.params, f"{method.id} parameters")
+            if call.body is None or method.request is None:
+                continue
+            problem = document.value_problem(call.body, {"$ref": method.request}, "body")
+            if problem:
+                raise config_error(adapter.route_where(problem))
+
+
+def refuse_nulls(adapter: type[GoogleEngineTarget[Any]], config: Any) -> None:
+    """A null where the API needs an object, a list or a map's value in the route's part of the
+    body (`BODY_FIELD`): an empty YAML key, its children commented out. Checked on the route as
+    written, before runonce adds its env vars, labels and parameters to that part."""
+    prefix, field = adapter.BODY_FIELD
+    given = getattr(config, field, None) if field else None
+    if not isinstance(given, dict):
+        return
+    target = adapter(config.model_copy(update={field: _without_nulls(given)}), None, None)  # type: ignore[arg-type]
+    try:
+        method = target.document.method(target.create_call(sample_requests()[0]).method)
+    except (TargetError, AttributeError, KeyError, TypeError, IndexError):
+        return  # check_route reports what keeps the call from being built
+    if method is None or method.request is None:
+        return
+    schema = target.document.field(method.request, prefix) if prefix else {"$ref": method.request}
+    problem = target.document.null_problem(given, schema or {}, field)
+    if problem:
+        raise config_error(problem)
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _without_nulls(item) for key, item in value.items() if item is not None}
+    if isinstance(value, list):
+        return [_without_nulls(item) for item in value if item is not None]
+    return value
+
+
+# --- run-named presets -------------------------------------------------------------------------------
+
+
+class RunNamedPreset(GoogleEngineTarget[ConfigT]):
+    """A create of `COLLECTION` under `projects/P/locations/L` with a run-derived id (`ID_PARAM`,
+    and a `requestId` when `REQUEST_ID`), found again by a GET of that name.
+
+    The name is the run's handle: a retry after a lost answer sends the same name again, the API
+    answers ALREADY_EXISTS, and the engine reads the resource and completes the run with it.
+    """
+
+    COLLECTION: ClassVar[str]
+    ID_PARAM: ClassVar[str]
+    REQUEST_ID: ClassVar[bool] = False
+    MAX_ID_LENGTH: ClassVar[int] = 63
+
+    @property
+    def parent(self) -> str:
+        return f"projects/{self.config.project}/locations/{self.config.location}"  # type: ignore[attr-defined]
+
+    def resource_id(self, request: DispatchRequest) -> str:
+        return resource_id_for(request.run_id, self.MAX_ID_LENGTH)
+
+    def resource_name(self, request: DispatchRequest) -> str:
+        return f"{self.parent}/{self.COLLECTION}/{self.resource_id(request)}"
+
+    def describe(self, request: DispatchRequest) -> str:
+        return f"create {self.NOUN} {self.resource_name(request)}"
+
+    def describe_lookup(self, request: DispatchRequest) -> str:
+        return f"get {self.NOUN} {self.resource_name(request)}"
+
+    def body(self, request: DispatchRequest) -> dict[str, Any]:
+        """The create's request body for this run."""
+        raise NotImplementedError
+
+    def create_call(self, request: DispatchRequest) -> Call:
+        params = {"parent": self.parent, self.ID_PARAM: self.resource_id(request)}
+        if self.REQUEST_ID:
+            params["requestId"] = request_id_for(request.run_id)
+        return Call(f"projects.locations.{self.COLLECTION}.create", params, self.body(request))
+
+    def lookup_call(self, request: DispatchRequest) -> Call | None:
+        return Call(f"projects.locations.{self.COLLECTION}.get", {"name": self.resource_name(request)})
+
+    def created(self, answer: dict[str, Any], request: DispatchRequest) -> str:
+        return self.resource_name(request)
+
+    def state_call(self, resource: str) -> Call:
+        if not re.fullmatch(rf"projects/[^/]+/locations/[^/]+/{self.COLLECTION}/[^/]+", resource):
+            raise TargetOutcomeUnknown(f"{resource} is not a {self.NOUN}'s name")
+        return Call(f"projects.locations.{self.COLLECTION}.get", {"name": resource})
+
+
+# --- the configs' vocabulary ------------------------------------------------------------------------
+
+
+class ParentConfig(BaseModel):
+    """The parent every run-named route names: `project` and `location` (a region)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    project: str = Field(description="The project the workload runs in (and is billed to).")
+    location: str = Field(description="The region it runs in, e.g. us-central1.")
+
+    @field_validator("project")
+    @classmethod
+    def _project(cls, value: str) -> str:
+        if not re.fullmatch(PROJECT, value, flags=re.ASCII):
+            raise config_error(
+                f"must be a project ID (6-30 characters of a-z 0-9 -, starting with a letter) or number (got {value!r})"
+            )
+        return value
+
+    @field_validator("location")
+    @classmethod
+    def _location(cls, value: str) -> str:
+        if not re.fullmatch(REGION, value):
+            raise config_error(f"must be a region such as us-central1 (got {value!r})")
+        return value
+
+
+def mapping_at(body: dict[str, Any], path: str, where: str) -> dict[str, Any]:
+    """`body[a][b]` for the dotted `path` when it is a mapping; {} when absent; a config error
+    naming `where`.`a` (or `where`.`a`.`b`) when something else is there."""
+    value: Any = body
+    parts = path.split(".")
+    for depth, part in enumerate(parts, 1):
+        value = value.get(part)
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise config_error(f"{where}.{'.'.join(parts[:depth])} must be a mapping")
+    mapping: dict[str, Any] = value
+    return mapping
+
+
+def check_route_labels(body: dict[str, Any], path: str, where: str) -> None:
+    """The route's labels at `path`: valid Google labels, not `runonce-run-id` (runonce sets it)."""
+    check_labels(mapping_at(body, path, where), MAX_LABELS)
+
+
+def refuse_fields(body: dict[str, Any], fields: dict[str, str], where: str) -> None:
+    """A config error for the first of `fields` (name -> why) that the route sets in `body`."""
+    for name, why in fields.items():
+        if body.get(name) is not None:
+            raise config_error(f"{where}.{name}: {why}")
+
+
+def run_parameters_schema(schema: dict[str, Any]) -> None:
+    """The JSON Schema of `run_parameters` as a routes file writes it (a list or a mapping), not
+    the mapping it is parsed into: editors validate what people type."""
+    schema.pop("type", None)  # pragma: no mutate - pydantic's schema of dict[str, str] always has it
+    schema.pop("additionalProperties", None)  # pragma: no mutate - pydantic's schema of dict[str, str] always has it
+    schema["anyOf"] = [
+        {"type": "array", "items": {"enum": ["run_id", "schedule_time"]}, "uniqueItems": True},
+        {"type": "object", "additionalProperties": {"type": "string"}},
+    ]
+
+
+def parse_run_parameters(value: Any) -> dict[str, str]:
+    """`run_parameters:` as a route gives it -> {run field: parameter name}.
+
+    A list names the parameters after the fields (`[run_id, schedule_time]`); a mapping maps each
+    field to the parameter that receives it (`{run_id: idempotency_key}`)."""
+    if value is None:
+        return {}
+    if isinstance(value, list):
+        value = {item: item for item in value} if all(isinstance(item, str) for item in value) else None
+    if not isinstance(value, dict):
+        raise config_error("must be a list of run_id, schedule_time or a mapping of them to parameter names")
+    for run_field, parameter in value.items():
+        if run_field not in RUN_FIELDS:
+            raise config_error(f"{run_field!r} is not one of run_id, schedule_time")
+        if not isinstance(parameter, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]{0,127}", parameter):
+            raise config_error(f"{run_field}: {parameter!r} is not a parameter name")
+    if len(set(value.values())) != len(value):
+        raise config_error("run_id and schedule_time must go to different parameters")
+    return dict(value)
+
+
+RunParameters = Annotated[
+    dict[str, str], BeforeValidator(parse_run_parameters), Field(json_schema_extra=run_parameters_schema)
+]
+"""`run_parameters:` of a route whose workload takes parameters: written as a list or a mapping,
+held as {run field: parameter name}."""
+
+
+def refuse_mapped_parameters(run_parameters: dict[str, str], given: dict[str, Any], where: str) -> None:
+    """A parameter runonce fills from the run must not also be given in the workload."""
+    for run_field, parameter in run_parameters.items():
+        if parameter in given:
+            raise config_error(f"{where}.{parameter} is set by runonce (run_parameters.{run_field})")
+
+
+def mapped_parameters(run_parameters: dict[str, str], request: DispatchRequest) -> dict[str, str]:
+    """{parameter name: value} for the run fields a route maps (`parse_run_parameters`); a field
+    the run lacks (no schedule time) is left out, so the workload's default applies."""
+    values = run_values(request)
+    return {parameter: values[run_field] for run_field, parameter in run_parameters.items() if run_field in values}

@@ -1,0 +1,578 @@
+"""Start-up is where a route is judged: each class of bad Google route is refused in one line naming
+the route, the field and what the API allows, and `runonce serve` and `runonce lint` say the same
+line (both call the routes loader). Correct routes of every target and every example still load.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner, Result
+
+from runonce.cli import main
+from runonce.routes import parse_routes
+from runonce.settings import ConfigError, load_settings
+from runonce.targets.google_api_discovery import load
+from runonce.targets.handles import describe, handles_by_api, handles_of, handles_table
+from tests.support.procs import REPO
+
+PARENT = "projects/my-project/locations/us-central1"
+RUNNABLES = [{"container": {"imageUri": "us-docker.pkg.dev/my-project/jobs/etl:1"}}]
+BATCH: dict[str, Any] = {
+    "type": "google_api",
+    "api": "batch.v1",
+    "method": "projects.locations.jobs.create",
+    "params": {"parent": PARENT, "jobId": "r${run_id:62}", "requestId": "${run_uuid}"},
+    "body": {"taskGroups": [{"taskCount": "2", "taskSpec": {"runnables": RUNNABLES}}]},
+    "reconcile": {"method": "projects.locations.jobs.get", "params": {"name": f"{PARENT}/jobs/r${{run_id:62}}"}},
+}
+DATAPROC: dict[str, Any] = {
+    "type": "google_api",
+    "api": "dataproc.v1",
+    "method": "projects.regions.clusters.create",
+    "params": {"projectId": "my-project", "region": "us-central1", "requestId": "${run_uuid}"},
+    "body": {"clusterName": "c-${run_id:16}", "projectId": "my-project", "config": {}},
+}
+BIGQUERY: dict[str, Any] = {
+    "type": "google_api",
+    "api": "bigquery.v2",
+    "method": "jobs.insert",
+    "params": {"projectId": "my-project"},
+    "body": {"jobReference": {"jobId": "q_${run_id}"}, "configuration": {"query": {"query": "SELECT 1"}}},
+}
+TOPIC: dict[str, Any] = {
+    "type": "google_api",
+    "api": "pubsub.v1",
+    "method": "projects.topics.create",
+    "params": {"name": "projects/my-project/topics/day-${run_id:32}"},
+}
+
+
+def changed(target: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """`target` with the field at the dotted `path` (`body.taskGroups.0.taskCount`) set to `value`,
+    or removed when `value` is `...`."""
+    result = copy.deepcopy(target)
+    *parents, last = path.split(".")
+    node: Any = result
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
+    if value is ...:
+        node.pop(last, None)
+    else:
+        node[int(last) if isinstance(node, list) else last] = value
+    return result
+
+
+def routes_yaml(target: dict[str, Any]) -> str:
+    return yaml.safe_dump({"routes": {"nightly": {"target": target}}}, allow_unicode=True)
+
+
+CASES: dict[str, tuple[dict[str, Any], str, str]] = {
+    # class: (target, field named, what the line says the API allows)
+    "unknown field": (
+        changed(BATCH, "body.logsPolicy", {"destinaton": "CLOUD_LOGGING"}),
+        "target.body",
+        "LogsPolicy has no field 'destinaton' (it has: cloudLoggingOption, destination, logsPath; did you mean",
+    ),
+    "unknown nested field in a list": (
+        changed(BATCH, "body.taskGroups.0.taskSpec.runnables", [{"contaner": {}}]),
+        "target.body",
+        "body.taskGroups[0].taskSpec.runnables[0]: Runnable has no field 'contaner'",
+    ),
+    "int64 not a number": (
+        changed(BATCH, "body.taskGroups.0.taskCount", "many"),
+        "target.body",
+        'body.taskGroups[0].taskCount: expected an int64 (an integer, or a string of digits), got str "many"',
+    ),
+    "int64 beyond its range": (
+        changed(BATCH, "body.taskGroups.0.taskCount", "9223372036854775808"),
+        "target.body",
+        "is outside the int64 range",
+    ),
+    "int32 beyond its range": (
+        changed(BATCH, "body.taskGroups.0.taskSpec.maxRetryCount", 2**31),
+        "target.body",
+        "maxRetryCount: 2147483648 is outside the int32 range -2147483648 to 2147483647",
+    ),
+    "int32 as a word": (
+        changed(BATCH, "body.taskGroups.0.parallelism", "four"),
+        "target.body",
+        'body.taskGroups[0].parallelism: expected an int64 (an integer, or a string of digits), got str "four"',
+    ),
+    "enum": (
+        changed(BATCH, "body.logsPolicy", {"destination": "STDOUT"}),
+        "target.body",
+        "'STDOUT' is not one of DESTINATION_UNSPECIFIED, CLOUD_LOGGING, PATH",
+    ),
+    "duration": (
+        changed(BATCH, "body.taskGroups.0.taskSpec.maxRunDuration", "1h"),
+        "target.body",
+        "maxRunDuration: '1h' is not a duration like '3.5s'",
+    ),
+    "duration with a newline": (
+        changed(BATCH, "body.taskGroups.0.taskSpec.maxRunDuration", "60s\n"),
+        "target.body",
+        "is not a duration like '3.5s'",
+    ),
+    "boolean as text": (
+        changed(BATCH, "body.taskGroups.0.requireHostsFile", "yes"),
+        "target.body",
+        'requireHostsFile: expected a boolean, got str "yes"',
+    ),
+    "timestamp that is no date": (
+        changed(
+            BIGQUERY,
+            "body.configuration",
+            {
+                "copy": {
+                    "sourceTable": {"projectId": "p", "datasetId": "d", "tableId": "t"},
+                    "destinationTable": {"projectId": "p", "datasetId": "d", "tableId": "u"},
+                    "destinationExpirationTime": "2026-02-30T00:00:00Z",
+                }
+            },
+        ),
+        "target.body",
+        "'2026-02-30T00:00:00Z' is not an RFC 3339 timestamp",
+    ),
+    "bytes that are not base64": (
+        changed(TOPIC, "body", {"schemaSettings": {"schema": "projects/my-project/schemas/s"}, "kmsKeyName": "k"})
+        | {"api": "pubsub.v1", "method": "projects.topics.publish", "params": {"topic": "projects/p/topics/t"}}
+        | {"body": {"messages": [{"data": "not base64!"}]}},
+        "target.body",
+        "is not base64",
+    ),
+    "required field missing": (
+        changed(BATCH, "body.taskGroups.0.taskSpec", {"maxRetryCount": 1}),
+        "target.body",
+        "body.taskGroups[0].taskSpec.runnables: required by TaskSpec",
+    ),
+    "required field missing with no body": (
+        changed(BATCH, "body", ...),
+        "target",
+        "body.taskGroups: required by Job",
+    ),
+    "exclusive fields": (
+        changed(
+            DATAPROC,
+            "body.config",
+            {"gceClusterConfig": {"zoneUri": "us-central1-a", "autoZoneExcludeZoneUris": ["us-central1-b"]}},
+        ),
+        "target.body",
+        "autoZoneExcludeZoneUris and zoneUri are both set; GceClusterConfig takes only one of",
+    ),
+    "null where an object is needed": (
+        changed(BATCH, "body.taskGroups.0.taskSpec.environment", None),
+        "target.body",
+        "body.taskGroups[0].taskSpec.environment: is empty (null); an object is needed here",
+    ),
+    "null where a list is needed": (
+        changed(BATCH, "body.taskGroups.0.taskSpec.runnables", None),
+        "target.body",
+        "runnables: is empty (null); a list is needed here",
+    ),
+    "null in a list": (
+        changed(BATCH, "body.taskGroups.0.taskSpec.runnables", [None]),
+        "target.body",
+        "runnables[0]: is empty (null)",
+    ),
+    "output-only field": (
+        changed(BATCH, "body.uid", "x"),
+        "target.body",
+        "body.uid: output only in Job",
+    ),
+    "label value with a newline": (
+        changed(BATCH, "body.labels", {"team": "data\n"}),
+        "target.body",
+        "label 'team': value 'data\\n' must be at most 63 characters of a-z 0-9 _ -",
+    ),
+    "label key in upper case": (
+        changed(BATCH, "body.labels", {"Team": "data"}),
+        "target.body",
+        "label key 'Team': 1-63 characters of a-z 0-9 _ -, starting with a letter",
+    ),
+    "label value too long": (
+        changed(BATCH, "body.labels", {"run": "${run_id}"}),
+        "target.body",
+        "label 'run': value '0000000000000000000000000000000000000000000000000000000000000000' must be at most 63",
+    ),
+    "key that is a number": (
+        changed(BATCH, "body.labels", {2024: "q4"}),
+        "target.body.labels",
+        "the key 2024 is a number, not text",
+    ),
+    "key that is true": (
+        changed(BATCH, "params", {True: "x"}),
+        "target.params",
+        "the key true is true or false, not text",
+    ),
+    "path parameter with a newline": (
+        changed(BATCH, "params.parent", f"{PARENT}\n"),
+        "target.params",
+        "params.parent='projects/my-project/locations/us-central1\\n': holds a control character",
+    ),
+    "path parameter outside its pattern": (
+        changed(BATCH, "params.parent", "projects/my-project"),
+        "target.params",
+        "does not match ^projects/[^/]+/locations/[^/]+$, the pattern batch.projects.locations.jobs.create states",
+    ),
+    "id the API refuses (too long)": (
+        changed(BATCH, "params.jobId", "${run_id}"),
+        "target",
+        "params.jobId: '0000000000000000000000000000000000000000000000000000000000000000' is not an id batch.v1 "
+        "takes: 1-63 characters of a-z 0-9 -, starting with a letter",
+    ),
+    "id the API refuses (capitals)": (
+        changed(BATCH, "params.jobId", "Nightly-${run_id:32}") | {"reconcile": None},
+        "target",
+        "is not an id batch.v1 takes",
+    ),
+    "requestId that is no UUID": (
+        changed(BATCH, "params.requestId", "${run_id}"),
+        "target",
+        "params.requestId: '0000000000000000000000000000000000000000000000000000000000000000' is not an id batch.v1 "
+        "takes: a UUID other than the zero UUID",
+    ),
+    "topic name the API refuses": (
+        changed(TOPIC, "params.name", "projects/my-project/topics/goog-${run_id}"),
+        "target",
+        "not with 'goog'",
+    ),
+    "a field ending in Id is no handle": (
+        {
+            "type": "google_api",
+            "api": "bigquery.v2",
+            "method": "tabledata.insertAll",
+            "params": {"projectId": "p", "datasetId": "d", "tableId": "t"},
+            "body": {"traceId": "${run_id}", "rows": [{"json": {"a": 1}}]},
+        },
+        "target",
+        "no way to dedupe (body.traceId holds the run but bigquery.tabledata.insertAll does not dedupe on it): "
+        "bigquery.tabledata.insertAll has no client-chosen id and no requestId",
+    ),
+    "a reconcile read of a name the server picks is no handle": (
+        {
+            "type": "google_api",
+            "api": "workflowexecutions.v1",
+            "method": "projects.locations.workflows.executions.create",
+            "params": {"parent": f"{PARENT}/workflows/etl"},
+            "body": {"argument": "{}"},
+            "reconcile": {
+                "method": "projects.locations.workflows.executions.get",
+                "params": {"name": f"{PARENT}/workflows/etl/executions/${{run_id}}"},
+            },
+        },
+        "target",
+        "workflowexecutions.projects.locations.workflows.executions.create has no client-chosen id and no requestId",
+    ),
+    "a handle left unfilled": (
+        changed(changed(BATCH, "params.jobId", ...), "params.requestId", ...) | {"reconcile": None},
+        "target",
+        "fill from the run what batch.projects.locations.jobs.create dedupes on: params.jobId (resource id), "
+        "params.requestId (request id)",
+    ),
+    "a reconcile read not built from the run's id": (
+        changed(BATCH, "reconcile.params.name", f"{PARENT}/jobs/x${{run_id:62}}"),
+        "target",
+        "reconcile.params: the read must find the resource the run's id names (its name built from the value of "
+        "params.jobId (resource id))",
+    ),
+    "a reconcile read with only a requestId": (
+        changed(BATCH, "params.jobId", ...),
+        "target",
+        "fill params.jobId (resource id) from the run and read the resource it names",
+    ),
+}
+BAD_ENDPOINTS = {
+    "plaintext to another host": (
+        "http://example.com",
+        "http:// (plaintext) is only for a loopback address (a local fake), not 'example.com'",
+    ),
+    "another host": ("https://googleapis.com.evil.example", "host 'googleapis.com.evil.example' is not under"),
+    "a look-alike host": ("https://evilgoogleapis.com", "host 'evilgoogleapis.com' is not under googleapis.com"),
+    "path, query, fragment": ("https://batch.googleapis.com/evil/path?x=1#frag", "has a path ('/evil/path')"),
+    "query": ("https://batch.googleapis.com?x=1", "has a query"),
+    "fragment": ("http://127.0.0.1:8085#f", "has a fragment"),
+    "userinfo": ("https://user:hunter2@batch.googleapis.com", "holds a user or password (before '@')"),
+    "file scheme": ("file:///etc/passwd", "scheme file://: only https://"),
+    "no scheme": ("batch.googleapis.com", "scheme missing"),
+    "port out of range": ("https://batch.googleapis.com:99999", "has no valid port (1-65535)"),
+    "port zero": ("http://127.0.0.1:0", "port 0 is not from 1 to 65535"),
+    "plaintext to every interface": ("http://0.0.0.0:8085", "not '0.0.0.0'"),
+    "a newline": ("http://127.0.0.1:8085\n", "holds a space, control character or backslash"),
+    "a user hidden before a Google host": ("https://batch.googleapis.com:443@evil.example", "holds a user"),
+    "a backslash": ("https://evil.example\\@batch.googleapis.com", "backslash"),
+    "loopback by name only": ("http://127.0.0.1.nip.io:80", "not '127.0.0.1.nip.io'"),
+    "plaintext to Google": ("http://batch.googleapis.com", "not 'batch.googleapis.com'"),
+}
+CASES.update(
+    {
+        f"endpoint: {name}": (BATCH | {"endpoint": url}, "target.endpoint", says)
+        for name, (url, says) in BAD_ENDPOINTS.items()
+    }
+)
+
+
+GOOD_ENDPOINTS = [
+    "https://batch.googleapis.com",
+    "https://batch.googleapis.com/",
+    "https://us-central1-batch.googleapis.com:443",
+    "https://batch-myendpoint.p.googleapis.com",
+    "https://batch.mtls.googleapis.com",
+    "http://127.0.0.1:8085",
+    "http://127.8.9.10:1",
+    "http://[::1]:65535",
+    "http://localhost:8085/",
+    "HTTPS://Batch.GoogleAPIs.com",
+]
+
+
+def _refusal(text: str) -> str:
+    with pytest.raises(ConfigError) as caught:
+        parse_routes(text, "routes file routes.yaml")
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_each_class_of_bad_route_is_refused_in_one_line(case: str) -> None:
+    target, field, allowed = CASES[case]
+    line = _refusal(routes_yaml(target))
+    assert "\n" not in line and "Traceback" not in line, line
+    assert line.startswith(f"routes file routes.yaml: route 'nightly': field '{field}': "), line
+    assert allowed in line, line
+    assert "hunter2" not in line  # a password in an endpoint is never echoed
+
+
+def _cli(args: list[str], routes: Path | None = None) -> Result:
+    """`runonce ARGS`; `routes` is the configured RUNONCE_ROUTES_FILE (serve's), none for lint's files."""
+    env = {"RUNONCE_AUTH": "none", "RUNONCE_STORE": "sqlite:///:memory:", "RUNONCE_ROUTES_FILE": None}
+    if routes is not None:
+        env["RUNONCE_ROUTES_FILE"] = str(routes)
+    return CliRunner().invoke(main, args, env=env)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "unknown field",
+        "int64 not a number",
+        "null where an object is needed",
+        "key that is a number",
+        "label value with a newline",
+        "a field ending in Id is no handle",
+        "endpoint: userinfo",
+        "exclusive fields",
+    ],
+)
+def test_serve_and_lint_say_the_same_line(case: str, tmp_path: Path) -> None:
+    target, _field, allowed = CASES[case]
+    routes = tmp_path / "routes.yaml"
+    routes.write_text(routes_yaml(target), encoding="utf-8")
+    expected = _refusal(routes.read_text(encoding="utf-8")).replace("routes.yaml", str(routes))
+
+    served = _cli(["serve", "--port", "1"], routes)
+    assert served.exit_code != 0 and not isinstance(served.exception, (KeyError, TypeError, ValueError))
+    assert expected in served.output and "Traceback" not in served.output, served.output
+
+    linted = _cli(["lint", str(routes)])
+    assert linted.exit_code == 1, linted.output
+    assert f"{routes}: -: error: {expected} [invalid_routes]" in linted.output, linted.output
+    assert allowed in linted.output and "Traceback" not in linted.output
+
+
+@pytest.mark.parametrize("name", BAD_ENDPOINTS)
+def test_an_endpoint_setting_follows_the_same_rule(name: str) -> None:
+    url, says = BAD_ENDPOINTS[name]
+    with pytest.raises(ConfigError) as caught:
+        load_settings(batch_endpoint=url)
+    line = str(caught.value)
+    assert line.startswith("bad settings: RUNONCE_BATCH_ENDPOINT: ") and says in line, line
+    assert "\n" not in line and "hunter2" not in line
+
+
+@pytest.mark.parametrize("url", GOOD_ENDPOINTS)
+def test_google_hosts_and_local_fakes_are_endpoints(url: str) -> None:
+    assert load_settings(batch_endpoint=url).batch_endpoint == url
+    assert parse_routes(routes_yaml(BATCH | {"endpoint": url}), "routes file routes.yaml")
+
+
+# --- the first-class Google targets: each is a preset whose call is checked like a google_api route --
+
+
+def example_target(name: str) -> dict[str, Any]:
+    """The target of the first route of examples/NAME.yaml: a correct route of that type."""
+    routes = yaml.safe_load((REPO / "examples" / f"{name}.yaml").read_text(encoding="utf-8"))["routes"]
+    return dict(next(iter(routes.values()))["target"])
+
+
+PRESET_CASES: dict[str, tuple[str, str, Any, tuple[str, ...]]] = {
+    # class: (example, field, value, words the line holds: the field and what the API allows)
+    "batch: int64 as a word": ("batch_job", "job.taskGroups.0.taskCount", "many", ("taskCount", "int64")),
+    "batch: null environment": ("batch_job", "job.taskGroups.0.taskSpec.environment", None, ("environment", "null")),
+    "batch: unknown field": ("batch_job", "job.logsPolicy", {"destinaton": "CLOUD_LOGGING"}, ("destinaton",)),
+    "batch: label with a newline": ("batch_job", "job.labels", {"team": "media\n"}, ("team", "63 characters")),
+    "batch: label key a number": ("batch_job", "job.labels", {2024: "q4"}, ("2024", "not text")),
+    "dataflow: int32 as a word": (
+        "dataflow_flex_template",
+        "launch_parameter.environment.maxWorkers",
+        "four",
+        ("maxWorkers", "integer"),
+    ),
+    "dataflow: null environment": ("dataflow_flex_template", "launch_parameter.environment", None, ("null",)),
+    "dataproc: label key in upper case": ("dataproc_batch", "batch.labels", {"Team": "data"}, ("Team",)),
+    "dataproc: null map": ("dataproc_batch", "batch.runtimeConfig.properties", None, ("properties", "null")),
+    "vertex: label value with a newline": ("vertex_pipeline_job", "pipeline_job.labels", {"team": "ml\n"}, ("team",)),
+    "vertex: text as a number": (
+        "vertex_pipeline_job",
+        "pipeline_job.runtimeConfig.gcsOutputDirectory",
+        5,
+        ("gcsOutputDirectory", "string"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", PRESET_CASES)
+def test_preset_routes_are_held_to_their_api(case: str) -> None:
+    """A batch_job, dataflow_flex_template, dataproc_batch or vertex_pipeline_job route whose call
+    the API would refuse on every delivery is refused at start-up, in one line naming the field."""
+    example, path, value, words = PRESET_CASES[case]
+    line = _refusal(routes_yaml(changed(example_target(example), path, value)))
+    assert "\n" not in line and line.startswith("routes file routes.yaml: route 'nightly': field 'target"), line
+    for word in words:
+        assert word in line, line
+
+
+# --- what still loads --------------------------------------------------------------------------------
+
+GOOD = {
+    "batch with every handle": BATCH,
+    "batch with labels in other scripts": changed(BATCH, "body.labels", {"チーム": "データ", "équipe": "données"}),
+    "dataproc cluster by requestId": DATAPROC,
+    "bigquery job by jobReference.jobId": BIGQUERY
+    | {"reconcile": {"method": "jobs.get", "params": {"projectId": "my-project", "jobId": "q_${run_id}"}}},
+    "pubsub topic by its name": TOPIC,
+    "cloud tasks task by its caller-chosen name (a document from the google-api extra)": {
+        "type": "google_api",
+        "api": "cloudtasks.v2",
+        "method": "projects.locations.queues.tasks.create",
+        "params": {"parent": f"{PARENT}/queues/q"},
+        "body": {
+            "task": {
+                "name": f"{PARENT}/queues/q/tasks/t-${{run_id}}",
+                "httpRequest": {"url": "https://example.com/hook", "httpMethod": "POST"},
+            }
+        },
+        "reconcile": {
+            "method": "projects.locations.queues.tasks.get",
+            "params": {"name": f"{PARENT}/queues/q/tasks/t-${{run_id}}"},
+        },
+    },
+    "int64 as a number": changed(BATCH, "body.priority", 10),
+    "a null scalar is its default": changed(BATCH, "body.priority", None),
+}
+
+
+@pytest.mark.parametrize("case", GOOD)
+def test_correct_google_api_routes_load(case: str) -> None:
+    routes = parse_routes(routes_yaml(GOOD[case]), "routes file routes.yaml")
+    assert list(routes) == ["nightly"]
+
+
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda path: path.name)
+def test_every_example_routes_file_loads_and_lints_clean(path: Path) -> None:
+    if "routes" not in (yaml.safe_load(path.read_text(encoding="utf-8")) or {}):
+        pytest.skip(f"{path.name} is not a routes file")  # Scheduler job files are linted in test_examples
+    assert parse_routes(path.read_text(encoding="utf-8"), f"routes file {path}")
+    result = _cli(["lint", str(path)])
+    assert result.exit_code == 0, result.output
+
+
+def test_loading_the_examples_stays_fast() -> None:
+    """Validation runs once at start-up; every example's routes load well within a second each."""
+    texts = [path.read_text(encoding="utf-8") for path in EXAMPLES if "routes:" in path.read_text(encoding="utf-8")]
+    started = time.perf_counter()
+    for text in texts:
+        parse_routes(text, "routes file")
+    assert time.perf_counter() - started < len(texts) * 1.0
+
+
+@pytest.mark.parametrize(
+    ("api", "method", "handles"),
+    [
+        ("batch.v1", "projects.locations.jobs.create", "params.jobId (resource id), params.requestId (request id)"),
+        ("dataproc.v1", "projects.regions.jobs.submit", "body.requestId (request id)"),
+        ("aiplatform.v1", "projects.locations.pipelineJobs.create", "params.pipelineJobId (resource id)"),
+        (
+            "aiplatform.v1",
+            "projects.locations.deploymentResourcePools.create",
+            "body.deploymentResourcePoolId (resource id)",
+        ),
+        ("bigquery.v2", "jobs.insert", "body.jobReference.jobId (resource id)"),
+        ("pubsub.v1", "projects.topics.create", "params.name (resource name)"),
+        ("run.v2", "projects.locations.jobs.create", "params.jobId (resource id)"),
+        # nothing to dedupe on: a field ending in Id, a server-chosen id, an update by PUT, a run
+        ("bigquery.v2", "tabledata.insertAll", ""),
+        ("bigquery.v2", "tables.update", ""),
+        ("workflowexecutions.v1", "projects.locations.workflows.executions.create", ""),
+        ("run.v2", "projects.locations.jobs.run", ""),
+        ("cloudbuild.v1", "projects.locations.builds.create", ""),
+        ("dataflow.v1b3", "projects.locations.flexTemplates.launch", ""),
+        ("dataflow.v1b3", "projects.locations.jobs.create", ""),  # replaceJobId replaces, it does not dedupe
+    ],
+)
+def test_a_method_dedupes_on_what_its_document_says(api: str, method: str, handles: str) -> None:
+    document = load(api)
+    found = document.method(method)
+    assert found is not None
+    assert describe(handles_of(document, found)) == handles
+
+
+def test_the_docs_list_every_recognised_handle() -> None:
+    """docs/how-to/targets/google_api.md lists, per API runonce carries, the methods runonce can call
+    once and what each dedupes on: the same table the routes are checked with."""
+    page = (REPO / "docs" / "how-to" / "targets" / "google_api.md").read_text(encoding="utf-8")
+    assert handles_table() in page, (
+        "the table of handles in docs/how-to/targets/google_api.md is stale: replace it with the output of "
+        '.venv/bin/python -c "from runonce.targets.handles import handles_table; print(handles_table())"'
+    )
+    for api, methods in handles_by_api().items():
+        for method, handles in methods.items():
+            assert f"| `{api}` | `{method}` | {', '.join(f'`{h.path}`' for h in handles)} |" in page
+
+
+TRAILING_NEWLINE_CASES: dict[str, tuple[str, str, Any, str]] = {
+    # class: (example, field, value ending in a newline, what the line names)
+    "cloud build: the run's substitution": ("cloud_build_trigger", "substitution", "_RUN_KEY\n", "substitution"),
+    "cloud build: a substitution's key": ("cloud_build_trigger", "substitutions", {"_BRANCH\n": "main"}, "_BRANCH"),
+    "cloud run: the run's env var": ("cloud_run_job", "env_var", "IDEMPOTENCY_KEY\n", "env_var"),
+    "workflows: the argument key": ("workflows", "key_field", "idempotency_key\n", "key_field"),
+    "google_api: a parameter's location": (
+        "google_api",
+        "params.parent",
+        "projects/my-project/locations/us-central1\n",
+        "parent",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", TRAILING_NEWLINE_CASES)
+def test_a_name_ending_in_a_newline_is_refused_by_serve_and_lint(case: str, tmp_path: Path) -> None:
+    """Every pattern is matched whole (`fullmatch`): a `$` would let a final newline through."""
+    example, field, value, named = TRAILING_NEWLINE_CASES[case]
+    routes = tmp_path / "routes.yaml"
+    routes.write_text(routes_yaml(changed(example_target(example), field, value)), encoding="utf-8")
+    line = _refusal(routes.read_text(encoding="utf-8")).replace("routes.yaml", str(routes))
+    assert "\n" not in line.rstrip("\n") and named in line, line
+    assert line.startswith(f"routes file {routes}: route 'nightly': field 'target"), line
+
+    served = _cli(["serve", "--port", "1"], routes)
+    assert served.exit_code != 0 and line in served.output and "Traceback" not in served.output, served.output
+    linted = _cli(["lint", str(routes)])
+    assert linted.exit_code == 1 and f"{routes}: -: error: {line} [invalid_routes]" in linted.output, linted.output
