@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fakes.batch import FakeBatch
 from tests.fakes.bigquery import FakeBigQuery
 from tests.fakes.cloud_tasks import FakeCloudTasks
-from tests.fakes.discovery_apis import FakeBatch
 from tests.fakes.metadata import FakeMetadataServer
 from tests.support.downstream import Downstream
 from tests.support.events import (
@@ -116,7 +116,7 @@ def kinds(fakes, others) -> dict[str, Kind]:
                 },
                 "endpoint": others["google_api"].url,
             },
-            lambda r: len(others["google_api"].created_for("r" + r[:62])),
+            lambda r: len(others["google_api"].created_with_id("r" + r[:62])),
         ),
     }
     for name, kind in TYPES.items():
