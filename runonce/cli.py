@@ -211,8 +211,10 @@ def runs_show(run_id: str) -> None:
 def runs_list(route: str | None, status: str | None, limit: int, as_json: bool) -> None:
     """List recent runs, newest first."""
     settings = _settings()
-    if route is not None:
-        _configured_route(settings, route)  # a misspelt route would list nothing, as if it never ran
+    if route is not None and (settings.routes_file or settings.routes):
+        # A misspelt route would list nothing, as if it never ran. Without routes configured (the
+        # store read from elsewhere than the service) the records alone say which routes there are.
+        _configured_route(settings, route)
     missing = _no_store(settings)
     if missing:
         click.echo(missing, err=True)  # an empty list, said so: not an error
