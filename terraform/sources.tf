@@ -118,7 +118,7 @@ resource "google_eventarc_trigger" "this" {
 
   destination {
     cloud_run_service {
-      service = google_cloud_run_v2_service.this.name
+      service = google_cloud_run_v2_service.this["primary"].name
       region  = var.region
       path    = "/v1/routes/${each.value.route}:run"
     }
