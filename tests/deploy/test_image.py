@@ -75,6 +75,8 @@ def test_a_readme_or_code_change_reuses_the_dependency_layer(
         (context / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / name, context / name)
     shutil.copytree(REPO / "runonce", context / "runonce", ignore=shutil.ignore_patterns("__pycache__"))
+    shared = "guard/runonce_store_url"  # the store-URL parser the image installs with runonce
+    shutil.copytree(REPO / shared, context / shared, ignore=shutil.ignore_patterns("__pycache__"))
     change = uuid.uuid4().hex  # new on every run, so the later steps cannot come from an earlier run's cache
     (context / "README.md").write_text((REPO / "README.md").read_text() + f"\nA change {change}.\n")
     (context / "runonce" / "logs.py").write_text(
