@@ -29,6 +29,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from runonce.schedules import parse_schedule
+from runonce.schedules.zones import get_zone
 from runonce.stores import Finish
 from runonce.stores.base import COMPLETED
 from runonce.stores.sqlite import SQLiteStore
@@ -182,9 +184,33 @@ RUNONCE = [s for s in STATEMENTS if s.command == "runonce"] + inline_runonce_com
 EXIT_1_MEANS = ("status", "audit", "lint", "release")  # a condition reported, not a usage error
 
 
+def _latest_fire_time(route_name: str, now: datetime) -> datetime:
+    """The route's last fire time before `now` (its schedule in its zone)."""
+    route = yaml.safe_load(_routes())["routes"][route_name]
+    fires = parse_schedule(route["schedule"]).iter_after(now - timedelta(days=3), get_zone(route.get("time_zone")))
+    latest = next(fires)
+    for fire in fires:
+        if fire >= now:
+            return latest
+        latest = fire
+    raise AssertionError("unreachable: a schedule's fire times go on")
+
+
+def _backfill_placeholders(values: dict[str, str]) -> dict[str, str]:
+    """A backfill (always --dry-run here, so the retention does not bound it) needs a fire time in
+    [T1, T2): the route's latest, whatever the time of day the test runs at."""
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    fire = _latest_fire_time(values["ROUTE"], now)
+    stamp = lambda at: at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: E731
+    return {**values, "T1": stamp(fire - timedelta(minutes=1)), "T2": stamp(min(fire + timedelta(minutes=1), now))}
+
+
 def _as_run(statement: Statement, workdir: Path) -> str:
-    text = concrete(statement.text, _placeholders(workdir)) if not statement.output else statement.text
     words = statement.words
+    values = _placeholders(workdir)
+    if "backfill" in words:
+        values = _backfill_placeholders(values)
+    text = concrete(statement.text, values) if not statement.output else statement.text
     if "serve" in words:
         text += " --help"  # serves until stopped: its options are checked, the server runs below
     if "backfill" in words and "--dry-run" not in words:
