@@ -22,10 +22,6 @@ CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 PROJECT = rf"(?:{names.SCOPED_PROJECT_ID}|{names.PROJECT_NUMBER})"
 LOCATION = names.LOCATION
 
-LABEL_KEY_PATTERN = r"[a-z][a-z0-9_-]{0,62}"
-"""A label key in ASCII (match it whole, `re.fullmatch`); `label_problem` also takes international
-lower-case letters, as Google's label rule does."""
-LABEL_VALUE_PATTERN = r"[a-z0-9_-]{0,63}"
 INTERNATIONAL = " (international lower-case letters count as letters)"
 """Google's label rule (Compute Engine's, which the other APIs share) allows them."""
 RUN_ID_LABEL = "runonce-run-id"
