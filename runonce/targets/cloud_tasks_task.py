@@ -33,7 +33,7 @@ from runonce.targets.base import DispatchRequest, TargetOutcomeUnknown
 from runonce.targets.engine import CLOCK_SKEW, Call, GoogleEngineTarget
 from runonce.targets.google import resource_name_problem
 from runonce.targets.http import run_document
-from runonce.targets.presets import check_route
+from runonce.targets.presets import act_as, check_route, config_error
 from runonce.targets.registry import Grant, TargetType
 
 QUEUE_ID = r"[A-Za-z0-9-]{1,100}"
@@ -156,7 +156,7 @@ class CloudTasksTaskTargetConfig(BaseModel):
     def _queue(cls, value: str) -> str:
         problem = resource_name_problem(value, "queues", QUEUE_ID, "queue ID must be 1-100 characters of A-Z a-z 0-9 -")
         if problem:
-            raise PydanticCustomError("resource_name", "{problem}", {"problem": problem})
+            raise config_error(problem)
         return value
 
     @model_validator(mode="after")
@@ -249,8 +249,6 @@ TARGET = TargetType(
         # The enqueuer role cannot read tasks: tasks.get reconciles and reads the state.
         Grant("roles/cloudtasks.viewer", on="tasks-queue"),
         # Creating a task that carries an OIDC token needs actAs on its account.
-        Grant(
-            "roles/iam.serviceAccountUser", on="service-account", field="http_request.oidc_token.service_account_email"
-        ),
+        act_as("http_request.oidc_token.service_account_email"),
     ),
 )

@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable
 from typing import Annotated, Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from runonce.targets.base import DispatchRequest, TargetError, TargetOutcomeUnknown
@@ -208,22 +208,25 @@ class RunNamedPreset(GoogleEngineTarget[ConfigT]):
 # --- the configs' vocabulary ------------------------------------------------------------------------
 
 
+def check_project(value: str) -> str:
+    if not re.fullmatch(PROJECT, value, flags=re.ASCII):
+        raise config_error(
+            f"must be a project ID (6-30 characters of a-z 0-9 -, starting with a letter) or number (got {value!r})"
+        )
+    return value
+
+
+ProjectId = Annotated[str, AfterValidator(check_project)]
+"""A route's `project`: a project ID or number."""
+
+
 class ParentConfig(BaseModel):
     """The parent every run-named route names: `project` and `location` (a region)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    project: str = Field(description="The project the workload runs in (and is billed to).")
+    project: ProjectId = Field(description="The project the workload runs in (and is billed to).")
     location: str = Field(description="The region it runs in, e.g. us-central1.")
-
-    @field_validator("project")
-    @classmethod
-    def _project(cls, value: str) -> str:
-        if not re.fullmatch(PROJECT, value, flags=re.ASCII):
-            raise config_error(
-                f"must be a project ID (6-30 characters of a-z 0-9 -, starting with a letter) or number (got {value!r})"
-            )
-        return value
 
     @field_validator("location")
     @classmethod
