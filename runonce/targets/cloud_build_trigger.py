@@ -24,7 +24,7 @@ from pydantic_core import PydanticCustomError
 from runonce.targets.base import DispatchRequest, TargetFailed, TargetOutcomeUnknown
 from runonce.targets.engine import CLOCK_SKEW, Call, GoogleEngineTarget, Listing, Running, operation_result
 from runonce.targets.google import GoogleAuth, resource_parts, resource_pattern
-from runonce.targets.presets import check_route, config_error
+from runonce.targets.presets import check_route, config_error, run_fields
 from runonce.targets.registry import Grant, TargetType
 
 TRIGGER_PATTERN = resource_pattern("triggers", r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
@@ -128,13 +128,7 @@ class CloudBuildTriggerTarget(GoogleEngineTarget[CloudBuildTriggerTargetConfig])
                 )
             values[key] = value
         if self.config.run_fields:
-            fields = request.runonce_fields()
-            values["_RUNONCE_JOB"] = request.job
-            values["_RUNONCE_SOURCE"] = request.source
-            if fields.get("schedule_time"):
-                values["_RUNONCE_SCHEDULE_TIME"] = fields["schedule_time"]
-            if fields.get("task"):
-                values["_RUNONCE_TASK"] = fields["task"]
+            values.update(run_fields(request, "_RUNONCE_"))
         values[self.config.substitution] = request.run_id
         return values
 

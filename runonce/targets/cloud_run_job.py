@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from runonce.targets.base import DispatchRequest, TargetFailed, TargetOutcomeUnknown
 from runonce.targets.engine import Call, GoogleEngineTarget, Listing, operation_result
 from runonce.targets.google import resource_pattern
-from runonce.targets.presets import check_route, config_error
+from runonce.targets.presets import check_route, config_error, run_fields
 from runonce.targets.registry import Grant, TargetType
 
 JOB_PATTERN = resource_pattern("jobs", r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?")
@@ -93,12 +93,7 @@ class CloudRunJobTarget(GoogleEngineTarget[CloudRunJobTargetConfig]):
     TAKES_PAYLOAD = True  # the delivery's body travels as RUNONCE_PAYLOAD
 
     def env(self, request: DispatchRequest) -> list[dict[str, str]]:
-        fields = request.runonce_fields()
-        env = {self.config.env_var: request.run_id, "RUNONCE_JOB": request.job, "RUNONCE_SOURCE": request.source}
-        if fields.get("schedule_time"):
-            env["RUNONCE_SCHEDULE_TIME"] = fields["schedule_time"]
-        if fields.get("task"):
-            env["RUNONCE_TASK"] = fields["task"]
+        env = {self.config.env_var: request.run_id, **run_fields(request, "RUNONCE_")}
         if request.payload:
             env["RUNONCE_PAYLOAD"] = json.dumps(request.payload, separators=(",", ":"), ensure_ascii=False)
         return [{"name": name, "value": value} for name, value in env.items()]

@@ -38,8 +38,6 @@ from runonce.targets.presets import (
 )
 from runonce.targets.registry import Grant
 
-DEFAULT_ENDPOINT = "https://{location}-dataproc.googleapis.com"
-"""Dataproc's regional endpoint (its discovery document lists none): batches live in a region."""
 WORKLOADS = ("pysparkBatch", "sparkBatch", "sparkRBatch", "sparkSqlBatch", "pysparkNotebookBatch")
 ENV_PROPERTY_PREFIXES = ("spark.dataproc.driverEnv.", "spark.executorEnv.")
 OUTPUT_ONLY = ("name", "uuid", "createTime", "state", "stateMessage", "stateTime", "creator", "operation")
@@ -84,9 +82,7 @@ class DataprocBatchTarget(RunNamedPreset[DataprocBatchTargetConfig]):
     RUNNING = Running("state", running=frozenset({"PENDING", "RUNNING"}))
     BODY_FIELD = ("", "batch")
     BODY_SCHEMA = "Batch"
-
-    def default_endpoint(self) -> str:
-        return DEFAULT_ENDPOINT.format(location=self.config.location)
+    REGIONAL_ENDPOINT = "https://{location}-dataproc.googleapis.com"  # batches live in a region
 
     def body(self, request: DispatchRequest) -> dict[str, Any]:
         """The route's Batch with the label, and the run's identity in the Spark properties."""

@@ -56,6 +56,15 @@ def run_env(request: DispatchRequest) -> dict[str, str]:
     return {f"RUNONCE_{field.upper()}": value for field, value in run_values(request).items()}
 
 
+def run_fields(request: DispatchRequest, prefix: str) -> dict[str, str]:
+    """The run's job and source, and its schedule time and task when it has them, as
+    `{prefix}JOB`, `{prefix}SOURCE`, `{prefix}SCHEDULE_TIME` and `{prefix}TASK`: the env vars or
+    substitutions of a workload that runonce does not name from the run."""
+    optional = {"SCHEDULE_TIME": request.schedule_time, "TASK": request.task}
+    values = {"JOB": request.job, "SOURCE": request.source, **{key: value for key, value in optional.items() if value}}
+    return {prefix + key: value for key, value in values.items()}
+
+
 def with_label(labels: dict[str, str] | None, run_id: str) -> dict[str, str]:
     """The route's labels and `runonce-run-id`."""
     return {**(labels or {}), RUN_ID_LABEL: run_id_label(run_id)}
@@ -166,6 +175,14 @@ class RunNamedPreset(GoogleEngineTarget[ConfigT]):
     ID_PARAM: ClassVar[str]
     REQUEST_ID: ClassVar[bool] = False
     MAX_ID_LENGTH: ClassVar[int] = 63
+    REGIONAL_ENDPOINT: ClassVar[str] = ""
+    """The API's host in the route's location (`https://{location}-….googleapis.com`), where the
+    preset's resources live; empty: the discovery document's root."""
+
+    def default_endpoint(self) -> str:
+        if self.REGIONAL_ENDPOINT:
+            return self.REGIONAL_ENDPOINT.format(location=self.config.location)  # type: ignore[attr-defined]
+        return super().default_endpoint()
 
     @property
     def parent(self) -> str:

@@ -35,7 +35,6 @@ from runonce.targets.presets import (
 )
 from runonce.targets.registry import Grant
 
-DEFAULT_ENDPOINT = "https://{location}-aiplatform.googleapis.com"
 MAX_ID_LENGTH = 127
 OUTPUT_ONLY = ("name", "state", "createTime", "startTime", "endTime", "updateTime", "error", "jobDetail")
 
@@ -75,9 +74,7 @@ class VertexPipelineJobTarget(RunNamedPreset[VertexPipelineJobTargetConfig]):
     )
     BODY_FIELD = ("", "pipeline_job")
     BODY_SCHEMA = "GoogleCloudAiplatformV1PipelineJob"
-
-    def default_endpoint(self) -> str:
-        return DEFAULT_ENDPOINT.format(location=self.config.location)
+    REGIONAL_ENDPOINT = "https://{location}-aiplatform.googleapis.com"
 
     def body(self, request: DispatchRequest) -> dict[str, Any]:
         """The route's PipelineJob with the label, and the run's identity in the mapped parameters."""
