@@ -68,10 +68,6 @@ def label_problem(key: object, value: object) -> str | None:
 def check_labels(labels: dict[str, str], max_labels: int) -> dict[str, str]:
     """A route's extra labels for an API's resource, or the first problem as a pydantic error:
     keys and values as Google's labels take them, not `runonce-run-id`, room left for it."""
-    if not isinstance(labels, dict):
-        raise PydanticCustomError(
-            "label", "labels must be a mapping of key: value, got {kind}", {"kind": type(labels).__name__}
-        )
     for key, value in labels.items():
         if key == RUN_ID_LABEL:
             raise PydanticCustomError("label", "label {key} is set by runonce itself", {"key": repr(key)})

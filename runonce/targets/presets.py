@@ -226,6 +226,7 @@ class RunNamedPreset(GoogleEngineTarget[ConfigT]):
 
 
 def check_project(value: str) -> str:
+    """A route's project as the APIs take it in a resource name: an ID or a number."""
     if not re.fullmatch(PROJECT, value, flags=re.ASCII):
         raise config_error(
             f"must be a project ID (6-30 characters of a-z 0-9 -, starting with a letter) or number (got {value!r})"
