@@ -24,17 +24,15 @@ import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic_core import PydanticCustomError
 
 from runonce.targets.base import DispatchRequest
 from runonce.targets.engine import Call, GoogleEngineTarget, Running, run_hex
-from runonce.targets.google import PROJECT, RUN_ID_LABEL, check_labels, run_id_label
-from runonce.targets.presets import check_route
+from runonce.targets.google import RUN_ID_LABEL, run_id_label
+from runonce.targets.presets import ProjectId, check_preset, config_error
 from runonce.targets.registry import Grant, TargetType
 
 JOB_KINDS = ("query", "load", "extract", "copy")
 LOCATION_PATTERN = r"^(?:US|EU|us|eu|[a-z]+-[a-z]+[0-9]+)$"
-MAX_LABELS = 64
 RUN_PARAMETERS = ("run_id", "schedule_time")
 
 
@@ -53,87 +51,58 @@ def run_parameters(request: DispatchRequest) -> list[dict[str, Any]]:
     ]
 
 
-def _config_error(message: str, **context: Any) -> PydanticCustomError:
-    return PydanticCustomError("bigquery_configuration", message, {k: repr(v) for k, v in context.items()})
-
-
-def _check_query(query: Any) -> None:
-    if not isinstance(query, dict) or not isinstance(query.get("query"), str) or not query["query"].strip():
-        raise _config_error("configuration.query must be a mapping with the SQL text in 'query'")
+def _check_configuration(configuration: dict[str, Any]) -> None:
+    """What the document cannot say of a JobConfiguration: one kind of job, a real one, and a query
+    that takes runonce's named parameters."""
+    kinds = [kind for kind in JOB_KINDS if kind in configuration]
+    if len(kinds) != 1:
+        raise config_error(f"must hold exactly one of query, load, extract, copy (got {', '.join(kinds) or 'none'})")
+    if configuration.get("dryRun"):
+        raise config_error("dryRun creates no job, so a run would start nothing")
+    query = configuration.get("query")
+    if query is None:
+        return
+    if not query["query"].strip():
+        raise config_error("configuration.query must be a mapping with the SQL text in 'query'")
     if query.get("useLegacySql") is True:
-        raise _config_error(
+        raise config_error(
             "configuration.query: legacy SQL takes no query parameters; runonce passes "
             "@run_id and @schedule_time, so use GoogleSQL (useLegacySql: false, the default here)"
         )
-    if query.get("parameterMode", "NAMED") != "NAMED":
-        raise _config_error(
-            "configuration.query: parameterMode must be NAMED (runonce adds named parameters; got {mode})",
-            mode=query["parameterMode"],
+    mode = query.get("parameterMode", "NAMED")
+    if mode != "NAMED":
+        raise config_error(
+            f"configuration.query: parameterMode must be NAMED (runonce adds named parameters; got {mode!r})"
         )
-    parameters = query.get("queryParameters") or []
-    if not isinstance(parameters, list) or not all(isinstance(p, dict) for p in parameters):
-        raise _config_error("configuration.query.queryParameters must be a list of parameters")
-    for parameter in parameters:
+    for parameter in query.get("queryParameters") or []:
         name = parameter.get("name")
         if not name:
-            raise _config_error(
+            raise config_error(
                 "configuration.query.queryParameters: a positional parameter (no name); "
                 "runonce adds named ones, and BigQuery does not mix the two"
             )
         if name in RUN_PARAMETERS:
-            raise _config_error("configuration.query.queryParameters: {name} is set by runonce", name=name)
+            raise config_error(f"configuration.query.queryParameters: {name!r} is set by runonce")
 
 
 class BigQueryJobTargetConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     type: Literal["bigquery_job"]
-    project: str = Field(description="The project that runs the job (and is billed for it).")
+    project: ProjectId = Field(description="The project that runs the job (and is billed for it).")
     location: str = Field(description="Where the job runs: US, EU, or a region such as us-central1.")
     configuration: dict[str, Any] = Field(description="A JobConfiguration, as jobs.insert takes it.")
-
-    @field_validator("project")
-    @classmethod
-    def _project(cls, value: str) -> str:
-        if not re.fullmatch(PROJECT, value, flags=re.ASCII):
-            raise _config_error(
-                "must be a project ID (6-30 characters of a-z 0-9 -, starting with a letter) or number (got {value})",
-                value=value,
-            )
-        return value
 
     @field_validator("location")
     @classmethod
     def _location(cls, value: str) -> str:
         if not re.fullmatch(LOCATION_PATTERN, value):
-            raise _config_error(
-                "must be a BigQuery location: US, EU, or a region such as us-central1 (got {value})", value=value
-            )
-        return value
-
-    @field_validator("configuration")
-    @classmethod
-    def _configuration(cls, value: dict[str, Any]) -> dict[str, Any]:
-        kinds = [kind for kind in JOB_KINDS if kind in value]
-        if len(kinds) != 1:
-            raise _config_error(
-                f"must hold exactly one of query, load, extract, copy (got {', '.join(kinds) or 'none'})"
-            )
-        if not isinstance(value[kinds[0]], dict):
-            raise _config_error(f"configuration.{kinds[0]} must be a mapping")
-        if value.get("dryRun"):
-            raise _config_error("dryRun creates no job, so a run would start nothing")
-        labels = value.get("labels") or {}
-        if not isinstance(labels, dict):
-            raise _config_error("configuration.labels must be a mapping")
-        check_labels(labels, MAX_LABELS)
-        if "query" in value:
-            _check_query(value["query"])
+            raise config_error(f"must be a BigQuery location: US, EU, or a region such as us-central1 (got {value!r})")
         return value
 
     @model_validator(mode="after")
     def _against_the_api(self) -> BigQueryJobTargetConfig:
-        check_route(BigQueryJobTarget, self)
+        check_preset(BigQueryJobTarget, self, {}, "labels", _check_configuration)
         return self
 
 
@@ -150,6 +119,7 @@ class BigQueryJobTarget(GoogleEngineTarget[BigQueryJobTargetConfig]):
     NOUN = "BigQuery job"
     RUNNING = Running("status.state", final=frozenset({"DONE"}))
     BODY_FIELD = ("configuration", "configuration")
+    BODY_SCHEMA = "JobConfiguration"
 
     def _job_name(self, request: DispatchRequest) -> str:
         return f"{self.config.project}:{self.config.location}.{job_id_for(request.run_id)}"

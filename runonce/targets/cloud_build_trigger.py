@@ -24,7 +24,7 @@ from pydantic_core import PydanticCustomError
 from runonce.targets.base import DispatchRequest, TargetFailed, TargetOutcomeUnknown
 from runonce.targets.engine import CLOCK_SKEW, Call, GoogleEngineTarget, Listing, Running, operation_result
 from runonce.targets.google import GoogleAuth, resource_parts, resource_pattern
-from runonce.targets.presets import check_route
+from runonce.targets.presets import check_route, config_error, run_fields
 from runonce.targets.registry import Grant, TargetType
 
 TRIGGER_PATTERN = resource_pattern("triggers", r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
@@ -37,10 +37,8 @@ RUN_FIELD_SUBSTITUTIONS = ("_RUNONCE_JOB", "_RUNONCE_SCHEDULE_TIME", "_RUNONCE_T
 
 
 def _substitution_error(key: str) -> PydanticCustomError:
-    return PydanticCustomError(
-        "substitution",
-        "substitution {key} must match ^_[A-Z0-9_]+$ (user substitutions start with '_', e.g. _IDEMPOTENCY_KEY)",
-        {"key": repr(key)},
+    return config_error(
+        f"substitution {key!r} must match ^_[A-Z0-9_]+$ (user substitutions start with '_', e.g. _IDEMPOTENCY_KEY)"
     )
 
 
@@ -60,11 +58,9 @@ class CloudBuildTriggerTargetConfig(BaseModel):
     @classmethod
     def _trigger(cls, value: str) -> str:
         if not re.fullmatch(TRIGGER_PATTERN, value):
-            raise PydanticCustomError(
-                "resource_name",
+            raise config_error(
                 "must be a trigger's full name, projects/PROJECT/locations/LOCATION/triggers/TRIGGER "
-                "(TRIGGER: its id or name) (got {value})",
-                {"value": repr(value)},
+                f"(TRIGGER: its id or name) (got {value!r})"
             )
         return value
 
@@ -82,29 +78,23 @@ class CloudBuildTriggerTargetConfig(BaseModel):
             if not re.fullmatch(SUBSTITUTION_PATTERN, key):
                 raise _substitution_error(key)
             if key in RUN_FIELD_SUBSTITUTIONS:
-                raise PydanticCustomError("substitution", "substitution {key} is set by runonce", {"key": repr(key)})
+                raise config_error(f"substitution {key!r} is set by runonce")
         return values
 
     @field_validator("commit")
     @classmethod
     def _commit(cls, value: str | None) -> str | None:
         if value is not None and not re.fullmatch(r"[0-9a-f]{7,40}", value):
-            raise PydanticCustomError(
-                "commit", "must be a commit SHA (7-40 hex digits) (got {value})", {"value": repr(value)}
-            )
+            raise config_error(f"must be a commit SHA (7-40 hex digits) (got {value!r})")
         return value
 
     @model_validator(mode="after")
     def _one_revision(self) -> CloudBuildTriggerTargetConfig:
         given = [name for name in ("branch", "tag", "commit") if getattr(self, name) is not None]
         if len(given) > 1:
-            raise PydanticCustomError(
-                "revision", "set at most one of branch, tag and commit (got {given})", {"given": ", ".join(given)}
-            )
+            raise config_error(f"set at most one of branch, tag and commit (got {', '.join(given)})")
         if self.substitution in self.substitutions:
-            raise PydanticCustomError(
-                "substitution", "substitutions: {key} is the token's substitution", {"key": repr(self.substitution)}
-            )
+            raise config_error(f"substitutions: {self.substitution!r} is the token's substitution")
         check_route(CloudBuildTriggerTarget, self)
         return self
 
@@ -138,13 +128,7 @@ class CloudBuildTriggerTarget(GoogleEngineTarget[CloudBuildTriggerTargetConfig])
                 )
             values[key] = value
         if self.config.run_fields:
-            fields = request.runonce_fields()
-            values["_RUNONCE_JOB"] = request.job
-            values["_RUNONCE_SOURCE"] = request.source
-            if fields.get("schedule_time"):
-                values["_RUNONCE_SCHEDULE_TIME"] = fields["schedule_time"]
-            if fields.get("task"):
-                values["_RUNONCE_TASK"] = fields["task"]
+            values.update(run_fields(request, "_RUNONCE_"))
         values[self.config.substitution] = request.run_id
         return values
 

@@ -16,12 +16,11 @@ import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic_core import PydanticCustomError
 
 from runonce.targets.base import DispatchRequest, TargetFailed, TargetOutcomeUnknown
 from runonce.targets.engine import Call, GoogleEngineTarget, Listing, operation_result
 from runonce.targets.google import resource_pattern
-from runonce.targets.presets import check_route
+from runonce.targets.presets import check_route, config_error, run_fields
 from runonce.targets.registry import Grant, TargetType
 
 JOB_PATTERN = resource_pattern("jobs", r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?")
@@ -52,10 +51,8 @@ class CloudRunJobTargetConfig(BaseModel):
     @classmethod
     def _job(cls, value: str) -> str:
         if not re.fullmatch(JOB_PATTERN, value):
-            raise PydanticCustomError(
-                "resource_name",
-                "must be a job's full name, projects/PROJECT/locations/LOCATION/jobs/JOB (got {value})",
-                {"value": repr(value)},
+            raise config_error(
+                f"must be a job's full name, projects/PROJECT/locations/LOCATION/jobs/JOB (got {value!r})"
             )
         return value
 
@@ -63,11 +60,9 @@ class CloudRunJobTargetConfig(BaseModel):
     @classmethod
     def _env_var(cls, value: str) -> str:
         if not re.fullmatch(ENV_NAME_PATTERN, value) or value in RESERVED_ENV or value.startswith("RUNONCE_"):
-            raise PydanticCustomError(
-                "env_var",
+            raise config_error(
                 "must be an env var name ([A-Za-z_][A-Za-z0-9_]*), not reserved by Cloud Run or runonce "
-                "(CLOUD_RUN_*, RUNONCE_*) (got {value})",
-                {"value": repr(value)},
+                f"(CLOUD_RUN_*, RUNONCE_*) (got {value!r})"
             )
         return value
 
@@ -75,18 +70,14 @@ class CloudRunJobTargetConfig(BaseModel):
     @classmethod
     def _timeout(cls, value: str | None) -> str | None:
         if value is not None and not re.fullmatch(r"[0-9]{1,6}(\.[0-9]{1,9})?s", value):
-            raise PydanticCustomError(
-                "duration", "must be a duration in seconds like '600s' (got {value})", {"value": repr(value)}
-            )
+            raise config_error(f"must be a duration in seconds like '600s' (got {value!r})")
         return value
 
     @field_validator("container")
     @classmethod
     def _container(cls, value: str | None) -> str | None:
         if value is not None and not re.fullmatch(r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?", value):
-            raise PydanticCustomError(
-                "container", "must be a container name (a DNS label: a-z 0-9 -) (got {value})", {"value": repr(value)}
-            )
+            raise config_error(f"must be a container name (a DNS label: a-z 0-9 -) (got {value!r})")
         return value
 
     @model_validator(mode="after")
@@ -102,12 +93,7 @@ class CloudRunJobTarget(GoogleEngineTarget[CloudRunJobTargetConfig]):
     TAKES_PAYLOAD = True  # the delivery's body travels as RUNONCE_PAYLOAD
 
     def env(self, request: DispatchRequest) -> list[dict[str, str]]:
-        fields = request.runonce_fields()
-        env = {self.config.env_var: request.run_id, "RUNONCE_JOB": request.job, "RUNONCE_SOURCE": request.source}
-        if fields.get("schedule_time"):
-            env["RUNONCE_SCHEDULE_TIME"] = fields["schedule_time"]
-        if fields.get("task"):
-            env["RUNONCE_TASK"] = fields["task"]
+        env = {self.config.env_var: request.run_id, **run_fields(request, "RUNONCE_")}
         if request.payload:
             env["RUNONCE_PAYLOAD"] = json.dumps(request.payload, separators=(",", ":"), ensure_ascii=False)
         return [{"name": name, "value": value} for name, value in env.items()]

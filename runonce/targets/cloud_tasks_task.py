@@ -27,13 +27,12 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic_core import PydanticCustomError
 
 from runonce.targets.base import DispatchRequest, TargetOutcomeUnknown
 from runonce.targets.engine import CLOCK_SKEW, Call, GoogleEngineTarget
 from runonce.targets.google import resource_name_problem
 from runonce.targets.http import run_document
-from runonce.targets.presets import check_route
+from runonce.targets.presets import act_as, check_route, config_error
 from runonce.targets.registry import Grant, TargetType
 
 QUEUE_ID = r"[A-Za-z0-9-]{1,100}"
@@ -52,10 +51,6 @@ NAME_MEMORY = timedelta(hours=1)
 the engine's CLOCK_SKEW comes off it: our clock against Google's, and the "about" in "about an hour"."""
 
 
-def _error(kind: str, message: str, **context: Any) -> PydanticCustomError:
-    return PydanticCustomError(kind, message, {key: repr(value) for key, value in context.items()})
-
-
 class OidcTokenConfig(BaseModel):
     """Cloud Tasks signs an ID token as this service account for each delivery of the task."""
 
@@ -68,10 +63,8 @@ class OidcTokenConfig(BaseModel):
     @classmethod
     def _email(cls, value: str) -> str:
         if not re.fullmatch(SERVICE_ACCOUNT, value, flags=re.ASCII):
-            raise _error(
-                "service_account",
-                "must be a service account's email, NAME@PROJECT.iam.gserviceaccount.com (got {value})",
-                value=value,
+            raise config_error(
+                f"must be a service account's email, NAME@PROJECT.iam.gserviceaccount.com (got {value!r})"
             )
         return value
 
@@ -89,26 +82,20 @@ class CloudTasksHttpRequestConfig(BaseModel):
     def _url(cls, value: str) -> str:
         # Cloud Tasks: "This string must begin with either "http://" or "https://"".
         if not value.startswith(("http://", "https://")) or not urlsplit(value).hostname or re.search(r"\s", value):
-            raise _error("url", "must be an http:// or https:// URL with a host (got {value})", value=value)
+            raise config_error(f"must be an http:// or https:// URL with a host (got {value!r})")
         if len(value) > MAX_URL_LENGTH:
-            raise _error("url", "is longer than Cloud Tasks' {limit} characters", limit=MAX_URL_LENGTH)
+            raise config_error(f"is longer than Cloud Tasks' {MAX_URL_LENGTH} characters")
         return value
 
     @field_validator("http_method")
     @classmethod
     def _method(cls, value: str) -> str:
         if value not in HTTP_METHODS:
-            raise _error(
-                "http_method",
-                "must be POST, PUT or PATCH, in capitals as Cloud Tasks' HttpMethod (got {value})",
-                value=value,
-            )
+            raise config_error(f"must be POST, PUT or PATCH, in capitals as Cloud Tasks' HttpMethod (got {value!r})")
         if value not in BODY_METHODS:
-            raise _error(
-                "http_method",
+            raise config_error(
                 "must be POST, PUT or PATCH: the run travels as the request body, and Cloud "
-                "Tasks sends a body with no other method (got {value})",
-                value=value,
+                f"Tasks sends a body with no other method (got {value!r})"
             )
         return value
 
@@ -118,29 +105,25 @@ class CloudTasksHttpRequestConfig(BaseModel):
         for name, value in headers.items():
             lower = name.lower()
             if not re.fullmatch(HEADER_NAME, name, flags=re.ASCII):
-                raise _error(
-                    "header", "header name {name} is not an HTTP token (letters, digits, !#$%&'*+.^_`|~-)", name=name
-                )
+                raise config_error(f"header name {name!r} is not an HTTP token (letters, digits, !#$%&'*+.^_`|~-)")
             if lower in SET_BY_RUNONCE:
-                raise _error("header", "header {name} is set by runonce (run_id, application/json)", name=name)
+                raise config_error(f"header {name!r} is set by runonce (run_id, application/json)")
             if lower in REPLACED_BY_CLOUD_TASKS or lower.startswith(GOOGLE_PREFIXES):
-                raise _error(
-                    "header",
-                    "header {name} is set by Cloud Tasks (Host, Content-Length, User-Agent, "
-                    "X-Google-*, X-AppEngine-*, X-CloudTasks-*)",
-                    name=name,
+                raise config_error(
+                    f"header {name!r} is set by Cloud Tasks (Host, Content-Length, User-Agent, "
+                    "X-Google-*, X-AppEngine-*, X-CloudTasks-*)"
                 )
             if not isinstance(value, str) or re.search(r"[\x00-\x08\x0a-\x1f\x7f]", value):
-                raise _error("header", "header {name}: the value holds a control character", name=name)
+                raise config_error(f"header {name!r}: the value holds a control character")
         size = sum(len(name.encode()) + len(value.encode()) for name, value in headers.items())
         if size >= MAX_HEADERS_BYTES:
-            raise _error("header", "the headers hold {size} bytes; Cloud Tasks takes less than 80 KB", size=size)
+            raise config_error(f"the headers hold {size} bytes; Cloud Tasks takes less than 80 KB")
         return headers
 
     @model_validator(mode="after")
     def _one_authorization(self) -> CloudTasksHttpRequestConfig:
         if self.oidc_token is not None and any(name.lower() == "authorization" for name in self.headers):
-            raise _error("header", "header Authorization: Cloud Tasks sets it from oidc_token; set one of them")
+            raise config_error("header Authorization: Cloud Tasks sets it from oidc_token; set one of them")
         return self
 
 
@@ -156,7 +139,7 @@ class CloudTasksTaskTargetConfig(BaseModel):
     def _queue(cls, value: str) -> str:
         problem = resource_name_problem(value, "queues", QUEUE_ID, "queue ID must be 1-100 characters of A-Z a-z 0-9 -")
         if problem:
-            raise PydanticCustomError("resource_name", "{problem}", {"problem": problem})
+            raise config_error(problem)
         return value
 
     @model_validator(mode="after")
@@ -249,8 +232,6 @@ TARGET = TargetType(
         # The enqueuer role cannot read tasks: tasks.get reconciles and reads the state.
         Grant("roles/cloudtasks.viewer", on="tasks-queue"),
         # Creating a task that carries an OIDC token needs actAs on its account.
-        Grant(
-            "roles/iam.serviceAccountUser", on="service-account", field="http_request.oidc_token.service_account_email"
-        ),
+        act_as("http_request.oidc_token.service_account_email"),
     ),
 )

@@ -24,26 +24,31 @@ import copy
 import re
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from runonce.targets.base import DispatchRequest, TargetOutcomeUnknown
 from runonce.targets.engine import Call, GoogleEngineTarget, Listing, Running
 from runonce.targets.presets import (
     ParentConfig,
     RunParameters,
-    check_route,
-    check_route_labels,
+    act_as,
+    check_preset,
     config_error,
     mapped_parameters,
-    mapping_at,
-    refuse_fields,
+    preset_type,
     refuse_mapped_parameters,
     resource_id_for,
     with_label,
 )
-from runonce.targets.registry import Grant, TargetType
+from runonce.targets.registry import Grant
 
 MAX_NAME_LENGTH = 1024
+SET_BY_RUNONCE = {
+    "jobName": "runonce names the job from the run",
+    "update": "updating a running streaming job is not a run's launch",
+    "transformNameMappings": "it applies to updates only",
+}
+LABELS = "environment.additionalUserLabels"
 TERMINAL_STATES = frozenset(
     {"JOB_STATE_DONE", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_UPDATED", "JOB_STATE_DRAINED"}
 )
@@ -59,30 +64,15 @@ class DataflowFlexTemplateTargetConfig(ParentConfig):
         description="Which template parameters receive the run's identity: [run_id, schedule_time] or a mapping.",
     )
 
-    @field_validator("launch_parameter")
-    @classmethod
-    def _launch_parameter(cls, value: dict[str, Any]) -> dict[str, Any]:
-        refuse_fields(
-            value,
-            {
-                "jobName": "runonce names the job from the run",
-                "update": "updating a running streaming job is not a run's launch",
-                "transformNameMappings": "it applies to updates only",
-            },
-            "launch_parameter",
-        )
-        if not value.get("containerSpecGcsPath") and not value.get("containerSpec"):
-            raise config_error("launch_parameter needs containerSpecGcsPath (the template's file) or containerSpec")
-        mapping_at(value, "parameters", "launch_parameter")
-        check_route_labels(value, "environment.additionalUserLabels", "launch_parameter")
-        return value
-
     @model_validator(mode="after")
-    def _parameters_left_to_runonce(self) -> DataflowFlexTemplateTargetConfig:
-        given = mapping_at(self.launch_parameter, "parameters", "launch_parameter")
-        refuse_mapped_parameters(self.run_parameters, given, "launch_parameter.parameters")
-        check_route(DataflowFlexTemplateTarget, self)
+    def _against_the_api(self) -> DataflowFlexTemplateTargetConfig:
+        check_preset(DataflowFlexTemplateTarget, self, SET_BY_RUNONCE, LABELS, self._check_launch_parameter)
         return self
+
+    def _check_launch_parameter(self, launch: dict[str, Any]) -> None:
+        if not launch.get("containerSpecGcsPath") and not launch.get("containerSpec"):
+            raise config_error("launch_parameter needs containerSpecGcsPath (the template's file) or containerSpec")
+        refuse_mapped_parameters(self.run_parameters, launch.get("parameters") or {}, "launch_parameter.parameters")
 
 
 class DataflowFlexTemplateTarget(GoogleEngineTarget[DataflowFlexTemplateTargetConfig]):
@@ -92,6 +82,7 @@ class DataflowFlexTemplateTarget(GoogleEngineTarget[DataflowFlexTemplateTargetCo
     FIND_BEFORE_CREATE = True  # names are unique among active jobs only (the module's docstring)
     RUNNING = Running("currentState", final=TERMINAL_STATES)
     BODY_FIELD = ("launchParameter", "launch_parameter")
+    BODY_SCHEMA = "LaunchFlexTemplateParameter"
 
     @property
     def _where(self) -> dict[str, str]:
@@ -152,24 +143,13 @@ class DataflowFlexTemplateTarget(GoogleEngineTarget[DataflowFlexTemplateTargetCo
         return Call("projects.locations.jobs.get", {"projectId": project, "location": location, "jobId": job_id})
 
 
-TARGET = TargetType(
-    name="dataflow_flex_template",
-    config=DataflowFlexTemplateTargetConfig,
-    adapter=DataflowFlexTemplateTarget,
-    build=DataflowFlexTemplateTarget.build,
-    endpoint="dataflow",
-    resource_field="project",
-    grants=(
-        # flexTemplates.launch, jobs.list and jobs.get in the project; reading the template file in
-        # Cloud Storage needs its own grant (the docs).
-        Grant("roles/dataflow.developer", on="project"),
-        # The job's workers run as its service account: launching needs actAs on it.
-        Grant(
-            "roles/iam.serviceAccountUser",
-            on="service-account",
-            field="launch_parameter.environment.serviceAccountEmail",
-        ),
-    ),
-    takes_payload=False,  # its workload is the route's: no delivery body
-    event_payload="none",
+TARGET = preset_type(
+    DataflowFlexTemplateTargetConfig,
+    DataflowFlexTemplateTarget,
+    "dataflow",
+    # flexTemplates.launch, jobs.list and jobs.get in the project; reading the template file in
+    # Cloud Storage needs its own grant (the docs).
+    Grant("roles/dataflow.developer", on="project"),
+    # The job's workers run as its service account: launching needs actAs on it.
+    act_as("launch_parameter.environment.serviceAccountEmail"),
 )

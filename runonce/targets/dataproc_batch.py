@@ -21,26 +21,23 @@ from __future__ import annotations
 import copy
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from runonce.targets.base import DispatchRequest
 from runonce.targets.engine import Running
 from runonce.targets.presets import (
-    RUN_ID_ENV,
-    SCHEDULE_TIME_ENV,
+    RUN_ENV,
     ParentConfig,
     RunNamedPreset,
-    check_route,
-    check_route_labels,
+    act_as,
+    check_preset,
     config_error,
-    mapping_at,
-    refuse_fields,
+    preset_type,
+    run_env,
     with_label,
 )
-from runonce.targets.registry import Grant, TargetType
+from runonce.targets.registry import Grant
 
-DEFAULT_ENDPOINT = "https://{location}-dataproc.googleapis.com"
-"""Dataproc's regional endpoint (its discovery document lists none): batches live in a region."""
 WORKLOADS = ("pysparkBatch", "sparkBatch", "sparkRBatch", "sparkSqlBatch", "pysparkNotebookBatch")
 ENV_PROPERTY_PREFIXES = ("spark.dataproc.driverEnv.", "spark.executorEnv.")
 OUTPUT_ONLY = ("name", "uuid", "createTime", "state", "stateMessage", "stateTime", "creator", "operation")
@@ -48,10 +45,18 @@ OUTPUT_ONLY = ("name", "uuid", "createTime", "state", "stateMessage", "stateTime
 
 def identity_properties(request: DispatchRequest) -> dict[str, str]:
     """The Spark properties that put the run's identity in the driver's and executors' environment."""
-    values = {RUN_ID_ENV: request.run_id}
-    if request.schedule_time:
-        values[SCHEDULE_TIME_ENV] = request.schedule_time
-    return {f"{prefix}{name}": value for prefix in ENV_PROPERTY_PREFIXES for name, value in values.items()}
+    return {f"{prefix}{name}": value for prefix in ENV_PROPERTY_PREFIXES for name, value in run_env(request).items()}
+
+
+def _check_batch(batch: dict[str, Any]) -> None:
+    """What the document cannot say of a Batch: one workload, and no property setting the run's variables."""
+    workloads = [kind for kind in WORKLOADS if kind in batch]
+    if len(workloads) != 1:
+        found = ", ".join(workloads) or "none"
+        raise config_error(f"batch must hold exactly one workload of {', '.join(WORKLOADS)} (got {found})")
+    for key in (batch.get("runtimeConfig") or {}).get("properties") or {}:
+        if key.startswith(ENV_PROPERTY_PREFIXES) and key.rsplit(".", 1)[1] in RUN_ENV:
+            raise config_error(f"batch.runtimeConfig.properties: {key} is set by runonce")
 
 
 class DataprocBatchTargetConfig(ParentConfig):
@@ -60,25 +65,10 @@ class DataprocBatchTargetConfig(ParentConfig):
         description="A Dataproc Batch, as batches.create takes it: one workload (pysparkBatch, sparkBatch, …)."
     )
 
-    @field_validator("batch")
-    @classmethod
-    def _batch(cls, value: dict[str, Any]) -> dict[str, Any]:
-        refuse_fields(value, dict.fromkeys(OUTPUT_ONLY, "runonce names the batch from the run (batchId)"), "batch")
-        workloads = [kind for kind in WORKLOADS if kind in value]
-        if len(workloads) != 1:
-            found = ", ".join(workloads) or "none"
-            raise config_error(f"batch must hold exactly one workload of {', '.join(WORKLOADS)} (got {found})")
-        mapping_at(value, workloads[0], "batch")
-        properties = mapping_at(value, "runtimeConfig.properties", "batch")
-        for key in properties:
-            if key.startswith(ENV_PROPERTY_PREFIXES) and key.rsplit(".", 1)[1] in (RUN_ID_ENV, SCHEDULE_TIME_ENV):
-                raise config_error(f"batch.runtimeConfig.properties: {key} is set by runonce")
-        check_route_labels(value, "labels", "batch")
-        return value
-
     @model_validator(mode="after")
     def _against_the_api(self) -> DataprocBatchTargetConfig:
-        check_route(DataprocBatchTarget, self)
+        why = "runonce names the batch from the run (batchId)"
+        check_preset(DataprocBatchTarget, self, dict.fromkeys(OUTPUT_ONLY, why), "labels", _check_batch)
         return self
 
 
@@ -91,9 +81,8 @@ class DataprocBatchTarget(RunNamedPreset[DataprocBatchTargetConfig]):
     REQUEST_ID = True
     RUNNING = Running("state", running=frozenset({"PENDING", "RUNNING"}))
     BODY_FIELD = ("", "batch")
-
-    def default_endpoint(self) -> str:
-        return DEFAULT_ENDPOINT.format(location=self.config.location)
+    BODY_SCHEMA = "Batch"
+    REGIONAL_ENDPOINT = "https://{location}-dataproc.googleapis.com"  # batches live in a region
 
     def body(self, request: DispatchRequest) -> dict[str, Any]:
         """The route's Batch with the label, and the run's identity in the Spark properties."""
@@ -104,26 +93,13 @@ class DataprocBatchTarget(RunNamedPreset[DataprocBatchTargetConfig]):
         return batch
 
 
-TARGET = TargetType(
-    name="dataproc_batch",
-    config=DataprocBatchTargetConfig,
-    adapter=DataprocBatchTarget,
-    build=DataprocBatchTarget.build,
-    endpoint="dataproc",
-    resource_field="project",
-    grants=(
-        # batches.create and batches.get in the project (no per-batch IAM before the batch exists);
-        # roles/dataproc.editor would also manage clusters and jobs.
-        Grant(
-            "runonceDataprocBatchRunner", on="project", permissions=("dataproc.batches.create", "dataproc.batches.get")
-        ),
-        # The batch runs as its execution service account: creating it needs actAs on it.
-        Grant(
-            "roles/iam.serviceAccountUser",
-            on="service-account",
-            field="batch.environmentConfig.executionConfig.serviceAccount",
-        ),
-    ),
-    takes_payload=False,  # its workload is the route's: no delivery body
-    event_payload="none",
+TARGET = preset_type(
+    DataprocBatchTargetConfig,
+    DataprocBatchTarget,
+    "dataproc",
+    # batches.create and batches.get in the project (no per-batch IAM before the batch exists);
+    # roles/dataproc.editor would also manage clusters and jobs.
+    Grant("runonceDataprocBatchRunner", on="project", permissions=("dataproc.batches.create", "dataproc.batches.get")),
+    # The batch runs as its execution service account: creating it needs actAs on it.
+    act_as("batch.environmentConfig.executionConfig.serviceAccount"),
 )

@@ -344,6 +344,8 @@ class GoogleEngineTarget(Target, Generic[ConfigT]):
     """Whether the delivery's body goes into the call (else a delivery with a body is refused)."""
     BODY_FIELD: ClassVar[tuple[str, str]] = ("", "")
     """(where in the request body, the route's field it comes from): start-up errors name the field."""
+    BODY_SCHEMA: ClassVar[str] = ""
+    """The document's schema of that part of the body, which the route's field is checked against."""
 
     def __init__(self, config: ConfigT, http: httpx.AsyncClient, auth: GoogleAuth, endpoint: str | None = None):
         self.config = config

@@ -22,10 +22,6 @@ CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 PROJECT = rf"(?:{names.SCOPED_PROJECT_ID}|{names.PROJECT_NUMBER})"
 LOCATION = names.LOCATION
 
-LABEL_KEY_PATTERN = r"[a-z][a-z0-9_-]{0,62}"
-"""A label key in ASCII (match it whole, `re.fullmatch`); `label_problem` also takes international
-lower-case letters, as Google's label rule does."""
-LABEL_VALUE_PATTERN = r"[a-z0-9_-]{0,63}"
 INTERNATIONAL = " (international lower-case letters count as letters)"
 """Google's label rule (Compute Engine's, which the other APIs share) allows them."""
 RUN_ID_LABEL = "runonce-run-id"
@@ -72,10 +68,6 @@ def label_problem(key: object, value: object) -> str | None:
 def check_labels(labels: dict[str, str], max_labels: int) -> dict[str, str]:
     """A route's extra labels for an API's resource, or the first problem as a pydantic error:
     keys and values as Google's labels take them, not `runonce-run-id`, room left for it."""
-    if not isinstance(labels, dict):
-        raise PydanticCustomError(
-            "label", "labels must be a mapping of key: value, got {kind}", {"kind": type(labels).__name__}
-        )
     for key, value in labels.items():
         if key == RUN_ID_LABEL:
             raise PydanticCustomError("label", "label {key} is set by runonce itself", {"key": repr(key)})

@@ -49,7 +49,6 @@ from runonce.targets.google_api_discovery import (
     DocumentNotFound,
     load,
     scalar_problem,
-    vendored_names,
 )
 from runonce.targets.handles import Handle, describe, handles_of, id_problem, value_at
 from runonce.targets.registry import TargetType
@@ -406,23 +405,6 @@ class GoogleApiTargetConfig(BaseModel):
         if self.running is None:
             return "the route's target has no 'running' {field, values} to read the state with"
         return None
-
-
-def is_handle(method: ApiMethod, name: str, document: ApiDocument | None = None) -> bool:
-    """Whether the parameter `name` is one `method` dedupes on (handles.py: a client-chosen id, the
-    name in a create's path, or a requestId)."""
-    document = document or _document_of(method)
-    return any(h.where == "params" and h.field == name for h in handles_of(document, method))
-
-
-def _document_of(method: ApiMethod) -> ApiDocument:
-    """The carried document a method id belongs to (`batch.projects…` -> batch.v1)."""
-    name = method.id.split(".", 1)[0]
-    for api in vendored_names():
-        document = load(api)
-        if api.startswith(f"{name}.") and document.method(method.id) is not None:
-            return document
-    raise DocumentNotFound(f"no carried document has the method {method.id}")
 
 
 def check_handles(

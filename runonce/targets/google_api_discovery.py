@@ -328,32 +328,6 @@ class ApiDocument:
             return None
         return scalar_problem(value, schema, where)
 
-    def null_problem(self, value: Any, schema: dict[str, Any], where: str) -> str | None:
-        """The first null in `value` where `schema` needs an object, a list or a map's value: what
-        a route gives before runonce adds its fields (an empty YAML key is null, and runonce must
-        not fill it in and send what the route's author commented out)."""
-        schema = self.resolve(schema)
-        if isinstance(value, list):
-            pairs = [(f"{where}[{index}]", item, schema.get("items") or {}, True) for index, item in enumerate(value)]
-        elif isinstance(value, dict):
-            properties, extra = schema.get("properties") or {}, schema.get("additionalProperties")
-            pairs = [
-                (f"{where}.{key}", item, properties.get(key, extra), key not in properties)
-                for key, item in value.items()
-                if key in properties or extra is not None
-            ]
-        else:
-            return None
-        for inner, item, field, is_entry in pairs:
-            resolved = self.resolve(field)
-            container = resolved.get("type") in ("object", "array") or "properties" in resolved
-            if item is None and (container or (is_entry and resolved.get("type") != "any")):
-                return f"{inner}: is empty (null); {_null_hint(resolved)}"
-            problem = self.null_problem(item, field, inner)
-            if problem:
-                return problem
-        return None
-
     def _item_problem(self, value: Any, schema: dict[str, Any], where: str, given: frozenset[str]) -> str | None:
         """A list item or map value: null is no value there (proto3's JSON refuses it)."""
         if value is None and self.resolve(schema).get("type") != "any":

@@ -5,27 +5,30 @@ and the vocabulary of their configs (parent, labels, run parameters, fields runo
 The start-up check (`check_route`) builds each call a route's preset would make, for a few sample
 runs, and holds it to the API's discovery document with the same checks as a `google_api` route:
 every parameter (name, type, enum, pattern) and the request body against the method's request
-schema. What the document cannot say (the env vars and labels runonce sets, no delivery body) each
-preset checks in its config, in one line each.
+schema. Before that, `check_preset` holds the route's part of the body to its schema as the route
+wrote it (before runonce adds to it), then runs the preset's own checks of what the document cannot
+say (the env vars, labels and fields runonce sets), each a one-line error.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Annotated, Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from runonce.targets.base import DispatchRequest, TargetError, TargetOutcomeUnknown
-from runonce.targets.engine import Call, GoogleEngineTarget, request_id_for, run_hex
-from runonce.targets.google import PROJECT, RUN_ID_LABEL, check_labels, run_id_label
+from runonce.targets.engine import Call, GoogleEngineTarget, dotted, request_id_for, run_hex
+from runonce.targets.google import PROJECT, RUN_ID_LABEL, run_id_label
 from runonce.targets.google_api import SAMPLE_RUN_IDS, SAMPLE_SCHEDULE_TIME, check_params
+from runonce.targets.google_api_discovery import load
+from runonce.targets.registry import Grant, TargetType
 
 ID_PREFIX = "runonce-"
-MAX_LABELS = 64
-RUN_ID_ENV = "RUNONCE_RUN_ID"
-SCHEDULE_TIME_ENV = "RUNONCE_SCHEDULE_TIME"
+RUN_ENV = ("RUNONCE_RUN_ID", "RUNONCE_SCHEDULE_TIME")
+"""The environment variables that carry the run's identity into a job's workload (`run_env`)."""
 RUN_FIELDS = ("run_id", "schedule_time")
 REGION = r"[a-z]+-[a-z]+[0-9]+"
 
@@ -47,9 +50,48 @@ def run_values(request: DispatchRequest) -> dict[str, str]:
     return values
 
 
+def run_env(request: DispatchRequest) -> dict[str, str]:
+    """The run's identity as a job's environment: `RUNONCE_RUN_ID`, and `RUNONCE_SCHEDULE_TIME`
+    when the run has one."""
+    return {f"RUNONCE_{field.upper()}": value for field, value in run_values(request).items()}
+
+
+def run_fields(request: DispatchRequest, prefix: str) -> dict[str, str]:
+    """The run's job and source, and its schedule time and task when it has them, as
+    `{prefix}JOB`, `{prefix}SOURCE`, `{prefix}SCHEDULE_TIME` and `{prefix}TASK`: the env vars or
+    substitutions of a workload that runonce does not name from the run."""
+    optional = {"SCHEDULE_TIME": request.schedule_time, "TASK": request.task}
+    values = {"JOB": request.job, "SOURCE": request.source, **{key: value for key, value in optional.items() if value}}
+    return {prefix + key: value for key, value in values.items()}
+
+
 def with_label(labels: dict[str, str] | None, run_id: str) -> dict[str, str]:
     """The route's labels and `runonce-run-id`."""
     return {**(labels or {}), RUN_ID_LABEL: run_id_label(run_id)}
+
+
+def act_as(field: str) -> Grant:
+    """actAs on the service account the route's workload runs as (the dotted config `field`):
+    creating a workload that runs as an account needs it."""
+    return Grant("roles/iam.serviceAccountUser", on="service-account", field=field)
+
+
+def preset_type(
+    config: type[BaseModel], adapter: type[GoogleEngineTarget[Any]], endpoint: str, *grants: Grant
+) -> TargetType:
+    """The registry entry of a preset whose workload is the route's alone, in the route's
+    `project`: no delivery body reaches it, and an event route sends none."""
+    return TargetType(
+        name=adapter.type,
+        config=config,
+        adapter=adapter,
+        build=adapter.build,
+        endpoint=endpoint,
+        resource_field="project",
+        grants=grants,
+        takes_payload=False,
+        event_payload="none",
+    )
 
 
 # --- the start-up check ----------------------------------------------------------------------------
@@ -72,7 +114,6 @@ def sample_requests() -> list[DispatchRequest]:
 def check_route(adapter: type[GoogleEngineTarget[Any]], config: Any) -> None:
     """Every call `adapter` would make for `config`, for each sample run, held to the API's
     discovery document: the first problem raised as the route's error, naming the route's field."""
-    refuse_nulls(adapter, config)
     target = adapter(config, None, None)  # type: ignore[arg-type]  # no clients: it only builds calls
     document = target.document
     for request in sample_requests():
@@ -95,33 +136,28 @@ def check_route(adapter: type[GoogleEngineTarget[Any]], config: Any) -> None:
                 raise config_error(adapter.route_where(problem))
 
 
-def refuse_nulls(adapter: type[GoogleEngineTarget[Any]], config: Any) -> None:
-    """A null where the API needs an object, a list or a map's value in the route's part of the
-    body (`BODY_FIELD`): an empty YAML key, its children commented out. Checked on the route as
-    written, before runonce adds its env vars, labels and parameters to that part."""
-    prefix, field = adapter.BODY_FIELD
-    given = getattr(config, field, None) if field else None
-    if not isinstance(given, dict):
-        return
-    target = adapter(config.model_copy(update={field: _without_nulls(given)}), None, None)  # type: ignore[arg-type]
-    try:
-        method = target.document.method(target.create_call(sample_requests()[0]).method)
-    except (TargetError, AttributeError, KeyError, TypeError, IndexError):
-        return  # check_route reports what keeps the call from being built
-    if method is None or method.request is None:
-        return
-    schema = target.document.field(method.request, prefix) if prefix else {"$ref": method.request}
-    problem = target.document.null_problem(given, schema or {}, field)
+def check_preset(
+    adapter: type[GoogleEngineTarget[Any]],
+    config: Any,
+    set_by_runonce: dict[str, str],
+    labels: str,
+    *checks: Callable[[dict[str, Any]], None],
+) -> None:
+    """A preset route's start-up check, in this order: the fields runonce sets (name -> why) and its
+    label (at the dotted `labels`) refused; the route's part of the body (`BODY_FIELD`) held to its
+    schema in the document (`BODY_SCHEMA`) as written, before runonce adds to it; the preset's own
+    `checks` of that part, for what the document cannot say; then every call (`check_route`)."""
+    field = adapter.BODY_FIELD[1]
+    part = getattr(config, field)
+    refuse_fields(part, set_by_runonce, field)
+    problem = load(adapter.API).value_problem(part, {"$ref": adapter.BODY_SCHEMA}, field, frozenset(set_by_runonce))
     if problem:
         raise config_error(problem)
-
-
-def _without_nulls(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {key: _without_nulls(item) for key, item in value.items() if item is not None}
-    if isinstance(value, list):
-        return [_without_nulls(item) for item in value if item is not None]
-    return value
+    if RUN_ID_LABEL in (dotted(part, labels) or {}):
+        raise config_error(f"{field}.{labels}: label {RUN_ID_LABEL!r} is set by runonce itself")
+    for check in checks:
+        check(part)
+    check_route(adapter, config)
 
 
 # --- run-named presets -------------------------------------------------------------------------------
@@ -139,6 +175,14 @@ class RunNamedPreset(GoogleEngineTarget[ConfigT]):
     ID_PARAM: ClassVar[str]
     REQUEST_ID: ClassVar[bool] = False
     MAX_ID_LENGTH: ClassVar[int] = 63
+    REGIONAL_ENDPOINT: ClassVar[str] = ""
+    """The API's host in the route's location (`https://{location}-….googleapis.com`), where the
+    preset's resources live; empty: the discovery document's root."""
+
+    def default_endpoint(self) -> str:
+        if self.REGIONAL_ENDPOINT:
+            return self.REGIONAL_ENDPOINT.format(location=self.config.location)  # type: ignore[attr-defined]
+        return super().default_endpoint()
 
     @property
     def parent(self) -> str:
@@ -181,22 +225,26 @@ class RunNamedPreset(GoogleEngineTarget[ConfigT]):
 # --- the configs' vocabulary ------------------------------------------------------------------------
 
 
+def check_project(value: str) -> str:
+    """A route's project as the APIs take it in a resource name: an ID or a number."""
+    if not re.fullmatch(PROJECT, value, flags=re.ASCII):
+        raise config_error(
+            f"must be a project ID (6-30 characters of a-z 0-9 -, starting with a letter) or number (got {value!r})"
+        )
+    return value
+
+
+ProjectId = Annotated[str, AfterValidator(check_project)]
+"""A route's `project`: a project ID or number."""
+
+
 class ParentConfig(BaseModel):
     """The parent every run-named route names: `project` and `location` (a region)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    project: str = Field(description="The project the workload runs in (and is billed to).")
+    project: ProjectId = Field(description="The project the workload runs in (and is billed to).")
     location: str = Field(description="The region it runs in, e.g. us-central1.")
-
-    @field_validator("project")
-    @classmethod
-    def _project(cls, value: str) -> str:
-        if not re.fullmatch(PROJECT, value, flags=re.ASCII):
-            raise config_error(
-                f"must be a project ID (6-30 characters of a-z 0-9 -, starting with a letter) or number (got {value!r})"
-            )
-        return value
 
     @field_validator("location")
     @classmethod
@@ -204,26 +252,6 @@ class ParentConfig(BaseModel):
         if not re.fullmatch(REGION, value):
             raise config_error(f"must be a region such as us-central1 (got {value!r})")
         return value
-
-
-def mapping_at(body: dict[str, Any], path: str, where: str) -> dict[str, Any]:
-    """`body[a][b]` for the dotted `path` when it is a mapping; {} when absent; a config error
-    naming `where`.`a` (or `where`.`a`.`b`) when something else is there."""
-    value: Any = body
-    parts = path.split(".")
-    for depth, part in enumerate(parts, 1):
-        value = value.get(part)
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise config_error(f"{where}.{'.'.join(parts[:depth])} must be a mapping")
-    mapping: dict[str, Any] = value
-    return mapping
-
-
-def check_route_labels(body: dict[str, Any], path: str, where: str) -> None:
-    """The route's labels at `path`: valid Google labels, not `runonce-run-id` (runonce sets it)."""
-    check_labels(mapping_at(body, path, where), MAX_LABELS)
 
 
 def refuse_fields(body: dict[str, Any], fields: dict[str, str], where: str) -> None:

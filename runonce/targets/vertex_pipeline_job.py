@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from runonce.targets.base import DispatchRequest
 from runonce.targets.engine import Running
@@ -25,18 +25,16 @@ from runonce.targets.presets import (
     ParentConfig,
     RunNamedPreset,
     RunParameters,
-    check_route,
-    check_route_labels,
+    act_as,
+    check_preset,
     config_error,
     mapped_parameters,
-    mapping_at,
-    refuse_fields,
+    preset_type,
     refuse_mapped_parameters,
     with_label,
 )
-from runonce.targets.registry import Grant, TargetType
+from runonce.targets.registry import Grant
 
-DEFAULT_ENDPOINT = "https://{location}-aiplatform.googleapis.com"
 MAX_ID_LENGTH = 127
 OUTPUT_ONLY = ("name", "state", "createTime", "startTime", "endTime", "updateTime", "error", "jobDetail")
 
@@ -51,24 +49,17 @@ class VertexPipelineJobTargetConfig(ParentConfig):
         description="Which pipeline parameters receive the run's identity: {run_id: PARAM, schedule_time: PARAM}.",
     )
 
-    @field_validator("pipeline_job")
-    @classmethod
-    def _pipeline_job(cls, value: dict[str, Any]) -> dict[str, Any]:
-        why = "runonce names the pipeline job from the run (pipelineJobId)"
-        refuse_fields(value, dict.fromkeys(OUTPUT_ONLY, why), "pipeline_job")
-        if not value.get("pipelineSpec") and not value.get("templateUri"):
-            raise config_error("pipeline_job needs pipelineSpec (a compiled pipeline) or templateUri")
-        mapping_at(value, "pipelineSpec", "pipeline_job")
-        mapping_at(value, "runtimeConfig.parameterValues", "pipeline_job")
-        check_route_labels(value, "labels", "pipeline_job")
-        return value
-
     @model_validator(mode="after")
-    def _parameters_left_to_runonce(self) -> VertexPipelineJobTargetConfig:
-        given = mapping_at(self.pipeline_job, "runtimeConfig.parameterValues", "pipeline_job")
-        refuse_mapped_parameters(self.run_parameters, given, "pipeline_job.runtimeConfig.parameterValues")
-        check_route(VertexPipelineJobTarget, self)
+    def _against_the_api(self) -> VertexPipelineJobTargetConfig:
+        why = "runonce names the pipeline job from the run (pipelineJobId)"
+        check_preset(VertexPipelineJobTarget, self, dict.fromkeys(OUTPUT_ONLY, why), "labels", self._check_job)
         return self
+
+    def _check_job(self, job: dict[str, Any]) -> None:
+        if not job.get("pipelineSpec") and not job.get("templateUri"):
+            raise config_error("pipeline_job needs pipelineSpec (a compiled pipeline) or templateUri")
+        given = (job.get("runtimeConfig") or {}).get("parameterValues") or {}
+        refuse_mapped_parameters(self.run_parameters, given, "pipeline_job.runtimeConfig.parameterValues")
 
 
 class VertexPipelineJobTarget(RunNamedPreset[VertexPipelineJobTargetConfig]):
@@ -82,9 +73,8 @@ class VertexPipelineJobTarget(RunNamedPreset[VertexPipelineJobTargetConfig]):
         "state", running=frozenset({"PIPELINE_STATE_QUEUED", "PIPELINE_STATE_PENDING", "PIPELINE_STATE_RUNNING"})
     )
     BODY_FIELD = ("", "pipeline_job")
-
-    def default_endpoint(self) -> str:
-        return DEFAULT_ENDPOINT.format(location=self.config.location)
+    BODY_SCHEMA = "GoogleCloudAiplatformV1PipelineJob"
+    REGIONAL_ENDPOINT = "https://{location}-aiplatform.googleapis.com"
 
     def body(self, request: DispatchRequest) -> dict[str, Any]:
         """The route's PipelineJob with the label, and the run's identity in the mapped parameters."""
@@ -97,19 +87,12 @@ class VertexPipelineJobTarget(RunNamedPreset[VertexPipelineJobTargetConfig]):
         return job
 
 
-TARGET = TargetType(
-    name="vertex_pipeline_job",
-    config=VertexPipelineJobTargetConfig,
-    adapter=VertexPipelineJobTarget,
-    build=VertexPipelineJobTarget.build,
-    endpoint="aiplatform",
-    resource_field="project",
-    grants=(
-        # pipelineJobs.create and .get in the project.
-        Grant("roles/aiplatform.user", on="project"),
-        # The pipeline runs as its service account: creating it needs actAs on it.
-        Grant("roles/iam.serviceAccountUser", on="service-account", field="pipeline_job.serviceAccount"),
-    ),
-    takes_payload=False,  # its workload is the route's: no delivery body
-    event_payload="none",
+TARGET = preset_type(
+    VertexPipelineJobTargetConfig,
+    VertexPipelineJobTarget,
+    "aiplatform",
+    # pipelineJobs.create and .get in the project.
+    Grant("roles/aiplatform.user", on="project"),
+    # The pipeline runs as its service account: creating it needs actAs on it.
+    act_as("pipeline_job.serviceAccount"),
 )

@@ -14,12 +14,11 @@ import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic_core import PydanticCustomError
 
 from runonce.targets.base import DispatchRequest, TargetFailed
 from runonce.targets.engine import Call, GoogleEngineTarget, Listing, Running
 from runonce.targets.google import RUN_ID_LABEL, check_labels, resource_name_problem, run_id_label
-from runonce.targets.presets import check_route
+from runonce.targets.presets import check_route, config_error
 from runonce.targets.registry import Grant, TargetType
 
 FINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
@@ -49,18 +48,14 @@ class WorkflowsTargetConfig(BaseModel):
             "workflow ID must be 1-64 characters of A-Z a-z 0-9 _ -, starting with a letter",
         )
         if problem:
-            raise PydanticCustomError("resource_name", "{problem}", {"problem": problem})
+            raise config_error(problem)
         return value
 
     @field_validator("key_field")
     @classmethod
     def _key_field(cls, value: str) -> str:
         if not re.fullmatch(ARGUMENT_KEY_PATTERN, value) or value == "runonce":
-            raise PydanticCustomError(
-                "key_field",
-                "must be an identifier ([A-Za-z_][A-Za-z0-9_]*) other than 'runonce' (got {value})",
-                {"value": repr(value)},
-            )
+            raise config_error(f"must be an identifier ([A-Za-z_][A-Za-z0-9_]*) other than 'runonce' (got {value!r})")
         return value
 
     @field_validator("labels")

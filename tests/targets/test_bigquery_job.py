@@ -20,6 +20,7 @@ from tests.fakes.bigquery import GET, INSERT, FakeBigQuery
 from tests.fakes.metadata import FakeMetadataServer, MetadataTokenAuth
 
 PROJECT = "runonce-test"
+TABLE = {"projectId": PROJECT, "datasetId": "sales", "tableId": "daily"}
 QUERY = {"query": {"query": "MERGE t USING s ON t.day = DATE(@schedule_time) WHEN NOT MATCHED THEN INSERT ROW"}}
 
 
@@ -84,8 +85,14 @@ VALID = {"project": PROJECT, "location": "US", "configuration": QUERY}
         ({"project": "Bad_Project"}, "field 'target.project': must be a project ID"),
         ({"location": "mars"}, "field 'target.location': must be a BigQuery location"),
         ({"configuration": {}}, "must hold exactly one of query, load, extract, copy (got none)"),
-        ({"configuration": {**QUERY, "copy": {}}}, "exactly one of query, load, extract, copy (got query, copy)"),
-        ({"configuration": {"query": "SELECT 1"}}, "configuration.query must be a mapping"),
+        (
+            {"configuration": {**QUERY, "copy": {"sourceTables": [TABLE], "destinationTable": TABLE}}},
+            "exactly one of query, load, extract, copy (got query, copy)",
+        ),
+        (
+            {"configuration": {"query": "SELECT 1"}},
+            'configuration.query: expected an object (JobConfigurationQuery), got str "SELECT 1"',
+        ),
         ({"configuration": {"query": {"query": " "}}}, "the SQL text in 'query'"),
         (
             {"configuration": {"query": {**QUERY["query"], "useLegacySql": True}}},

@@ -118,12 +118,12 @@ MISTAKES = [
     *[(kind, "schedule", "daily", "field 'target.schedule': Extra inputs are not permitted") for kind in TYPES],
     # batch_job
     ("batch_job", "job.name", "mine", "job.name: runonce names the job from the run (jobId)"),
-    ("batch_job", "job.taskGroups", None, "job.taskGroups must be a non-empty list of task groups"),
+    ("batch_job", "job.taskGroups", None, "job.taskGroups: required by Job"),
     ("batch_job", "job.taskGroups", [], "job.taskGroups must be a non-empty list"),
-    ("batch_job", "job.taskGroups", ["x"], "job.taskGroups[0] must be a mapping"),
-    ("batch_job", f"{GROUP}.taskSpec", None, "job.taskGroups[0].taskSpec must be a mapping"),
+    ("batch_job", "job.taskGroups", ["x"], 'job.taskGroups[0]: expected an object (TaskGroup), got str "x"'),
+    ("batch_job", f"{GROUP}.taskSpec", None, "job.taskGroups[0].taskSpec: required by TaskGroup"),
     ("batch_job", f"{GROUP}.taskSpec.runnables", [], "taskSpec.runnables must be a non-empty list of runnables"),
-    ("batch_job", f"{GROUP}.taskSpec.runnables", ["echo"], "taskSpec.runnables must be a non-empty list"),
+    ("batch_job", f"{GROUP}.taskSpec.runnables", ["echo"], "taskSpec.runnables[0]: expected an object (Runnable)"),
     (
         "batch_job",
         f"{GROUP}.taskSpec.environment",
@@ -148,20 +148,40 @@ MISTAKES = [
         [{"variables": {}}, {"variables": {"RUNONCE_RUN_ID": "x"}}],
         "job.taskGroups[0].taskEnvironments[1].variables: RUNONCE_RUN_ID is set by runonce",
     ),
-    ("batch_job", f"{GROUP}.taskEnvironments", {"variables": {}}, "job.taskGroups[0].taskEnvironments must be a list"),
-    ("batch_job", f"{GROUP}.taskSpec.environment", "A=1", "taskSpec.environment must be a mapping"),
-    ("batch_job", f"{GROUP}.taskSpec.environment", {"variables": ["A=1"]}, "environment.variables must be a mapping"),
-    ("batch_job", "job.allocationPolicy", "spot", "allocationPolicy must be a mapping"),
+    (
+        "batch_job",
+        f"{GROUP}.taskEnvironments",
+        {"variables": {}},
+        "job.taskGroups[0].taskEnvironments: expected an array, got dict",
+    ),
+    ("batch_job", f"{GROUP}.taskSpec.environment", "A=1", "taskSpec.environment: expected an object (Environment)"),
+    (
+        "batch_job",
+        f"{GROUP}.taskSpec.environment",
+        {"variables": ["A=1"]},
+        "environment.variables: expected an object (object), got list",
+    ),
+    (
+        "batch_job",
+        "job.allocationPolicy",
+        "spot",
+        'job.allocationPolicy: expected an object (AllocationPolicy), got str "spot"',
+    ),
     ("batch_job", "job.labels", {"runonce-run-id": "x"}, "label 'runonce-run-id' is set by runonce itself"),
     ("batch_job", "job.labels", {"Team": "x"}, "label key 'Team'"),
-    ("batch_job", "job.labels", "team", "labels must be a mapping"),
+    ("batch_job", "job.labels", "team", 'job.labels: expected an object (object), got str "team"'),
     ("batch_job", "job", ["x"], "field 'target.job': Input should be a valid dictionary"),
     # dataflow_flex_template
     ("dataflow_flex_template", "launch_parameter.jobName", "mine", "launch_parameter.jobName: runonce names the job"),
     ("dataflow_flex_template", "launch_parameter.update", True, "launch_parameter.update: updating a running"),
     ("dataflow_flex_template", "launch_parameter.transformNameMappings", {"a": "b"}, "it applies to updates only"),
     ("dataflow_flex_template", "launch_parameter.containerSpecGcsPath", None, "needs containerSpecGcsPath"),
-    ("dataflow_flex_template", "launch_parameter.parameters", ["x"], "parameters must be a mapping"),
+    (
+        "dataflow_flex_template",
+        "launch_parameter.parameters",
+        ["x"],
+        "parameters: expected an object (object), got list",
+    ),
     (
         "dataflow_flex_template",
         "launch_parameter.environment.additionalUserLabels",
@@ -191,7 +211,12 @@ MISTAKES = [
     ("dataproc_batch", "batch.state", "RUNNING", "batch.state: runonce names the batch"),
     ("dataproc_batch", "batch.pysparkBatch", None, "exactly one workload of pysparkBatch, sparkBatch"),
     ("dataproc_batch", "batch.sparkBatch", {"mainClass": "Etl"}, "(got pysparkBatch, sparkBatch)"),
-    ("dataproc_batch", "batch.pysparkBatch", "etl.py", "pysparkBatch must be a mapping"),
+    (
+        "dataproc_batch",
+        "batch.pysparkBatch",
+        "etl.py",
+        "batch.pysparkBatch: expected an object (PySparkBatch), got str",
+    ),
     (
         "dataproc_batch",
         "batch.runtimeConfig.properties",
@@ -204,7 +229,12 @@ MISTAKES = [
         {"spark.dataproc.driverEnv.RUNONCE_SCHEDULE_TIME": "x"},
         "spark.dataproc.driverEnv.RUNONCE_SCHEDULE_TIME is set by runonce",
     ),
-    ("dataproc_batch", "batch.runtimeConfig.properties", ["a"], "runtimeConfig.properties must be a mapping"),
+    (
+        "dataproc_batch",
+        "batch.runtimeConfig.properties",
+        ["a"],
+        "batch.runtimeConfig.properties: expected an object (object), got list",
+    ),
     ("dataproc_batch", "batch.labels", {"runonce-run-id": "x"}, "label 'runonce-run-id' is set by runonce itself"),
     # vertex_pipeline_job
     ("vertex_pipeline_job", "pipeline_job.name", "mine", "pipeline_job.name: runonce names the pipeline job"),
@@ -214,7 +244,12 @@ MISTAKES = [
         None,
         "needs pipelineSpec (a compiled pipeline) or templateUri",
     ),
-    ("vertex_pipeline_job", "pipeline_job.pipelineSpec", "spec.json", "pipeline_job.pipelineSpec must be a mapping"),
+    (
+        "vertex_pipeline_job",
+        "pipeline_job.pipelineSpec",
+        "spec.json",
+        'pipeline_job.pipelineSpec: expected an object (object), got str "spec.json"',
+    ),
     (
         "vertex_pipeline_job",
         "pipeline_job.runtimeConfig.parameterValues",
@@ -578,7 +613,7 @@ def test_each_example_routes_file_passes_lint_and_holds_the_apis_own_shape(kind:
     result = CliRunner().invoke(main, ["lint", str(bad)], catch_exceptions=False)
     assert result.exit_code == 1, result.output
     [line] = [line for line in result.output.splitlines() if "error:" in line]
-    assert f"route 'r': field 'target.{workload}': {workload}.{handle}: runonce names the" in line
+    assert f"route 'r': field 'target': {workload}.{handle}: runonce names the" in line
 
 
 # --- the fakes are as strict as the APIs' descriptions ---------------------------------------------
@@ -730,21 +765,36 @@ def test_run_parameters_take_any_identifier_for_a_parameter_name() -> None:
 
 MORE_MISTAKES = [
     # a mapping the route gives as something else, at any depth of its path
-    ("batch_job", "job.labels", ["team"], "job.labels must be a mapping"),
+    (
+        "batch_job",
+        "job.labels",
+        ["team"],
+        'job.labels: expected an object (object), got list ["team"]',
+    ),
     (
         "dataflow_flex_template",
         "launch_parameter.environment.additionalUserLabels",
         ["team"],
-        "launch_parameter.environment.additionalUserLabels must be a mapping",
+        'launch_parameter.environment.additionalUserLabels: expected an object (object), got list ["team"]',
     ),
     (
         "dataflow_flex_template",
         "launch_parameter.environment",
         "maxWorkers=4",
-        "launch_parameter.environment must be a mapping",
+        'launch_parameter.environment: expected an object (FlexTemplateRuntimeEnvironment), got str "maxWorkers=4"',
     ),
-    ("dataproc_batch", "batch.runtimeConfig", ["x"], "batch.runtimeConfig must be a mapping"),
-    ("vertex_pipeline_job", "pipeline_job.runtimeConfig", "gs://out/", "pipeline_job.runtimeConfig must be a mapping"),
+    (
+        "dataproc_batch",
+        "batch.runtimeConfig",
+        ["x"],
+        'batch.runtimeConfig: expected an object (RuntimeConfig), got list ["x"]',
+    ),
+    (
+        "vertex_pipeline_job",
+        "pipeline_job.runtimeConfig",
+        "gs://out/",
+        'pipeline_job.runtimeConfig: expected an object (GoogleCloudAiplatformV1PipelineJobRuntimeConfig), got str "gs://out/"',
+    ),
     # run_parameters
     *[
         (
