@@ -16,8 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
-import yaml
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests" / "deploy"), str(REPO)]
@@ -25,27 +24,14 @@ sys.path[:0] = [str(REPO / "tests" / "deploy"), str(REPO)]
 from deploy_image import RUN_FLAGS, build, remove_container, wait_healthy  # noqa: E402
 from deploy_tools import tool  # noqa: E402
 
+from bench.bench_targets import TYPES, example_block  # noqa: E402
 from tests.support.procs import free_port  # noqa: E402
-
-GOOGLE_TARGETS = (
-    "batch_job",
-    "bigquery_job",
-    "cloud_build_trigger",
-    "cloud_run_job",
-    "cloud_tasks_task",
-    "dataflow_flex_template",
-    "dataproc_batch",
-    "vertex_pipeline_job",
-    "workflows",
-)
 
 
 def route_sets() -> dict[str, str]:
     """RUNONCE_ROUTES for each variant: the demo `log` route, and it with a route of each Google type."""
-    routes = {"demo": {"target": {"type": "log"}}}
-    for kind in GOOGLE_TARGETS:
-        found = yaml.safe_load((REPO / "examples" / f"{kind}.yaml").read_text())["routes"]
-        routes[kind] = {"target": next(iter(found.values()))["target"]}
+    routes: dict[str, Any] = {"demo": {"target": {"type": "log"}}}
+    routes |= {kind: {"target": example_block(kind)} for kind in TYPES}
     return {"log": json.dumps({"routes": {"demo": routes["demo"]}}), "google": json.dumps({"routes": routes})}
 
 
