@@ -70,7 +70,7 @@ def with_label(labels: dict[str, str] | None, run_id: str) -> dict[str, str]:
     return {**(labels or {}), RUN_ID_LABEL: run_id_label(run_id)}
 
 
-def act_as(field: str) -> Grant:
+def act_as(field: str) -> Grant:  # pragma: no mutate block - runs at import, in every CLI subprocess too
     """actAs on the service account the route's workload runs as (the dotted config `field`):
     creating a workload that runs as an account needs it."""
     return Grant("roles/iam.serviceAccountUser", on="service-account", field=field)
@@ -78,7 +78,7 @@ def act_as(field: str) -> Grant:
 
 def preset_type(
     config: type[BaseModel], adapter: type[GoogleEngineTarget[Any]], endpoint: str, *grants: Grant
-) -> TargetType:
+) -> TargetType:  # pragma: no mutate block - runs at import, in every CLI subprocess too
     """The registry entry of a preset whose workload is the route's alone, in the route's
     `project`: no delivery body reaches it, and an event route sends none."""
     return TargetType(
