@@ -23,11 +23,16 @@ lint: $(VENV)/.installed ## Lint, format, types and the layers' import contract 
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
+# The test runs keep compiled modules, and pytest's rewritten test modules (a third of each worker's
+# start), even where PYTHONDONTWRITEBYTECODE is set: in the venv, not beside the sources.
+BYTECODE := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV)/pycache
+
 # In-process tests only (SQLite and memory stores, the app in-process): no emulator, redis-server,
-# gcloud, podman or root. Tests that need one are marked `services` (tests/conftest.py does it for
-# the store fixtures' users); one that starts a service unmarked fails here, naming the marker.
+# gcloud, podman or root, and no child process. Tests that need one are marked `services` (tests/conftest.py
+# does it for the store fixtures' users) or `subprocess`; one that starts either unmarked fails here,
+# naming the marker.
 test-fast: $(VENV)/.installed ## The in-process suite in about a minute (on every core: pytest-xdist), with nothing but the venv.
-	RUNONCE_TESTS_IN_PROCESS_ONLY=1 $(BIN)/pytest -q -p no:cacheprovider -m "not deploy and not e2e and not services" \
+	$(BYTECODE) RUNONCE_TESTS_IN_PROCESS_ONLY=1 $(BIN)/pytest -q -p no:cacheprovider -m "not deploy and not e2e and not services and not subprocess" \
 		--ignore=tests/sim -n auto $(PYTEST_ARGS)
 
 # Two pytest-xdist workers: most of the service's tests wait (on leases, servers, emulators), so two
@@ -35,7 +40,7 @@ test-fast: $(VENV)/.installed ## The in-process suite in about a minute (on ever
 CORE_WORKERS ?= 2
 
 test-core: $(VENV)/.installed $(TASKS_EMULATOR) redis-server ## The service's tests (start their own Firestore, Spanner and Cloud Tasks emulators and redis-server).
-	$(BIN)/pytest -n $(CORE_WORKERS) $(PYTEST_ARGS)
+	$(BYTECODE) $(BIN)/pytest -n $(CORE_WORKERS) $(PYTEST_ARGS)
 
 test-deploy: $(VENV)/.installed ## Image, deploy scripts and Terraform, checked offline (installs its tools).
 	.ci/deploy-checks
@@ -63,7 +68,7 @@ discovery: $(VENV)/.installed ## Regenerate the discovery documents google_api r
 # Mutation testing (CONTRIBUTING.md): by hand before a change to the core lands, not in CI.
 # `make mutate MUTANTS='runonce.run.delivery*'` runs one module's mutants while iterating.
 MUTANTS ?=
-IN_PROCESS := -p no:cacheprovider -m "not deploy and not e2e" -k "not firestore" --ignore=tests/sim --ignore=tests/guard
+IN_PROCESS := -p no:cacheprovider -m "not deploy and not e2e and not subprocess" -k "not firestore" --ignore=tests/sim --ignore=tests/guard
 mutate: $(VENV)/.installed $(VENV)/.mutate-installed redis-server ## Mutation score of the exactly-once core (~30 min on 2 cores).
 	$(BIN)/pytest -q $(IN_PROCESS)
 	rm -rf mutants  # a fresh run: mutmut maps tests to functions once, new tests would go unseen

@@ -5,6 +5,7 @@ Fixtures only: the helpers they use, and that test modules import, live in tests
 from __future__ import annotations
 
 import os
+import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ from tests.fakes.google_api import LIVE_FAKES
 from tests.support import oidc
 from tests.support.backends import Server, create_spanner_database, start_redis, start_spanner_emulator
 from tests.support.clock import Clock
-from tests.support.procs import FirestoreEmulator, start_firestore_emulator
+from tests.support.procs import IN_PROCESS_ONLY, FirestoreEmulator, start_firestore_emulator
 from tests.support.stores import STORE_KINDS, STORE_SERVERS, firestore_store, redis_url, spanner_table_url, with_server
 
 if TYPE_CHECKING:
@@ -42,6 +43,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         served = any(isinstance(value, str) and value in STORE_SERVERS for value in params)
         if served or SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.services)
+
+
+@pytest.fixture(autouse=True)
+def in_process_only(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under `make test-fast`, a test that runs a command as a child process (runonce's CLI, the
+    guard, git, make, a reference parser) and is not marked `subprocess` fails, naming the marker:
+    the fast subset stays in-process as tests are added, and mutation testing (which cannot see into
+    a child) leaves out the same tests."""
+    if not os.environ.get(IN_PROCESS_ONLY) or request.node.get_closest_marker("subprocess"):
+        return
+
+    def refuse(self: subprocess.Popen[bytes], args: object, *rest: object, **options: object) -> None:
+        raise RuntimeError(
+            f"this test runs {args!r} as a child process, and `make test-fast` runs in-process tests only: "
+            "mark it @pytest.mark.subprocess"
+        )
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
 
 
 def recorded_violations() -> list[str]:

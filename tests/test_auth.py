@@ -98,6 +98,7 @@ UVICORN_FACTORY = ["-m", "uvicorn", "--factory", "runonce.api.main:app_from_envi
 NONE_ON_CLOUD_RUN = {"RUNONCE_AUTH": "none", "K_SERVICE": "runonce"}
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     "entry_point, env, message",
     [

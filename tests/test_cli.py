@@ -331,6 +331,7 @@ def run_cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProce
     )
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("args", [("serve", "--port", "0"), ("runs", "list"), ("runs", "show", "0" * 64)])
 def test_firestore_without_credentials_says_how_to_fix_it_in_one_line(tmp_path: Path, args: tuple[str, ...]) -> None:
     done = run_cli(tmp_path, *args, RUNONCE_STORE="firestore")
@@ -339,6 +340,7 @@ def test_firestore_without_credentials_says_how_to_fix_it_in_one_line(tmp_path: 
     assert "gcloud auth application-default login" in done.stderr and "FIRESTORE_EMULATOR_HOST" in done.stderr
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("port", ["abc", "70000", "-1"])
 def test_a_bad_port_variable_is_one_line(tmp_path: Path, port: str) -> None:
     done = run_cli(tmp_path, "serve", PORT=port, RUNONCE_STORE=f"sqlite:///{tmp_path / 'runs.db'}")

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.procs import REPO
 
 START_UP = """
@@ -80,6 +82,7 @@ def google_clients(modules: set[str]) -> set[str]:
     }
 
 
+@pytest.mark.subprocess
 def test_the_commands_that_do_not_serve_start_without_the_web_app() -> None:
     """`runonce lint`, `key`, `schedule next` and the runs commands import runonce/cli.py, not the
     web app, the callers' auth, the missed-runs code or Google's auth: cli.py defers those imports
@@ -92,6 +95,7 @@ def test_the_commands_that_do_not_serve_start_without_the_web_app() -> None:
     assert sorted(m for m in loaded if m.startswith(deferred)) == []
 
 
+@pytest.mark.subprocess
 def test_http_and_log_routes_on_sqlite_load_no_google_client(tmp_path: Path) -> None:
     modules = modules_after_start_up(
         tmp_path,
@@ -103,6 +107,7 @@ def test_http_and_log_routes_on_sqlite_load_no_google_client(tmp_path: Path) -> 
     assert google_clients(modules) == set()
 
 
+@pytest.mark.subprocess
 def test_a_workflows_route_calls_rest_and_loads_no_google_client_at_start_up(tmp_path: Path) -> None:
     """Every Google target calls REST through the one engine over the shared HTTP client: a
     workflows route loads no gRPC and no generated client; its discovery document is read at
@@ -119,6 +124,7 @@ def test_a_workflows_route_calls_rest_and_loads_no_google_client_at_start_up(tmp
     assert "runonce.targets.engine" in modules
 
 
+@pytest.mark.subprocess
 def test_on_cloud_run_with_oidc_start_up_loads_the_ca_bundle_once(tmp_path: Path) -> None:
     """The OIDC certificates' client and the metadata server's share one TLS context: each more
     would load the CA bundle again (20-30 ms of CPU each)."""

@@ -178,6 +178,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.subprocess
 def test_the_site_builds_strictly_with_every_page(site: Path) -> None:
     pages = {str(path.relative_to(REPO / "docs").with_suffix("")) for path in (REPO / "docs").rglob("*.md")}
     built = {str(path.relative_to(site).with_suffix("")) for path in site.rglob("*.html") if path.name != "404.html"}

@@ -218,6 +218,7 @@ def _as_run(statement: Statement, workdir: Path) -> str:
     return text
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("statement", RUNONCE, ids=_ids(RUNONCE))
 def test_each_runonce_command_shown_runs_as_written(statement: Statement, workdir: Path) -> None:
     command = _as_run(statement, workdir)
@@ -238,6 +239,7 @@ def test_each_runonce_command_shown_runs_as_written(statement: Statement, workdi
 MAKE = [s for s in STATEMENTS if s.command == "make"]
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("statement", MAKE, ids=_ids(MAKE))
 def test_each_make_command_shown_names_a_target_whose_recipe_expands(statement: Statement) -> None:
     words = statement.words
@@ -270,6 +272,7 @@ def test_each_curl_shown_answers_as_the_page_says(statement: Statement, tmp_path
     assert '"target":{"type":"log"' in first  # as the comment under it shows
 
 
+@pytest.mark.subprocess
 def test_the_sed_that_reads_the_version_prints_it(workdir: Path) -> None:
     from runonce import __version__
 

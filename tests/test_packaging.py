@@ -9,9 +9,12 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.subprocess
 def test_the_wheel_holds_the_runonce_package_and_its_store_url_reading_and_its_console_script(tmp_path: Path) -> None:
     source = tmp_path / "source"
     source.mkdir()

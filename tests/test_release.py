@@ -112,6 +112,7 @@ def test_a_development_version_is_a_dev_release_above_the_current_one(
     assert _carried(root) == {release.current_version(REPO)}
 
 
+@pytest.mark.subprocess
 def test_the_script_prints_the_next_steps_and_refuses_in_one_line(tmp_path: Path) -> None:
     root = _copy(tmp_path)
     script = [sys.executable, str(REPO / "scripts" / "release.py")]
@@ -163,6 +164,7 @@ def test_each_page_with_the_placeholder_says_what_to_put_there() -> None:
         assert re.search(r"<TAG-OR-COMMIT>`?[^\n]*\b(tag|commit)\b", text), page
 
 
+@pytest.mark.subprocess
 def test_the_pin_check_catches_a_tag_that_does_not_exist() -> None:
     assert not _is_ref("v0.0.0-no-such-tag") and _is_ref("HEAD")
     sample = 'source = "git::https://h/o/runonce.git//terraform?ref=v9.9.9"\npip install "g @ git+https://h/o/runonce.git@v9.9.9#subdirectory=guard"'

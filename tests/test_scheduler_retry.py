@@ -63,6 +63,7 @@ def test_from_job_names_the_bad_field() -> None:
         RetryConfig.from_job({"retryConfig": {"retryCount": -1}})
 
 
+@pytest.mark.subprocess
 def test_the_deploy_scripts_entry_point_prints_retries_and_both_bounds() -> None:
     """deploy/lib/common.sh runs the file with a bare python3: no install, standard library only."""
     result = subprocess.run(

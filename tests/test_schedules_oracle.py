@@ -18,7 +18,6 @@ expectations in test_schedules.py and, for groc, against Google's evaluator here
 
 from __future__ import annotations
 
-import os
 import random
 from datetime import UTC, datetime, timedelta
 
@@ -28,7 +27,6 @@ from cronsim import CronSim
 from runonce.schedules import ScheduleError, get_zone, parse_schedule
 from runonce.schedules.zones import timeline, to_instant
 from tests.support.groc_oracle import run_oracle
-from tests.support.procs import IN_PROCESS_ONLY
 
 ZONES = [
     "America/New_York",
@@ -176,11 +174,11 @@ def _starts(rng: random.Random, zone_name: str, count: int) -> list[int]:
     return starts
 
 
-GROC_SHARDS = 1 if os.environ.get(IN_PROCESS_ONLY) else 3
-"""Google's evaluator takes about 4 s of CPU per shard of 600 cases: `make test-fast` compares one
-shard, `make test` all three."""
+GROC_SHARDS = 3
+"""Google's evaluator takes about 4 s of CPU per shard of 600 cases: a shard a test, so two workers share them."""
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("shard", range(GROC_SHARDS))
 def test_groc_matches_googles_evaluator(shard: int) -> None:
     rng = random.Random(20260308 + shard)
@@ -240,6 +238,7 @@ MUTATIONS = [
 ]
 
 
+@pytest.mark.subprocess
 def test_groc_accepts_and_rejects_like_googles_parser() -> None:
     rng = random.Random(7)
     texts = [rng.choice(MUTATIONS)(generate_groc(rng), rng) for _ in range(400)]

@@ -68,6 +68,7 @@ def test_the_defaults_and_the_suites_settings_pass(values: dict) -> None:
     assert isinstance(load_settings(**values), Settings)
 
 
+@pytest.mark.subprocess
 def test_serve_refuses_overlapping_settings_in_one_line(tmp_path) -> None:
     """In a subprocess with a deadline: a `serve` that wrongly starts must fail the test, not hang it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RUNONCE_")}

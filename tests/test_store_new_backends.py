@@ -78,6 +78,7 @@ def test_store_urls_carry_the_backend_options() -> None:
     assert (parsed.tls, parsed.ca_file, parsed.wait_replicas) == (True, "/ca.pem", 2)
 
 
+@pytest.mark.subprocess
 def test_the_service_does_not_import_optional_drivers() -> None:
     """Cold start: a store never configured costs nothing."""
     code = (

@@ -33,6 +33,7 @@ def no_traceback(done: subprocess.CompletedProcess[str]) -> None:
     assert len(lines) == 1, done.stderr
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("raw", BAD_SECONDS)
 @pytest.mark.parametrize(
     "name", ["RUNONCE_LEASE_SECONDS", "RUNONCE_RETENTION_SECONDS", "RUNONCE_STORE_TIMEOUT_SECONDS"]
@@ -47,6 +48,7 @@ def test_a_bad_duration_setting_is_a_configuration_error(tmp_path: Path, name: s
     assert not log.exists()
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("raw", BAD_SECONDS)
 def test_a_bad_duration_flag_is_a_usage_error(tmp_path: Path, raw: str) -> None:
     log = tmp_path / "effects"
@@ -60,6 +62,7 @@ def test_a_bad_duration_flag_is_a_usage_error(tmp_path: Path, raw: str) -> None:
     assert not log.exists()
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     ("variable", "value", "says"),
     [
@@ -83,6 +86,7 @@ def test_a_malformed_setting_is_a_configuration_error(tmp_path: Path, variable: 
     assert not log.exists()
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     "args",
     [
@@ -100,6 +104,7 @@ def test_usage_errors_exit_64(args: list[str]) -> None:
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     ("args", "says"),
     [
@@ -149,6 +154,7 @@ def closed_port() -> str:
         return f"127.0.0.1:{probe.getsockname()[1]}"  # closed again when the probe is
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("store", ["refused", "silent"])
 def test_an_unreachable_store_fails_within_the_store_timeout(tmp_path: Path, store: str, silent_listener: str) -> None:
     """The Firestore client's own retry would keep trying for 60 s whatever the timeout says."""

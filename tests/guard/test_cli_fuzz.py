@@ -21,6 +21,7 @@ import random
 from collections import Counter
 from unittest import mock
 
+import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
@@ -129,6 +130,7 @@ def argvs(draw: st.DrawFn) -> list[str]:
     return argv
 
 
+@pytest.mark.subprocess
 def test_the_guard_exits_with_its_codes_in_one_line_and_never_shows_the_password() -> None:
     print(f"\nguard fuzz: RUNONCE_FUZZ_GUARD_SEED={SEED} RUNONCE_FUZZ_GUARD_EXAMPLES={EXAMPLES}")
     codes: Counter[int] = Counter()

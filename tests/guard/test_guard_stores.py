@@ -73,6 +73,7 @@ def test_the_guard_reads_redis_urls_as_the_server_does(url: str) -> None:
         assert vars(guard) == vars(server)
 
 
+@pytest.mark.subprocess
 def test_a_bad_store_url_never_echoes_its_password() -> None:
     done = subprocess.run(
         [WRAPPER, "run", "--step", "x", "--", "true"],

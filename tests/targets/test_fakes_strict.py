@@ -144,6 +144,7 @@ def test_starts_clean(fake):
 """
 
 
+@pytest.mark.subprocess
 def test_a_recorded_violation_fails_its_test_and_the_next_test_starts_clean(tmp_path: Path) -> None:
     (tmp_path / "test_inner.py").write_text(textwrap.dedent(INNER))
     result = subprocess.run(
