@@ -34,6 +34,7 @@ import hashlib
 import re
 import uuid
 from typing import Any, Literal
+from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -41,7 +42,7 @@ from pydantic_core import PydanticCustomError
 
 from runonce.targets.base import DispatchRequest, TargetFailed, TargetOutcomeUnknown
 from runonce.targets.endpoints import endpoint_problem
-from runonce.targets.engine import Call, GoogleEngineTarget, Running, wire
+from runonce.targets.engine import Call, GoogleEngineTarget, Running, build_path, wire
 from runonce.targets.google import GoogleAuth
 from runonce.targets.google_api_discovery import (
     ApiDocument,
@@ -144,6 +145,13 @@ def expand(value: Any, run_id: str, schedule_time: str | None) -> Any:
 def _check_placeholders(value: Any, where: str) -> None:
     if isinstance(value, dict):
         for key, item in value.items():
+            if isinstance(key, str) and PLACEHOLDER.search(key):
+                raise _error(
+                    "{where}: the key {key} holds a placeholder; runonce fills them in values only (keys are sent "
+                    "as written)",
+                    where=where,
+                    key=repr(key),
+                )
             _check_placeholders(item, f"{where}.{key}")
     elif isinstance(value, list):
         for index, item in enumerate(value):
@@ -318,8 +326,17 @@ class GoogleApiTargetConfig(BaseModel):
     @classmethod
     def _body(cls, value: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
         document, method = _document(info), _method_of(info)
-        if document is None or method is None or value is None:
+        if document is None or method is None:
             return value
+        if value is None:
+            if method.request is None:
+                return value
+            raise _error(
+                "body: is empty (null); {method} takes a {request} object: give its fields, or remove the key "
+                "(an empty key in YAML is null)",
+                method=method.id,
+                request=method.request,
+            )
         if method.request is None:
             raise _error("{method} takes no request body", method=method.id)
         _check_placeholders(value, "body")
@@ -420,16 +437,39 @@ def check_handles(
     filled = [h for h in handles if carries_run(value_at(params, body, h))]
     if not filled:
         raise _error("{problem}", problem=_no_handle(document, method, handles, params, body))
+    for handle in handles:
+        value = value_at(params, body, handle)
+        if value is not None and handle not in filled:
+            raise _error(
+                "{path}: {value} does not tell runs apart, so {method} would take every run after the first for a "
+                "retry of it and start nothing; fill it from the run ({placeholders}) or leave it out",
+                path=handle.path,
+                value=repr(value),
+                method=method.id,
+                placeholders=f"${{run_id}}, ${{run_id:N}} with N >= {MIN_HANDLE_HEX}, or ${{run_uuid}}",
+            )
     for handle in filled:
         for sample in _samples(value_at(params, body, handle)):
             problem = id_problem(document.api, handle, wire(sample))
             if problem:
                 raise _error("{problem}", problem=problem)
+        collection = _collection_name(method, params)
+        if handle.kind == "resource name" and handle.where == "body" and collection is not None:
+            for name, parent in zip(_samples(value_at(params, body, handle)), _samples(collection), strict=True):
+                if wire(name).rsplit("/", 1)[0] != parent:
+                    raise _error(
+                        "{path}: {name} is not a name in {parent}, where {method} creates it ({parent}/ID)",
+                        path=handle.path,
+                        name=repr(wire(name)),
+                        parent=parent,
+                        method=method.id,
+                    )
     if reconcile is not None:
-        _check_reconcile_reads(method, handles, filled, params, body, reconcile)
+        _check_reconcile_reads(document, method, handles, filled, params, body, reconcile)
 
 
 def _check_reconcile_reads(
+    document: ApiDocument,
     method: ApiMethod,
     handles: list[Handle],
     filled: list[Handle],
@@ -437,13 +477,20 @@ def _check_reconcile_reads(
     body: dict[str, Any] | None,
     reconcile: ReconcileConfig,
 ) -> None:
-    """A reconcile read counts only when, for every sample run, one of its parameters names the
-    resource by the id the run filled (a path segment equal to it)."""
+    """A reconcile read counts only when, for every sample run, it GETs the very resource the call
+    creates: the path of the create's collection and the id the run filled (or the name the create
+    takes), in the same project, location and parent. A read elsewhere finds nothing after a lost
+    answer, or finds another resource."""
     named = [h for h in filled if h.names_resource]
-    reads = _samples([wire(v) for v in reconcile.params.values() if not isinstance(v, (dict, list))])
+    read = document.method(reconcile.method)
+    assert read is not None  # the reconcile validator ran
+    reads = [build_path(document, read, sample)[0] for sample in _samples(reconcile.params)]
     for handle in named:
-        ids = [wire(sample).rsplit("/", 1)[-1] for sample in _samples(value_at(params, body, handle))]
-        if all(any(run_id in _segments(read) for read in reads[index]) for index, run_id in enumerate(ids)):
+        created = [
+            _resource_path(document, method, sample_params, sample_body, handle)
+            for sample_params, sample_body in zip(_samples(params), _samples(body), strict=True)
+        ]
+        if reads == created:
             return
     resource_ids = [h for h in handles if h.names_resource]
     if named:
@@ -460,8 +507,32 @@ def _check_reconcile_reads(
     )
 
 
-def _segments(value: str) -> list[str]:
-    return value.split("/")
+def _resource_path(
+    document: ApiDocument, method: ApiMethod, params: dict[str, Any], body: dict[str, Any] | None, handle: Handle
+) -> str:
+    """The path (under the API's root) of the resource a create makes, with its params and body
+    as one run fills them: the create's own path when it takes the name there (`PUT v1/{+name}`),
+    else its collection's path and the resource's id."""
+    path = build_path(document, method, params)[0]
+    if handle.where == "params" and handle.field == "name":
+        return path
+    resource_id = wire(value_at(params, body, handle)).rsplit("/", 1)[-1]
+    return f"{path}/{quote(resource_id, safe='')}"
+
+
+def _collection_name(method: ApiMethod, params: dict[str, Any]) -> str | None:
+    """The name of the collection a create POSTs to (`projects/p/…/queues/q/tasks` of
+    `v2/{+parent}/tasks`): its path from the first parameter on, as the route fills it."""
+    start = method.path.find("{")
+    if start < 0 or method.http_method != "POST":
+        return None
+    name = method.path[start:]
+    for parameter in method.path_parameters():
+        value = params.get(parameter)
+        if not isinstance(value, str):
+            return None
+        name = name.replace(f"{{+{parameter}}}", value).replace(f"{{{parameter}}}", value)
+    return name
 
 
 def _no_handle(

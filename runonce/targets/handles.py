@@ -93,10 +93,13 @@ def handles_of(document: ApiDocument, method: ApiMethod) -> list[Handle]:
         for name, spec in method.parameters.items():
             if spec.get("location") == "query" and _is_resource_id(name, spec, collection):
                 handles.append(Handle("resource id", "params", name))
-        for name, field in request.items():
-            if name.endswith("Id") and field.get("resourceId") and not field.get("readOnly"):
-                handles.append(Handle("resource id", "body", name))
         singular = _singular(collection)
+        for name, field in request.items():
+            # Only the id of the resource the create makes: a create may name others it makes on the
+            # way (trainingPipelines.create's `modelId` names the uploaded Model, not the pipeline).
+            named_for_it = name[:-2].lower() == singular.lower()
+            if name.endswith("Id") and field.get("resourceId") and not field.get("readOnly") and named_for_it:
+                handles.append(Handle("resource id", "body", name))
         resource = _properties(document, (request.get(singular) or {}).get("$ref"))
         if resource.get("name", {}).get("resourceId") and not resource["name"].get("readOnly"):
             handles.append(Handle("resource name", "body", f"{singular}.name"))

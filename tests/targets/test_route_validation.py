@@ -67,6 +67,24 @@ def changed(target: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
     return result
 
 
+REGION = "us-central1"
+JOB_ID = "r${run_id:62}"
+JOB = f"{PARENT}/jobs/{JOB_ID}"
+TASK: dict[str, Any] = {
+    "type": "google_api",
+    "api": "cloudtasks.v2",
+    "method": "projects.locations.queues.tasks.create",
+    "params": {"parent": f"{PARENT}/queues/q"},
+    "body": {"task": {"name": f"{PARENT}/queues/q/tasks/t-${{run_id}}"}},
+}
+WRONG_READ = "reconcile.params: the read must find the resource the run's id names"
+
+
+def read_by(method: str, name: str) -> dict[str, Any]:
+    """BATCH with its reconcile read replaced by `method` of `name`."""
+    return changed(changed(BATCH, "reconcile.method", method), "reconcile.params.name", name)
+
+
 def routes_yaml(target: dict[str, Any]) -> str:
     return yaml.safe_dump({"routes": {"nightly": {"target": target}}}, allow_unicode=True)
 
@@ -279,6 +297,79 @@ CASES: dict[str, tuple[dict[str, Any], str, str]] = {
         "target",
         "reconcile.params: the read must find the resource the run's id names (its name built from the value of "
         "params.jobId (resource id))",
+    ),
+    "a client-chosen id that is the same for every run": (
+        changed(BATCH, "params.jobId", "nightly") | {"reconcile": None},
+        "target",
+        "params.jobId: 'nightly' does not tell runs apart, so batch.projects.locations.jobs.create would take every "
+        "run after the first for a retry of it and start nothing",
+    ),
+    "a requestId that is the same for every run": (
+        changed(BATCH, "params.requestId", "11111111-2222-4333-8444-555555555555"),
+        "target",
+        "params.requestId: '11111111-2222-4333-8444-555555555555' does not tell runs apart",
+    ),
+    "a handle holding too short a prefix of the run": (
+        changed(BATCH, "params.requestId", "r-${run_id:8}"),
+        "target",
+        "params.requestId: 'r-${run_id:8}' does not tell runs apart",
+    ),
+    "the id of another resource the create makes": (
+        {
+            "type": "google_api",
+            "api": "aiplatform.v1",
+            "method": "projects.locations.trainingPipelines.create",
+            "params": {"parent": PARENT},
+            "body": {
+                "displayName": "nightly",
+                "trainingTaskDefinition": "gs://my-bucket/task.yaml",
+                "trainingTaskInputs": {},
+                "modelId": "m${run_id:62}",
+            },
+        },
+        "target",
+        "no way to dedupe (body.modelId holds the run but aiplatform.projects.locations.trainingPipelines.create "
+        "does not dedupe on it)",
+    ),
+    **{
+        f"a reconcile read of {what}": (read_by(method, name), "target", WRONG_READ)
+        for what, method, name in [
+            (
+                "the id in another project",
+                "projects.locations.jobs.get",
+                f"projects/other/locations/{REGION}/jobs/{JOB_ID}",
+            ),
+            (
+                "the id in another location",
+                "projects.locations.jobs.get",
+                f"projects/my-project/locations/eu/jobs/{JOB_ID}",
+            ),
+            (
+                "a resource under the run's",
+                "projects.locations.jobs.taskGroups.tasks.get",
+                f"{JOB}/taskGroups/g/tasks/0",
+            ),
+            ("another collection", "projects.locations.operations.get", f"{PARENT}/operations/{JOB_ID}"),
+            ("a location named like the run", "projects.locations.get", f"projects/my-project/locations/{JOB_ID}"),
+        ]
+    },
+    **{
+        f"a task named {where}": (
+            changed(TASK, "body.task.name", name),
+            "target",
+            f"body.task.name: '{name.replace('${run_id}', '0' * 64)}' is not a name in {PARENT}/queues/q/tasks",
+        )
+        for where, name in [("in another queue", f"{PARENT}/queues/other/tasks/t-${{run_id}}"), ("bare", "t-${run_id}")]
+    },
+    "a body left empty (null)": (
+        changed(BATCH, "body", None),
+        "target.body",
+        "body: is empty (null); batch.projects.locations.jobs.create takes a Job object",
+    ),
+    "a placeholder in a key": (
+        changed(BATCH, "body.labels", {"${run_id}": "x"}),
+        "target.body",
+        "body.labels: the key '${run_id}' holds a placeholder; runonce fills them in values only",
     ),
     "a reconcile read with only a requestId": (
         changed(BATCH, "params.jobId", ...),
