@@ -17,8 +17,10 @@ Descriptions are dropped, keeping what they state as rules:
 - a field whose description starts "Output only" keeps `readOnly`; "Required." (or BigQuery's
   "[Required]") keeps `required`;
 - fields that descriptions name as exclusive ("Only one of `a` or `b` may be set", "Exactly one
-  of a, b or c must be set", "a and b are mutually exclusive") keep them as `exclusive` groups on
-  their object;
+  of a, b or c must be set", "a and b are mutually exclusive", "a and b can't be set at the same
+  time", a field's own "Mutually exclusive with b.") keep them as `exclusive` groups on their object;
+- a list whose description allows one item ("Only one TaskGroup is supported") keeps `maxItems`, and
+  a `labels` map that holds fewer than 64 ("No more than 32 labels") keeps `maxLabels`;
 - a create's `…Id` query parameter or body field that its description calls the new resource's ID
   ("will become the final component of the resource name", "The ID to use for …"), and a `name`
   the caller may choose ("Optionally caller-specified in CreateTask"), keep `resourceId`.
@@ -93,7 +95,13 @@ _EXCLUSIVE = (
         r"(?:set|specified|used|provided)"
     ),
     re.compile(rf"({_NAMES}) are mutually exclusive"),
+    re.compile(rf"({_NAMES}) (?:can't|cannot|can not) be (?:set|specified|used) (?:at the same time|together)"),
 )
+_EXCLUSIVE_WITH = re.compile(rf"[Mm]utually exclusive with (?:the )?({_NAME})(?: field| below)?\.")
+"""A field's own description naming the one other field it excludes ("Mutually exclusive with worker_zone.")."""
+_ONLY_ONE = re.compile(r"Only one `?(\w+)`? is supported")
+"""A list field whose description allows one item ("TaskGroups in the Job. Only one TaskGroup is supported")."""
+_MAX_LABELS = re.compile(r"No more than ([0-9]+) labels")
 
 
 class DocumentNotFound(RunonceError):
@@ -117,6 +125,12 @@ def _reduce_schema(schema: dict[str, Any]) -> dict[str, Any]:
             text = str(field.get("description", ""))
             if (name.endswith("Id") and _RESOURCE_ID.search(text)) or (name == "name" and _CALLER_NAMED.search(text)):
                 out["properties"][name]["resourceId"] = True
+            only_one = _ONLY_ONE.search(text)
+            if field.get("type") == "array" and only_one and only_one.group(1).lower() == name.lower().rstrip("s"):
+                out["properties"][name]["maxItems"] = 1
+            most_labels = _MAX_LABELS.search(text)
+            if name in LABEL_FIELDS and most_labels:
+                out["properties"][name]["maxLabels"] = int(most_labels.group(1))
         groups = exclusive_groups(schema)
         if groups:
             out["exclusive"] = groups
@@ -137,17 +151,23 @@ def exclusive_groups(schema: dict[str, Any]) -> list[list[str]]:
     the JSON's camelCase)."""
     properties = schema.get("properties") or {}
     texts = [schema.get("description")] + [field.get("description") for field in properties.values()]
-    groups: list[list[str]] = []
+    found: list[list[str]] = []
     for text in texts:
         if not isinstance(text, str):
             continue
         text = " ".join(text.split())
         for pattern in _EXCLUSIVE:
             for match in pattern.finditer(text):
-                names = [_camel(name) for name in re.findall(_NAME, match.group(1)) if name not in ("or", "and")]
-                group = sorted(set(names))
-                if len(group) >= 2 and all(name in properties for name in group) and group not in groups:
-                    groups.append(group)
+                found.append([_camel(name) for name in re.findall(_NAME, match.group(1)) if name not in ("or", "and")])
+    for name, field in properties.items():
+        excludes = _EXCLUSIVE_WITH.search(" ".join(str(field.get("description", "")).split()))
+        if excludes:
+            found.append([name, _camel(excludes.group(1))])
+    groups: list[list[str]] = []
+    for names in found:
+        group = sorted(set(names))
+        if len(group) >= 2 and all(name in properties for name in group) and group not in groups:
+            groups.append(group)
     return sorted(groups)
 
 
@@ -321,6 +341,8 @@ class ApiDocument:
         if kind == "array":
             if not isinstance(value, list):
                 return f"{where}: expected an array, got {_shown(value)}"
+            if len(value) > schema.get("maxItems", len(value)):
+                return f"{where}: {len(value)} items; the API takes at most {schema['maxItems']} here"
             for index, item in enumerate(value):
                 problem = self._item_problem(item, schema.get("items", {}), f"{where}[{index}]", given)
                 if problem:
@@ -353,7 +375,7 @@ class ApiDocument:
             if problem:
                 return problem
         if where.rsplit(".", 1)[-1] in LABEL_FIELDS:
-            problem = _labels_problem(value, extra, where)
+            problem = _labels_problem(value, extra, where, schema.get("maxLabels", MAX_LABELS))
             if problem:
                 return problem
         required = _required_problem(value, properties or {}, where, kind_name, given | self._not_required(kind_name))
@@ -410,16 +432,17 @@ def _exclusive_problem(value: dict[str, Any], groups: list[list[str]], where: st
     return None
 
 
-def _labels_problem(labels: dict[str, Any], extra: dict[str, Any] | None, where: str) -> str | None:
-    """A `labels` map of text (every Google API's labels): Google's label rule, at most 64."""
+def _labels_problem(labels: dict[str, Any], extra: dict[str, Any] | None, where: str, most: int) -> str | None:
+    """A `labels` map of text (every Google API's labels): Google's label rule, at most `most`
+    (64, or fewer where the field's description says so)."""
     if extra is None or extra.get("type") != "string":
         return None
     for key, label in labels.items():
         problem = label_problem(key, label)
         if problem:
             return f"{where}: {problem}"
-    if len(labels) > MAX_LABELS:
-        return f"{where}: {len(labels)} labels; a resource holds at most {MAX_LABELS}"
+    if len(labels) > most:
+        return f"{where}: {len(labels)} labels; a resource holds at most {most} here"
     return None
 
 

@@ -77,6 +77,7 @@ TASK: dict[str, Any] = {
     "params": {"parent": f"{PARENT}/queues/q"},
     "body": {"task": {"name": f"{PARENT}/queues/q/tasks/t-${{run_id}}"}},
 }
+TABLE = {"projectId": "my-project", "datasetId": "d", "tableId": "t"}
 WRONG_READ = "reconcile.params: the read must find the resource the run's id names"
 
 
@@ -361,6 +362,22 @@ CASES: dict[str, tuple[dict[str, Any], str, str]] = {
         )
         for where, name in [("in another queue", f"{PARENT}/queues/other/tasks/t-${{run_id}}"), ("bare", "t-${run_id}")]
     },
+    "two fields the document says cannot be set at the same time": (
+        changed(
+            BIGQUERY,
+            "body.configuration",
+            {
+                "load": {
+                    "sourceUris": ["gs://b/f.csv"],
+                    "destinationTable": TABLE,
+                    "nullMarker": "-",
+                    "nullMarkers": ["-"],
+                }
+            },
+        ),
+        "target.body",
+        "body.configuration.load: nullMarker and nullMarkers are both set; JobConfigurationLoad takes only one",
+    ),
     "a body left empty (null)": (
         changed(BATCH, "body", None),
         "target.body",
@@ -516,6 +533,26 @@ PRESET_CASES: dict[str, tuple[str, str, Any, tuple[str, ...]]] = {
     "dataproc: label key in upper case": ("dataproc_batch", "batch.labels", {"Team": "data"}, ("Team",)),
     "dataproc: null map": ("dataproc_batch", "batch.runtimeConfig.properties", None, ("properties", "null")),
     "vertex: label value with a newline": ("vertex_pipeline_job", "pipeline_job.labels", {"team": "ml\n"}, ("team",)),
+    # Rules the documents state in prose: "Mutually exclusive with worker_zone.", "Only one TaskGroup is
+    # supported", "No more than 32 labels can be associated with a batch."
+    "dataflow: two fields the document calls mutually exclusive": (
+        "dataflow_flex_template",
+        "launch_parameter.environment",
+        {"workerRegion": "us-west1", "workerZone": "us-west1-a"},
+        ("workerRegion and workerZone are both set", "takes only one of"),
+    ),
+    "batch: more task groups than the API supports": (
+        "batch_job",
+        "job.taskGroups",
+        [{"taskSpec": {"runnables": [{"script": {"text": "true"}}]}}] * 2,
+        ("job.taskGroups: 2 items", "at most 1"),
+    ),
+    "dataproc: more labels than a batch holds": (
+        "dataproc_batch",
+        "batch.labels",
+        {f"l{index}": "x" for index in range(33)},
+        ("batch.labels: 33 labels", "at most 32"),
+    ),
     "vertex: text as a number": (
         "vertex_pipeline_job",
         "pipeline_job.runtimeConfig.gcsOutputDirectory",
