@@ -405,8 +405,13 @@ class GoogleApiTargetConfig(BaseModel):
                 field=repr(running.field),
             )
         allowed: list[str] = field.get("enum") or []
-        if field.get("type") != "string":
-            raise _error("running.field: {field} is not a string field", field=repr(running.field))
+        if field.get("type") != "string" or field.get("format"):
+            kind = f"a {field['format']} field" if field.get("format") else "not a string field"
+            raise _error(
+                "running.field: {field} is {kind}; a state is a string field (such as status.state)",
+                field=repr(running.field),
+                kind=kind,
+            )
         wrong = [value for value in running.values if allowed and value not in allowed]
         if wrong:
             raise _error(
@@ -451,6 +456,8 @@ def check_handles(
     for handle in filled:
         for sample in _samples(value_at(params, body, handle)):
             problem = id_problem(document.api, handle, wire(sample))
+            if any(ord(char) < 0x20 or ord(char) == 0x7F for char in wire(sample)):
+                problem = f"{handle.path}: {wire(sample)!r} holds a control character (a newline?); no id does"
             if problem:
                 raise _error("{problem}", problem=problem)
         collection = _collection_name(method, params)

@@ -40,7 +40,7 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -452,6 +452,8 @@ def scalar_problem(value: Any, schema: dict[str, Any], where: str) -> str | None
     if (kind == "string" and fmt in INTEGER_RANGES) or kind == "integer":
         return _integer_problem(value, fmt if fmt in INTEGER_RANGES else "int32", where)
     if kind == "string":
+        if isinstance(value, (date, datetime)):
+            return f"{where}: expected a string, got the date {value}: quote it (YAML reads an unquoted date as one)"
         if not isinstance(value, str):
             return f"{where}: expected a string, got {_shown(value)}"
         return _string_problem(value, schema, where)

@@ -274,6 +274,7 @@ def test_a_reconcile_method_that_is_missing_or_does_not_take_those_params_is_ref
         ),
         ({"field": "status.state", "values": ["STARTED"]}, "'STARTED' is not a value of status.state (it takes:"),
         ({"field": "status", "values": ["RUNNING"]}, "'status' is not a string field"),
+        ({"field": "status.runDuration", "values": ["x"]}, "'status.runDuration' is a google-duration field"),
     ],
 )
 def test_a_running_field_not_in_the_reconcile_answer_is_refused(running, expected) -> None:

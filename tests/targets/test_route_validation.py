@@ -6,6 +6,7 @@ line (both call the routes loader). Correct routes of every target and every exa
 from __future__ import annotations
 
 import copy
+import datetime
 from pathlib import Path
 from typing import Any
 
@@ -377,6 +378,16 @@ CASES: dict[str, tuple[dict[str, Any], str, str]] = {
         ),
         "target.body",
         "body.configuration.load: nullMarker and nullMarkers are both set; JobConfigurationLoad takes only one",
+    ),
+    "a requestId ending in a newline": (
+        changed(BIGQUERY | {"method": "jobs.query", "body": {"query": "SELECT 1"}}, "body.requestId", "${run_uuid}\n"),
+        "target",
+        "body.requestId: '00000000-0000-4000-8000-000000000000\\n' holds a control character",
+    ),
+    "an unquoted date where text is needed": (
+        changed(BATCH, "body.taskGroups.0.taskSpec.runnables", [{"script": {"text": datetime.date(2026, 2, 1)}}]),
+        "target.body",
+        "expected a string, got the date 2026-02-01: quote it",
     ),
     "a body left empty (null)": (
         changed(BATCH, "body", None),
