@@ -20,7 +20,8 @@ Descriptions are dropped, keeping what they state as rules:
   of a, b or c must be set", "a and b are mutually exclusive", "a and b can't be set at the same
   time", a field's own "Mutually exclusive with b.") keep them as `exclusive` groups on their object;
 - a list whose description allows one item ("Only one TaskGroup is supported") keeps `maxItems`, and
-  a `labels` map that holds fewer than 64 ("No more than 32 labels") keeps `maxLabels`;
+  a `labels` map that holds fewer than 64 ("No more than 32 labels") keeps `maxLabels`, and one that
+  reserves key prefixes ('Label names that start with "goog-" … are reserved') keeps them;
 - a create's `…Id` query parameter or body field that its description calls the new resource's ID
   ("will become the final component of the resource name", "The ID to use for …"), and a `name`
   the caller may choose ("Optionally caller-specified in CreateTask"), keep `resourceId`.
@@ -102,6 +103,8 @@ _EXCLUSIVE_WITH = re.compile(rf"[Mm]utually exclusive with (?:the )?({_NAME})(?:
 _ONLY_ONE = re.compile(r"Only one `?(\w+)`? is supported")
 """A list field whose description allows one item ("TaskGroups in the Job. Only one TaskGroup is supported")."""
 _MAX_LABELS = re.compile(r"No more than ([0-9]+) labels")
+_RESERVED_LABELS = re.compile(r"[Ll]abel (?:names|keys) that (?:start|begin) with ([^.]*?) are reserved")
+"""Key prefixes a `labels` map's description reserves (Batch: 'start with "goog-" or "google-"')."""
 
 
 class DocumentNotFound(RunonceError):
@@ -131,6 +134,9 @@ def _reduce_schema(schema: dict[str, Any]) -> dict[str, Any]:
             most_labels = _MAX_LABELS.search(text)
             if name in LABEL_FIELDS and most_labels:
                 out["properties"][name]["maxLabels"] = int(most_labels.group(1))
+            reserved = _RESERVED_LABELS.search(text)
+            if name in LABEL_FIELDS and reserved:
+                out["properties"][name]["reservedPrefixes"] = re.findall(r'"([^"]+)"', reserved.group(1))
         groups = exclusive_groups(schema)
         if groups:
             out["exclusive"] = groups
@@ -376,6 +382,10 @@ class ApiDocument:
                 return problem
         if where.rsplit(".", 1)[-1] in LABEL_FIELDS:
             problem = _labels_problem(value, extra, where, schema.get("maxLabels", MAX_LABELS))
+            reserved = [key for key in value for prefix in schema.get("reservedPrefixes", ()) if key.startswith(prefix)]
+            if reserved and problem is None:
+                prefixes = " or ".join(repr(prefix) for prefix in schema["reservedPrefixes"])
+                problem = f"{where}: label {reserved[0]!r}: keys starting with {prefixes} are reserved by the API"
             if problem:
                 return problem
         required = _required_problem(value, properties or {}, where, kind_name, given | self._not_required(kind_name))

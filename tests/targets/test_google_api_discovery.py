@@ -241,3 +241,61 @@ def test_the_api_name_in_front_of_a_method_id_is_not_compared_with_the_methods_p
     document = discovery.ApiDocument(discovery.reduce_document(raw))
     assert document.method("demo.items.get") is None
     assert document.similar_methods("demo.items.get") == ["projects.items.get", "projects.demo.things.get"]
+
+
+def _reduced(properties: dict[str, Any]) -> dict[str, Any]:
+    raw = {"name": "demo", "version": "v1", "rootUrl": "https://demo.googleapis.com/"}
+    schema: dict[str, Any] = discovery.reduce_document(raw | {"schemas": {"Thing": {"properties": properties}}})
+    return schema["schemas"]["Thing"]
+
+
+@pytest.mark.parametrize(
+    "descriptions",
+    [
+        {"workerRegion": "Where workers run. Mutually exclusive with worker_zone. If neither is set, …"},
+        {"workerRegion": "Where workers run. This field is mutually exclusive with the `worker_zone` field."},
+        {"workerZone": "Mutually exclusive with `worker_region` below."},
+        {"workerZone": "A list. worker_region and worker_zone can't be set at the same time."},
+        {"workerZone": "worker_region and worker_zone cannot be specified together."},
+    ],
+)
+def test_exclusive_fields_stated_in_a_fields_own_words_become_a_group(descriptions: dict[str, str]) -> None:
+    properties = {
+        name: {"type": "string", "description": descriptions.get(name, "")} for name in ("workerRegion", "workerZone")
+    }
+    assert _reduced(properties)["exclusive"] == [["workerRegion", "workerZone"]]
+
+
+@pytest.mark.parametrize(
+    "description",
+    [
+        "Mutually exclusive with Compute Engine-based options, such as gce_cluster_config.",  # not one field
+        "Mutually exclusive with other_field.",  # not a field of this object
+        "Only one of these may matter.",
+    ],
+)
+def test_prose_that_names_no_other_field_of_the_object_makes_no_group(description: str) -> None:
+    properties = {"workerRegion": {"type": "string", "description": description}, "workerZone": {"type": "string"}}
+    assert "exclusive" not in _reduced(properties)
+
+
+def test_list_and_label_limits_are_kept_from_the_descriptions_that_state_them() -> None:
+    reduced = _reduced(
+        {
+            "taskGroups": {
+                "type": "array",
+                "description": "Required. TaskGroups. Only one TaskGroup is supported now.",
+            },
+            "groupColumns": {"type": "array", "description": "Only one level of hierarchy is supported."},
+            "labels": {
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+                "description": 'No more than 32 labels can be set. Label names that start with "goog-" or "google-" '
+                "are reserved for predefined labels.",
+            },
+        }
+    )["properties"]
+    assert reduced["taskGroups"]["maxItems"] == 1
+    assert "maxItems" not in reduced["groupColumns"]  # "one level" is no count of the list's items
+    assert reduced["labels"]["maxLabels"] == 32
+    assert reduced["labels"]["reservedPrefixes"] == ["goog-", "google-"]

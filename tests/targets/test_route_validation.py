@@ -558,6 +558,7 @@ PRESET_CASES: dict[str, tuple[str, str, Any, tuple[str, ...]]] = {
         [{"taskSpec": {"runnables": [{"script": {"text": "true"}}]}}] * 2,
         ("job.taskGroups: 2 items", "at most 1"),
     ),
+    "batch: a label key the API reserves": ("batch_job", "job.labels", {"goog-team": "x"}, ("goog-team", "reserved")),
     "dataproc: more labels than a batch holds": (
         "dataproc_batch",
         "batch.labels",
