@@ -445,6 +445,64 @@ def test_preset_routes_are_held_to_their_api(case: str) -> None:
         assert word in line, line
 
 
+STRICT_SCALARS = "must be a whole number written in digits"
+CONFIG_CASES: dict[str, tuple[str, str, Any, str, tuple[str, ...]]] = {
+    # class: (example, field, value, field named, words the line holds: what is allowed)
+    "cloud run: a count that is true": (
+        "cloud_run_job",
+        "task_count",
+        True,
+        "target.task_count",
+        (STRICT_SCALARS, "True"),
+    ),
+    "cloud run: a count that is false": ("cloud_run_job", "task_count", False, "target.task_count", (STRICT_SCALARS,)),
+    "cloud run: a count in quotes": ("cloud_run_job", "task_count", "4", "target.task_count", (STRICT_SCALARS, "'4'")),
+    "cloud run: a count with a point": (
+        "cloud_run_job",
+        "task_count",
+        4.0,
+        "target.task_count",
+        (STRICT_SCALARS, "4.0"),
+    ),
+    "cloud build: run_fields yes": (
+        "cloud_build_trigger",
+        "run_fields",
+        "yes",
+        "target.run_fields",
+        ("valid boolean",),
+    ),
+    "cloud build: run_fields 'false'": (
+        "cloud_build_trigger",
+        "run_fields",
+        "false",
+        "target.run_fields",
+        ("boolean",),
+    ),
+    "cloud build: run_fields on": ("cloud_build_trigger", "run_fields", "on", "target.run_fields", ("boolean",)),
+    "cloud build: run_fields 1": ("cloud_build_trigger", "run_fields", 1, "target.run_fields", ("boolean",)),
+    "cloud build: run_fields 0": ("cloud_build_trigger", "run_fields", 0, "target.run_fields", ("boolean",)),
+}
+
+
+@pytest.mark.parametrize("case", CONFIG_CASES)
+def test_a_preset_field_takes_only_its_own_type(case: str) -> None:
+    """A preset's own fields are held to their type as written (a YAML boolean is no count, text is
+    no boolean)."""
+    example, path, value, field, words = CONFIG_CASES[case]
+    line = _refusal(routes_yaml(changed(example_target(example), path, value)))
+    assert "\n" not in line and line.startswith(f"routes file routes.yaml: route 'nightly': field '{field}': "), line
+    for word in words:
+        assert word in line, line
+
+
+def test_a_preset_field_of_its_own_type_loads() -> None:
+    cloud_run = parse_routes(routes_yaml(changed(example_target("cloud_run_job"), "task_count", 10000)), "r.yaml")
+    assert cloud_run["nightly"].target.task_count == 10000
+    for value in (True, False):
+        build = parse_routes(routes_yaml(changed(example_target("cloud_build_trigger"), "run_fields", value)), "r.yaml")
+        assert build["nightly"].target.run_fields is value
+
+
 # --- what still loads --------------------------------------------------------------------------------
 
 GOOD = {
