@@ -6,6 +6,7 @@ line (both call the routes loader). Correct routes of every target and every exa
 from __future__ import annotations
 
 import copy
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -481,13 +482,83 @@ CONFIG_CASES: dict[str, tuple[str, str, Any, str, tuple[str, ...]]] = {
     "cloud build: run_fields on": ("cloud_build_trigger", "run_fields", "on", "target.run_fields", ("boolean",)),
     "cloud build: run_fields 1": ("cloud_build_trigger", "run_fields", 1, "target.run_fields", ("boolean",)),
     "cloud build: run_fields 0": ("cloud_build_trigger", "run_fields", 0, "target.run_fields", ("boolean",)),
+    "workflows: NaN in the argument": (
+        "workflows",
+        "argument.x",
+        float("nan"),
+        "target.argument",
+        ("not finite (JSON has no Infinity or NaN)",),
+    ),
+    "workflows: Infinity in the argument": (
+        "workflows",
+        "argument.x",
+        float("inf"),
+        "target.argument",
+        ("not finite",),
+    ),
+    "workflows: -Infinity deep in the argument": (
+        "workflows",
+        "argument.x",
+        {"y": [1, float("-inf")]},
+        "target.argument",
+        ("not finite",),
+    ),
+    "workflows: a date in the argument": (
+        "workflows",
+        "argument.day",
+        date(2026, 1, 31),
+        "target.argument",
+        ("argument.day: a date has no JSON form (JSON holds text, numbers, true, false, null, lists and mappings)",),
+    ),
+    "workflows: a timestamp in a list in the argument": (
+        "workflows",
+        "argument.at",
+        ["x", datetime(2026, 1, 31, 12, 0, tzinfo=UTC)],
+        "target.argument",
+        ("argument.at[1]: a timestamp has no JSON form", "quote it"),
+    ),
+    "workflows: binary data in the argument": (
+        "workflows",
+        "argument.blob",
+        b"hi",
+        "target.argument",
+        ("argument.blob: binary data (!!binary) has no JSON form",),
+    ),
+    "workflows: an integer beyond 64 bits in the argument": (
+        "workflows",
+        "argument.n",
+        2**64,
+        "target.argument",
+        ("the argument holds an integer beyond 64 bits",),
+    ),
+    "workflows: the argument sets the run's key": (
+        "workflows",
+        "argument.idempotency_key",
+        "x",
+        "target",
+        ("argument: 'idempotency_key' is set by runonce (the run_id)",),
+    ),
+    "workflows: the argument sets a renamed key": (
+        "workflows",
+        "key_field",
+        "mode",
+        "target",
+        ("argument: 'mode' is set by runonce (the run_id)",),
+    ),
+    "workflows: the argument sets runonce": (
+        "workflows",
+        "argument.runonce",
+        {"job": "x"},
+        "target",
+        ("argument: 'runonce' is set by runonce (the run's job, schedule_time and source)",),
+    ),
 }
 
 
 @pytest.mark.parametrize("case", CONFIG_CASES)
 def test_a_preset_field_takes_only_its_own_type(case: str) -> None:
     """A preset's own fields are held to their type as written (a YAML boolean is no count, text is
-    no boolean)."""
+    no boolean), and a workflows argument to what JSON holds and to the keys runonce leaves it."""
     example, path, value, field, words = CONFIG_CASES[case]
     line = _refusal(routes_yaml(changed(example_target(example), path, value)))
     assert "\n" not in line and line.startswith(f"routes file routes.yaml: route 'nightly': field '{field}': "), line
@@ -501,6 +572,9 @@ def test_a_preset_field_of_its_own_type_loads() -> None:
     for value in (True, False):
         build = parse_routes(routes_yaml(changed(example_target("cloud_build_trigger"), "run_fields", value)), "r.yaml")
         assert build["nightly"].target.run_fields is value
+    argument = {"n": 2**63 - 1, "x": 1.5, "s": "2026-01-31", "l": [None, True], "m": {"runonce_x": 1}}
+    workflows = parse_routes(routes_yaml(changed(example_target("workflows"), "argument", argument)), "r.yaml")
+    assert workflows["nightly"].target.argument == argument
 
 
 # --- what still loads --------------------------------------------------------------------------------
