@@ -63,7 +63,7 @@ def _check_configuration(configuration: dict[str, Any]) -> None:
     if query is None:
         return
     if not query["query"].strip():
-        raise config_error("configuration.query must be a mapping with the SQL text in 'query'")
+        raise config_error("configuration.query.query: the SQL text is empty (only blanks); a query job runs SQL")
     if query.get("useLegacySql") is True:
         raise config_error(
             "configuration.query: legacy SQL takes no query parameters; runonce passes "

@@ -49,7 +49,11 @@ class CloudBuildTriggerTargetConfig(BaseModel):
     trigger: str = Field(description="projects/PROJECT/locations/LOCATION/triggers/TRIGGER (id or name)")
     substitution: str = Field("_IDEMPOTENCY_KEY", description="Substitution that receives the run_id.")
     substitutions: dict[str, str] = Field(default_factory=dict, description="Extra substitutions.")
-    run_fields: bool = Field(True, description="Also send _RUNONCE_JOB, _RUNONCE_SCHEDULE_TIME, _RUNONCE_SOURCE.")
+    run_fields: bool = Field(
+        True,
+        strict=True,  # a YAML boolean: "yes", "false" or 1 is not taken for one
+        description="Also send _RUNONCE_JOB, _RUNONCE_SCHEDULE_TIME, _RUNONCE_SOURCE.",
+    )
     branch: str | None = None
     tag: str | None = None
     commit: str | None = None

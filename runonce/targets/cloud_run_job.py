@@ -43,7 +43,7 @@ class CloudRunJobTargetConfig(BaseModel):
     job: str = Field(description="projects/PROJECT/locations/LOCATION/jobs/JOB")
     env_var: str = Field("IDEMPOTENCY_KEY", description="Env var that receives the run_id.")
     args: list[str] | None = Field(None, description="Replace the container's args.")
-    task_count: int | None = Field(None, ge=1, le=10000)
+    task_count: int | None = Field(None, ge=1, le=10000, strict=True)  # strict: `true` is not a count
     timeout: str | None = Field(None, description="Task timeout, e.g. '600s'.")
     container: str | None = Field(None, description="Container to override (multi-container jobs).")
 

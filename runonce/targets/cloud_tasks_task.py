@@ -80,6 +80,12 @@ class CloudTasksHttpRequestConfig(BaseModel):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
+        control = re.search(r"[\x00-\x1f\x7f]", value)
+        if control:
+            raise config_error(
+                f"holds the control character {control.group()!r} at position {control.start()}; "
+                "a URL holds none (\\x00-\\x1f, \\x7f): percent-encode it"
+            )
         # Cloud Tasks: "This string must begin with either "http://" or "https://"".
         if not value.startswith(("http://", "https://")) or not urlsplit(value).hostname or re.search(r"\s", value):
             raise config_error(f"must be an http:// or https:// URL with a host (got {value!r})")

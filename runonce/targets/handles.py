@@ -52,15 +52,120 @@ PUBSUB_ID = IdRule(
     r"(?!goog)[A-Za-z][A-Za-z0-9._~+%-]{2,254}",
     "3-255 characters of A-Z a-z 0-9 - _ . ~ + %, starting with a letter, not with 'goog'",
 )
+CLOUD_RUN_ID = IdRule(
+    r"[a-z](?:[a-z0-9-]{0,47}[a-z0-9])?",
+    "1-49 characters of a-z 0-9 -, starting with a letter, not ending with -",
+)
+"""Cloud Run's ids: the length and ends its document states, in AIP-122's alphabet (it names none)."""
+ENDPOINT_ID = IdRule(
+    r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?|[1-9][0-9]{0,8}",
+    "1-63 characters of a-z 0-9 -, starting with a letter, not ending with -; or 1-9 digits, no leading zero",
+)
+FEATURE_ID = IdRule(r"[a-z_][a-z0-9_]{0,127}", "1-128 characters of a-z 0-9 _, not starting with a digit")
+FEATURESTORE_ID = IdRule(r"[a-z_][a-z0-9_]{0,59}", "1-60 characters of a-z 0-9 _, not starting with a digit")
+METADATA_ID = IdRule(r"[a-z0-9-]{4,128}", "4-128 characters of a-z 0-9 -")
+TENSORBOARD_ID = IdRule(r"[a-z0-9-]{1,128}", "1-128 characters of a-z 0-9 -")
+CLOUDBUILD_CONFIG_ID = IdRule(
+    r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?",
+    "1-64 characters of A-Z a-z 0-9 -, starting and ending with a letter or digit",
+)
+DATAPROC_REQUEST_ID = IdRule(r"[A-Za-z0-9_-]{1,40}", "1-40 characters of A-Z a-z 0-9 _ -")
+BIGQUERY_TABLE_ID = IdRule(
+    r"(?:[A-Za-z0-9_ -]|[^\x00-\x9f]){1,1024}",
+    "1-1024 characters: letters, marks, numbers, connectors (_), dashes (-) and spaces (Unicode L, M, N, Pc, Pd, Zs)",
+)
+"""Exact in ASCII; Python's `re` has no Unicode categories, so a character past U+009F is left to BigQuery."""
 ID_RULES: dict[tuple[str, str], IdRule] = {
     # (api, field) -> the rule the field's description states, where it is not AIP-122's.
+    # A field whose description states AIP-122's own rule, or none, is left out (AIP-122 applies):
+    # aiplatform.v1 deploymentResourcePoolId, evaluationMetricId, memoryId, persistentResourceId,
+    # semanticGovernancePolicyId, servingProfileId, notebookExecutionJobId, notebookRuntimeTemplateId;
+    # file.v1 backupId, snapshotId, instanceId; run.v2 jobId; dataflow.v1b3 configStoreSettingId.
+    # A requestId whose description states no rule is held to none (cloudtasks.v2).
     ("batch.v1", "requestId"): UUID,  # "must be a valid UUID with the exception that zero UUID is not supported"
+    # "This value must be 4-63 characters. Valid characters are /[a-z][0-9]-/."
     ("dataproc.v1", "batchId"): IdRule(r"[a-z0-9-]{4,63}", "4-63 characters of a-z 0-9 -"),
-    ("dataproc.v1", "requestId"): IdRule(r"[A-Za-z0-9_-]{1,40}", "1-40 characters of A-Z a-z 0-9 _ -"),
+    # "The value must contain only letters (a-z, A-Z), numbers (0-9), underscores (_), and hyphens (-).
+    # The maximum length is 40 characters." (every dataproc.v1 method's requestId)
+    ("dataproc.v1", "requestId"): DATAPROC_REQUEST_ID,
+    # "The ID must contain only letters (a-z, A-Z), numbers (0-9), underscores (_), and hyphens (-). Cannot
+    # begin or end with underscore or hyphen. Must consist of from 3 to 33 characters."
+    ("dataproc.v1", "nodeGroupId"): IdRule(
+        r"[A-Za-z0-9][A-Za-z0-9_-]{1,31}[A-Za-z0-9]",
+        "3-33 characters of A-Z a-z 0-9 _ -, not starting or ending with _ or -",
+    ),
+    # sessions.create: "This value must be 4-63 characters. Valid characters are /a-z-/."
+    ("dataproc.v1", "sessionId"): IdRule(r"[a-z0-9-]{4,63}", "4-63 characters of a-z 0-9 -"),
+    # "This value should be less than 128 characters, and valid characters are `/a-z-/`."
     ("aiplatform.v1", "pipelineJobId"): IdRule(r"[a-z0-9-]{1,127}", "1-127 characters of a-z 0-9 -"),
+    # "If the first character is a letter, this value may be up to 63 characters, and valid characters are
+    # `[a-z0-9-]`. The last character must be a letter or number. If the first character is a number, this
+    # value may be up to 9 characters, and valid characters are `[0-9]` with no leading zeros."
+    ("aiplatform.v1", "endpointId"): ENDPOINT_ID,
+    # "This value may be up to 128 characters, and valid characters are `[a-z0-9_]`. The first character
+    # cannot be a number." (featureGroupId; featureId of featureGroups and of featurestores.entityTypes)
+    ("aiplatform.v1", "featureGroupId"): FEATURE_ID,
+    ("aiplatform.v1", "featureId"): FEATURE_ID,
+    # "This value may be up to 60 characters, and valid characters are `[a-z0-9_]`. The first character
+    # cannot be a number."
+    ("aiplatform.v1", "featurestoreId"): FEATURESTORE_ID,
+    ("aiplatform.v1", "entityTypeId"): FEATURESTORE_ID,
+    ("aiplatform.v1", "featureOnlineStoreId"): FEATURESTORE_ID,
+    ("aiplatform.v1", "featureViewId"): FEATURESTORE_ID,
+    # "Must be 4-128 characters in length. Valid characters are `/a-z-/`."
+    ("aiplatform.v1", "artifactId"): METADATA_ID,
+    ("aiplatform.v1", "contextId"): METADATA_ID,
+    ("aiplatform.v1", "executionId"): METADATA_ID,
+    ("aiplatform.v1", "metadataStoreId"): METADATA_ID,
+    ("aiplatform.v1", "metadataSchemaId"): METADATA_ID,
+    # "This value should be 1-128 characters, and valid characters are `/a-z-/`."
+    ("aiplatform.v1", "tensorboardExperimentId"): TENSORBOARD_ID,
+    ("aiplatform.v1", "tensorboardRunId"): TENSORBOARD_ID,
+    # "This value should match "a-z0-9{0, 127}"" (the markdown lost the brackets of [a-z0-9][a-z0-9-]{0,127})
+    ("aiplatform.v1", "tensorboardTimeSeriesId"): IdRule(
+        r"[a-z0-9][a-z0-9-]{0,127}", "1-128 characters of a-z 0-9 -, not starting with -"
+    ),
+    # reasoningEngines.sessions.create: "This value may be up to 63 characters, and valid characters are
+    # `[a-z0-9-]`. The first and last characters must be a letter or number."
+    ("aiplatform.v1", "sessionId"): IdRule(
+        r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?", "1-63 characters of a-z 0-9 -, not starting or ending with -"
+    ),
+    # "The ID must contain only letters (a-z, A-Z), numbers (0-9), underscores (_), or dashes (-). The
+    # maximum length is 1,024 characters."
     ("bigquery.v2", "jobReference.jobId"): IdRule(r"[A-Za-z0-9_-]{1,1024}", "1-1024 characters of A-Z a-z 0-9 _ -"),
+    # "The ID must contain only letters (a-z, A-Z), numbers (0-9), or underscores (_). The maximum length
+    # is 1,024 characters."
+    ("bigquery.v2", "datasetReference.datasetId"): IdRule(
+        r"[A-Za-z0-9_]{1,1024}", "1-1024 characters of A-Z a-z 0-9 _"
+    ),
+    # "The ID must contain only letters (a-z, A-Z), numbers (0-9), or underscores (_). The maximum length
+    # is 256 characters."
+    ("bigquery.v2", "routineReference.routineId"): IdRule(r"[A-Za-z0-9_]{1,256}", "1-256 characters of A-Z a-z 0-9 _"),
+    # "The ID can contain Unicode characters in category L (letter), M (mark), N (number), Pc (connector,
+    # including underscore), Pd (dash), and Zs (space). ... The maximum length is 1,024 characters."
+    ("bigquery.v2", "tableReference.tableId"): BIGQUERY_TABLE_ID,
+    # jobs.query: "It is case-sensitive, limited to up to 36 ASCII characters. A UUID is recommended."
+    ("bigquery.v2", "requestId"): IdRule(r"[\x20-\x7e]{1,36}", "1-36 printable ASCII characters (a UUID: ${run_uuid})"),
+    # "must start with a letter, and contain only letters (`[A-Za-z]`), numbers (`[0-9]`), dashes (`-`),
+    # underscores (`_`), periods (`.`), tildes (`~`), plus (`+`) or percent signs (`%`). It must be between
+    # 3 and 255 characters in length, and it must not start with `"goog"`." (topics, subscriptions; snapshots
+    # and schemaId: "See https://cloud.google.com/pubsub/docs/pubsub-basics#resource_names")
     ("pubsub.v1", "name"): PUBSUB_ID,
+    ("pubsub.v1", "schemaId"): PUBSUB_ID,
+    # "`TASK_ID` can contain only letters ([A-Za-z]), numbers ([0-9]), hyphens (-), or underscores (_). The
+    # maximum length is 500 characters."
     ("cloudtasks.v2", "task.name"): IdRule(r"[A-Za-z0-9_-]{1,500}", "1-500 characters of A-Z a-z 0-9 _ -"),
+    # "They must contain only alphanumeric characters and dashes. + They can be 1-64 characters long. + They
+    # must begin and end with an alphanumeric character"
+    ("cloudbuild.v1", "gheConfigId"): CLOUDBUILD_CONFIG_ID,
+    ("cloudbuild.v1", "bitbucketServerConfigId"): CLOUDBUILD_CONFIG_ID,
+    # "This value should be 1-63 characters, and valid characters are /a-z-/."
+    ("cloudbuild.v1", "workerPoolId"): IdRule(r"[a-z0-9-]{1,63}", "1-63 characters of a-z 0-9 -"),
+    # "It must begin with letter, and cannot end with hyphen; must contain fewer than 50 characters."
+    # (serviceId, instanceId, workerPoolId)
+    ("run.v2", "serviceId"): CLOUD_RUN_ID,
+    ("run.v2", "instanceId"): CLOUD_RUN_ID,
+    ("run.v2", "workerPoolId"): CLOUD_RUN_ID,
 }
 NO_RULE_KINDS = ("request id",)
 """A requestId's rule is the API's own (ID_RULES) or none: AIP-155 names no alphabet."""

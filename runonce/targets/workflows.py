@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from runonce.targets.base import DispatchRequest, TargetFailed
+from runonce.targets.base import DispatchRequest, PayloadNotSendable, TargetFailed, encode_json
 from runonce.targets.engine import Call, GoogleEngineTarget, Listing, Running
 from runonce.targets.google import RUN_ID_LABEL, check_labels, resource_name_problem, run_id_label
 from runonce.targets.presets import check_route, config_error
@@ -26,6 +26,22 @@ MAX_ARGUMENT_BYTES = 32 * 1024  # the API's limit on `argument`
 MAX_LABELS = 64
 WORKFLOW_ID = r"[A-Za-z][A-Za-z0-9_-]{0,63}"
 ARGUMENT_KEY_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*"
+JSON_SCALARS = (str, int, float, bool, type(None))
+JSON_VALUES = "text, numbers, true, false, null, lists and mappings"
+YAML_KINDS = {"date": "a date", "datetime": "a timestamp", "bytes": "binary data (!!binary)", "set": "a set (!!set)"}
+
+
+def _not_json(value: Any, path: str) -> str | None:
+    """The first value under `path` that JSON has no form for (a YAML date, timestamp or !!binary),
+    named by its place, or None."""
+    if isinstance(value, dict):
+        return next((found for key, item in value.items() if (found := _not_json(item, f"{path}.{key}"))), None)
+    if isinstance(value, list):
+        return next((found for i, item in enumerate(value) if (found := _not_json(item, f"{path}[{i}]"))), None)
+    if isinstance(value, JSON_SCALARS):
+        return None
+    kind = YAML_KINDS.get(type(value).__name__, f"a {type(value).__name__}")
+    return f"{path}: {kind} has no JSON form (JSON holds {JSON_VALUES}); quote it to send it as text"
 
 
 class WorkflowsTargetConfig(BaseModel):
@@ -51,6 +67,19 @@ class WorkflowsTargetConfig(BaseModel):
             raise config_error(problem)
         return value
 
+    @field_validator("argument")
+    @classmethod
+    def _argument(cls, argument: dict[str, Any]) -> dict[str, Any]:
+        """The argument travels as JSON text: a value JSON cannot hold is refused here, not on every run."""
+        problem = _not_json(argument, "argument")
+        if problem:
+            raise config_error(problem)
+        try:
+            encode_json(argument)
+        except PayloadNotSendable as exc:
+            raise config_error(exc.message.replace("the payload", "the argument")) from None
+        return argument
+
     @field_validator("key_field")
     @classmethod
     def _key_field(cls, value: str) -> str:
@@ -65,6 +94,9 @@ class WorkflowsTargetConfig(BaseModel):
 
     @model_validator(mode="after")
     def _against_the_api(self) -> WorkflowsTargetConfig:
+        for key, holds in ((self.key_field, "the run_id"), ("runonce", "the run's job, schedule_time and source")):
+            if key in self.argument:
+                raise config_error(f"argument: {key!r} is set by runonce ({holds})")
         check_route(WorkflowsTarget, self)
         return self
 

@@ -93,7 +93,9 @@ VALID = {"project": PROJECT, "location": "US", "configuration": QUERY}
             {"configuration": {"query": "SELECT 1"}},
             'configuration.query: expected an object (JobConfigurationQuery), got str "SELECT 1"',
         ),
-        ({"configuration": {"query": {"query": " "}}}, "the SQL text in 'query'"),
+        ({"configuration": {"query": {"query": " "}}}, "configuration.query.query: the SQL text is empty"),
+        ({"configuration": {"query": {"query": ""}}}, "configuration.query.query: the SQL text is empty"),
+        ({"configuration": {"query": {"query": "\n\t  \n"}}}, "configuration.query.query: the SQL text is empty"),
         (
             {"configuration": {"query": {**QUERY["query"], "useLegacySql": True}}},
             "legacy SQL takes no query parameters",

@@ -293,6 +293,11 @@ def test_defaults() -> None:
         ({"url": "ftp://example.com/x"}, "must be an http:// or https:// URL with a host (got 'ftp://example.com/x')"),
         ({"url": "https:///path"}, "must be an http:// or https:// URL with a host"),
         ({"url": "https://example.com/a b"}, "must be an http:// or https:// URL with a host"),
+        ({"url": "https://example.com/\x7f"}, "holds the control character '\\x7f' at position 20; a URL holds none"),
+        ({"url": "https://example.com/a\x00b"}, "holds the control character '\\x00' at position 21"),
+        ({"url": "https://example.com/\x1b[0m"}, "holds the control character '\\x1b'"),
+        ({"url": "https://example.com/x\n"}, "holds the control character '\\n'"),
+        ({"url": "https://exa\x01mple.com/"}, "percent-encode it"),
         ({"url": "https://example.com/" + "x" * 2070}, "is longer than Cloud Tasks' 2083 characters"),
         (
             {"http_method": "GET"},

@@ -34,6 +34,7 @@ from runonce.targets.google_api import (
     placeholder_problem,
     run_uuid,
 )
+from runonce.targets.handles import ID_RULES, handles_by_api, id_problem
 from tests.fakes.batch import CREATE as BATCH_CREATE
 from tests.fakes.batch import GET as BATCH_GET
 from tests.fakes.batch import FakeBatch
@@ -1216,3 +1217,142 @@ async def test_a_reconcile_that_cannot_read_names_the_lookup(metadata, answer, s
             await target.reconcile(request)
     expected = f"cannot tell whether this run already started: look up the run's resource: v1/{job_of(request)}: "
     assert str(caught.value).startswith(expected + said), caught.value
+
+
+# --- the id rules the methods' documents state --------------------------------------------------------
+
+ID_CASES: list[tuple[str, str, str, str, str | None]] = [
+    # (api, method, handle's path, value the run fills, what the refusal says; None: the API takes it)
+    ("run.v2", "projects.locations.services.create", "params.serviceId", "s" + "0" * 48, None),
+    ("run.v2", "projects.locations.services.create", "params.serviceId", "s" + "0" * 49, "1-49 characters"),
+    ("run.v2", "projects.locations.services.create", "params.serviceId", "s-", "not ending with -"),
+    ("run.v2", "projects.locations.services.create", "params.serviceId", "0s", "starting with a letter"),
+    ("run.v2", "projects.locations.workerPools.create", "params.workerPoolId", "w" * 50, "1-49 characters"),
+    ("run.v2", "projects.locations.instances.create", "params.instanceId", "i" * 50, "1-49 characters"),
+    ("run.v2", "projects.locations.jobs.create", "params.jobId", "j" * 63, None),  # its document states no rule
+    ("dataproc.v1", "projects.regions.clusters.nodeGroups.create", "params.nodeGroupId", "Ng_1", None),
+    ("dataproc.v1", "projects.regions.clusters.nodeGroups.create", "params.nodeGroupId", "n" * 33, None),
+    ("dataproc.v1", "projects.regions.clusters.nodeGroups.create", "params.nodeGroupId", "n" * 34, "3-33 characters"),
+    ("dataproc.v1", "projects.regions.clusters.nodeGroups.create", "params.nodeGroupId", "ng", "3-33 characters"),
+    ("dataproc.v1", "projects.regions.clusters.nodeGroups.create", "params.nodeGroupId", "_ng", "not starting or"),
+    ("dataproc.v1", "projects.regions.clusters.nodeGroups.create", "params.nodeGroupId", "ng-", "ending with _ or -"),
+    ("dataproc.v1", "projects.locations.sessions.create", "params.sessionId", "0abc", None),
+    ("dataproc.v1", "projects.locations.sessions.create", "params.sessionId", "abc", "4-63 characters of a-z 0-9 -"),
+    ("aiplatform.v1", "projects.locations.featurestores.create", "params.featurestoreId", "f_" + "0" * 58, None),
+    ("aiplatform.v1", "projects.locations.featurestores.create", "params.featurestoreId", "f" * 61, "1-60 characters"),
+    ("aiplatform.v1", "projects.locations.featurestores.create", "params.featurestoreId", "f-1", "a-z 0-9 _,"),
+    ("aiplatform.v1", "projects.locations.featurestores.create", "params.featurestoreId", "1f", "not starting with a"),
+    ("aiplatform.v1", "projects.locations.featurestores.entityTypes.create", "params.entityTypeId", "e-1", "a-z 0-9 _"),
+    ("aiplatform.v1", "projects.locations.featureGroups.create", "params.featureGroupId", "g" * 128, None),
+    ("aiplatform.v1", "projects.locations.featureGroups.create", "params.featureGroupId", "g" * 129, "1-128"),
+    ("aiplatform.v1", "projects.locations.featureGroups.features.create", "params.featureId", "F", "a-z 0-9 _"),
+    ("aiplatform.v1", "projects.locations.endpoints.create", "params.endpointId", "123456789", None),
+    ("aiplatform.v1", "projects.locations.endpoints.create", "params.endpointId", "e-1", None),
+    ("aiplatform.v1", "projects.locations.endpoints.create", "params.endpointId", "0123", "no leading zero"),
+    ("aiplatform.v1", "projects.locations.endpoints.create", "params.endpointId", "1234567890", "1-9 digits"),
+    ("aiplatform.v1", "projects.locations.metadataStores.create", "params.metadataStoreId", "abc", "4-128"),
+    ("aiplatform.v1", "projects.locations.metadataStores.artifacts.create", "params.artifactId", "0" * 128, None),
+    (
+        "aiplatform.v1",
+        "projects.locations.tensorboards.experiments.create",
+        "params.tensorboardExperimentId",
+        "E",
+        "1-128",
+    ),
+    ("aiplatform.v1", "projects.locations.reasoningEngines.sessions.create", "params.sessionId", "0s", None),
+    ("aiplatform.v1", "projects.locations.reasoningEngines.sessions.create", "params.sessionId", "s-", "ending with -"),
+    ("aiplatform.v1", "projects.locations.pipelineJobs.create", "params.pipelineJobId", "p" * 128, "1-127 characters"),
+    ("bigquery.v2", "datasets.insert", "body.datasetReference.datasetId", "d_" + "0" * 32, None),
+    ("bigquery.v2", "datasets.insert", "body.datasetReference.datasetId", "D_" + "0" * 1022, None),
+    ("bigquery.v2", "datasets.insert", "body.datasetReference.datasetId", "d-0", "1-1024 characters of A-Z a-z 0-9 _"),
+    ("bigquery.v2", "datasets.insert", "body.datasetReference.datasetId", "d" * 1025, "1-1024 characters"),
+    ("bigquery.v2", "routines.insert", "body.routineReference.routineId", "r_1", None),
+    ("bigquery.v2", "routines.insert", "body.routineReference.routineId", "r-1", "1-256 characters of A-Z a-z 0-9 _"),
+    ("bigquery.v2", "routines.insert", "body.routineReference.routineId", "r" * 257, "1-256 characters"),
+    ("bigquery.v2", "tables.insert", "body.tableReference.tableId", "t-1 Tabelle_ü", None),
+    ("bigquery.v2", "tables.insert", "body.tableReference.tableId", "t.1", "(Unicode L, M, N, Pc, Pd, Zs)"),
+    ("bigquery.v2", "tables.insert", "body.tableReference.tableId", "t\n", "letters, marks, numbers"),
+    ("bigquery.v2", "jobs.query", "body.requestId", "00000000-0000-4000-8000-000000000000", None),
+    ("bigquery.v2", "jobs.query", "body.requestId", "0" * 37, "1-36 printable ASCII characters"),
+    ("bigquery.v2", "jobs.query", "body.requestId", "00000000-0000-4000-8000-00000000000\n", "printable ASCII"),
+    ("bigquery.v2", "jobs.query", "body.requestId", "é", "ASCII"),
+    ("bigquery.v2", "jobs.insert", "body.jobReference.jobId", "q-0_A", None),
+    ("pubsub.v1", "projects.schemas.create", "params.schemaId", "Schema.v1~x", None),
+    ("pubsub.v1", "projects.schemas.create", "params.schemaId", "goog-s", "not with 'goog'"),
+    ("cloudbuild.v1", "projects.locations.bitbucketServerConfigs.create", "params.bitbucketServerConfigId", "B1", None),
+    (
+        "cloudbuild.v1",
+        "projects.locations.bitbucketServerConfigs.create",
+        "params.bitbucketServerConfigId",
+        "b-",
+        "ending",
+    ),
+    ("cloudbuild.v1", "projects.githubEnterpriseConfigs.create", "params.gheConfigId", "g" * 65, "1-64 characters"),
+    ("cloudbuild.v1", "projects.locations.workerPools.create", "params.workerPoolId", "0pool", None),
+    ("cloudbuild.v1", "projects.locations.workerPools.create", "params.workerPoolId", "Pool", "a-z 0-9 -"),
+    ("cloudtasks.v2", "projects.locations.queues.tasks.batchCreate", "body.requestId", "any text at all", None),
+]
+
+
+@pytest.mark.parametrize(("api", "method", "path", "value", "says"), ID_CASES)
+def test_an_id_is_held_to_the_rule_its_methods_document_states(api, method, path, value, says) -> None:
+    handle = next(handle for handle in handles_by_api()[api][method] if handle.path == path)
+    problem = id_problem(api, handle, value)
+    if says is None:
+        assert problem is None, problem
+    else:
+        assert problem is not None and problem.startswith(f"{path}: {value!r} is not an id {api} takes: "), problem
+        assert says in problem and "\n" not in problem.replace(repr(value), ""), problem
+
+
+def test_every_id_rule_is_for_a_field_the_api_dedupes_on() -> None:
+    """A rule keyed by a field no method of its API dedupes on would never apply (a misspelt key)."""
+    fields = {(api, h.field) for api, methods in handles_by_api().items() for hs in methods.values() for h in hs}
+    assert set(ID_RULES) <= fields, set(ID_RULES) - fields
+
+
+@pytest.mark.parametrize(
+    ("api", "method", "params", "body", "field", "says"),
+    [
+        (
+            "bigquery.v2",
+            "datasets.insert",
+            {"projectId": "my-project"},
+            {"datasetReference": {"projectId": "my-project", "datasetId": "d_${run_id:32}"}},
+            None,
+            None,
+        ),
+        (
+            "bigquery.v2",
+            "datasets.insert",
+            {"projectId": "my-project"},
+            {"datasetReference": {"projectId": "my-project", "datasetId": "d-${run_id:32}"}},
+            "body.datasetReference.datasetId",
+            "1-1024 characters of A-Z a-z 0-9 _",
+        ),
+        (
+            "run.v2",
+            "projects.locations.services.create",
+            {"parent": PARENT, "serviceId": "s${run_id:62}"},
+            {"template": {"containers": [{"image": "us-docker.pkg.dev/p/r/i:1"}]}},
+            "params.serviceId",
+            "1-49 characters of a-z 0-9 -",
+        ),
+        (
+            "bigquery.v2",
+            "jobs.query",
+            {"projectId": "my-project"},
+            {"query": "SELECT 1", "useLegacySql": False, "requestId": "${run_id}"},
+            "body.requestId",
+            "1-36 printable ASCII characters",
+        ),
+    ],
+)
+def test_a_route_filling_an_id_is_held_to_the_apis_rule(api, method, params, body, field, says) -> None:
+    target = {"type": "google_api", "api": api, "method": method, "params": params, "body": body}
+    if field is None:
+        assert parse_routes(json.dumps({"routes": {"r": {"target": target}}}), "t")
+        return
+    line = error_of(target)
+    assert line.startswith("routes file r.yaml: route 'jobs': field 'target': ") and f"{field}: " in line, line
+    assert says in line, line

@@ -6,7 +6,7 @@ line (both call the routes loader). Correct routes of every target and every exa
 from __future__ import annotations
 
 import copy
-import datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -385,7 +385,7 @@ CASES: dict[str, tuple[dict[str, Any], str, str]] = {
         "body.requestId: '00000000-0000-4000-8000-000000000000\\n' holds a control character",
     ),
     "an unquoted date where text is needed": (
-        changed(BATCH, "body.taskGroups.0.taskSpec.runnables", [{"script": {"text": datetime.date(2026, 2, 1)}}]),
+        changed(BATCH, "body.taskGroups.0.taskSpec.runnables", [{"script": {"text": date(2026, 2, 1)}}]),
         "target.body",
         "expected a string, got the date 2026-02-01: quote it",
     ),
@@ -583,6 +583,137 @@ def test_preset_routes_are_held_to_their_api(case: str) -> None:
     assert "\n" not in line and line.startswith("routes file routes.yaml: route 'nightly': field 'target"), line
     for word in words:
         assert word in line, line
+
+
+STRICT_SCALARS = "must be a whole number written in digits"
+CONFIG_CASES: dict[str, tuple[str, str, Any, str, tuple[str, ...]]] = {
+    # class: (example, field, value, field named, words the line holds: what is allowed)
+    "cloud run: a count that is true": (
+        "cloud_run_job",
+        "task_count",
+        True,
+        "target.task_count",
+        (STRICT_SCALARS, "True"),
+    ),
+    "cloud run: a count that is false": ("cloud_run_job", "task_count", False, "target.task_count", (STRICT_SCALARS,)),
+    "cloud run: a count in quotes": ("cloud_run_job", "task_count", "4", "target.task_count", (STRICT_SCALARS, "'4'")),
+    "cloud run: a count with a point": (
+        "cloud_run_job",
+        "task_count",
+        4.0,
+        "target.task_count",
+        (STRICT_SCALARS, "4.0"),
+    ),
+    "cloud build: run_fields yes": (
+        "cloud_build_trigger",
+        "run_fields",
+        "yes",
+        "target.run_fields",
+        ("valid boolean",),
+    ),
+    "cloud build: run_fields 'false'": (
+        "cloud_build_trigger",
+        "run_fields",
+        "false",
+        "target.run_fields",
+        ("boolean",),
+    ),
+    "cloud build: run_fields on": ("cloud_build_trigger", "run_fields", "on", "target.run_fields", ("boolean",)),
+    "cloud build: run_fields 1": ("cloud_build_trigger", "run_fields", 1, "target.run_fields", ("boolean",)),
+    "cloud build: run_fields 0": ("cloud_build_trigger", "run_fields", 0, "target.run_fields", ("boolean",)),
+    "workflows: NaN in the argument": (
+        "workflows",
+        "argument.x",
+        float("nan"),
+        "target.argument",
+        ("not finite (JSON has no Infinity or NaN)",),
+    ),
+    "workflows: Infinity in the argument": (
+        "workflows",
+        "argument.x",
+        float("inf"),
+        "target.argument",
+        ("not finite",),
+    ),
+    "workflows: -Infinity deep in the argument": (
+        "workflows",
+        "argument.x",
+        {"y": [1, float("-inf")]},
+        "target.argument",
+        ("not finite",),
+    ),
+    "workflows: a date in the argument": (
+        "workflows",
+        "argument.day",
+        date(2026, 1, 31),
+        "target.argument",
+        ("argument.day: a date has no JSON form (JSON holds text, numbers, true, false, null, lists and mappings)",),
+    ),
+    "workflows: a timestamp in a list in the argument": (
+        "workflows",
+        "argument.at",
+        ["x", datetime(2026, 1, 31, 12, 0, tzinfo=UTC)],
+        "target.argument",
+        ("argument.at[1]: a timestamp has no JSON form", "quote it"),
+    ),
+    "workflows: binary data in the argument": (
+        "workflows",
+        "argument.blob",
+        b"hi",
+        "target.argument",
+        ("argument.blob: binary data (!!binary) has no JSON form",),
+    ),
+    "workflows: an integer beyond 64 bits in the argument": (
+        "workflows",
+        "argument.n",
+        2**64,
+        "target.argument",
+        ("the argument holds an integer beyond 64 bits",),
+    ),
+    "workflows: the argument sets the run's key": (
+        "workflows",
+        "argument.idempotency_key",
+        "x",
+        "target",
+        ("argument: 'idempotency_key' is set by runonce (the run_id)",),
+    ),
+    "workflows: the argument sets a renamed key": (
+        "workflows",
+        "key_field",
+        "mode",
+        "target",
+        ("argument: 'mode' is set by runonce (the run_id)",),
+    ),
+    "workflows: the argument sets runonce": (
+        "workflows",
+        "argument.runonce",
+        {"job": "x"},
+        "target",
+        ("argument: 'runonce' is set by runonce (the run's job, schedule_time and source)",),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CONFIG_CASES)
+def test_a_preset_field_takes_only_its_own_type(case: str) -> None:
+    """A preset's own fields are held to their type as written (a YAML boolean is no count, text is
+    no boolean), and a workflows argument to what JSON holds and to the keys runonce leaves it."""
+    example, path, value, field, words = CONFIG_CASES[case]
+    line = _refusal(routes_yaml(changed(example_target(example), path, value)))
+    assert "\n" not in line and line.startswith(f"routes file routes.yaml: route 'nightly': field '{field}': "), line
+    for word in words:
+        assert word in line, line
+
+
+def test_a_preset_field_of_its_own_type_loads() -> None:
+    cloud_run = parse_routes(routes_yaml(changed(example_target("cloud_run_job"), "task_count", 10000)), "r.yaml")
+    assert cloud_run["nightly"].target.task_count == 10000
+    for value in (True, False):
+        build = parse_routes(routes_yaml(changed(example_target("cloud_build_trigger"), "run_fields", value)), "r.yaml")
+        assert build["nightly"].target.run_fields is value
+    argument = {"n": 2**63 - 1, "x": 1.5, "s": "2026-01-31", "l": [None, True], "m": {"runonce_x": 1}}
+    workflows = parse_routes(routes_yaml(changed(example_target("workflows"), "argument", argument)), "r.yaml")
+    assert workflows["nightly"].target.argument == argument
 
 
 # --- what still loads --------------------------------------------------------------------------------
