@@ -33,6 +33,8 @@ RUN_FIELDS = ("run_id", "schedule_time")
 REGION = r"[a-z]+-[a-z]+[0-9]+"
 
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
+SAMPLE_RUN: dict[str, Any] = {"route": "r", "job": "j", "schedule_time": SAMPLE_SCHEDULE_TIME, "source": "scheduler"}
+"""The rest of a sample run: any values do, since only the run_id shapes a call's ids."""
 
 
 def resource_id_for(run_id: str, max_length: int) -> str:
@@ -105,10 +107,7 @@ def config_error(message: str) -> PydanticCustomError:
 
 def sample_requests() -> list[DispatchRequest]:
     """The runs a route's calls are built for at start-up (the run_ids `google_api` checks with)."""
-    return [
-        DispatchRequest(run_id=run_id, route="r", job="j", schedule_time=SAMPLE_SCHEDULE_TIME, source="scheduler")
-        for run_id in SAMPLE_RUN_IDS
-    ]
+    return [DispatchRequest(run_id=run_id, **SAMPLE_RUN) for run_id in SAMPLE_RUN_IDS]
 
 
 def check_route(adapter: type[GoogleEngineTarget[Any]], config: Any) -> None:
@@ -227,7 +226,7 @@ class RunNamedPreset(GoogleEngineTarget[ConfigT]):
 
 def check_project(value: str) -> str:
     """A route's project as the APIs take it in a resource name: an ID or a number."""
-    if not re.fullmatch(PROJECT, value, flags=re.ASCII):
+    if not re.fullmatch(PROJECT, value, flags=re.ASCII):  # pragma: no mutate - ASCII classes only: the flag guards
         raise config_error(
             f"must be a project ID (6-30 characters of a-z 0-9 -, starting with a letter) or number (got {value!r})"
         )

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from pydantic import BaseModel, ValidationError, model_validator
 
 from runonce.routes import parse_routes
 from runonce.settings import ConfigError
@@ -26,8 +27,8 @@ from runonce.targets import (
     TargetOutcomeUnknown,
     engine,
 )
-from runonce.targets.engine import request_id_for, run_hex
-from runonce.targets.presets import resource_id_for
+from runonce.targets.engine import Call, GoogleEngineTarget, Listing, request_id_for, run_hex
+from runonce.targets.presets import check_route, resource_id_for, run_fields
 from tests.fakes.dataflow import LAUNCH, LIST, FakeDataflow
 from tests.fakes.metadata import FakeMetadataServer, MetadataTokenAuth
 from tests.support.discovery import Discovery, load_document
@@ -265,6 +266,36 @@ MISTAKES = [
 def test_each_mistake_in_a_route_is_refused_in_one_line(kind: str, path: str, value: Any, expected: str) -> None:
     message = error_of(changed(kind, path, value))
     assert expected in message, message
+
+
+def _without(kind: str, path: str, **added: Any) -> dict[str, Any]:
+    target = changed(kind, path, None)
+    holder = target
+    for part in path.split(".")[:-1]:
+        holder = holder[part]
+    holder.update(added)
+    return target
+
+
+OTHER_SHAPES = {
+    "a vertex pipeline compiled inline (pipelineSpec, no templateUri)": _without(
+        "vertex_pipeline_job", "pipeline_job.templateUri", pipelineSpec={"pipelineInfo": {"name": "train"}}
+    ),
+    "a dataflow template given inline (containerSpec, no containerSpecGcsPath)": _without(
+        "dataflow_flex_template",
+        "launch_parameter.containerSpecGcsPath",
+        containerSpec={"image": "us-docker.pkg.dev/p/templates/etl:1", "sdkInfo": {"language": "PYTHON"}},
+    ),
+    "a dataproc property named like runonce's env var outside the env prefixes": changed(
+        "dataproc_batch", "batch.runtimeConfig.properties", {"spark.hadoop.RUNONCE_RUN_ID": "mine"}
+    ),
+}
+
+
+@pytest.mark.parametrize("shape", OTHER_SHAPES)
+def test_the_other_shapes_each_api_takes_load(shape: str) -> None:
+    routes = parse_routes(json.dumps({"routes": {"r": {"target": OTHER_SHAPES[shape]}}}), "routes file r.yaml")
+    assert routes["r"].target.type == OTHER_SHAPES[shape]["type"]
 
 
 @pytest.mark.parametrize("kind", sorted(TYPES))
@@ -935,3 +966,83 @@ async def test_a_create_answer_that_is_not_json_is_unknown_and_says_which_create
     assert (
         caught.value.message == f"create {noun} {name_for(kind, request.run_id)}: HTTP 200 with a body that is not JSON"
     )
+
+
+def test_run_fields_carry_the_schedule_time_and_task_only_when_the_run_has_them() -> None:
+    base = {"run_id": "0" * 64, "route": "r", "job": "nightly", "source": "cloud_tasks"}
+    full = DispatchRequest(**base, schedule_time="2026-01-31T12:00:00Z", task="7")
+    assert run_fields(full, "_RUNONCE_") == {
+        "_RUNONCE_JOB": "nightly",
+        "_RUNONCE_SOURCE": "cloud_tasks",
+        "_RUNONCE_SCHEDULE_TIME": "2026-01-31T12:00:00Z",
+        "_RUNONCE_TASK": "7",
+    }
+    bare = DispatchRequest(**base, schedule_time=None)
+    assert run_fields(bare, "RUNONCE_") == {"RUNONCE_JOB": "nightly", "RUNONCE_SOURCE": "cloud_tasks"}
+
+
+class _Preset(GoogleEngineTarget[dict[str, Any]]):
+    """A preset whose calls a test sets, for the start-up check of every call it makes."""
+
+    type = "probe"
+    API = "batch.v1"
+    NOUN = "job"
+
+    def create_call(self, request: DispatchRequest) -> Call:
+        return self.config["create"](request)
+
+    def list_call(self, request: DispatchRequest) -> Listing | None:
+        listing = self.config.get("list")
+        return Listing(listing, items="jobs") if listing else None
+
+
+GOOD_CREATE = Call(
+    "projects.locations.jobs.create",
+    {"parent": f"projects/{PROJECT}/locations/{LOCATION}", "jobId": "j1"},
+    {"taskGroups": [{"taskSpec": {"runnables": [{"script": {"text": "true"}}]}}]},
+)
+
+
+def _too_big(request: DispatchRequest) -> Call:
+    raise TargetFailed("create job for run x: the argument is over the API's 32768 bytes: by 12 bytes")
+
+
+def _unbuildable(request: DispatchRequest) -> Call:
+    return {}["create"]  # type: ignore[no-any-return]  # a shape the config's checks let through
+
+
+@pytest.mark.parametrize(
+    ("calls", "said"),
+    [
+        ({"create": lambda request: GOOD_CREATE}, None),
+        (
+            {"create": lambda request: GOOD_CREATE, "list": Call("projects.locations.jobs.list", {"parent": "nope"})},
+            "field 'target': batch.projects.locations.jobs.list parameters.parent='nope' does not match",
+        ),
+        (
+            {"create": lambda request: Call("projects.locations.jobs.launch", {})},
+            "field 'target': batch.v1 has no method projects.locations.jobs.launch",
+        ),
+        ({"create": _too_big}, "field 'target': the argument is over the API's 32768 bytes: by 12 bytes"),
+        ({"create": _unbuildable}, "field 'target': the request cannot be built from this route (KeyError: 'create')"),
+    ],
+)
+def test_every_call_a_preset_makes_is_checked_at_start_up(calls: dict[str, Any], said: str | None) -> None:
+    """The create and the listing, for each sample run: a problem is one line naming what the API
+    says, without the action's prefix; a call the route cannot build is said as such, never a traceback."""
+
+    class Config(BaseModel):
+        calls: dict[str, Any]
+
+        @model_validator(mode="after")
+        def _against_the_api(self) -> Config:
+            check_route(_Preset, self.calls)
+            return self
+
+    if said is None:
+        Config(calls=calls)
+        return
+    with pytest.raises(ValidationError) as caught:
+        Config(calls=calls)
+    message = f"field 'target': {caught.value.errors()[0]['msg']}"
+    assert message.startswith(said), message
