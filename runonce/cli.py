@@ -127,7 +127,7 @@ def serve(host: str, port: int | None, workers: int) -> None:
 
 def _start_up(host: str, port: int | None, workers: int) -> tuple[Any, dict[str, Any]]:
     """The app (or, with several workers, its factory's name) and uvicorn's options."""
-    from runonce.api.main import create_app  # deferred (tests/test_cold_start.py)
+    from runonce.api.main import checked_routes, create_app  # deferred (tests/test_cold_start.py)
     from runonce.auth.callers import check_auth_config  # deferred (tests/test_cold_start.py)
 
     settings = _settings()
@@ -138,7 +138,7 @@ def _start_up(host: str, port: int | None, workers: int) -> tuple[Any, dict[str,
             app: Any = create_app(settings)
         else:
             # fail here, once, rather than in every worker process
-            routes = load_routes(settings)
+            routes = checked_routes(settings)
             check_auth_config(settings, {name: route.allowed_callers for name, route in routes.items()})
             app = "runonce.api.main:app_from_environment"
     except ConfigError as exc:

@@ -35,9 +35,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import yaml
-
-from runonce.routes import parse_routes, yaml_problem
+from runonce.missed.audit import check_catch_up_windows
+from runonce.routes import not_utf8, one_line, parse_routes, read_document
 from runonce.run.delivery import MAX_BODY_BYTES, ROUTE_PATH
 from runonce.scheduler_retry import RetryConfig, retry_window
 from runonce.schedules import IntervalSchedule, Schedule, ScheduleError, get_zone, parse_schedule
@@ -93,26 +92,24 @@ class _Report:
         self.findings.append(Finding(self.file, self.subject, "warning", code, message))
 
 
+_ROUTES_KEY = re.compile(r"""(?:[ \t]*(?:#[^\n]*)?\n)*\{?\s*["']?routes["']?\s*:""")
+"""`routes:` as the file's first key (after blank and comment lines; JSON's opening brace)."""
+
+
 def load_documents(path: str) -> tuple[str, Any]:
-    text = Path(path).read_text(encoding="utf-8")
+    """The file's text and what it holds, read by the routes loader (`runonce serve`'s reader), so
+    a file it refuses is refused in start-up's words: a file that looks like a routes file is named
+    as start-up names it. Raises `ConfigError` (one line) or `OSError`."""
+    raw = Path(path).read_bytes()
+    looks_like_routes = _ROUTES_KEY.match(raw.decode("utf-8", "replace")) is not None
     try:
-        return text, json.loads(text)
-    except ValueError:
-        pass
-    try:
-        return text, yaml.safe_load(text)
-    except ValueError as exc:  # int() refuses more than 4,300 digits: name the rule, not Python's limit
-        raise yaml.YAMLError("a number is too long to read (an integer is at most 20 digits)") from exc
-
-
-def _unreadable(path: str, exc: Exception) -> str:
-    """Why a file cannot be read, in one line; a YAML mistake as the routes loader (`serve`) says it."""
-    if isinstance(exc, yaml.YAMLError):
-        try:
-            parse_routes(Path(path).read_text(encoding="utf-8"), f"file {path}")
-        except ConfigError as refused:
-            return str(refused)
-    return "cannot read as JSON or YAML: " + " ".join(str(exc).split())
+        text = raw.decode("utf-8")
+        return text, read_document(text)
+    except UnicodeDecodeError as exc:
+        problem = not_utf8(exc)
+    except ConfigError as exc:
+        problem = str(exc)
+    raise ConfigError(f"routes file {path}: {problem}" if looks_like_routes else problem)
 
 
 def lint_files(paths: list[str], config: LintConfig, default_routes: Mapping[str, Any] | None = None) -> list[Finding]:
@@ -127,20 +124,24 @@ def lint_files(paths: list[str], config: LintConfig, default_routes: Mapping[str
     for path in paths:
         try:
             text, data = load_documents(path)
-        except yaml.MarkedYAMLError as exc:  # one line: where, and what the parser found
-            findings.append(Finding(path, "-", "error", "unreadable", yaml_problem(exc)))
+        except ConfigError as exc:  # one line: where, and what the reader found
+            findings.append(Finding(path, "-", "error", "unreadable", str(exc)))
             continue
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-            findings.append(Finding(path, "-", "error", "unreadable", _unreadable(path, exc)))
+        except OSError as exc:
+            findings.append(Finding(path, "-", "error", "unreadable", f"cannot read: {exc.strerror}"))
             continue
         if isinstance(data, Mapping) and "routes" in data:
             routes_seen = True
+            origin = f"routes file {path}"
             try:
-                parsed = parse_routes(text, f"routes file {path}")
+                parsed = parse_routes(text, origin)
             except ConfigError as exc:
-                for line in str(exc).splitlines():
-                    findings.append(Finding(path, "-", "error", "invalid_routes", line))
+                findings.append(Finding(path, "-", "error", "invalid_routes", str(exc)))
                 continue
+            # start-up's other checks of the routes, with the retention serve would read
+            problems = check_catch_up_windows(parsed, config.retention_seconds, config.now)
+            if problems:
+                findings.append(Finding(path, "-", "error", "invalid_routes", one_line(origin, problems)))
             routes.update(parsed)
             route_files.extend((path, name, route) for name, route in parsed.items())
         elif _is_push_source(data) or (isinstance(data, list) and data and all(map(_is_push_source, data))):

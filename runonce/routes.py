@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -268,28 +268,42 @@ class RoutesConfig(BaseModel):
     )
 
 
+def routes_origin(settings: Settings) -> str:
+    """Where the settings take the routes from, as start-up's refusals name it."""
+    return f"routes file {settings.routes_file}" if settings.routes_file else "RUNONCE_ROUTES"
+
+
 def load_routes(settings: Settings) -> dict[str, Route]:
     """The routes named by the settings, validated. Raises `ConfigError`."""
     if settings.routes_file and settings.routes:
         raise ConfigError("set RUNONCE_ROUTES_FILE or RUNONCE_ROUTES, not both")
+    origin = routes_origin(settings)
     if settings.routes_file:
-        origin = f"routes file {settings.routes_file}"
         try:
             text = Path(settings.routes_file).read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"{origin}: cannot read: {exc.strerror}") from exc
         except UnicodeDecodeError as exc:
-            raise ConfigError(
-                f"{origin}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); save it as UTF-8"
-            ) from exc
+            raise ConfigError(f"{origin}: {not_utf8(exc)}") from exc
     elif settings.routes:
-        origin, text = "RUNONCE_ROUTES", settings.routes
+        text = settings.routes
     else:
         raise ConfigError("no routes configured: set RUNONCE_ROUTES_FILE (a YAML or JSON file) or RUNONCE_ROUTES")
     routes = parse_routes(text, origin)
     for message in route_warnings(routes):
         logger.warning("%s: %s", origin, message)
     return routes
+
+
+def not_utf8(exc: UnicodeDecodeError) -> str:
+    """Why a file is not read as text, and how to fix it."""
+    return f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); save it as UTF-8"
+
+
+def one_line(origin: str, problems: Sequence[str]) -> str:
+    """Several problems of one routes file as the one line start-up (and `runonce lint`) refuses it
+    with: each named by `origin`, joined with `; `."""
+    return "; ".join(f"{origin}: {problem}" for problem in problems)
 
 
 def route_warnings(routes: Mapping[str, Route]) -> list[str]:
@@ -309,18 +323,27 @@ def route_warnings(routes: Mapping[str, Route]) -> list[str]:
     return warnings
 
 
+def read_document(text: str) -> object:
+    """`text` (JSON or YAML) read with the routes loader's rules (below). Raises `ConfigError`: one
+    line, with the line and column where YAML gives them. `runonce lint` reads every file with it,
+    so it refuses a file in the words start-up does."""
+    try:
+        data = _json(text) if text.lstrip()[:1] in ("{", "[") else _NOT_JSON
+        if data is _NOT_JSON:
+            data = yaml.load(text, Loader=_RoutesLoader)  # a SafeLoader (below)
+    except yaml.MarkedYAMLError as exc:
+        raise ConfigError(yaml_problem(exc)) from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"not valid YAML or JSON: {' '.join(str(exc).split())}") from exc
+    return data
+
+
 def parse_routes(text: str, origin: str) -> dict[str, Route]:
     """The routes in `text` (YAML or JSON), validated. Raises `ConfigError`: one line naming
     `origin`, the route, the field and the reason."""
     try:
-        data = _json(text) if text.lstrip().startswith("{") else _NOT_JSON
-        if data is _NOT_JSON:
-            data = yaml.load(text, Loader=_RoutesLoader)  # a SafeLoader (below)
-    except yaml.MarkedYAMLError as exc:
-        raise ConfigError(f"{origin}: {yaml_problem(exc)}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{origin}: not valid YAML or JSON: {' '.join(str(exc).split())}") from exc
-    except ConfigError as exc:  # a rule of the routes loader (JSON or YAML)
+        data = read_document(text)
+    except ConfigError as exc:
         raise ConfigError(f"{origin}: {exc}") from exc
     if not isinstance(data, Mapping):
         raise ConfigError(f"{origin}: expected a mapping with a top-level 'routes:' key")
@@ -402,12 +425,28 @@ class _RoutesLoader(yaml.SafeLoader):
     - numbers are YAML 1.2's and JSON's: decimal ASCII digits, so `017` is not octal 15, `1_000`
       and `1:30` (sexagesimal 90) are not numbers, and `1e30` is a float (a string in YAML 1.1);
     - an integer is at most 20 digits, and nesting at most `MAX_NESTING` deep, so neither reaches
-      Python's own limits (whose errors are tracebacks).
+      Python's own limits (whose errors are tracebacks);
+    - a value YAML resolves but cannot build (an unquoted date that is no date, `2026-02-30`, a
+      timestamp at hour 25) is refused at its route, field, line and column, asking to quote it;
+      PyYAML's constructors raise Python's own errors there (`day is out of range for month`).
     """
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._depth = 0
+        self._root: yaml.Node | None = None
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        self._root = node
+        return super().construct_document(node)
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except (yaml.YAMLError, ConfigError):
+            raise
+        except Exception as exc:  # any error of a constructor: one line where it is, never a traceback
+            raise ConfigError(_unbuildable(self._root or node, node, exc)) from exc
 
     def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         self._depth += 1
@@ -447,6 +486,67 @@ class _RoutesLoader(yaml.SafeLoader):
         if not _FLOAT.match(text):
             raise _refused("a number is written in decimal ASCII digits", node.start_mark)
         return super().construct_yaml_float(node)
+
+
+_TAG_WORDS = {
+    "tag:yaml.org,2002:timestamp": "a date or time",
+    "tag:yaml.org,2002:int": "an integer",
+    "tag:yaml.org,2002:float": "a number",
+    "tag:yaml.org,2002:bool": "true or false",
+    "tag:yaml.org,2002:binary": "base64 bytes",
+}
+
+
+def _unbuildable(root: yaml.Node, node: yaml.Node, exc: Exception) -> str:
+    """Why YAML cannot build `node`, in one line: its route and field, line and column, what YAML
+    read it as, and that quoting it makes it text."""
+    path = _node_path(root, node)
+    mark = node.start_mark
+    kind = _TAG_WORDS.get(node.tag, f"a YAML {node.tag.rsplit(':', 1)[-1]}")
+    reason = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(node, yaml.ScalarNode):
+        text = str(node.value)
+        if len(text) > 80:
+            shown, advice = f"a value of {len(text)} characters", "quote it if it is text"
+        else:
+            shown, advice = text, "quote it if it is text: '" + text.replace("'", "''") + "'"
+        what = f"{shown} reads as {kind} but is not one ({reason}); {advice}"
+    else:
+        what = f"this value reads as {kind} but cannot be built ({reason}); write it as plain text, a list or a mapping"
+    return f"{_path_words(path)}line {mark.line + 1}, column {mark.column + 1}: {what}"
+
+
+def _node_path(root: yaml.Node, target: yaml.Node) -> str:
+    """The dotted path (`routes.r1.target.labels.day`, `...args[2]`) of `target` in the composed
+    document, or "" when it is not found; an alias is followed once."""
+    stack: list[tuple[yaml.Node, str]] = [(root, "")]
+    seen: set[int] = set()
+    while stack:
+        node, path = stack.pop()
+        if node is target:
+            return path
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                name = str(key.value) if isinstance(key, yaml.ScalarNode) else "?"
+                if key is target:
+                    return path
+                stack.append((value, f"{path}.{name}" if path else name))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((item, f"{path}[{index}]") for index, item in enumerate(node.value))
+    return ""
+
+
+def _path_words(path: str) -> str:
+    """`route 'r1': field 'target.labels.day': ` for a path of the routes file ("" for none)."""
+    if not path.startswith("routes."):
+        return f"at {path}: " if path else ""
+    route, _, field = path.removeprefix("routes.").partition(".")
+    route, bracket, rest = route.partition("[")
+    field = f"{bracket}{rest}.{field}".strip(".") if bracket else field
+    return f"route {route!r}: " + (f"field {field!r}: " if field else "")
 
 
 # YAML 1.1's int and float resolvers out (each first character's list is copied, not shared with
@@ -548,8 +648,8 @@ def format_validation_error(origin: str, exc: ValidationError) -> str:
         if len(loc) >= 2 and loc[0] == "target" and loc[1] in TARGET_TYPES:
             del loc[1]  # the union's tag: "target.http.url" -> "target.url"
         field = ".".join(str(part) for part in loc)
-        lines.append(f"{origin}: {where}{f'field {field!r}: ' if field else ''}{_in_words(error)}")
-    return "; ".join(lines)
+        lines.append(f"{where}{f'field {field!r}: ' if field else ''}{_in_words(error)}")
+    return one_line(origin, lines)
 
 
 def _quoted(value: object) -> str:

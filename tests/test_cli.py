@@ -319,8 +319,9 @@ def run_cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProce
         GCE_METADATA_DETECT_RETRIES="1",  # the refused port is an answer: one probe, not three with back-off
         RUNONCE_AUTH="none",
         RUNONCE_ROUTES='{"routes": {"demo": {"target": {"type": "log"}}}}',
-        **env,
     )
+    base.update(env)
+    base = {name: value for name, value in base.items() if value}  # an empty value unsets it
     return subprocess.run(
         [sys.executable, "-m", "runonce.cli", *args],
         cwd=tmp_path,
@@ -370,3 +371,142 @@ def test_runs_show_refuses_what_is_not_a_run_id(cli, run_id: str) -> None:
     seed(cli.db, finished=True)
     result = cli("runs", "show", run_id)
     assert result.exit_code == 2 and "64 lowercase hex" in result.output
+
+
+# --- a bad routes file: serve and lint refuse it in the same one line ---------------------------
+
+WORKFLOW = "projects/my-project/locations/us-central1/workflows/etl"
+IMPOSSIBLE_TIMES = [
+    "2026-02-30",
+    "2025-02-29",
+    "2026-04-31",
+    "2026-13-01",
+    "2026-00-10",
+    "0000-01-01",
+    "2026-01-31T25:00:00Z",
+    "2026-01-31 23:60:00",
+    "2026-01-31t12:00:00.5+24:00",
+    "2026-1-1 9:99:00",
+]
+"""Values YAML resolves as a date or a timestamp that datetime refuses to build."""
+PLACES = {
+    "target.labels.day": "target: {type: workflows, workflow: WF, labels: {day: VALUE}}",
+    "target.argument.at": "target:\n      type: workflows\n      workflow: WF\n      argument:\n        at: VALUE",
+    "target.argument.days[1]": "target: {type: workflows, workflow: WF, argument: {days: [x, VALUE]}}",
+}
+
+
+def lint_and_serve(cli, monkeypatch: pytest.MonkeyPatch, path: Path, **env: str) -> tuple[str, str]:
+    """What `runonce lint PATH` and `runonce serve` (RUNONCE_ROUTES_FILE=PATH) refuse the file with:
+    each exits 1 with exactly one line (lint's finding, then its count)."""
+    monkeypatch.setenv("RUNONCE_AUTH", "none")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("RUNONCE_ROUTES", raising=False)
+    monkeypatch.delenv("RUNONCE_ROUTES_FILE", raising=False)
+    linted = cli("lint", str(path))
+    assert linted.exit_code == 1, linted.output
+    [finding, summary] = linted.output.splitlines()
+    assert summary == "1 file(s): 1 error(s), 0 warning(s)"
+    prefix = f"{path}: -: error: "
+    assert finding.startswith(prefix) and finding.endswith(("[unreadable]", "[invalid_routes]")), finding
+    monkeypatch.setenv("RUNONCE_ROUTES_FILE", str(path))
+    served = cli("serve", "--port", "0")
+    assert served.exit_code == 1, served.output
+    [refusal] = served.output.splitlines()
+    assert refusal.startswith("Error: "), refusal
+    return finding.removeprefix(prefix).rsplit(" [", 1)[0], refusal.removeprefix("Error: ")
+
+
+@pytest.mark.parametrize("value", [*IMPOSSIBLE_TIMES, "!!timestamp yesterday"])
+@pytest.mark.parametrize("field", sorted(PLACES))
+def test_a_date_or_time_yaml_cannot_build_is_refused_in_one_line_asking_to_quote_it(
+    cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, field: str, value: str
+) -> None:
+    path = tmp_path / "routes.yaml"
+    path.write_text("routes:\n  r1:\n    " + PLACES[field].replace("WF", WORKFLOW).replace("VALUE", value) + "\n")
+    linted, served = lint_and_serve(cli, monkeypatch, path)
+    assert linted == served
+    bare = value.removeprefix("!!timestamp ")
+    assert served.startswith(f"routes file {path}: route 'r1': field '{field}': line "), served
+    assert f"{bare} reads as a date or time but is not one (" in served
+    assert served.endswith(f"quote it if it is text: '{bare}'"), served
+
+
+@pytest.mark.parametrize("depth", [65, 200, 1200, 5000])
+@pytest.mark.parametrize("form", ["json", "yaml"])
+def test_a_file_nested_too_deep_is_refused_by_lint_as_by_serve(
+    cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, depth: int, form: str
+) -> None:
+    path = tmp_path / f"routes.{form}"
+    nested = "[" * depth + "]" * depth
+    path.write_text(
+        f'{{"routes": {{"r1": {{"target": {{"type": "log"}}, "x": {nested}}}}}}}'
+        if form == "json"
+        else "routes: " + nested
+    )
+    linted, served = lint_and_serve(cli, monkeypatch, path)
+    assert linted == served
+    assert served.startswith(f"routes file {path}: ") and "nested more than 64 deep" in served, served
+
+
+CATCHING_UP = (
+    "    target: {type: log}\n    namespace: {project: my-project, location: us-central1}\n"
+    "    job: j1\n    schedule: '0 * * * *'\n    catch_up: latest\n"
+)
+
+
+@pytest.mark.parametrize(("count", "retention"), [(1, "86400"), (2, "86400"), (3, "7200")])
+def test_catch_up_windows_past_the_retention_are_refused_in_one_line_by_lint_as_by_serve(
+    cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, count: int, retention: str
+) -> None:
+    path = tmp_path / "routes.yaml"
+    names = [f"r{index}" for index in range(1, count + 1)]
+    path.write_text(
+        "routes:\n"
+        + "".join(f"  {name}:\n{CATCHING_UP}    catch_up_window_seconds: {retention}\n" for name in names)
+        + f"  fine:\n{CATCHING_UP}    catch_up_window_seconds: 60\n"
+    )
+    linted, served = lint_and_serve(cli, monkeypatch, path, RUNONCE_RETENTION_SECONDS=retention)
+    assert linted == served
+    refusals = served.split("; ")
+    assert len(refusals) == count
+    for name, refusal in zip(names, refusals, strict=True):
+        assert refusal == (
+            f"routes file {path}: route {name!r}: field 'catch_up_window_seconds': {retention} must be below "
+            f"RUNONCE_RETENTION_SECONDS ({retention}): older runs have no record left, so a catch-up could run "
+            "them again"
+        )
+    workers = cli("serve", "--port", "0", "--workers", "2")  # refused once, before any worker starts
+    assert workers.exit_code == 1 and workers.output == f"Error: {served}\n"
+
+
+def test_lint_passes_a_catch_up_window_below_the_retention_it_reads_from_the_environment(
+    cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    path = tmp_path / "routes.yaml"
+    path.write_text(f"routes:\n  r1:\n{CATCHING_UP}    catch_up_window_seconds: 7199\n")
+    monkeypatch.setenv("RUNONCE_RETENTION_SECONDS", "7200")
+    assert cli("lint", str(path)).output == "1 file(s): 0 error(s), 0 warning(s)\n"
+    flagged = cli("lint", "--retention-seconds", "7199", str(path))  # the flag in place of the setting
+    assert flagged.exit_code == 1 and "7199 must be below RUNONCE_RETENTION_SECONDS (7199)" in flagged.output
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("name", ["date", "depth", "catch-up"])
+def test_a_bad_routes_file_is_one_line_on_stderr_from_the_installed_command(tmp_path: Path, name: str) -> None:
+    path = tmp_path / "routes.yaml"
+    path.write_text(
+        {
+            "date": "routes:\n  r1:\n    target: {type: log, labels: {day: 2026-02-30}}\n",
+            "depth": '{"routes": ' + "[" * 1200 + "]" * 1200 + "}",
+            "catch-up": f"routes:\n  a:\n{CATCHING_UP}    catch_up_window_seconds: 86400\n"
+            f"  b:\n{CATCHING_UP}    catch_up_window_seconds: 90000\n",
+        }[name]
+    )
+    served = run_cli(tmp_path, "serve", "--port", "0", RUNONCE_ROUTES="", RUNONCE_ROUTES_FILE=str(path))
+    linted = run_cli(tmp_path, "lint", str(path), RUNONCE_ROUTES="")
+    assert served.returncode == 1 and linted.returncode == 1, (served.stderr, linted.stdout)
+    assert served.stderr.count("\n") == 1 and "Traceback" not in served.stderr + linted.stderr, served.stderr
+    assert linted.stderr == "" and len(linted.stdout.splitlines()) == 2, linted.stdout
+    assert f"{path}: -: error: {served.stderr.removeprefix('Error: ').rstrip()} [" in linted.stdout

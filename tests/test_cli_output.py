@@ -75,7 +75,7 @@ def test_runs_list_with_a_route_and_no_routes_configured_reads_the_store_alone(
         ("README.md", (REPO / "README.md").read_text(), "not valid YAML or JSON: line "),
         ("broken.yaml", "jobs: [\n  {name: a\n", "not valid YAML or JSON: line "),
         ("tabs.yaml", "a:\n\tb: 1\n", "not valid YAML or JSON: line 2, column 1: "),
-        ("bytes.json", b"\xff\xfe{}", "cannot read as JSON or YAML: 'utf-8' codec can't decode"),
+        ("bytes.json", b"\xff\xfe{}", "not UTF-8 text (byte 0xff at offset 0); save it as UTF-8"),
     ],
 )
 def test_lint_of_a_file_it_cannot_read_says_why_in_one_line(

@@ -1,15 +1,15 @@
 """Property-based fuzz of the routes-file loader: whatever YAML or JSON document it is given, it
 loads routes that start (their guards, policies and catch-up windows evaluate), or it refuses with
 one `ConfigError` line that names the file: never a traceback, never a regular expression or
-pydantic's own wording.
+pydantic's own wording; `runonce lint` refuses the file in the same line, or not at all.
 
 Documents are built valid-ish (every route field, with values from the right type to the absurd:
 huge and non-finite numbers, other scripts' digits, project numbers, unknown target types),
 written as YAML or JSON, then sometimes broken: a line repeated (repeated keys), text cut, deep
-nesting, aliases, bytes that are not UTF-8. Google targets start from the examples' routes
-(examples/*.yaml) and are mutated where a user slips: a field emptied (null, as an empty YAML key
-is), a value of another type, a key that is a number, a trailing newline, an unknown field, a
-field removed, an endpoint that is no Google host.
+nesting, aliases, bytes that are not UTF-8, an unquoted date or time (possible or not). Google
+targets start from the examples' routes (examples/*.yaml) and are mutated where a user slips: a
+field emptied (null, as an empty YAML key is), a value of another type, a key that is a number, a
+trailing newline, an unknown field, a field removed, an endpoint that is no Google host.
 
 Budget: RUNONCE_FUZZ_ROUTES_EXAMPLES (default 150); RUNONCE_FUZZ_ROUTES_SEED replays a run; the
 seed is printed either way.
@@ -29,8 +29,9 @@ import yaml
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from runonce.missed.audit import check_catch_up_windows
-from runonce.routes import load_routes, route_warnings
+from runonce.api.main import checked_routes
+from runonce.lint import LintConfig, lint_files
+from runonce.routes import route_warnings
 from runonce.settings import ConfigError, Settings
 from tests.support.procs import REPO
 
@@ -210,7 +211,7 @@ def written(document: Any, form: str) -> str:
 def broken(draw: st.DrawFn, text: str) -> bytes:
     """`text`, damaged in one of the ways files are."""
     lines = text.splitlines(keepends=True) or [""]
-    how = draw(st.sampled_from(["as is"] * 4 + ["repeat a line", "cut", "nest", "alias", "bytes", "insert"]))
+    how = draw(st.sampled_from(["as is"] * 4 + ["repeat a line", "cut", "nest", "alias", "bytes", "insert", "date"]))
     if how == "repeat a line":
         index = draw(st.integers(0, len(lines) - 1))
         lines.insert(index, lines[index])
@@ -223,6 +224,13 @@ def broken(draw: st.DrawFn, text: str) -> bytes:
         return b"x: &a [*a, *a]\nroutes: {r: {target: {type: log}, body: {k: *a}}}\n"
     elif how == "bytes":
         return draw(st.binary(max_size=40)) + "".join(lines).encode()
+    elif how == "date":  # an unquoted date or timestamp, possible or not (2026-02-30, hour 25)
+        year, month, day = draw(st.integers(0, 9999)), draw(st.integers(0, 19)), draw(st.integers(0, 39))
+        hour, minute, second = draw(st.integers(0, 29)), draw(st.integers(0, 69)), draw(st.integers(0, 69))
+        time = f"T{hour:02d}:{minute:02d}:{second:02d}Z"
+        day = f"{year:04d}-{month:02d}-{day:02d}"
+        text = text.replace(": ", f": {day}{draw(st.sampled_from(['', time]))} #", 1)
+        return text.encode("utf-8", "surrogatepass")
     elif how == "insert":
         index = draw(st.integers(0, len(text)))
         return (text[:index] + draw(st.text(max_size=5)) + text[index:]).encode("utf-8", "surrogatepass")
@@ -245,19 +253,27 @@ def test_the_routes_loader_starts_or_refuses_in_one_line(tmp_path: Path) -> None
     def check(document: Any, form: str, data: st.DataObject) -> None:
         content = data.draw(broken(written(document, form)))
         path.write_bytes(content)
+        [*read] = (
+            finding
+            for finding in lint_files([str(path)], LintConfig())
+            if finding.code in ("unreadable", "invalid_routes")
+        )
         try:
-            loaded = load_routes(Settings(routes_file=str(path)))
+            loaded = checked_routes(Settings(routes_file=str(path)))
         except ConfigError as exc:
             message = str(exc)
+            # lint agrees; a file cut before its `routes:` key it cannot name as a routes file
+            unnamed = message.removeprefix(f"routes file {path}: ")
+            assert [finding.message for finding in read] in ([], [message], [unnamed]), (read, message)
             assert "\n" not in message and message.startswith(f"routes file {path}: "), message
             for leak in ("Traceback", "^(?:", "Input tag", "[type=", "errors.pydantic.dev", "unable to parse"):
                 assert leak not in message, message
             outcomes["refused"] += 1
             return
+        assert read == []  # lint refuses nothing start-up takes
         for route in loaded.values():  # what start-up evaluates
             assert route.guard is not None and route.policy is not None
         route_warnings(loaded)
-        check_catch_up_windows(loaded, 86400)
         outcomes["loaded"] += 1
 
     check()

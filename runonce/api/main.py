@@ -21,7 +21,7 @@ from runonce.api.access_log import AccessLog
 from runonce.auth.callers import build_authenticator
 from runonce.metrics import Metrics
 from runonce.missed.audit import AUDIT_ROUTE, AuditTarget, check_catch_up_windows
-from runonce.routes import load_routes
+from runonce.routes import Route, load_routes, one_line, routes_origin
 from runonce.run.admission import Shutdown
 from runonce.run.runner import Runner, utcnow
 from runonce.settings import ConfigError, Settings, load_settings
@@ -41,10 +41,7 @@ def create_app(
 ) -> FastAPI:
     """The runonce ASGI app. `store`, `targets` (by route name) and `clock` are for tests; by
     default they come from the settings and the routes."""
-    routes = load_routes(settings)
-    problems = check_catch_up_windows(routes, settings.retention_seconds)
-    if problems:
-        raise ConfigError("\n".join(problems))
+    routes = checked_routes(settings)
     authenticator = build_authenticator(settings, {name: r.allowed_callers for name, r in routes.items()})
     if store is None:
         store = _open_store(settings)
@@ -79,6 +76,17 @@ def create_app(
     if settings.api_docs:
         api_docs.serve(app)
     return app
+
+
+def checked_routes(settings: Settings) -> dict[str, Route]:
+    """The routes as start-up takes them: loaded, validated, and their catch-up windows checked
+    against the retention. Raises `ConfigError`, one line however many routes are refused
+    (`runonce lint` applies the same checks)."""
+    routes = load_routes(settings)
+    problems = check_catch_up_windows(routes, settings.retention_seconds)
+    if problems:
+        raise ConfigError(one_line(routes_origin(settings), problems))
+    return routes
 
 
 @asynccontextmanager
