@@ -45,6 +45,7 @@ MESSAGE_ARG = {
     "NotDue": 1,  # missed/backfill.py: the same
     "_rejected": 0,
     "ConfigError": 0,
+    "config_error": 0,  # a route's refusal (runonce/targets/presets.py)
     "ValueError": 0,
     "TargetOutcomeUnknown": 0,
     "TargetFailed": 0,

@@ -996,9 +996,10 @@ class _Preset(GoogleEngineTarget[dict[str, Any]]):
         return Listing(listing, items="jobs") if listing else None
 
 
+PARENT_NAME = f"projects/{PROJECT}/locations/{LOCATION}"
 GOOD_CREATE = Call(
     "projects.locations.jobs.create",
-    {"parent": f"projects/{PROJECT}/locations/{LOCATION}", "jobId": "j1"},
+    {"parent": PARENT_NAME, "jobId": "j1"},
     {"taskGroups": [{"taskSpec": {"runnables": [{"script": {"text": "true"}}]}}]},
 )
 
@@ -1022,6 +1023,17 @@ def _unbuildable(request: DispatchRequest) -> Call:
         (
             {"create": lambda request: Call("projects.locations.jobs.launch", {})},
             "field 'target': batch.v1 has no method projects.locations.jobs.launch",
+        ),
+        (
+            {"create": lambda request: Call(GOOD_CREATE.method, GOOD_CREATE.params, {"taskGroups": "one"})},
+            "field 'target': the request runonce builds from the route: body.taskGroups: expected an array",
+        ),
+        (
+            {
+                "create": lambda request: Call("projects.locations.jobs.delete", {"name": f"{PARENT_NAME}/jobs/j1"}),
+                "list": Call("projects.locations.jobs.list", {"parent": "nope"}),
+            },
+            "field 'target': batch.projects.locations.jobs.list parameters.parent='nope' does not match",
         ),
         ({"create": _too_big}, "field 'target': the argument is over the API's 32768 bytes: by 12 bytes"),
         ({"create": _unbuildable}, "field 'target': the request cannot be built from this route (KeyError: 'create')"),
