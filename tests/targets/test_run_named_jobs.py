@@ -210,7 +210,12 @@ MISTAKES = [
     # dataproc_batch
     ("dataproc_batch", "batch.name", "mine", "batch.name: runonce names the batch from the run (batchId)"),
     ("dataproc_batch", "batch.state", "RUNNING", "batch.state: runonce names the batch"),
-    ("dataproc_batch", "batch.pysparkBatch", None, "exactly one workload of pysparkBatch, sparkBatch"),
+    (
+        "dataproc_batch",
+        "batch.pysparkBatch",
+        None,
+        "exactly one workload of pysparkBatch, sparkBatch, sparkRBatch, sparkSqlBatch, pysparkNotebookBatch (got none)",
+    ),
     ("dataproc_batch", "batch.sparkBatch", {"mainClass": "Etl"}, "(got pysparkBatch, sparkBatch)"),
     (
         "dataproc_batch",
@@ -1008,6 +1013,10 @@ def _too_big(request: DispatchRequest) -> Call:
     raise TargetFailed("create job for run x: the argument is over the API's 32768 bytes: by 12 bytes")
 
 
+def _refused(request: DispatchRequest) -> Call:
+    raise TargetFailed("refused without an action in front")
+
+
 def _unbuildable(request: DispatchRequest) -> Call:
     return {}["create"]  # type: ignore[no-any-return]  # a shape the config's checks let through
 
@@ -1036,6 +1045,8 @@ def _unbuildable(request: DispatchRequest) -> Call:
             "field 'target': batch.projects.locations.jobs.list parameters.parent='nope' does not match",
         ),
         ({"create": _too_big}, "field 'target': the argument is over the API's 32768 bytes: by 12 bytes"),
+        ({"create": _refused}, "field 'target': refused without an action in front"),
+        ({"create": lambda request: Call(GOOD_CREATE.method, GOOD_CREATE.params)}, None),  # no body: none checked
         ({"create": _unbuildable}, "field 'target': the request cannot be built from this route (KeyError: 'create')"),
     ],
 )
