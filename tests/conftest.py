@@ -5,12 +5,14 @@ Fixtures only: the helpers they use, and that test modules import, live in tests
 from __future__ import annotations
 
 import os
+import ssl
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import httpx._transports.default as httpx_transports
 import pytest
 
 from runonce.stores import RunStore, open_store
@@ -61,6 +63,29 @@ def in_process_only(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
         )
 
     monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def one_tls_context() -> Iterator[None]:
+    """Clients the tests build with httpx's default trust (most speak plain HTTP to a fake) share one
+    TLS context, as the service's own clients do (runonce/tls.py): each would otherwise load the CA
+    bundle anew, about 30 ms of CPU a client. One context per trust store the environment names
+    (SSL_CERT_FILE, SSL_CERT_DIR: a test may point them elsewhere); a client given its own trust (a
+    context, a client certificate) builds it as before."""
+    real = httpx_transports.create_ssl_context
+    shared: dict[tuple[str | None, str | None], ssl.SSLContext] = {}
+
+    def create(verify: Any = True, cert: Any = None, trust_env: bool = True) -> ssl.SSLContext:
+        if verify is not True or cert is not None or not trust_env:
+            return real(verify=verify, cert=cert, trust_env=trust_env)
+        store = (os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+        if store not in shared:
+            shared[store] = real()
+        return shared[store]
+
+    httpx_transports.create_ssl_context = create
+    yield
+    httpx_transports.create_ssl_context = real
 
 
 def recorded_violations() -> list[str]:
