@@ -9,7 +9,7 @@ PIP_TOOLS := .tools/pip-tools/bin
 PIP_COMPILE = $(PIP_TOOLS)/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras \
 	--no-emit-index-url --no-emit-find-links --all-build-deps $(PIP_COMPILE_ARGS)
 
-.PHONY: run test test-fast lint test-core test-deploy docs reference discovery bench mutate clean lock redis-server release dev-version
+.PHONY: run test test-fast lint test-core test-deploy docs reference discovery oneofs bench mutate clean lock redis-server release dev-version
 
 run: $(VENV)/.installed ## Run the proxy on 127.0.0.1:8080: SQLite store, demo route, auth off.
 	RUNONCE_AUTH=none RUNONCE_ROUTES_FILE=examples/demo-routes.yaml RUNONCE_STORE=sqlite:///runonce.db \
@@ -61,6 +61,9 @@ release: $(VENV)/.installed ## Prepare release VERSION=X.Y.Z: CHANGELOG's Unrele
 dev-version: $(VENV)/.installed ## After a release's tag: main becomes the development version VERSION=X.Y.Z.devN.
 	@test -n "$(VERSION)" || { echo "usage: make dev-version VERSION=X.Y.Z.devN" >&2; exit 2; }
 	$(BIN)/python scripts/release.py dev $(VERSION)
+
+oneofs: $(VENV)/.installed ## Regenerate the oneof groups of those documents' schemas (runonce/targets/discovery/oneofs.json) from a googleapis checkout: make oneofs GOOGLEAPIS=DIR
+	$(BIN)/python -m tests.support.oneofs_vendor $(GOOGLEAPIS)
 
 discovery: $(VENV)/.installed ## Regenerate the discovery documents google_api routes are checked against (runonce/targets/discovery/) from the locked google-api-python-client.
 	$(BIN)/python -m tests.support.discovery_vendor

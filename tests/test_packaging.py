@@ -41,3 +41,4 @@ def test_the_wheel_holds_the_runonce_package_and_its_store_url_reading_and_its_c
     assert "runonce = runonce.cli:main" in scripts
     assert "runonce/__main__.py" in names  # python -m runonce
     assert any(name.startswith("runonce/targets/discovery/") and name.endswith(".json.gz") for name in names)
+    assert "runonce/targets/discovery/oneofs.json" in names  # the route checks read it with every document

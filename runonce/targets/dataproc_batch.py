@@ -49,11 +49,10 @@ def identity_properties(request: DispatchRequest) -> dict[str, str]:
 
 
 def _check_batch(batch: dict[str, Any]) -> None:
-    """What the document cannot say of a Batch: one workload, and no property setting the run's variables."""
-    workloads = [kind for kind in WORKLOADS if kind in batch]
-    if len(workloads) != 1:
-        found = ", ".join(workloads) or "none"
-        raise config_error(f"batch must hold exactly one workload of {', '.join(WORKLOADS)} (got {found})")
+    """What the document cannot say of a Batch: a workload (its oneof keeps it to one), and no
+    property setting the run's variables."""
+    if not any(kind in batch for kind in WORKLOADS):
+        raise config_error(f"batch must hold exactly one workload of {', '.join(WORKLOADS)} (got none)")
     for key in (batch.get("runtimeConfig") or {}).get("properties") or {}:
         if key.startswith(ENV_PROPERTY_PREFIXES) and key.rsplit(".", 1)[1] in RUN_ENV:
             raise config_error(f"batch.runtimeConfig.properties: {key} is set by runonce")

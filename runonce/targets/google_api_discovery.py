@@ -26,11 +26,17 @@ Descriptions are dropped, keeping what they state as rules:
   ("will become the final component of the resource name", "The ID to use for …"), and a `name`
   the caller may choose ("Optionally caller-specified in CreateTask"), keep `resourceId`.
 
+Discovery documents drop the protos' `oneof` unions, which the APIs enforce: the ones of the
+carried documents' schemas are kept in `discovery/oneofs.json` (`make oneofs`, from the protos in
+github.com/googleapis/googleapis) and become `exclusive` groups too, and `oneOfRequired` where the
+proto says the union is required.
+
 Values are checked as proto3's JSON mapping takes them: int64 as a number or a string of digits,
 int32 in its range, enums, durations (`3.5s`), RFC 3339 timestamps, base64 bytes, booleans; a
 field the schema does not have, an output-only field, a missing required field, two exclusive
-fields, a null where an object, list or map is needed, a key that is not text, and labels outside
-Google's label rule are refused, naming where and what the document allows.
+fields, a required union with none set, a null where an object, list or map is needed, a key that
+is not text, and labels outside Google's label rule are refused, naming where and what the
+document allows.
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ from runonce.errors import RunonceError
 from runonce.targets.google import label_problem
 
 VENDORED = Path(__file__).with_name("discovery")
+ONEOFS = VENDORED / "oneofs.json"
+"""The `oneof` groups of the carried documents' schemas, from the APIs' protos (discovery drops them)."""
 
 # Every pattern here is used with `fullmatch` (a `$` would let a trailing newline through).
 _DURATION = re.compile(r"(-?)([0-9]+)(?:\.([0-9]{1,9}))?s")
@@ -239,7 +247,7 @@ def load(api: str) -> ApiDocument:
         raise DocumentNotFound(f"{api!r} is not an API as name.version (e.g. batch.v1)")
     vendored = VENDORED / f"{api}.json.gz"
     if vendored.is_file():
-        return ApiDocument(json.loads(gzip.decompress(vendored.read_bytes())))
+        return ApiDocument(with_oneofs(json.loads(gzip.decompress(vendored.read_bytes())), api))
     cache_dir = _client_cache()
     if cache_dir is not None and (cache_dir / f"{api}.json").is_file():
         return ApiDocument(reduce_document(json.loads((cache_dir / f"{api}.json").read_text(encoding="utf-8"))))
@@ -251,6 +259,20 @@ def load(api: str) -> ApiDocument:
     raise DocumentNotFound(
         f"no discovery document {api!r} among those runonce carries ({', '.join(vendored_names())}) {where}"
     )
+
+
+def with_oneofs(data: dict[str, Any], api: str) -> dict[str, Any]:
+    """A carried document with its protos' `oneof` groups (`discovery/oneofs.json`): each one
+    `exclusive` (at most one field set), and a required one also in `oneOfRequired` (one needed)."""
+    for schema_name, groups in json.loads(ONEOFS.read_text(encoding="utf-8"))["apis"].get(api, {}).items():
+        schema = data["schemas"][schema_name]
+        for group in groups:
+            fields = sorted(group["fields"])
+            if fields not in schema.setdefault("exclusive", []):
+                schema["exclusive"].append(fields)
+            if group.get("required"):
+                schema.setdefault("oneOfRequired", []).append(group["fields"])
+    return data
 
 
 # --- the document ---------------------------------------------------------------------------------
@@ -388,7 +410,11 @@ class ApiDocument:
                 problem = f"{where}: label {reserved[0]!r}: keys starting with {prefixes} are reserved by the API"
             if problem:
                 return problem
-        required = _required_problem(value, properties or {}, where, kind_name, given | self._not_required(kind_name))
+        given = given | self._not_required(kind_name)
+        required = _required_problem(value, properties or {}, where, kind_name, given)
+        for group in schema.get("oneOfRequired") or []:
+            if required is None and not any(value.get(name) is not None or name in given for name in group):
+                required = f"{where}: {kind_name} needs one of {', '.join(group)} (the API refuses it without)"
         return required or _exclusive_problem(value, schema.get("exclusive") or [], where, kind_name)
 
     def _not_required(self, kind_name: str) -> frozenset[str]:

@@ -6,11 +6,14 @@ carried ones are already reduced."""
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 import pytest
 
 from runonce.targets import google_api_discovery as discovery
+from tests.support import oneofs_vendor
 
 # --- reduction ------------------------------------------------------------------------------------
 
@@ -299,3 +302,133 @@ def test_list_and_label_limits_are_kept_from_the_descriptions_that_state_them() 
     assert "maxItems" not in reduced["groupColumns"]  # "one level" is no count of the list's items
     assert reduced["labels"]["maxLabels"] == 32
     assert reduced["labels"]["reservedPrefixes"] == ["goog-", "google-"]
+
+
+# --- oneofs from the protos -----------------------------------------------------------------------
+
+ONEOFS = json.loads(discovery.ONEOFS.read_text())
+
+
+@pytest.mark.parametrize(
+    ("api", "schema_name", "value", "problem"),
+    [
+        (
+            "batch.v1",
+            "Runnable",
+            {"container": {"imageUri": "busybox"}, "script": {"text": "echo"}},
+            "body: container and script are both set; Runnable takes only one of barrier, container, script",
+        ),
+        (
+            "batch.v1",
+            "InstancePolicyOrTemplate",
+            {"policy": {"machineType": "e2-standard-4"}, "instanceTemplate": "t"},
+            "body: instanceTemplate and policy are both set; InstancePolicyOrTemplate takes only one of "
+            "instanceTemplate, policy",
+        ),
+        (
+            "dataflow.v1b3",
+            "LaunchFlexTemplateParameter",
+            {
+                "jobName": "j",
+                "containerSpec": {"image": "i", "sdkInfo": {"language": "PYTHON"}},
+                "containerSpecGcsPath": "gs://b/t.json",
+            },
+            "body: containerSpec and containerSpecGcsPath are both set; LaunchFlexTemplateParameter takes only one "
+            "of containerSpec, containerSpecGcsPath",
+        ),
+        (
+            "cloudtasks.v2",
+            "HttpRequest",
+            {"url": "https://x.test/", "oauthToken": {}, "oidcToken": {}},
+            "body: oauthToken and oidcToken are both set; HttpRequest takes only one of oauthToken, oidcToken",
+        ),
+        (
+            "dataproc.v1",
+            "SparkBatch",
+            {"mainJarFileUri": "gs://b/a.jar", "mainClass": "Etl"},
+            "body: mainClass and mainJarFileUri are both set; SparkBatch takes only one of mainClass, mainJarFileUri",
+        ),
+        # a oneof whose proto comment says "Required." needs one of its fields
+        ("batch.v1", "Runnable", {}, "body: Runnable needs one of container, script, barrier"),
+        ("batch.v1", "Script", {"path": None}, "body: Script needs one of path, text"),
+        (
+            "bigquery.v2",
+            "JobConfigurationExtract",
+            {"destinationUris": ["gs://b/*.csv"]},
+            "body: JobConfigurationExtract needs one of sourceTable, sourceModel",
+        ),
+    ],
+)
+def test_fields_of_one_oneof_in_the_apis_protos_are_refused_together_and_a_required_one_needs_one(
+    api: str, schema_name: str, value: Any, problem: str
+) -> None:
+    """Discovery documents drop `oneof`; the API refuses a request that sets two of its fields."""
+    found = _problem(api, value, schema_name)
+    assert found is not None and found.startswith(problem), found
+
+
+def test_one_field_of_each_oneof_fits() -> None:
+    """Every carried group, each field set alone in its schema, raises no oneof problem."""
+    for api, schemas in ONEOFS["apis"].items():
+        document = discovery.load(api)
+        for schema_name, groups in schemas.items():
+            for group in groups:
+                for field in group["fields"]:
+                    value = {field: _sample(document, document.schemas[schema_name]["properties"][field])}
+                    found = document.value_problem(value, {"$ref": schema_name}, "body")
+                    assert found is None or not found.startswith("body: "), (api, found)  # deeper: the field's own
+
+
+def _sample(document: discovery.ApiDocument, field: dict[str, Any]) -> Any:
+    schema = document.resolve(field)
+    kind = schema.get("type")
+    if kind == "array":
+        return []
+    if kind == "boolean":
+        return True
+    if kind in ("integer", "number"):
+        return 1
+    if kind == "object" or "properties" in schema:
+        return {}
+    return schema["enum"][-1] if "enum" in schema else "x"
+
+
+def test_the_carried_oneofs_name_fields_of_the_carried_documents_and_their_source() -> None:
+    """Regenerating the documents cannot leave a group naming a field (or schema) they no longer
+    have; the file names the googleapis commit it was read from."""
+    assert ONEOFS["source"]["repository"] == "googleapis/googleapis"
+    assert re.fullmatch(r"[0-9a-f]{40}", ONEOFS["source"]["commit"])
+    assert sorted(ONEOFS["apis"]) == discovery.vendored_names()
+    for api, schemas in ONEOFS["apis"].items():
+        document = discovery.load(api)
+        for schema_name, groups in schemas.items():
+            properties = document.schemas[schema_name]["properties"]
+            for group in groups:
+                assert len(group["fields"]) >= 2 and set(group["fields"]) <= set(properties), (api, schema_name)
+                assert sorted(group["fields"]) in document.schemas[schema_name]["exclusive"]
+
+
+def test_oneofs_are_read_from_protos_with_their_nesting_json_names_and_required_comments() -> None:
+    """What `make oneofs` reads: braces in comments and strings and a `//` in a string change no
+    nesting, and a proto3 `optional` field is no oneof."""
+    proto = """
+    service Jobs { rpc Get(GetRequest) returns (Job) { option (google.api.http) = { get: "/v1/{name=x/*}//y" }; } }
+    // A job. { not a block
+    message Job {
+      message Step {
+        // Required. What the step runs.
+        oneof action {
+          string shell_command = 1;
+          Script script = 2 [json_name = "scriptSource"];
+        }
+      }
+      optional string note = 3;
+      // Where it writes.
+      oneof sink { string gcs_uri = 4; Table big_query_table = 5; }
+    }
+    """
+    found = oneofs_vendor.oneofs(proto)
+    assert [(f["path"], f["name"], f["fields"], f["required"]) for f in found] == [
+        (["Job", "Step"], "action", ["shellCommand", "scriptSource"], True),
+        (["Job"], "sink", ["gcsUri", "bigQueryTable"], False),
+    ]

@@ -76,7 +76,7 @@ TASK: dict[str, Any] = {
     "api": "cloudtasks.v2",
     "method": "projects.locations.queues.tasks.create",
     "params": {"parent": f"{PARENT}/queues/q"},
-    "body": {"task": {"name": f"{PARENT}/queues/q/tasks/t-${{run_id}}"}},
+    "body": {"task": {"name": f"{PARENT}/queues/q/tasks/t-${{run_id}}", "httpRequest": {"url": "https://x.test/"}}},
 }
 TABLE = {"projectId": "my-project", "datasetId": "d", "tableId": "t"}
 WRONG_READ = "reconcile.params: the read must find the resource the run's id names"
@@ -378,6 +378,20 @@ CASES: dict[str, tuple[dict[str, Any], str, str]] = {
         ),
         "target.body",
         "body.configuration.load: nullMarker and nullMarkers are both set; JobConfigurationLoad takes only one",
+    ),
+    "two fields of one oneof in the API's protos": (
+        changed(
+            BATCH,
+            "body.taskGroups.0.taskSpec.runnables",
+            [{"script": {"text": "a"}, "container": {"imageUri": "busybox"}}],
+        ),
+        "target.body",
+        "runnables[0]: container and script are both set; Runnable takes only one of barrier, container, script",
+    ),
+    "a required oneof left unset": (
+        changed(BATCH, "body.taskGroups.0.taskSpec.runnables", [{"displayName": "nothing to run"}]),
+        "target.body",
+        "runnables[0]: Runnable needs one of container, script, barrier (the API refuses it without)",
     ),
     "a requestId ending in a newline": (
         changed(BIGQUERY | {"method": "jobs.query", "body": {"query": "SELECT 1"}}, "body.requestId", "${run_uuid}\n"),

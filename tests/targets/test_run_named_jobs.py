@@ -121,6 +121,18 @@ MISTAKES = [
     ("batch_job", "job.name", "mine", "job.name: runonce names the job from the run (jobId)"),
     ("batch_job", "job.taskGroups", None, "job.taskGroups: required by Job"),
     ("batch_job", "job.taskGroups", [], "job.taskGroups must be a non-empty list"),
+    (
+        "batch_job",
+        "job.taskGroups.0.taskSpec.runnables",
+        [{}],
+        "job.taskGroups[0].taskSpec.runnables[0]: Runnable needs one of container, script, barrier",
+    ),
+    (
+        "batch_job",
+        "job.taskGroups.0.taskSpec.runnables",
+        [{"script": {"text": "echo"}, "barrier": {}}],
+        "job.taskGroups[0].taskSpec.runnables[0]: barrier and script are both set; Runnable takes only one of",
+    ),
     ("batch_job", "job.taskGroups", ["x"], 'job.taskGroups[0]: expected an object (TaskGroup), got str "x"'),
     ("batch_job", f"{GROUP}.taskSpec", None, "job.taskGroups[0].taskSpec: required by TaskGroup"),
     ("batch_job", f"{GROUP}.taskSpec.runnables", [], "taskSpec.runnables must be a non-empty list of runnables"),
@@ -216,7 +228,13 @@ MISTAKES = [
         None,
         "exactly one workload of pysparkBatch, sparkBatch, sparkRBatch, sparkSqlBatch, pysparkNotebookBatch (got none)",
     ),
-    ("dataproc_batch", "batch.sparkBatch", {"mainClass": "Etl"}, "(got pysparkBatch, sparkBatch)"),
+    (
+        "dataproc_batch",
+        "batch.sparkBatch",
+        {"mainClass": "Etl"},
+        "batch: pysparkBatch and sparkBatch are both set; Batch takes only one of pysparkBatch, pysparkNotebookBatch, "
+        "sparkBatch, sparkRBatch, sparkSqlBatch",
+    ),
     (
         "dataproc_batch",
         "batch.pysparkBatch",
