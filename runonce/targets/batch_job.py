@@ -36,15 +36,10 @@ from runonce.targets.registry import Grant
 
 
 def _check_job(job: dict[str, Any]) -> None:
-    """What the document cannot say of a Job: a task group and a runnable at least, and no
-    environment setting the run's variables."""
-    if not job["taskGroups"]:
-        raise config_error("job.taskGroups must be a non-empty list of task groups")
+    """What the document cannot say of a Job: no environment setting the run's variables."""
     for index, group in enumerate(job["taskGroups"]):
         where = f"job.taskGroups[{index}]"
         spec = group["taskSpec"]
-        if not spec["runnables"]:
-            raise config_error(f"{where}.taskSpec.runnables must be a non-empty list of runnables")
         environments = [(f"{where}.taskSpec.environment", spec.get("environment"))]
         environments += [
             (f"{where}.taskSpec.runnables[{i}].environment", runnable.get("environment"))

@@ -261,10 +261,16 @@ def load(api: str) -> ApiDocument:
     )
 
 
+@cache
+def _oneofs() -> dict[str, Any]:
+    apis: dict[str, Any] = json.loads(ONEOFS.read_text(encoding="utf-8"))["apis"]
+    return apis
+
+
 def with_oneofs(data: dict[str, Any], api: str) -> dict[str, Any]:
     """A carried document with its protos' `oneof` groups (`discovery/oneofs.json`): each one
     `exclusive` (at most one field set), and a required one also in `oneOfRequired` (one needed)."""
-    for schema_name, groups in json.loads(ONEOFS.read_text(encoding="utf-8"))["apis"].get(api, {}).items():
+    for schema_name, groups in _oneofs().get(api, {}).items():
         schema = data["schemas"][schema_name]
         for group in groups:
             fields = sorted(group["fields"])
@@ -450,14 +456,26 @@ def _unknown_field(where: str, kind_name: str, key: str, properties: dict[str, A
 def _required_problem(
     value: dict[str, Any], properties: dict[str, Any], where: str, kind_name: str, given: frozenset[str]
 ) -> str | None:
-    """A field the document marks "Required." that the object leaves out (or sets to null). An
-    identifier (`name`, `parent`, `…Id`) is not asked for: the call's path, the API or runonce may
-    supply it (Cloud Build's triggers.run names the trigger in its path, not in the body's triggerId)."""
+    """A field the document marks "Required." that the object leaves out, sets to null, or leaves
+    empty (`_is_empty`: AIP-203 asks a required field for a non-empty value). An identifier
+    (`name`, `parent`, `…Id`) is not asked for: the call's path, the API or runonce may supply it
+    (Cloud Build's triggers.run names the trigger in its path, not in the body's triggerId)."""
     for name, field in properties.items():
         identifier = name in ("name", "parent") or name.endswith("Id")
-        if field.get("required") and value.get(name) is None and name not in given and not identifier:
-            return f"{where}.{name}: required by {kind_name} (the API refuses the request without it)"
+        if field.get("required") and name not in given and not identifier:
+            if value.get(name) is None:
+                return f"{where}.{name}: required by {kind_name} (the API refuses the request without it)"
+            if _is_empty(value[name], field):
+                return f"{where}.{name}: required by {kind_name}, and {value[name]!r} is empty (the API refuses it)"
     return None
+
+
+def _is_empty(value: Any, field: dict[str, Any]) -> bool:
+    """An empty string, list or map. An empty message (`{}` where the schema has properties, or a
+    `google.protobuf.Value`) is a value: proto3 keeps a message field's presence."""
+    kind = "map" if "additionalProperties" in field else field.get("type")
+    empty: Any = {"string": "", "array": [], "map": {}}.get(kind or "")
+    return empty is not None and bool(value == empty)
 
 
 def _exclusive_problem(value: dict[str, Any], groups: list[list[str]], where: str, kind_name: str) -> str | None:

@@ -94,7 +94,7 @@ VALID = {"project": PROJECT, "location": "US", "configuration": QUERY}
             'configuration.query: expected an object (JobConfigurationQuery), got str "SELECT 1"',
         ),
         ({"configuration": {"query": {"query": " "}}}, "configuration.query.query: the SQL text is empty"),
-        ({"configuration": {"query": {"query": ""}}}, "configuration.query.query: the SQL text is empty"),
+        ({"configuration": {"query": {"query": ""}}}, "configuration.query.query: required by JobConfigurationQuery"),
         ({"configuration": {"query": {"query": "\n\t  \n"}}}, "configuration.query.query: the SQL text is empty"),
         (
             {"configuration": {"query": {**QUERY["query"], "useLegacySql": True}}},

@@ -46,6 +46,9 @@ from tests.support.procs import REPO
 
 PARENT = "projects/runonce-test/locations/us-central1"
 JOB_NAME = f"{PARENT}/jobs/r${{run_id:62}}"
+GROUPS = [{"taskSpec": {"runnables": [{"script": {"text": "echo"}}]}}]
+"""The least a Batch job holds: one task group with one runnable."""
+
 BATCH = {
     "type": "google_api",
     "api": "batch.v1",
@@ -192,11 +195,14 @@ def test_a_boolean_and_an_enum_param_are_held_to_the_document() -> None:
         ({"taskGroups": [{"taskSpec": {"maxRunDuration": "1h"}}]}, "is not a duration like '3.5s'"),
         ({"taskGroups": [{"taskSpec": {"runnables": "x"}}]}, "body.taskGroups[0].taskSpec.runnables: expected an"),
         ({"taskGroups": [{"requireHostsFile": "yes"}]}, "requireHostsFile: expected a boolean, got str"),
-        ({"taskGroups": [], "status": {"state": "QUEUED"}}, "body.status: output only in Job; a request cannot"),
-        ({"taskGroups": [], "labels": {"a": 1}}, "body.labels.a: expected a string, got int 1"),
-        ({"taskGroups": [], "priority": "${run_id}"}, "body.priority: expected an int64"),
+        ({"taskGroups": GROUPS, "status": {"state": "QUEUED"}}, "body.status: output only in Job; a request cannot"),
+        ({"taskGroups": GROUPS, "labels": {"a": 1}}, "body.labels.a: expected a string, got int 1"),
+        ({"taskGroups": GROUPS, "priority": "${run_id}"}, "body.priority: expected an int64"),
         ({"taskGroups": [{"taskSpec": {"runnables": [{"script": "echo"}]}}]}, "expected an object (Script), got str"),
-        ({"taskGroups": [], "logsPolicy": {"destination": "STDOUT"}}, "'STDOUT' is not one of DESTINATION_UNSPECIFIED"),
+        (
+            {"taskGroups": GROUPS, "logsPolicy": {"destination": "STDOUT"}},
+            "'STDOUT' is not one of DESTINATION_UNSPECIFIED",
+        ),
     ],
 )
 def test_a_body_field_not_in_the_request_schema_or_of_the_wrong_type_is_refused(body, expected) -> None:
@@ -238,7 +244,11 @@ def test_numbers_and_timestamps_in_a_body_are_held_to_their_format() -> None:
         ({"params": {"parent": "projects/p/locations/${schedule_time}/x"}}, "target.params", "does not match"),
         ({"params": {"jobId": "r${run_idd}"}}, "target.params", "unknown placeholder '${run_idd}' (runonce fills"),
         ({"params": {"jobId": "r${run_id:65}"}}, "target.params", "unknown placeholder '${run_id:65}'"),
-        ({"body": {"taskGroups": [], "labels": {"x": "${run}"}}}, "target.body", "body.labels.x: unknown placeholder"),
+        (
+            {"body": {"taskGroups": GROUPS, "labels": {"x": "${run}"}}},
+            "target.body",
+            "body.labels.x: unknown placeholder",
+        ),
     ],
 )
 def test_a_placeholder_whose_expansion_breaks_the_documents_pattern_is_refused(change, field, expected) -> None:
@@ -296,7 +306,7 @@ def test_running_needs_a_reconcile_method() -> None:
         {"params": {"jobId": "r${run_id:8}"}, "reconcile": None, "running": None},  # too short to tell runs apart
         {
             "params": {"jobId": None},
-            "body": {"taskGroups": [], "labels": {"run": "${run_id:63}"}},
+            "body": {"taskGroups": GROUPS, "labels": {"run": "${run_id:63}"}},
             "reconcile": None,
             "running": None,
         },
@@ -1126,7 +1136,7 @@ async def test_the_call_carries_the_run_in_its_params_and_body(metadata) -> None
         BATCH,
         {
             "params": {"requestId": "${run_uuid}"},
-            "body": {"taskGroups": [], "labels": {"run": "${run_id:63}", "time": "t${run_id:16}"}},
+            "body": {"taskGroups": GROUPS, "labels": {"run": "${run_id:63}", "time": "t${run_id:16}"}},
         },
     )
     recorder = Recorder(POST=httpx.Response(200, json={"name": job_of(request)}))

@@ -357,12 +357,27 @@ ONEOFS = json.loads(discovery.ONEOFS.read_text())
             {"destinationUris": ["gs://b/*.csv"]},
             "body: JobConfigurationExtract needs one of sourceTable, sourceModel",
         ),
+        # AIP-203: a required field needs a non-empty value; `[]`, `''` or `{}` (a map) is none
+        ("batch.v1", "Job", {"taskGroups": []}, "body.taskGroups: required by Job, and [] is empty"),
+        (
+            "bigquery.v2",
+            "JobConfigurationQuery",
+            {"query": ""},
+            "body.query: required by JobConfigurationQuery, and ''",
+        ),
+        (
+            "aiplatform.v1",
+            "GoogleCloudAiplatformV1ExplanationMetadata",
+            {"inputs": {}},
+            "body.inputs: required by GoogleCloudAiplatformV1ExplanationMetadata, and {} is empty",
+        ),
     ],
 )
-def test_fields_of_one_oneof_in_the_apis_protos_are_refused_together_and_a_required_one_needs_one(
+def test_what_the_api_refuses_beyond_its_schemas_types_is_refused(
     api: str, schema_name: str, value: Any, problem: str
 ) -> None:
-    """Discovery documents drop `oneof`; the API refuses a request that sets two of its fields."""
+    """Discovery documents drop `oneof`, and the API refuses a request that sets two fields of one;
+    and a required field given empty is no value."""
     found = _problem(api, value, schema_name)
     assert found is not None and found.startswith(problem), found
 
@@ -432,3 +447,12 @@ def test_oneofs_are_read_from_protos_with_their_nesting_json_names_and_required_
         (["Job", "Step"], "action", ["shellCommand", "scriptSource"], True),
         (["Job"], "sink", ["gcsUri", "bigQueryTable"], False),
     ]
+
+
+def test_a_required_message_given_empty_is_a_value() -> None:
+    """An empty message, or an empty `google.protobuf.Value`, is set: proto3 keeps its presence."""
+    pipeline = {"displayName": "p", "trainingTaskDefinition": "gs://b/d.yaml", "trainingTaskInputs": {}}
+    assert _problem("aiplatform.v1", pipeline, "GoogleCloudAiplatformV1TrainingPipeline") is None
+    assert _problem("batch.v1", {"taskGroups": [{"taskSpec": {}}]}, "Job") == (
+        "body.taskGroups[0].taskSpec.runnables: required by TaskSpec (the API refuses the request without it)"
+    )

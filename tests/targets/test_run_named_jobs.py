@@ -120,7 +120,7 @@ MISTAKES = [
     # batch_job
     ("batch_job", "job.name", "mine", "job.name: runonce names the job from the run (jobId)"),
     ("batch_job", "job.taskGroups", None, "job.taskGroups: required by Job"),
-    ("batch_job", "job.taskGroups", [], "job.taskGroups must be a non-empty list"),
+    ("batch_job", "job.taskGroups", [], "job.taskGroups: required by Job, and [] is empty (the API refuses it)"),
     (
         "batch_job",
         "job.taskGroups.0.taskSpec.runnables",
@@ -135,7 +135,7 @@ MISTAKES = [
     ),
     ("batch_job", "job.taskGroups", ["x"], 'job.taskGroups[0]: expected an object (TaskGroup), got str "x"'),
     ("batch_job", f"{GROUP}.taskSpec", None, "job.taskGroups[0].taskSpec: required by TaskGroup"),
-    ("batch_job", f"{GROUP}.taskSpec.runnables", [], "taskSpec.runnables must be a non-empty list of runnables"),
+    ("batch_job", f"{GROUP}.taskSpec.runnables", [], "taskSpec.runnables: required by TaskSpec, and [] is empty"),
     ("batch_job", f"{GROUP}.taskSpec.runnables", ["echo"], "taskSpec.runnables[0]: expected an object (Runnable)"),
     (
         "batch_job",
