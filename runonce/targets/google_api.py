@@ -30,9 +30,9 @@ resource the reconcile call reads (without one, the id the API deduped on is the
 
 from __future__ import annotations
 
-import hashlib
 import re
 import uuid
+from collections.abc import Iterator
 from typing import Any, Literal
 from urllib.parse import quote
 
@@ -42,7 +42,7 @@ from pydantic_core import PydanticCustomError
 
 from runonce.targets.base import DispatchRequest, TargetFailed, TargetOutcomeUnknown
 from runonce.targets.endpoints import endpoint_problem
-from runonce.targets.engine import Call, GoogleEngineTarget, Running, build_path, wire
+from runonce.targets.engine import Call, GoogleEngineTarget, Running, build_path, run_hex, wire
 from runonce.targets.google import GoogleAuth
 from runonce.targets.google_api_discovery import (
     ApiDocument,
@@ -75,9 +75,7 @@ def _error(message: str, **context: Any) -> PydanticCustomError:
 def run_uuid(run_id: str) -> str:
     """A UUID (version 4 layout) made from the run_id's first 32 hex characters, for APIs whose
     requestId must be a UUID. Same run, same UUID."""
-    if not re.fullmatch(r"[0-9a-f]{64}", run_id):
-        run_id = hashlib.sha256(run_id.encode()).hexdigest()
-    return str(uuid.UUID(hex=run_id[:32], version=4))
+    return str(uuid.UUID(hex=run_hex(run_id)[:32], version=4))
 
 
 def placeholder_problem(text: str) -> str | None:
@@ -93,31 +91,31 @@ def placeholder_problem(text: str) -> str | None:
     return None
 
 
+def strings_in(value: Any) -> Iterator[str]:
+    """Every string among a value's values, at any depth (keys are not values)."""
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        for item in value:
+            yield from strings_in(item)
+    elif isinstance(value, str):
+        yield value
+
+
 def carries_run(value: Any) -> bool:
     """Whether a value's placeholders tell runs apart: ${run_id}, ${run_uuid}, or ${run_id:N} with
     N >= MIN_HANDLE_HEX."""
-    if isinstance(value, dict):
-        return any(carries_run(item) for item in value.values())
-    if isinstance(value, list):
-        return any(carries_run(item) for item in value)
-    if not isinstance(value, str):
-        return False
-    for match in PLACEHOLDER.finditer(value):
-        name = match.group(1)
-        if name in ("run_id", "run_uuid"):
-            return True
-        prefix = re.fullmatch(r"run_id:([0-9]+)", name)
-        if prefix and int(prefix.group(1)) >= MIN_HANDLE_HEX:
-            return True
+    for text in strings_in(value):
+        for match in PLACEHOLDER.finditer(text):
+            name = match.group(1)
+            prefix = re.fullmatch(r"run_id:([0-9]+)", name)
+            if name in ("run_id", "run_uuid") or (prefix and int(prefix.group(1)) >= MIN_HANDLE_HEX):
+                return True
     return False
 
 
 def uses_schedule_time(value: Any) -> bool:
-    if isinstance(value, dict):
-        return any(uses_schedule_time(item) for item in value.values())
-    if isinstance(value, list):
-        return any(uses_schedule_time(item) for item in value)
-    return isinstance(value, str) and "${schedule_time}" in value
+    return any("${schedule_time}" in text for text in strings_in(value))
 
 
 def expand(value: Any, run_id: str, schedule_time: str | None) -> Any:
