@@ -22,6 +22,9 @@ Descriptions are dropped, keeping what they state as rules:
 - a list whose description allows one item ("Only one TaskGroup is supported") keeps `maxItems`, and
   a `labels` map that holds fewer than 64 ("No more than 32 labels") keeps `maxLabels`, and one that
   reserves key prefixes ('Label names that start with "goog-" … are reserved') keeps them;
+- a string field whose description lists all it takes ("Possible values include INTERACTIVE and
+  BATCH.", "The following values are supported: * CREATE_IF_NEEDED: …") keeps them as `proseEnum`,
+  checked in any letter case;
 - a create's `…Id` query parameter or body field that its description calls the new resource's ID
   ("will become the final component of the resource name", "The ID to use for …"), and a `name`
   the caller may choose ("Optionally caller-specified in CreateTask"), keep `resourceId`.
@@ -110,6 +113,11 @@ _EXCLUSIVE_WITH = re.compile(rf"[Mm]utually exclusive with (?:the )?({_NAME})(?:
 """A field's own description naming the one other field it excludes ("Mutually exclusive with worker_zone.")."""
 _ONLY_ONE = re.compile(r"Only one `?(\w+)`? is supported")
 """A list field whose description allows one item ("TaskGroups in the Job. Only one TaskGroup is supported")."""
+_VALUE = r"[A-Z][A-Z0-9_]*[A-Z0-9]"
+_LISTED_VALUES = re.compile(rf"Possible values include ({_VALUE}(?:, {_VALUE})*,? (?:and|or) {_VALUE})\.")
+"""A string field whose description lists its values in one sentence ("Possible values include
+INTERACTIVE and BATCH."), or (`_SUPPORTED_VALUES`) as a list of `* VALUE: what it does`."""
+_SUPPORTED_VALUES = "The following values are supported:"
 _MAX_LABELS = re.compile(r"No more than ([0-9]+) labels")
 _RESERVED_LABELS = re.compile(r"[Ll]abel (?:names|keys) that (?:start|begin) with ([^.]*?) are reserved")
 """Key prefixes a `labels` map's description reserves (Batch: 'start with "goog-" or "google-"')."""
@@ -139,6 +147,9 @@ def _reduce_schema(schema: dict[str, Any]) -> dict[str, Any]:
             only_one = _ONLY_ONE.search(text)
             if field.get("type") == "array" and only_one and only_one.group(1).lower() == name.lower().rstrip("s"):
                 out["properties"][name]["maxItems"] = 1
+            values = prose_values(text) if field.get("type") == "string" and "enum" not in field else []
+            if values:
+                out["properties"][name]["proseEnum"] = values
             most_labels = _MAX_LABELS.search(text)
             if name in LABEL_FIELDS and most_labels:
                 out["properties"][name]["maxLabels"] = int(most_labels.group(1))
@@ -152,6 +163,18 @@ def _reduce_schema(schema: dict[str, Any]) -> dict[str, Any]:
         if isinstance(schema.get(key), dict):
             out[key] = _reduce_schema(schema[key])
     return out
+
+
+def prose_values(text: str) -> list[str]:
+    """The values a string field's description lists as all it takes (BigQuery's dispositions
+    and priority), or []: only a sentence that is the list, or a `* VALUE:` list."""
+    text = " ".join(text.split())
+    listed = _LISTED_VALUES.search(text)
+    if listed:
+        return re.findall(_VALUE, listed.group(1))
+    if _SUPPORTED_VALUES in text:
+        return re.findall(rf"\* `?({_VALUE})`?:", text.split(_SUPPORTED_VALUES, 1)[1])
+    return []
 
 
 def _camel(name: str) -> str:
@@ -548,6 +571,8 @@ def _string_problem(value: str, schema: dict[str, Any], where: str) -> str | Non
         return f"{where}: {value!r} is not base64 (bytes are sent as base64 text)"
     if "enum" in schema and value not in schema["enum"]:
         return f"{where}: {value!r} is not one of {', '.join(schema['enum'])}"
+    if "proseEnum" in schema and value.upper() not in schema["proseEnum"]:
+        return f"{where}: {value!r} is not one of {', '.join(schema['proseEnum'])} (the values its description lists)"
     return None
 
 

@@ -456,3 +456,44 @@ def test_a_required_message_given_empty_is_a_value() -> None:
     assert _problem("batch.v1", {"taskGroups": [{"taskSpec": {}}]}, "Job") == (
         "body.taskGroups[0].taskSpec.runnables: required by TaskSpec (the API refuses the request without it)"
     )
+
+
+@pytest.mark.parametrize(
+    ("description", "values"),
+    [
+        (
+            "Optional. Specifies a priority. Possible values include INTERACTIVE and BATCH. The default is X.",
+            ["INTERACTIVE", "BATCH"],
+        ),
+        ("Possible values include GZIP, NONE, and SNAPPY.", ["GZIP", "NONE", "SNAPPY"]),
+        (
+            "What happens. The following values are supported: * CREATE_IF_NEEDED: create it. * CREATE_NEVER: "
+            "fail. The default value is CREATE_IF_NEEDED.",
+            ["CREATE_IF_NEEDED", "CREATE_NEVER"],
+        ),
+        # a list that says more than its values is no list of all the field takes
+        ("Possible values include CSV or AVRO for tables and ML_TF_SAVED_MODEL for models.", []),
+        ("Possible values include: * 6 (Default) * 12", []),
+        ("The compression type, such as GZIP.", []),
+    ],
+)
+def test_a_string_fields_values_listed_in_its_description_are_kept(description: str, values: list[str]) -> None:
+    raw = {
+        "name": "demo",
+        "version": "v1",
+        "rootUrl": "https://demo.googleapis.com/",
+        "schemas": {
+            "Thing": {"type": "object", "properties": {"mode": {"type": "string", "description": description}}}
+        },
+    }
+    field = discovery.reduce_document(raw)["schemas"]["Thing"]["properties"]["mode"]
+    assert field.get("proseEnum", []) == values
+
+
+def test_a_value_outside_the_listed_ones_is_refused_in_any_case_it_is_written() -> None:
+    """BigQuery's priority: INTERACTIVE or BATCH; written in another case it is the same value."""
+    query = {"query": "SELECT 1"}
+    assert _problem("bigquery.v2", {**query, "priority": "batch"}, "JobConfigurationQuery") is None
+    assert _problem("bigquery.v2", {**query, "priority": "URGENT"}, "JobConfigurationQuery") == (
+        "body.priority: 'URGENT' is not one of INTERACTIVE, BATCH (the values its description lists)"
+    )
