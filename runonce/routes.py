@@ -671,5 +671,6 @@ def _in_words(error: Any) -> str:
         tag = str(ctx["discriminator"]).strip("'")
         return f"needs a {tag}: one of {', '.join(repr(name) for name in TARGET_TYPES)}"
     if kind in ("int_type", "int_from_float", "int_parsing"):
-        return f"must be a whole number written in digits, got {_quoted(given)}"
+        unquote = " (without quotes)" if isinstance(given, str) and given.strip().isdigit() else ""
+        return f"must be a whole number written in digits{unquote}, got {_quoted(given)}"
     return str(error["msg"]).removeprefix("Value error, ")

@@ -90,9 +90,11 @@ def _loopback(host: str) -> bool:
     if host in LOOPBACK_NAMES:
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:
         return False
+    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1 is 127.0.0.1
+    return address.is_loopback or bool(mapped and mapped.is_loopback)
 
 
 def check_endpoint(url: str | None) -> str | None:

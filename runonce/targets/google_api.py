@@ -62,6 +62,11 @@ MIN_HANDLE_HEX = 16
 SAMPLE_RUN_IDS = ("0" * 64, "f" * 64, "9" * 16 + "a" * 48)
 """Expansions checked at start-up: a run_id is 64 hex characters, starting with a digit or a letter."""
 SAMPLE_SCHEDULE_TIME = "2026-01-31T12:00:00Z"
+STANDARD_PARAMETERS = frozenset(
+    {"$.xgafv", "access_token", "alt", "callback", "fields", "key", "oauth_token", "prettyPrint", "quotaUser"}
+    | {"upload_protocol", "uploadType"}
+)
+"""The query parameters every discovery document lists for all its methods (`parameters` at its top)."""
 EXAMPLE_HANDLES = '"r${run_id:62}" or "${run_uuid}"'
 
 
@@ -199,6 +204,14 @@ def check_params(method: ApiMethod, params: dict[str, Any], where: str) -> None:
     """Every param is one of the method's, every path parameter is given, every value (with each
     sample expansion) fits the document's type, enum and pattern."""
     for name in params:
+        if name in STANDARD_PARAMETERS and name not in method.parameters:
+            raise _error(
+                "{where}.{key}: a standard parameter of every Google API, not one of {method}'s; a route sets "
+                "none of them: they change the answer runonce reads (fields, alt, prettyPrint) or how it calls",
+                where=where,
+                key=name,
+                method=method.id,
+            )
         if name not in method.parameters:
             takes = ", ".join(sorted(method.parameters)) or "no parameters"
             raise _error(

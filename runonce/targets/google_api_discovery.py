@@ -18,7 +18,8 @@ Descriptions are dropped, keeping what they state as rules:
   "[Required]") keeps `required`;
 - fields that descriptions name as exclusive ("Only one of `a` or `b` may be set", "Exactly one
   of a, b or c must be set", "a and b are mutually exclusive", "a and b can't be set at the same
-  time", a field's own "Mutually exclusive with b.") keep them as `exclusive` groups on their object;
+  time", a field's own "Mutually exclusive with b.", BigQuery's "[Pick one]" on each of them) keep
+  them as `exclusive` groups on their object;
 - a list whose description allows one item ("Only one TaskGroup is supported") keeps `maxItems`, and
   a `labels` map that holds fewer than 64 ("No more than 32 labels") keeps `maxLabels`, and one that
   reserves key prefixes ('Label names that start with "goog-" … are reserved') keeps them;
@@ -200,6 +201,8 @@ def exclusive_groups(schema: dict[str, Any]) -> list[list[str]]:
         excludes = _EXCLUSIVE_WITH.search(" ".join(str(field.get("description", "")).split()))
         if excludes:
             found.append([name, _camel(excludes.group(1))])
+    # BigQuery marks the fields of an object that stand for one another "[Pick one]"
+    found.append([name for name, field in properties.items() if "[Pick one]" in str(field.get("description"))])
     groups: list[list[str]] = []
     for names in found:
         group = sorted(set(names))

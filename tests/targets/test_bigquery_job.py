@@ -87,7 +87,7 @@ VALID = {"project": PROJECT, "location": "US", "configuration": QUERY}
         ({"configuration": {}}, "must hold exactly one of query, load, extract, copy (got none)"),
         (
             {"configuration": {**QUERY, "copy": {"sourceTables": [TABLE], "destinationTable": TABLE}}},
-            "exactly one of query, load, extract, copy (got query, copy)",
+            "configuration: copy and query are both set; JobConfiguration takes only one of copy, extract, load, query",
         ),
         (
             {"configuration": {"query": "SELECT 1"}},

@@ -143,6 +143,7 @@ def test_the_method_may_be_named_with_the_api_in_front() -> None:
     ("change", "expected"),
     [
         ({"params": {"jobID": "r${run_id:62}"}}, "has no parameter 'jobID' (it takes: jobId, parent, requestId)"),
+        ({"params": {"fields": "name"}}, "params.fields: a standard parameter of every Google API, not one of batch."),
         ({"params": {"parent": None}}, "needs the path parameter 'parent' (pattern ^projects/[^/]+/locations/[^/]+$)"),
         ({"params": {"parent": "projects/p"}}, "parent='projects/p' does not match ^projects/[^/]+/locations/[^/]+$"),
         ({"params": {"jobId": ["a", "b"]}}, "jobId: expected a string, got list"),

@@ -260,6 +260,7 @@ def _reduced(properties: dict[str, Any]) -> dict[str, Any]:
         {"workerZone": "Mutually exclusive with `worker_region` below."},
         {"workerZone": "A list. worker_region and worker_zone can't be set at the same time."},
         {"workerZone": "worker_region and worker_zone cannot be specified together."},
+        {"workerRegion": "[Pick one] Where workers run.", "workerZone": "[Pick one] The zone they run in."},
     ],
 )
 def test_exclusive_fields_stated_in_a_fields_own_words_become_a_group(descriptions: dict[str, str]) -> None:
@@ -275,6 +276,7 @@ def test_exclusive_fields_stated_in_a_fields_own_words_become_a_group(descriptio
         "Mutually exclusive with Compute Engine-based options, such as gce_cluster_config.",  # not one field
         "Mutually exclusive with other_field.",  # not a field of this object
         "Only one of these may matter.",
+        "[Pick one] Where workers run.",  # the only field so marked
     ],
 )
 def test_prose_that_names_no_other_field_of_the_object_makes_no_group(description: str) -> None:

@@ -440,6 +440,7 @@ BAD_ENDPOINTS = {
     "a backslash": ("https://evil.example\\@batch.googleapis.com", "backslash"),
     "loopback by name only": ("http://127.0.0.1.nip.io:80", "not '127.0.0.1.nip.io'"),
     "plaintext to Google": ("http://batch.googleapis.com", "not 'batch.googleapis.com'"),
+    "plaintext to another host written as IPv6": ("http://[::ffff:10.0.0.1]:80", "not '::ffff:10.0.0.1'"),
 }
 CASES.update(
     {
@@ -458,6 +459,7 @@ GOOD_ENDPOINTS = [
     "http://127.0.0.1:8085",
     "http://127.8.9.10:1",
     "http://[::1]:65535",
+    "http://[::ffff:127.0.0.1]:8085",  # IPv4 loopback, written as IPv6
     "http://localhost:8085/",
     "HTTPS://Batch.GoogleAPIs.com",
 ]
@@ -610,7 +612,13 @@ CONFIG_CASES: dict[str, tuple[str, str, Any, str, tuple[str, ...]]] = {
         (STRICT_SCALARS, "True"),
     ),
     "cloud run: a count that is false": ("cloud_run_job", "task_count", False, "target.task_count", (STRICT_SCALARS,)),
-    "cloud run: a count in quotes": ("cloud_run_job", "task_count", "4", "target.task_count", (STRICT_SCALARS, "'4'")),
+    "cloud run: a count in quotes": (
+        "cloud_run_job",
+        "task_count",
+        "4",
+        "target.task_count",
+        (STRICT_SCALARS + " (without quotes), got '4'",),
+    ),
     "cloud run: a count with a point": (
         "cloud_run_job",
         "task_count",
