@@ -499,3 +499,24 @@ def test_a_value_outside_the_listed_ones_is_refused_in_any_case_it_is_written() 
     assert _problem("bigquery.v2", {**query, "priority": "URGENT"}, "JobConfigurationQuery") == (
         "body.priority: 'URGENT' is not one of INTERACTIVE, BATCH (the values its description lists)"
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ({"runnables": None}, "body.runnables: is empty (null); a list is needed here"),
+        ({"runnables": RUNNABLES, "environment": None}, "body.environment: is empty (null); an object is needed here"),
+        (
+            {"runnables": RUNNABLES, "environment": {"variables": None}},
+            "body.environment.variables: is empty (null); an object is needed here",  # a map
+        ),
+        (
+            {"runnables": [{"container": {"imageUri": "i", "commands": [None]}}]},
+            "body.runnables[0].container.commands[0]: is empty (null); a value is needed here",
+        ),
+    ],
+)
+def test_a_null_where_the_schema_needs_something_says_what(value: dict[str, Any], problem: str) -> None:
+    """An empty YAML key is null: the line says what to give instead, a list, an object or a value."""
+    hint = ": give it a value (an empty key in YAML is null) or remove the key"
+    assert _problem("batch.v1", value, "TaskSpec") == problem + hint
