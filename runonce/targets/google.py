@@ -43,7 +43,8 @@ def _label_character(char: str) -> bool:
     return _label_letter(char) or char in "_-" or unicodedata.category(char) in ("Nd", "Mn", "Mc")
 
 
-def _kind(value: object) -> str:
+def kind_of(value: object) -> str:
+    """What a YAML value is, in words: `a number`, `true or false`, `null`, `a list`."""
     if value is None or isinstance(value, bool):
         return "null" if value is None else "true or false"
     return "a number" if isinstance(value, (int, float)) else f"a {type(value).__name__}"
@@ -53,13 +54,13 @@ def label_problem(key: object, value: object) -> str | None:
     """What Google's label rule says against one label (None when it fits): the whole key and value
     are checked, so a value ending in a newline is refused too."""
     if not isinstance(key, str):
-        return f"label key {key!r} is {_kind(key)}, not text: quote it ('{key}')"
+        return f"label key {key!r} is {kind_of(key)}, not text: quote it ('{key}')"
     if not (1 <= len(key) <= MAX_LABEL_CHARACTERS and _label_letter(key[0]) and all(map(_label_character, key))):
         return f"label key {key!r}: 1-63 characters of a-z 0-9 _ -, starting with a letter{INTERNATIONAL}"
     if value is None:
         return f"label {key!r}: the value is empty (null); write '' for an empty value"
     if not isinstance(value, str):
-        return f"label {key!r}: value {value!r} is {_kind(value)}, not text: quote it ('{value}')"
+        return f"label {key!r}: value {value!r} is {kind_of(value)}, not text: quote it ('{value}')"
     if not (len(value) <= MAX_LABEL_CHARACTERS and all(map(_label_character, value))):
         return f"label {key!r}: value {value!r} must be at most 63 characters of a-z 0-9 _ -{INTERNATIONAL}"
     return None

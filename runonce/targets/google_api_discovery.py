@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from runonce.errors import RunonceError
-from runonce.targets.google import label_problem
+from runonce.targets.google import kind_of, label_problem
 
 VENDORED = Path(__file__).with_name("discovery")
 ONEOFS = VENDORED / "oneofs.json"
@@ -425,7 +425,7 @@ class ApiDocument:
         extra = schema.get("additionalProperties")
         for key, item in value.items():
             if not isinstance(key, str):
-                return f"{where}: the key {key!r} is a {type(key).__name__}; keys are text (quote it: '{key}')"
+                return f"{where}: the key {key!r} is {kind_of(key)}, not text: quote it ('{key}')"
             if properties is not None and key in properties:
                 problem = self._field_problem(item, properties[key], f"{where}.{key}", kind_name, given)
             elif extra is not None:

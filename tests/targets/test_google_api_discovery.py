@@ -520,3 +520,44 @@ def test_a_null_where_the_schema_needs_something_says_what(value: dict[str, Any]
     """An empty YAML key is null: the line says what to give instead, a list, an object or a value."""
     hint = ": give it a value (an empty key in YAML is null) or remove the key"
     assert _problem("batch.v1", value, "TaskSpec") == problem + hint
+
+
+JOB = {"taskGroups": [{"taskSpec": TASK_SPEC}]}
+
+
+@pytest.mark.parametrize(
+    ("api", "schema_name", "value", "problem"),
+    [
+        (
+            "batch.v1",
+            "Job",
+            {**JOB, "labels": {2024: "q4"}},
+            "body.labels: the key 2024 is a number, not text: quote it",
+        ),
+        (
+            "batch.v1",
+            "Job",
+            {**JOB, "labels": {"goog-team": "x"}},
+            "body.labels: label 'goog-team': keys starting with 'goog-' or 'google-' are reserved by the API",
+        ),
+        # labels deeper than a body's own: a Flex Template's environment
+        (
+            "dataflow.v1b3",
+            "LaunchFlexTemplateParameter",
+            {
+                "jobName": "j",
+                "containerSpecGcsPath": "gs://b/t.json",
+                "environment": {"additionalUserLabels": {"T": "x"}},
+            },
+            "body.environment.additionalUserLabels: label key 'T': 1-63 characters",
+        ),
+    ],
+)
+def test_keys_and_labels_the_api_refuses_say_why(api: str, schema_name: str, value: Any, problem: str) -> None:
+    found = _problem(api, value, schema_name)
+    assert found is not None and found.startswith(problem), found
+
+
+def test_a_required_name_may_be_left_to_the_call_or_the_api() -> None:
+    """Pub/Sub's Topic marks `name` Required., and topics.create carries it in its path."""
+    assert _problem("pubsub.v1", {"labels": {"team": "a"}}, "Topic") is None
