@@ -473,6 +473,11 @@ def test_a_required_message_given_empty_is_a_value() -> None:
             "fail. The default value is CREATE_IF_NEEDED.",
             ["CREATE_IF_NEEDED", "CREATE_NEVER"],
         ),
+        # only what follows the sentence counts
+        (
+            "Notes: * LEGACY_NOTE: none. The following values are supported: * A_B: one. * C_D: two.",
+            ["A_B", "C_D"],
+        ),
         # a list that says more than its values is no list of all the field takes
         ("Possible values include CSV or AVRO for tables and ML_TF_SAVED_MODEL for models.", []),
         ("Possible values include: * 6 (Default) * 12", []),
