@@ -178,7 +178,8 @@ def prose_values(text: str) -> list[str]:
     return []
 
 
-def _camel(name: str) -> str:
+def camel(name: str) -> str:
+    """A proto field's JSON name: `main_jar_file_uri` (or `` `worker_zone` ``) -> `mainJarFileUri`."""
     head, *rest = name.strip("`").split("_")
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
@@ -196,11 +197,11 @@ def exclusive_groups(schema: dict[str, Any]) -> list[list[str]]:
         text = " ".join(text.split())
         for pattern in _EXCLUSIVE:
             for match in pattern.finditer(text):
-                found.append([_camel(name) for name in re.findall(_NAME, match.group(1)) if name not in ("or", "and")])
+                found.append([camel(name) for name in re.findall(_NAME, match.group(1)) if name not in ("or", "and")])
     for name, field in properties.items():
         excludes = _EXCLUSIVE_WITH.search(" ".join(str(field.get("description", "")).split()))
         if excludes:
-            found.append([name, _camel(excludes.group(1))])
+            found.append([name, camel(excludes.group(1))])
     # BigQuery marks the fields of an object that stand for one another "[Pick one]"
     found.append([name for name, field in properties.items() if "[Pick one]" in str(field.get("description"))])
     groups: list[list[str]] = []
@@ -499,9 +500,9 @@ def _required_problem(
 def _is_empty(value: Any, field: dict[str, Any]) -> bool:
     """An empty string, list or map. An empty message (`{}` where the schema has properties, or a
     `google.protobuf.Value`) is a value: proto3 keeps a message field's presence."""
-    kind = "map" if "additionalProperties" in field else field.get("type")
-    empty: Any = {"string": "", "array": [], "map": {}}.get(kind or "")
-    return empty is not None and bool(value == empty)
+    if "additionalProperties" in field:
+        return bool(value == {})
+    return (field.get("type"), value) in (("string", ""), ("array", []))
 
 
 def _exclusive_problem(value: dict[str, Any], groups: list[list[str]], where: str, kind_name: str) -> str | None:

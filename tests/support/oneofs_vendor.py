@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from runonce.targets.google_api_discovery import ONEOFS, VENDORED
+from runonce.targets.google_api_discovery import ONEOFS, VENDORED, camel
 
 PROTOS = {
     "aiplatform.v1": "google/cloud/aiplatform/v1",
@@ -46,12 +46,6 @@ TOKEN = re.compile(
     r"\b(message|enum|oneof|service)\s+(\w+)\s*\{|\{|\}"
     r"|(?:repeated\s+)?[\w.]+(?:<[^>]*>)?\s+(\w+)\s*=\s*\d+(?:\s*\[[^\]]*?json_name\s*=\s*\"(\w+)\")?"
 )
-
-
-def json_name(field: str) -> str:
-    """protoc's JSON name of a field: `main_jar_file_uri` -> `mainJarFileUri`."""
-    head, *rest = field.split("_")
-    return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
 def oneofs(text: str) -> list[dict[str, Any]]:
@@ -79,7 +73,7 @@ def oneofs(text: str) -> list[dict[str, Any]]:
         elif match.group(0) == "}":
             stack.pop()
         elif field and stack and stack[-1][0] == "oneof":
-            found[-1]["fields"].append(json_override or json_name(field))
+            found[-1]["fields"].append(json_override or camel(field))
     return found
 
 
