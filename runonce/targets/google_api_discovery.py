@@ -120,6 +120,12 @@ _LISTED_VALUES = re.compile(rf"Possible values include ({_VALUE}(?:, {_VALUE})*,
 INTERACTIVE and BATCH."), or (`_SUPPORTED_VALUES`) as a list of `* VALUE: what it does`."""
 _SUPPORTED_VALUES = "The following values are supported:"
 _MAX_LABELS = re.compile(r"No more than ([0-9]+) labels")
+_IDENTIFYING = frozenset(
+    {"uri", "url", "email", "account", "image", "path", "location", "network", "subnetwork", "zone", "region"}
+    | {"id", "uid", "uuid"}
+)
+"""The last words of string fields that name or locate something (`imageUri`, `serviceAccount`,
+`tempLocation`, `jarFileUris`): no URI, path, email or id holds a control character."""
 _RESERVED_LABELS = re.compile(r"[Ll]abel (?:names|keys) that (?:start|begin) with ([^.]*?) are reserved")
 """Key prefixes a `labels` map's description reserves (Batch: 'start with "goog-" or "google-"')."""
 
@@ -429,6 +435,7 @@ class ApiDocument:
                 return f"{where}: the key {key!r} is {kind_of(key)}, not text: quote it ('{key}')"
             if properties is not None and key in properties:
                 problem = self._field_problem(item, properties[key], f"{where}.{key}", kind_name, given)
+                problem = problem or _control_problem(key, item, f"{where}.{key}")
             elif extra is not None:
                 problem = None if key == "@type" else self._item_problem(item, extra, f"{where}.{key}", given)
             else:
@@ -465,6 +472,18 @@ class ApiDocument:
                 return f"{where}: is empty (null); {_null_hint(resolved)}"
             return None  # proto3: a null scalar is the field's default
         return self.value_problem(item, field, where, given)
+
+
+def _control_problem(name: str, value: Any, where: str) -> str | None:
+    """A control character (such as the newline a YAML `|` block ends with) in a field that names or
+    locates something (`_IDENTIFYING`); free text (scripts, args, descriptions) may hold them."""
+    words = re.findall(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])", name)
+    if not words or words[-1].lower().removesuffix("s") not in _IDENTIFYING:
+        return None
+    for text in value if isinstance(value, list) else [value]:
+        if isinstance(text, str) and re.search(r"[\x00-\x1f\x7f]", text):
+            return f"{where}: {text!r} holds a control character (a newline?); no URI, path, email or id does"
+    return None
 
 
 def _null_hint(schema: dict[str, Any]) -> str:

@@ -395,7 +395,7 @@ CASES: dict[str, tuple[dict[str, Any], str, str]] = {
     ),
     "a requestId ending in a newline": (
         changed(BIGQUERY | {"method": "jobs.query", "body": {"query": "SELECT 1"}}, "body.requestId", "${run_uuid}\n"),
-        "target",
+        "target.body",
         "body.requestId: '00000000-0000-4000-8000-000000000000\\n' holds a control character",
     ),
     "an unquoted date where text is needed": (
@@ -848,6 +848,37 @@ TRAILING_NEWLINE_CASES: dict[str, tuple[str, str, Any, str]] = {
         "params.parent",
         "projects/my-project/locations/us-central1\n",
         "parent",
+    ),
+    # a field that names or locates something, written as a YAML `|` block (which ends in a newline)
+    "batch: an image URI": (
+        "batch_job",
+        "job.taskGroups.0.taskSpec.runnables.0.container.imageUri",
+        "us-docker.pkg.dev/my-project/jobs/render:1\n",
+        "imageUri",
+    ),
+    "batch: a service account": (
+        "batch_job",
+        "job.allocationPolicy.serviceAccount.email",
+        "render@my-project.iam.gserviceaccount.com\n",
+        "serviceAccount.email",
+    ),
+    "dataflow: a bucket path": (
+        "dataflow_flex_template",
+        "launch_parameter.environment.tempLocation",
+        "gs://b/\n",
+        "tempLocation",
+    ),
+    "dataproc: a file URI in a list": (
+        "dataproc_batch",
+        "batch.pysparkBatch.jarFileUris",
+        ["gs://b/a.jar", "gs://b/c.jar\r"],
+        "jarFileUris",
+    ),
+    "vertex: a service account": (
+        "vertex_pipeline_job",
+        "pipeline_job.serviceAccount",
+        "p@my-project.iam.gserviceaccount.com\n",
+        "serviceAccount",
     ),
 }
 
