@@ -18,11 +18,14 @@ Descriptions are dropped, keeping what they state as rules:
   "[Required]") keeps `required`;
 - fields that descriptions name as exclusive ("Only one of `a` or `b` may be set", "Exactly one
   of a, b or c must be set", "a and b are mutually exclusive", "a and b can't be set at the same
-  time", a field's own "Mutually exclusive with b.", BigQuery's "[Pick one]" on each of them) keep
-  them as `exclusive` groups on their object;
+  time", a field's own "Mutually exclusive with b." or "Cannot be specified with b.", BigQuery's
+  "[Pick one]" on each of them) keep them as `exclusive` groups on their object;
 - a list whose description allows one item ("Only one TaskGroup is supported") keeps `maxItems`, and
   a `labels` map that holds fewer than 64 ("No more than 32 labels") keeps `maxLabels`, and one that
   reserves key prefixes ('Label names that start with "goog-" … are reserved') keeps them;
+- a number, an integer or a duration whose description states its bounds as a sentence ("Minimum value is
+  10 minutes; maximum value is 14 days.", "The maximum allowed value is 5,000.") keeps `minimum` and
+  `maximum` (a duration's in seconds); a bound the API coerces to is not kept;
 - a string field whose description lists all it takes ("Possible values include INTERACTIVE and
   BATCH.", "The following values are supported: * CREATE_IF_NEEDED: …") keeps them as `proseEnum`,
   checked in any letter case;
@@ -110,8 +113,11 @@ _EXCLUSIVE = (
     re.compile(rf"({_NAMES}) are mutually exclusive"),
     re.compile(rf"({_NAMES}) (?:can't|cannot|can not) be (?:set|specified|used) (?:at the same time|together)"),
 )
-_EXCLUSIVE_WITH = re.compile(rf"[Mm]utually exclusive with (?:the )?({_NAME})(?: field| below)?\.")
-"""A field's own description naming the one other field it excludes ("Mutually exclusive with worker_zone.")."""
+_EXCLUSIVE_WITH = re.compile(
+    rf"(?:[Mm]utually exclusive with|[Cc]annot be specified with) (?:the )?({_NAME})(?: field| below)?\."
+)
+"""A field's own description naming the one other field it excludes ("Mutually exclusive with
+worker_zone.", "Cannot be specified with subnetwork_uri.")."""
 _ONLY_ONE = re.compile(r"Only one `?(\w+)`? is supported")
 """A list field whose description allows one item ("TaskGroups in the Job. Only one TaskGroup is supported")."""
 _VALUE = r"[A-Z][A-Z0-9_]*[A-Z0-9]"
@@ -119,6 +125,15 @@ _LISTED_VALUES = re.compile(rf"Possible values include ({_VALUE}(?:, {_VALUE})*,
 """A string field whose description lists its values in one sentence ("Possible values include
 INTERACTIVE and BATCH."), or (`_SUPPORTED_VALUES`) as a list of `* VALUE: what it does`."""
 _SUPPORTED_VALUES = "The following values are supported:"
+_BOUND = re.compile(
+    r"(?:^|[.;,] ?)(?:The )?(Minimum|Maximum|maximum allowed|minimum allowed) value is ([0-9][0-9,]*)"
+    r"(?: (second|minute|hour|day)s?)?(?=[.;,](?![0-9])|$| \()(?!; values above)",
+    re.IGNORECASE,
+)
+"""A number's or a duration's bound its description states as a sentence of its own ("Minimum
+value is 10 minutes; maximum value is 14 days.", "The maximum allowed value is 5,000."); a bound the
+API coerces to ("values above 100 will be coerced to 100") is no refusal, so it is not kept."""
+_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
 _MAX_LABELS = re.compile(r"No more than ([0-9]+) labels")
 _IDENTIFYING = frozenset(
     {"uri", "url", "email", "account", "image", "path", "location", "network", "subnetwork", "zone", "region"}
@@ -154,6 +169,7 @@ def _reduce_schema(schema: dict[str, Any]) -> dict[str, Any]:
             only_one = _ONLY_ONE.search(text)
             if field.get("type") == "array" and only_one and only_one.group(1).lower() == name.lower().rstrip("s"):
                 out["properties"][name]["maxItems"] = 1
+            out["properties"][name].update(prose_bounds(text, field))
             values = prose_values(text) if field.get("type") == "string" and "enum" not in field else []
             if values:
                 out["properties"][name]["proseEnum"] = values
@@ -182,6 +198,21 @@ def prose_values(text: str) -> list[str]:
     if _SUPPORTED_VALUES in text:
         return re.findall(rf"\* `?({_VALUE})`?:", text.split(_SUPPORTED_VALUES, 1)[1])
     return []
+
+
+def prose_bounds(text: str, field: dict[str, Any]) -> dict[str, int]:
+    """`minimum` and `maximum` of a number or an integer field, or of a duration in seconds, from its
+    description's sentences (`_BOUND`); {} for any other field."""
+    duration = field.get("format") == "google-duration"
+    if not duration and field.get("type") not in ("integer", "number") and field.get("format") not in INTEGER_RANGES:
+        return {}
+    bounds = {}
+    for which, number, unit in _BOUND.findall(" ".join(text.split())):
+        if duration and not unit:
+            continue  # a duration's bound names its unit
+        value = int(number.replace(",", "")) * (_SECONDS[unit.lower()] if duration else 1)
+        bounds["minimum" if which.lower().startswith("min") else "maximum"] = value
+    return bounds
 
 
 def camel(name: str) -> str:
@@ -550,7 +581,9 @@ def scalar_problem(value: Any, schema: dict[str, Any], where: str) -> str | None
     """A string, integer, number or boolean field (or parameter), as proto3 JSON takes it."""
     kind, fmt = schema.get("type"), schema.get("format")
     if (kind == "string" and fmt in INTEGER_RANGES) or kind == "integer":
-        return _integer_problem(value, fmt if fmt in INTEGER_RANGES else "int32", where)
+        return _integer_problem(value, fmt if fmt in INTEGER_RANGES else "int32", where) or _bound_problem(
+            int(value), schema, where, ""
+        )
     if kind == "string":
         if isinstance(value, (date, datetime)):
             return f"{where}: expected a string, got the date {value}: quote it (YAML reads an unquoted date as one)"
@@ -559,9 +592,9 @@ def scalar_problem(value: Any, schema: dict[str, Any], where: str) -> str | None
         return _string_problem(value, schema, where)
     if kind == "number":
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return None
+            return _bound_problem(value, schema, where, "")
         if isinstance(value, str) and (_DECIMAL.fullmatch(value) or value in ("NaN", "Infinity", "-Infinity")):
-            return None
+            return _bound_problem(float(value), schema, where, "")
         return f"{where}: expected a number, got {_shown(value)}"
     if kind == "boolean":
         return None if isinstance(value, bool) else f"{where}: expected a boolean, got {_shown(value)}"
@@ -586,8 +619,10 @@ def _integer_problem(value: Any, fmt: str, where: str) -> str | None:
 
 def _string_problem(value: str, schema: dict[str, Any], where: str) -> str | None:
     fmt = schema.get("format")
-    if fmt == "google-duration" and not _is_duration(value):
-        return f"{where}: {value!r} is not a duration like '3.5s' (seconds, up to 9 decimals, then 's')"
+    if fmt == "google-duration":
+        if not _is_duration(value):
+            return f"{where}: {value!r} is not a duration like '3.5s' (seconds, up to 9 decimals, then 's')"
+        return _bound_problem(float(value[:-1]), schema, where, "s")
     if fmt == "google-datetime" and not _is_timestamp(value):
         return f"{where}: {value!r} is not an RFC 3339 timestamp like 2026-01-31T12:00:00Z"
     if fmt == "byte" and not _BASE64.fullmatch(value):
@@ -596,6 +631,16 @@ def _string_problem(value: str, schema: dict[str, Any], where: str) -> str | Non
         return f"{where}: {value!r} is not one of {', '.join(schema['enum'])}"
     if "proseEnum" in schema and value.upper() not in schema["proseEnum"]:
         return f"{where}: {value!r} is not one of {', '.join(schema['proseEnum'])} (the values its description lists)"
+    return None
+
+
+def _bound_problem(number: float, schema: dict[str, Any], where: str, unit: str) -> str | None:
+    """A number (a duration in seconds, `unit` "s") past the bound its description states."""
+    low, high = schema.get("minimum"), schema.get("maximum")
+    if low is not None and number < low:
+        return f"{where}: {number:g}{unit} is below {low}{unit}, the minimum its description states"
+    if high is not None and number > high:
+        return f"{where}: {number:g}{unit} is above {high}{unit}, the maximum its description states"
     return None
 
 

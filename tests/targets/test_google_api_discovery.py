@@ -260,6 +260,7 @@ def _reduced(properties: dict[str, Any]) -> dict[str, Any]:
         {"workerZone": "Mutually exclusive with `worker_region` below."},
         {"workerZone": "A list. worker_region and worker_zone can't be set at the same time."},
         {"workerZone": "worker_region and worker_zone cannot be specified together."},
+        {"workerZone": "The zone. Cannot be specified with worker_region."},
         {"workerRegion": "[Pick one] Where workers run.", "workerZone": "[Pick one] The zone they run in."},
     ],
 )
@@ -495,6 +496,85 @@ def test_a_string_fields_values_listed_in_its_description_are_kept(description: 
     }
     field = discovery.reduce_document(raw)["schemas"]["Thing"]["properties"]["mode"]
     assert field.get("proseEnum", []) == values
+
+
+@pytest.mark.parametrize(
+    ("field", "description", "bounds"),
+    [
+        (
+            {"type": "string", "format": "google-duration"},
+            "Minimum value is 10 minutes; maximum value is 14 days.",
+            {"minimum": 600, "maximum": 1209600},
+        ),
+        (
+            {"type": "string", "format": "google-duration"},
+            "Optional. The TTL. Minimum value is 5 minutes; maximum "
+            "value is 14 days (see JSON representation of Duration).",
+            {"minimum": 300, "maximum": 1209600},
+        ),
+        (
+            {"type": "integer", "format": "int32"},
+            "Minimum value is 1, maximum value is 32.",
+            {"minimum": 1, "maximum": 32},
+        ),
+        ({"type": "integer", "format": "int32"}, "How many. The maximum allowed value is 5,000.", {"maximum": 5000}),
+        ({"type": "string", "format": "int64"}, "Maximum value is 240.", {"maximum": 240}),
+        ({"type": "number", "format": "double"}, "The maximum allowed value is 500.", {"maximum": 500}),
+        # a bound the API coerces to refuses nothing
+        ({"type": "integer"}, "The maximum value is 100; values above 100 will be coerced to 100.", {}),
+        ({"type": "integer"}, "The default and maximum value is 100.", {}),
+        # a bound of a case, not of the field
+        ({"type": "integer"}, "Maximum value for liveness probe is 3600.", {}),
+        # a duration's bound names its unit; a text field has none
+        ({"type": "string", "format": "google-duration"}, "Maximum value is 10.", {}),
+        ({"type": "string"}, "Maximum value is 10.", {}),
+    ],
+)
+def test_bounds_a_description_states_as_a_sentence_are_kept(
+    field: dict[str, Any], description: str, bounds: dict[str, int]
+) -> None:
+    reduced = _reduced({"n": field | {"description": description}})["properties"]["n"]
+    assert {key: reduced[key] for key in ("minimum", "maximum") if key in reduced} == bounds
+
+
+@pytest.mark.parametrize(
+    ("api", "schema_name", "value", "problem"),
+    [
+        ("dataproc.v1", "ExecutionConfig", {"ttl": "60s"}, "body.ttl: 60s is below 600s, the minimum its description"),
+        (
+            "dataproc.v1",
+            "ExecutionConfig",
+            {"ttl": "1209600.5s"},
+            "body.ttl: 1.2096e+06s is above 1209600s, the maximum",
+        ),
+        (
+            "dataproc.v1",
+            "JobScheduling",
+            {"maxFailuresPerHour": "11"},
+            "body.maxFailuresPerHour: 11 is above 10, the maximum",
+        ),
+        (
+            "cloudtasks.v2",
+            "RateLimits",
+            {"maxDispatchesPerSecond": 500.5},
+            "body.maxDispatchesPerSecond: 500.5 is above 500",
+        ),
+        ("run.v2", "GoogleCloudRunV2Probe", {"timeoutSeconds": 0}, "body.timeoutSeconds: 0 is below 1, the minimum"),
+    ],
+)
+def test_a_value_past_its_stated_bound_is_refused(api: str, schema_name: str, value: Any, problem: str) -> None:
+    found = _problem(api, value, schema_name)
+    assert found is not None and found.startswith(problem), found
+
+
+def test_a_value_within_its_stated_bounds_fits() -> None:
+    assert _problem("dataproc.v1", {"ttl": "600s"}, "ExecutionConfig") is None
+    assert _problem("dataproc.v1", {"ttl": "1209600s", "idleTtl": "3600s"}, "ExecutionConfig") is None
+    assert _problem("dataproc.v1", {"maxFailuresPerHour": 10, "maxFailuresTotal": "240"}, "JobScheduling") is None
+    assert (
+        _problem("cloudtasks.v2", {"maxDispatchesPerSecond": "500", "maxConcurrentDispatches": 5000}, "RateLimits")
+        is None
+    )
 
 
 def test_a_value_outside_the_listed_ones_is_refused_in_any_case_it_is_written() -> None:

@@ -393,6 +393,16 @@ CASES: dict[str, tuple[dict[str, Any], str, str]] = {
         "target.body",
         "runnables[0]: Runnable needs one of container, script, barrier (the API refuses it without)",
     ),
+    "two fields one says it cannot be specified with": (
+        changed(DATAPROC, "body.config", {"gceClusterConfig": {"networkUri": "default", "subnetworkUri": "sub"}}),
+        "target.body",
+        "body.config.gceClusterConfig: networkUri and subnetworkUri are both set; GceClusterConfig takes only one",
+    ),
+    "a duration past the bound its description states": (
+        changed(DATAPROC, "body.config", {"lifecycleConfig": {"idleDeleteTtl": "60s"}}),
+        "target.body",
+        "body.config.lifecycleConfig.idleDeleteTtl: 60s is below 300s, the minimum its description states",
+    ),
     "a requestId ending in a newline": (
         changed(BIGQUERY | {"method": "jobs.query", "body": {"query": "SELECT 1"}}, "body.requestId", "${run_uuid}\n"),
         "target.body",
@@ -545,6 +555,12 @@ def example_target(name: str) -> dict[str, Any]:
 
 PRESET_CASES: dict[str, tuple[str, str, Any, tuple[str, ...]]] = {
     # class: (example, field, value, words the line holds: the field and what the API allows)
+    "dataproc: a ttl below the minimum": (
+        "dataproc_batch",
+        "batch.environmentConfig.executionConfig.ttl",
+        "60s",
+        ("executionConfig.ttl", "below 600s"),
+    ),
     "batch: int64 as a word": ("batch_job", "job.taskGroups.0.taskCount", "many", ("taskCount", "int64")),
     "batch: null environment": ("batch_job", "job.taskGroups.0.taskSpec.environment", None, ("environment", "null")),
     "batch: unknown field": ("batch_job", "job.logsPolicy", {"destinaton": "CLOUD_LOGGING"}, ("destinaton",)),
