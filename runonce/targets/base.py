@@ -26,12 +26,19 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+from pydantic import BaseModel, ConfigDict
 
 from runonce.errors import RunonceError
 
 MAX_PAYLOAD_DEPTH = 64
 """Deepest nesting of objects and arrays in a payload: well below the recursion limits of Python's
 JSON encoder and of protobuf (100), leaving room for the envelope each target wraps around it."""
+
+
+class TargetConfigModel(BaseModel):
+    """A route's target block, or a part of one: unknown keys refused, immutable once loaded."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class TargetError(RunonceError):

@@ -23,17 +23,16 @@ import copy
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from runonce.targets.base import DispatchRequest
+from runonce.targets.base import DispatchRequest, TargetConfigModel
 from runonce.targets.engine import Call, GoogleEngineTarget, Running, run_hex
 from runonce.targets.google import RUN_ID_LABEL, run_id_label
-from runonce.targets.presets import ProjectId, check_preset, config_error
-from runonce.targets.registry import Grant, TargetType
+from runonce.targets.presets import RUN_FIELDS, ProjectId, check_preset, config_error, preset_type
+from runonce.targets.registry import Grant
 
 JOB_KINDS = ("query", "load", "extract", "copy")
 LOCATION_PATTERN = r"^(?:US|EU|us|eu|[a-z]+-[a-z]+[0-9]+)$"
-RUN_PARAMETERS = ("run_id", "schedule_time")
 
 
 def job_id_for(run_id: str) -> str:
@@ -80,13 +79,11 @@ def _check_configuration(configuration: dict[str, Any]) -> None:
                 "configuration.query.queryParameters: a positional parameter (no name); "
                 "runonce adds named ones, and BigQuery does not mix the two"
             )
-        if name in RUN_PARAMETERS:
+        if name in RUN_FIELDS:
             raise config_error(f"configuration.query.queryParameters: {name!r} is set by runonce")
 
 
-class BigQueryJobTargetConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class BigQueryJobTargetConfig(TargetConfigModel):
     type: Literal["bigquery_job"]
     project: ProjectId = Field(description="The project that runs the job (and is billed for it).")
     location: str = Field(description="Where the job runs: US, EU, or a region such as us-central1.")
@@ -165,16 +162,11 @@ class BigQueryJobTarget(GoogleEngineTarget[BigQueryJobTargetConfig]):
         return Call("jobs.get", {"projectId": project, "jobId": job_id, "location": location})
 
 
-TARGET = TargetType(
-    name="bigquery_job",
-    config=BigQueryJobTargetConfig,
-    adapter=BigQueryJobTarget,
-    build=BigQueryJobTarget.build,
-    endpoint="bigquery",
-    resource_field="project",
+TARGET = preset_type(
+    BigQueryJobTargetConfig,
+    BigQueryJobTarget,
+    "bigquery",
     # Run jobs in the project; the data the job reads and writes needs its own grants
     # (docs/how-to/targets/bigquery_job.md).
-    grants=(Grant("roles/bigquery.jobUser", on="project"),),
-    takes_payload=False,  # its workload is the route's: no delivery body
-    event_payload="none",
+    Grant("roles/bigquery.jobUser", on="project"),
 )

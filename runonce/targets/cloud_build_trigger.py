@@ -18,12 +18,12 @@ from datetime import UTC
 from typing import Any, Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from runonce.targets.base import DispatchRequest, TargetFailed, TargetOutcomeUnknown
+from runonce.targets.base import DispatchRequest, TargetConfigModel, TargetFailed, TargetOutcomeUnknown
 from runonce.targets.engine import CLOCK_SKEW, Call, GoogleEngineTarget, Listing, Running, operation_result
-from runonce.targets.google import GoogleAuth, resource_parts, resource_pattern
+from runonce.targets.google import GoogleAuth, resource_pattern
 from runonce.targets.presets import check_route, config_error, run_fields
 from runonce.targets.registry import Grant, TargetType
 
@@ -42,9 +42,7 @@ def _substitution_error(key: str) -> PydanticCustomError:
     )
 
 
-class CloudBuildTriggerTargetConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class CloudBuildTriggerTargetConfig(TargetConfigModel):
     type: Literal["cloud_build_trigger"]
     trigger: str = Field(description="projects/PROJECT/locations/LOCATION/triggers/TRIGGER (id or name)")
     substitution: str = Field("_IDEMPOTENCY_KEY", description="Substitution that receives the run_id.")
@@ -118,8 +116,7 @@ class CloudBuildTriggerTarget(GoogleEngineTarget[CloudBuildTriggerTargetConfig])
         endpoint: str | None = None,
     ):
         super().__init__(config, http, auth, endpoint)
-        parts = resource_parts(config.trigger)
-        self._project, self._location, self._trigger = parts["projects"], parts["locations"], parts["triggers"]
+        _, self._project, _, self._location, _, self._trigger = config.trigger.split("/")
         self._trigger_id: str | None = self._trigger if re.fullmatch(UUID_PATTERN, self._trigger) else None
 
     def substitutions(self, request: DispatchRequest) -> dict[str, str]:

@@ -15,9 +15,9 @@ import json
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from runonce.targets.base import DispatchRequest, TargetFailed, TargetOutcomeUnknown
+from runonce.targets.base import DispatchRequest, TargetConfigModel, TargetFailed, TargetOutcomeUnknown
 from runonce.targets.engine import Call, GoogleEngineTarget, Listing, operation_result
 from runonce.targets.google import resource_pattern
 from runonce.targets.presets import check_route, config_error, run_fields
@@ -36,9 +36,7 @@ RESERVED_ENV = {
 MAX_ENV_VALUE_BYTES = 32768
 
 
-class CloudRunJobTargetConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class CloudRunJobTargetConfig(TargetConfigModel):
     type: Literal["cloud_run_job"]
     job: str = Field(description="projects/PROJECT/locations/LOCATION/jobs/JOB")
     env_var: str = Field("IDEMPOTENCY_KEY", description="Env var that receives the run_id.")

@@ -26,9 +26,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from runonce.targets.base import DispatchRequest, TargetOutcomeUnknown
+from runonce.targets.base import DispatchRequest, TargetConfigModel, TargetOutcomeUnknown
 from runonce.targets.engine import CLOCK_SKEW, Call, GoogleEngineTarget
 from runonce.targets.google import resource_name_problem
 from runonce.targets.http import run_document
@@ -38,7 +38,6 @@ from runonce.targets.registry import Grant, TargetType
 QUEUE_ID = r"[A-Za-z0-9-]{1,100}"
 MAX_URL_LENGTH = 2083
 MAX_HEADERS_BYTES = 80 * 1024  # "The size of the headers must be less than 80KB."
-HTTP_METHODS = ("POST", "GET", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS")  # Cloud Tasks' HttpMethod
 BODY_METHODS = ("POST", "PUT", "PATCH")  # the only ones Cloud Tasks sends a body with
 HEADER_NAME = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"  # an HTTP token (RFC 9110)
 SET_BY_RUNONCE = {"idempotency-key", "content-type"}
@@ -51,10 +50,8 @@ NAME_MEMORY = timedelta(hours=1)
 the engine's CLOCK_SKEW comes off it: our clock against Google's, and the "about" in "about an hour"."""
 
 
-class OidcTokenConfig(BaseModel):
+class OidcTokenConfig(TargetConfigModel):
     """Cloud Tasks signs an ID token as this service account for each delivery of the task."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     service_account_email: str
     audience: str | None = Field(None, min_length=1, description="Default: the task's URL.")
@@ -69,9 +66,7 @@ class OidcTokenConfig(BaseModel):
         return value
 
 
-class CloudTasksHttpRequestConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class CloudTasksHttpRequestConfig(TargetConfigModel):
     url: str
     http_method: str = "POST"
     headers: dict[str, str] = Field(default_factory=dict)
@@ -96,11 +91,9 @@ class CloudTasksHttpRequestConfig(BaseModel):
     @field_validator("http_method")
     @classmethod
     def _method(cls, value: str) -> str:
-        if value not in HTTP_METHODS:
-            raise config_error(f"must be POST, PUT or PATCH, in capitals as Cloud Tasks' HttpMethod (got {value!r})")
         if value not in BODY_METHODS:
             raise config_error(
-                "must be POST, PUT or PATCH: the run travels as the request body, and Cloud "
+                "must be POST, PUT or PATCH, in capitals: the run travels as the request body, and Cloud "
                 f"Tasks sends a body with no other method (got {value!r})"
             )
         return value
@@ -133,9 +126,7 @@ class CloudTasksHttpRequestConfig(BaseModel):
         return self
 
 
-class CloudTasksTaskTargetConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class CloudTasksTaskTargetConfig(TargetConfigModel):
     type: Literal["cloud_tasks_task"]
     queue: str = Field(description="projects/PROJECT/locations/LOCATION/queues/QUEUE")
     http_request: CloudTasksHttpRequestConfig

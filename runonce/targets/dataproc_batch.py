@@ -40,7 +40,6 @@ from runonce.targets.registry import Grant
 
 WORKLOADS = ("pysparkBatch", "sparkBatch", "sparkRBatch", "sparkSqlBatch", "pysparkNotebookBatch")
 ENV_PROPERTY_PREFIXES = ("spark.dataproc.driverEnv.", "spark.executorEnv.")
-OUTPUT_ONLY = ("name", "uuid", "createTime", "state", "stateMessage", "stateTime", "creator", "operation")
 
 
 def identity_properties(request: DispatchRequest) -> dict[str, str]:
@@ -66,8 +65,8 @@ class DataprocBatchTargetConfig(ParentConfig):
 
     @model_validator(mode="after")
     def _against_the_api(self) -> DataprocBatchTargetConfig:
-        why = "runonce names the batch from the run (batchId)"
-        check_preset(DataprocBatchTarget, self, dict.fromkeys(OUTPUT_ONLY, why), "labels", _check_batch)
+        why = {"name": "runonce names the batch from the run (batchId)"}
+        check_preset(DataprocBatchTarget, self, why, "labels", _check_batch)
         return self
 
 

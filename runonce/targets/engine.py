@@ -49,7 +49,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 from urllib.parse import quote, urlencode
 
 import httpx
@@ -64,8 +64,9 @@ from runonce.targets.base import (
     TargetThrottled,
     parse_retry_after,
 )
-from runonce.targets.google import GoogleAuth, rest_base_url
+from runonce.targets.google import GoogleAuth
 from runonce.targets.google_api_discovery import ApiDocument, ApiMethod, load
+from runonce.targets.registry import TargetContext
 
 RUN_ID_NAMESPACE = uuid.UUID("6f1d1e52-8a43-4f0e-9c53-2b1c1a7e5d10")
 """Namespace of the request ids derived from run_ids (uuid5): fixed, so a retry sends the same one."""
@@ -151,18 +152,6 @@ def outcome_for_response(action: str, response: httpx.Response) -> TargetError:
     return TargetFailed(detail)
 
 
-def outcome_for_transport_error(action: str, exc: httpx.TransportError) -> TargetError:
-    """httpx raised before an answer came back."""
-    if isinstance(exc, NOTHING_SENT):
-        return TargetFailed(f"{action}: could not connect, nothing was sent: {exc!r}")
-    return TargetOutcomeUnknown(f"{action}: no answer (timeout or connection lost after sending): {exc!r}")
-
-
-def outcome_for_auth_error(action: str, exc: Exception) -> TargetError:
-    """google-auth could not get a token: nothing was sent to the API."""
-    return TargetFailed(f"{action}: could not get Google credentials (Application Default Credentials): {exc}")
-
-
 @contextmanager
 def translated(action: str) -> Iterator[None]:
     """Turn the foreign errors of one Google API call into outcomes, chained `from` the original."""
@@ -171,9 +160,12 @@ def translated(action: str) -> Iterator[None]:
     try:
         yield
     except httpx.TransportError as exc:
-        raise outcome_for_transport_error(action, exc) from exc
-    except GoogleAuthError as exc:
-        raise outcome_for_auth_error(action, exc) from exc
+        if isinstance(exc, NOTHING_SENT):
+            raise TargetFailed(f"{action}: could not connect, nothing was sent: {exc!r}") from exc
+        raise TargetOutcomeUnknown(f"{action}: no answer (timeout or connection lost after sending): {exc!r}") from exc
+    except GoogleAuthError as exc:  # no token: nothing was sent to the API
+        msg = f"{action}: could not get Google credentials (Application Default Credentials): {exc}"
+        raise TargetFailed(msg) from exc
 
 
 @contextmanager
@@ -307,13 +299,6 @@ class Running:
 ConfigT = TypeVar("ConfigT")
 
 
-class SharedClients(Protocol):
-    """What `build` takes from the registry's `TargetContext` (not imported: the registry imports this module)."""
-
-    http: httpx.AsyncClient
-    google_auth: GoogleAuth
-
-
 @dataclass
 class Listing:
     """A paged listing that finds the run's resources: the call (its `pageToken` added per page),
@@ -352,8 +337,9 @@ class GoogleEngineTarget(Target, Generic[ConfigT]):
         self._http = http
         self._auth = auth
         self.document = load(self.api())
-        self._base = rest_base_url(endpoint, self.default_endpoint())
+        self._base = (endpoint or self.default_endpoint()).rstrip("/")  # RUNONCE_*_ENDPOINT, else Google's
         self._methods: dict[str, ApiMethod] = {}
+        self.running = self.RUNNING
 
     def api(self) -> str:
         """The route's discovery document: the preset's `API`."""
@@ -370,7 +356,7 @@ class GoogleEngineTarget(Target, Generic[ConfigT]):
         return f"the request runonce builds from the route: {problem}"
 
     @classmethod
-    def build(cls, config: Any, context: SharedClients, endpoint: str | None) -> Target:
+    def build(cls, config: Any, context: TargetContext, endpoint: str | None) -> Target:
         """The registry's builder: `TargetType(..., build=MyTarget.build)`."""
         return cls(config, context.http, context.google_auth, endpoint)
 
@@ -539,7 +525,7 @@ class GoogleEngineTarget(Target, Generic[ConfigT]):
             return await self.read(call if isinstance(call, str) else self.url_of(call), action)
 
     async def is_running(self, resource: str) -> bool:
-        if self.RUNNING is None:
-            raise TargetOutcomeUnknown(f"a {self.type} route cannot read the state of {resource}")
+        if self.running is None:
+            raise TargetOutcomeUnknown(f"a {self.type} route has no 'running' to read the state of {resource}")
         answer = await self.read_state(resource)
-        return answer is not None and self.RUNNING.of(resource, answer)
+        return answer is not None and self.running.of(resource, answer)

@@ -12,8 +12,6 @@ import unicodedata
 from collections.abc import Callable
 from typing import Any
 
-from pydantic_core import PydanticCustomError
-
 from runonce import names
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
@@ -66,22 +64,6 @@ def label_problem(key: object, value: object) -> str | None:
     return None
 
 
-def check_labels(labels: dict[str, str], max_labels: int) -> dict[str, str]:
-    """A route's extra labels for an API's resource, or the first problem as a pydantic error:
-    keys and values as Google's labels take them, not `runonce-run-id`, room left for it."""
-    for key, value in labels.items():
-        if key == RUN_ID_LABEL:
-            raise PydanticCustomError("label", "label {key} is set by runonce itself", {"key": repr(key)})
-        problem = label_problem(key, value)
-        if problem:
-            raise PydanticCustomError("label", "{problem}", {"problem": problem})
-    if len(labels) > max_labels - 1:
-        raise PydanticCustomError(
-            "label", "at most {n} labels (runonce adds {label})", {"n": max_labels - 1, "label": repr(RUN_ID_LABEL)}
-        )
-    return labels
-
-
 def resource_pattern(collection: str, resource_id: str) -> str:
     """`^projects/P/locations/L/{collection}/ID$` with `resource_id` the regex of the last part.
 
@@ -115,20 +97,6 @@ def resource_name_problem(name: str, collection: str, resource_id: str, id_rule:
         label, _, rule = id_rule.partition(" must ")
         return f"the {label} {resource!r} must {rule}"
     return None
-
-
-def resource_parts(name: str) -> dict[str, str]:
-    """`projects/p/locations/l/jobs/j` -> {"projects": "p", "locations": "l", "jobs": "j"}."""
-    parts = name.split("/")
-    return dict(zip(parts[0::2], parts[1::2], strict=True))
-
-
-# --- endpoints ---------------------------------------------------------------------------------
-
-
-def rest_base_url(override: str | None, default: str) -> str:
-    """The API's base URL: `RUNONCE_*_ENDPOINT` when set (http:// for a local fake), else Google's."""
-    return (override or default).rstrip("/")
 
 
 # --- credentials -------------------------------------------------------------------------------

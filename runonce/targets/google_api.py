@@ -37,10 +37,10 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from runonce.targets.base import DispatchRequest, TargetFailed, TargetOutcomeUnknown
+from runonce.targets.base import DispatchRequest, TargetConfigModel, TargetFailed
 from runonce.targets.endpoints import endpoint_problem
 from runonce.targets.engine import Call, GoogleEngineTarget, Running, build_path, run_hex, wire
 from runonce.targets.google import GoogleAuth
@@ -240,7 +240,7 @@ def check_params(method: ApiMethod, params: dict[str, Any], where: str) -> None:
                 raise _error("{where}.{problem}", where=where, problem=problem)
 
 
-def check_body(document: ApiDocument, method: ApiMethod, body: dict[str, Any], params: dict[str, Any]) -> None:
+def check_body(document: ApiDocument, method: ApiMethod, body: dict[str, Any]) -> None:
     """The body, as each sample run would send it, against the method's request schema. A field the
     path already carries (Pub/Sub's `name` in `PUT v1/{+name}`) counts as given."""
     assert method.request is not None  # the caller checked
@@ -265,23 +265,17 @@ def _location(params: dict[str, Any]) -> str | None:
 # --- config ----------------------------------------------------------------------------------------
 
 
-class ReconcileConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class ReconcileConfig(TargetConfigModel):
     method: str = Field(description="A GET method of the same API that reads the run's resource (404: none).")
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-class RunningConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class RunningConfig(TargetConfigModel):
     field: str = Field(description="Dotted field of the reconcile method's answer, e.g. status.state.")
     values: list[str] = Field(min_length=1, description="The field's values that mean still running.")
 
 
-class GoogleApiTargetConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class GoogleApiTargetConfig(TargetConfigModel):
     type: Literal["google_api"]
     api: str = Field(description="A discovery document, as name.version (batch.v1).")
     method: str = Field(description="The method's id as the document names it (projects.locations.jobs.create).")
@@ -351,7 +345,7 @@ class GoogleApiTargetConfig(BaseModel):
         if method.request is None:
             raise _error("{method} takes no request body", method=method.id)
         _check_placeholders(value, "body")
-        check_body(document, method, value, info.data.get("params") or {})
+        check_body(document, method, value)
         return value
 
     @field_validator("reconcile")
@@ -396,7 +390,7 @@ class GoogleApiTargetConfig(BaseModel):
         method = document.method(self.method)
         assert method is not None  # the field validators ran
         if self.body is None and method.request is not None:
-            check_body(document, method, {}, self.params)  # the adapter sends {}: its required fields
+            check_body(document, method, {})  # the adapter sends {}: its required fields
         if self.running is not None:
             self._check_running(document, self.running)
         check_handles(document, method, self.params, self.body, self.reconcile)
@@ -670,12 +664,6 @@ class GoogleApiTarget(GoogleEngineTarget[GoogleApiTargetConfig]):
 
     def state_call(self, resource: str) -> str:
         return resource  # the recorded reconcile call, query and all
-
-    async def is_running(self, resource: str) -> bool:
-        if self.running is None:
-            raise TargetOutcomeUnknown(f"route has no 'running' to read the state of {resource}")
-        answer = await self.read_state(resource)
-        return answer is not None and self.running.of(resource, answer)
 
 
 TARGET = TargetType(

@@ -605,7 +605,7 @@ def _integer_problem(value: Any, fmt: str, where: str) -> str | None:
     """An integer as a number or a string of digits (proto3 JSON), within its format's range."""
     low, high = INTEGER_RANGES[fmt]
     number: int | None = None
-    if _is_int(value):
+    if isinstance(value, int) and not isinstance(value, bool):
         number = value
     elif (isinstance(value, float) and value.is_integer()) or (isinstance(value, str) and _DIGITS.fullmatch(value)):
         number = int(value)
@@ -660,10 +660,6 @@ def _is_timestamp(value: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _shown(value: Any) -> str:

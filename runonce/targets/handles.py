@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from runonce.targets.engine import dotted
 from runonce.targets.google_api_discovery import ApiDocument, ApiMethod, load, vendored_names
 
 Kind = Literal["resource id", "resource name", "request id"]
@@ -167,8 +168,6 @@ ID_RULES: dict[tuple[str, str], IdRule] = {
     ("run.v2", "instanceId"): CLOUD_RUN_ID,
     ("run.v2", "workerPoolId"): CLOUD_RUN_ID,
 }
-NO_RULE_KINDS = ("request id",)
-"""A requestId's rule is the API's own (ID_RULES) or none: AIP-155 names no alphabet."""
 
 
 @dataclass(frozen=True)
@@ -254,17 +253,14 @@ def _is_resource_id(name: str, spec: dict[str, Any], collection: str) -> bool:
 
 def value_at(params: dict[str, Any], body: dict[str, Any] | None, handle: Handle) -> Any:
     """The route's value for `handle` (None when the route leaves it out)."""
-    value: Any = params if handle.where == "params" else (body or {})
-    for part in handle.field.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
+    return dotted(params if handle.where == "params" else body, handle.field)
 
 
 def id_rule(api: str, handle: Handle) -> IdRule | None:
     """The rule the run-filled value of `handle` is held to (for a name: its last segment)."""
     rule = ID_RULES.get((api, handle.field))
-    if rule is not None or handle.kind in NO_RULE_KINDS:
-        return rule
+    if rule is not None or handle.kind == "request id":
+        return rule  # a requestId's rule is the API's own or none: AIP-155 names no alphabet
     return AIP_122
 
 

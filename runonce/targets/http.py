@@ -13,12 +13,13 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import httpx
-from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
+from pydantic import AnyHttpUrl, Field
 
 from runonce.targets.base import (
     NOTHING_SENT,
     DispatchRequest,
     Target,
+    TargetConfigModel,
     TargetFailed,
     TargetOutcomeUnknown,
     TargetThrottled,
@@ -30,9 +31,7 @@ from runonce.targets.google import GoogleAuth
 from runonce.targets.registry import TargetType
 
 
-class HttpTargetConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class HttpTargetConfig(TargetConfigModel):
     type: Literal["http"]
     url: AnyHttpUrl
     audience: str | None = Field(

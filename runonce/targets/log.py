@@ -5,17 +5,13 @@ from __future__ import annotations
 import logging
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
-from runonce.targets.base import DispatchRequest, Target
+from runonce.targets.base import DispatchRequest, Target, TargetConfigModel
 from runonce.targets.registry import TargetType
 
 logger = logging.getLogger("runonce.target.log")
 
 
-class LogTargetConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class LogTargetConfig(TargetConfigModel):
     type: Literal["log"]
 
 

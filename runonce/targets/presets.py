@@ -16,10 +16,10 @@ import re
 from collections.abc import Callable
 from typing import Annotated, Any, ClassVar, TypeVar
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, field_validator
 from pydantic_core import PydanticCustomError
 
-from runonce.targets.base import DispatchRequest, TargetError, TargetOutcomeUnknown
+from runonce.targets.base import DispatchRequest, TargetConfigModel, TargetError, TargetOutcomeUnknown
 from runonce.targets.engine import Call, GoogleEngineTarget, dotted, request_id_for, run_hex
 from runonce.targets.google import PROJECT, RUN_ID_LABEL, run_id_label
 from runonce.targets.google_api import SAMPLE_RUN_IDS, SAMPLE_SCHEDULE_TIME, check_params
@@ -105,17 +105,12 @@ def config_error(message: str) -> PydanticCustomError:
     return PydanticCustomError("target_config", message)  # pragma: no mutate - routes shows the message, not the type
 
 
-def sample_requests() -> list[DispatchRequest]:
-    """The runs a route's calls are built for at start-up (the run_ids `google_api` checks with)."""
-    return [DispatchRequest(run_id=run_id, **SAMPLE_RUN) for run_id in SAMPLE_RUN_IDS]
-
-
 def check_route(adapter: type[GoogleEngineTarget[Any]], config: Any) -> None:
     """Every call `adapter` would make for `config`, for each sample run, held to the API's
     discovery document: the first problem raised as the route's error, naming the route's field."""
     target = adapter(config, None, None)  # type: ignore[arg-type]  # no clients: it only builds calls
     document = target.document
-    for request in sample_requests():
+    for request in [DispatchRequest(run_id=run_id, **SAMPLE_RUN) for run_id in SAMPLE_RUN_IDS]:
         try:
             listing = target.list_call(request)
             calls = [target.create_call(request), target.lookup_call(request), listing.call if listing else None]
@@ -148,7 +143,9 @@ def check_preset(
     `checks` of that part, for what the document cannot say; then every call (`check_route`)."""
     field = adapter.BODY_FIELD[1]
     part = getattr(config, field)
-    refuse_fields(part, set_by_runonce, field)
+    for name, why in set_by_runonce.items():
+        if part.get(name) is not None:
+            raise config_error(f"{field}.{name}: {why}")
     problem = load(adapter.API).value_problem(part, {"$ref": adapter.BODY_SCHEMA}, field, frozenset(set_by_runonce))
     if problem:
         raise config_error(problem)
@@ -237,10 +234,8 @@ ProjectId = Annotated[str, AfterValidator(check_project)]
 """A route's `project`: a project ID or number."""
 
 
-class ParentConfig(BaseModel):
+class ParentConfig(TargetConfigModel):
     """The parent every run-named route names: `project` and `location` (a region)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     project: ProjectId = Field(description="The project the workload runs in (and is billed to).")
     location: str = Field(description="The region it runs in, e.g. us-central1.")
@@ -251,13 +246,6 @@ class ParentConfig(BaseModel):
         if not re.fullmatch(REGION, value):
             raise config_error(f"must be a region such as us-central1 (got {value!r})")
         return value
-
-
-def refuse_fields(body: dict[str, Any], fields: dict[str, str], where: str) -> None:
-    """A config error for the first of `fields` (name -> why) that the route sets in `body`."""
-    for name, why in fields.items():
-        if body.get(name) is not None:
-            raise config_error(f"{where}.{name}: {why}")
 
 
 def run_parameters_schema(schema: dict[str, Any]) -> None:

@@ -36,7 +36,6 @@ from runonce.targets.presets import (
 from runonce.targets.registry import Grant
 
 MAX_ID_LENGTH = 127
-OUTPUT_ONLY = ("name", "state", "createTime", "startTime", "endTime", "updateTime", "error", "jobDetail")
 
 
 class VertexPipelineJobTargetConfig(ParentConfig):
@@ -51,8 +50,8 @@ class VertexPipelineJobTargetConfig(ParentConfig):
 
     @model_validator(mode="after")
     def _against_the_api(self) -> VertexPipelineJobTargetConfig:
-        why = "runonce names the pipeline job from the run (pipelineJobId)"
-        check_preset(VertexPipelineJobTarget, self, dict.fromkeys(OUTPUT_ONLY, why), "labels", self._check_job)
+        why = {"name": "runonce names the pipeline job from the run (pipelineJobId)"}
+        check_preset(VertexPipelineJobTarget, self, why, "labels", self._check_job)
         return self
 
     def _check_job(self, job: dict[str, Any]) -> None:

@@ -13,17 +13,16 @@ import json
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from runonce.targets.base import DispatchRequest, PayloadNotSendable, TargetFailed, encode_json
+from runonce.targets.base import DispatchRequest, PayloadNotSendable, TargetConfigModel, TargetFailed, encode_json
 from runonce.targets.engine import Call, GoogleEngineTarget, Listing, Running
-from runonce.targets.google import RUN_ID_LABEL, check_labels, resource_name_problem, run_id_label
+from runonce.targets.google import RUN_ID_LABEL, resource_name_problem, run_id_label
 from runonce.targets.presets import check_route, config_error
 from runonce.targets.registry import Grant, TargetType
 
 FINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 MAX_ARGUMENT_BYTES = 32 * 1024  # the API's limit on `argument`
-MAX_LABELS = 64
 WORKFLOW_ID = r"[A-Za-z][A-Za-z0-9_-]{0,63}"
 ARGUMENT_KEY_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*"
 JSON_SCALARS = (str, int, float, bool, type(None))
@@ -44,9 +43,7 @@ def _not_json(value: Any, path: str) -> str | None:
     return f"{path}: {kind} has no JSON form (JSON holds {JSON_VALUES}); quote it to send it as text"
 
 
-class WorkflowsTargetConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class WorkflowsTargetConfig(TargetConfigModel):
     type: Literal["workflows"]
     workflow: str = Field(description="projects/PROJECT/locations/LOCATION/workflows/WORKFLOW")
     argument: dict[str, Any] = Field(default_factory=dict, description="Merged under the delivery's payload.")
@@ -87,16 +84,13 @@ class WorkflowsTargetConfig(BaseModel):
             raise config_error(f"must be an identifier ([A-Za-z_][A-Za-z0-9_]*) other than 'runonce' (got {value!r})")
         return value
 
-    @field_validator("labels")
-    @classmethod
-    def _labels(cls, labels: dict[str, str]) -> dict[str, str]:
-        return check_labels(labels, MAX_LABELS)
-
     @model_validator(mode="after")
     def _against_the_api(self) -> WorkflowsTargetConfig:
         for key, holds in ((self.key_field, "the run_id"), ("runonce", "the run's job, schedule_time and source")):
             if key in self.argument:
                 raise config_error(f"argument: {key!r} is set by runonce ({holds})")
+        if RUN_ID_LABEL in self.labels:
+            raise config_error(f"labels: label {RUN_ID_LABEL!r} is set by runonce itself")
         check_route(WorkflowsTarget, self)
         return self
 
@@ -106,6 +100,7 @@ class WorkflowsTarget(GoogleEngineTarget[WorkflowsTargetConfig]):
     API = "workflowexecutions.v1"
     NOUN = "execution"
     TAKES_PAYLOAD = True  # the delivery's body is merged into the argument
+    BODY_FIELD = ("labels", "labels")
     RUNNING = Running("state", running=frozenset({"ACTIVE", "QUEUED"}), final=FINAL_STATES)
     """ACTIVE or QUEUED (in the backlog) runs; SUCCEEDED, FAILED or CANCELLED does not; UNAVAILABLE
     ("execution data is unavailable") cannot tell."""

@@ -301,11 +301,11 @@ def test_defaults() -> None:
         ({"url": "https://example.com/" + "x" * 2070}, "is longer than Cloud Tasks' 2083 characters"),
         (
             {"http_method": "GET"},
-            "must be POST, PUT or PATCH: the run travels as the request body, and Cloud Tasks "
+            "must be POST, PUT or PATCH, in capitals: the run travels as the request body, and Cloud Tasks "
             "sends a body with no other method (got 'GET')",
         ),
-        ({"http_method": "DELETE"}, "must be POST, PUT or PATCH: the run travels"),
-        ({"http_method": "post"}, "must be POST, PUT or PATCH, in capitals as Cloud Tasks' HttpMethod (got 'post')"),
+        ({"http_method": "DELETE"}, "must be POST, PUT or PATCH, in capitals: the run travels"),
+        ({"http_method": "post"}, "must be POST, PUT or PATCH, in capitals: the run travels"),
         ({"headers": {"Idempotency-Key": "x"}}, "header 'Idempotency-Key' is set by runonce"),
         ({"headers": {"content-type": "text/plain"}}, "header 'content-type' is set by runonce"),
         ({"headers": {"Host": "x"}}, "header 'Host' is set by Cloud Tasks"),
@@ -351,8 +351,8 @@ def test_a_routes_file_mistake_names_the_route_and_the_field() -> None:
     with pytest.raises(ConfigError) as raised:
         parse_routes(text, "routes file r.yaml")
     assert str(raised.value) == (
-        "routes file r.yaml: route 'r': field 'target.http_request.http_method': must be POST, PUT or PATCH: the run "
-        "travels as the request body, and Cloud Tasks sends a body with no other method (got 'GET')"
+        "routes file r.yaml: route 'r': field 'target.http_request.http_method': must be POST, PUT or PATCH, in "
+        "capitals: the run travels as the request body, and Cloud Tasks sends a body with no other method (got 'GET')"
     )
     routes = parse_routes(text.replace("GET", "PUT"), "routes file r.yaml")
     assert routes["r"].target.http_request.http_method == "PUT"

@@ -221,7 +221,7 @@ MISTAKES = [
     ),
     # dataproc_batch
     ("dataproc_batch", "batch.name", "mine", "batch.name: runonce names the batch from the run (batchId)"),
-    ("dataproc_batch", "batch.state", "RUNNING", "batch.state: runonce names the batch"),
+    ("dataproc_batch", "batch.state", "RUNNING", "batch.state: output only in Batch; a request cannot set it"),
     (
         "dataproc_batch",
         "batch.pysparkBatch",

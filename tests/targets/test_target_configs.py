@@ -70,15 +70,15 @@ def test_valid_configs_load() -> None:
         ),
         (
             f"{{type: workflows, workflow: {WORKFLOW}, labels: {{Team: x}}}}",
-            "field 'target.labels': label key 'Team': 1-63 characters of a-z 0-9 _ -, starting with a letter",
+            "field 'target': labels: label key 'Team': 1-63 characters of a-z 0-9 _ -, starting with a letter",
         ),
         (
             f"{{type: workflows, workflow: {WORKFLOW}, labels: {{team: Data}}}}",
-            "field 'target.labels': label 'team': value 'Data' must be at most 63 characters of a-z 0-9 _ -",
+            "field 'target': labels: label 'team': value 'Data' must be at most 63 characters of a-z 0-9 _ -",
         ),
         (
             f"{{type: workflows, workflow: {WORKFLOW}, labels: {{runonce-run-id: x}}}}",
-            "field 'target.labels': label 'runonce-run-id' is set by runonce itself",
+            "field 'target': labels: label 'runonce-run-id' is set by runonce itself",
         ),
         (
             f"{{type: workflows, workflow: {WORKFLOW}, key_field: runonce}}",
