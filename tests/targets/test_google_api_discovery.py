@@ -520,6 +520,13 @@ def test_a_string_fields_values_listed_in_its_description_are_kept(description: 
         ({"type": "integer", "format": "int32"}, "How many. The maximum allowed value is 5,000.", {"maximum": 5000}),
         ({"type": "string", "format": "int64"}, "Maximum value is 240.", {"maximum": 240}),
         ({"type": "number", "format": "double"}, "The maximum allowed value is 500.", {"maximum": 500}),
+        ({"type": "integer"}, "Maximum value is 10.", {"maximum": 10}),  # an integer with no format: an int32
+        # a duration's bound without a unit is skipped, and the next one read
+        (
+            {"type": "string", "format": "google-duration"},
+            "Maximum value is 10. Minimum value is 5 minutes.",
+            {"minimum": 300},
+        ),
         # a bound the API coerces to refuses nothing
         ({"type": "integer"}, "The maximum value is 100; values above 100 will be coerced to 100.", {}),
         ({"type": "integer"}, "The default and maximum value is 100.", {}),
