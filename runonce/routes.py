@@ -426,6 +426,7 @@ class _RoutesLoader(yaml.SafeLoader):
       and `1:30` (sexagesimal 90) are not numbers, and `1e30` is a float (a string in YAML 1.1);
     - an integer is at most 20 digits, and nesting at most `MAX_NESTING` deep, so neither reaches
       Python's own limits (whose errors are tracebacks);
+    - a set (`!!set`) is refused: it has no order, so a list made of it would differ per process;
     - a value YAML resolves but cannot build (an unquoted date that is no date, `2026-02-30`, a
       timestamp at hour 25) is refused at its route, field, line and column, asking to quote it;
       PyYAML's constructors raise Python's own errors there (`day is out of range for month`).
@@ -494,6 +495,7 @@ _TAG_WORDS = {
     "tag:yaml.org,2002:float": "a number",
     "tag:yaml.org,2002:bool": "true or false",
     "tag:yaml.org,2002:binary": "base64 bytes",
+    "tag:yaml.org,2002:set": "a set",
 }
 
 
@@ -561,6 +563,14 @@ _RoutesLoader.add_implicit_resolver("tag:yaml.org,2002:int", _INT, list("-+01234
 _RoutesLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
 _RoutesLoader.add_constructor("tag:yaml.org,2002:int", _RoutesLoader.construct_yaml_int)
 _RoutesLoader.add_constructor("tag:yaml.org,2002:float", _RoutesLoader.construct_yaml_float)
+
+
+def _no_set(loader: _RoutesLoader, node: yaml.Node) -> Any:
+    """A YAML set (`!!set {a, b}`) has no order: a list built from it would differ between processes."""
+    raise ValueError("a set has no order, so its items would go out in a different order in each process")
+
+
+_RoutesLoader.add_constructor("tag:yaml.org,2002:set", _no_set)
 
 
 def _is_text(value: str) -> bool:

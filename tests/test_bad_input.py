@@ -72,6 +72,10 @@ BAD_ROUTES = {
     "a target without type": ("routes: {a: {target: {url: 'https://x'}}}", "needs a type: one of 'log'"),
     "a NUL character": ("routes: {a: {target: {type: log}}}\x00", "not valid YAML or JSON"),
     "a lone surrogate": ("routes: {a: {target: {type: log}, body: {k: '\udcff'}}}", "not valid YAML or JSON"),
+    "a set, which has no order": (
+        "routes: {a: {target: {type: log}, body: {flags: !!set {--alpha, --beta}}}}",
+        "field 'body.flags': line 1, column 49: this value reads as a set but cannot be built (a set has no order",
+    ),
     "a tab in indentation": ("routes:\n\ta:\n\t\ttarget: {type: log}\n", "not valid YAML or JSON"),
 }
 

@@ -27,7 +27,9 @@ from runonce.targets.google import GoogleAuth, resource_pattern
 from runonce.targets.presets import check_route, config_error, run_fields
 from runonce.targets.registry import Grant, TargetType
 
-TRIGGER_PATTERN = resource_pattern("triggers", r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+TRIGGER_PATTERN = resource_pattern("triggers", r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?")
+"""A trigger by its id (a UUID) or its name: 1-64 characters of A-Z a-z 0-9 -, starting and ending with a
+letter or digit (the API's rule for trigger names)."""
 BUILD_PATTERN = resource_pattern("builds", r"[A-Za-z0-9_-]+")
 RUNNING_STATUSES = ("PENDING", "QUEUED", "WORKING")
 FINAL_STATUSES = ("SUCCESS", "FAILURE", "INTERNAL_ERROR", "TIMEOUT", "CANCELLED", "EXPIRED")
@@ -62,7 +64,8 @@ class CloudBuildTriggerTargetConfig(TargetConfigModel):
         if not re.fullmatch(TRIGGER_PATTERN, value):
             raise config_error(
                 "must be a trigger's full name, projects/PROJECT/locations/LOCATION/triggers/TRIGGER "
-                f"(TRIGGER: its id or name) (got {value!r})"
+                "(TRIGGER: its id, or its name: 1-64 characters of A-Z a-z 0-9 -, starting and ending with a "
+                f"letter or digit) (got {value!r})"
             )
         return value
 

@@ -67,6 +67,8 @@ STANDARD_PARAMETERS = frozenset(
     | {"upload_protocol", "uploadType"}
 )
 """The query parameters every discovery document lists for all its methods (`parameters` at its top)."""
+DRY_RUN_FIELDS = ("validateOnly", "dryRun")
+"""A request that sets one of these to true is only checked by the API: nothing is created."""
 EXAMPLE_HANDLES = '"r${run_id:62}" or "${run_uuid}"'
 
 
@@ -192,6 +194,12 @@ def param_problem(method: ApiMethod, name: str, value: Any) -> str | None:
                 return problem
         if spec.get("type") == "boolean" and text not in ("true", "false"):
             return f"{where}: expected true or false"
+        if spec.get("location") == "path" and (text == "" or {".", ".."} & set(text.split("/"))):
+            return f"{where}: an empty value or a '.' or '..' segment; the URL would name another resource"
+        if spec.get("format") in ("google-duration", "google-datetime"):
+            problem = scalar_problem(text, {"type": "string", "format": spec["format"]}, where)
+            if problem:
+                return problem
         if "enum" in spec and text not in spec["enum"]:
             return f"{where}: not one of {', '.join(spec['enum'])}"
         pattern = spec.get("pattern")
@@ -386,6 +394,13 @@ class GoogleApiTargetConfig(TargetConfigModel):
 
     @model_validator(mode="after")
     def _whole(self) -> GoogleApiTargetConfig:
+        dry = next(_dry_runs({"params": self.params, "body": self.body}, ""), None)
+        if dry:
+            raise _error(
+                "{where}: true makes the call check the request and create nothing, and runonce would record "
+                "every run done",
+                where=dry,
+            )
         document = load(self.api)
         method = document.method(self.method)
         assert method is not None  # the field validators ran
@@ -432,6 +447,19 @@ class GoogleApiTargetConfig(TargetConfigModel):
         if self.running is None:
             return "the route's target has no 'running' {field, values} to read the state with"
         return None
+
+
+def _dry_runs(value: Any, where: str) -> Iterator[str]:
+    """Where a route sets `validateOnly` or `dryRun` to true (a parameter or a body field at any depth)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            place = f"{where}.{key}" if where else str(key)
+            if key in DRY_RUN_FIELDS and item in (True, "true"):
+                yield place
+            yield from _dry_runs(item, place)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _dry_runs(item, f"{where}[{index}]")
 
 
 def check_handles(

@@ -31,7 +31,9 @@ Descriptions are dropped, keeping what they state as rules:
   checked in any letter case;
 - a create's `…Id` query parameter or body field that its description calls the new resource's ID
   ("will become the final component of the resource name", "The ID to use for …"), and a `name`
-  the caller may choose ("Optionally caller-specified in CreateTask"), keep `resourceId`.
+  the caller may choose ("Optionally caller-specified in CreateTask"), keep `resourceId`; a
+  `requestId` the API does not act on ("Deprecated. This field has no effect.", "Request ID used for
+  debugging.") keeps `noEffect`.
 
 Discovery documents drop the protos' `oneof` unions, which the APIs enforce: the ones of the
 carried documents' schemas are kept in `discovery/oneofs.json` (`make oneofs`, from the protos in
@@ -51,6 +53,7 @@ from __future__ import annotations
 import difflib
 import gzip
 import json
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -101,6 +104,9 @@ _RESOURCE_ID = re.compile(
     r"|name of the \w+ becomes",
     re.IGNORECASE,
 )
+_NO_EFFECT = re.compile(r"\s*Deprecated\b|.*\b(?:has no effect|used for debugging|for debugging purposes)", re.DOTALL)
+"""A `requestId` whose description says the API does not act on it ("Deprecated. This field has no
+effect.", "Request ID used for debugging."): no handle, though it is named like one."""
 _CALLER_NAMED = re.compile(r"\b(?:caller|client|user)[- ](?:specified|chosen)\b", re.IGNORECASE)
 """A resource's `name` the caller may choose on create ("Optionally caller-specified in CreateTask")."""
 _NAME = r"`?[A-Za-z_][A-Za-z0-9_]*`?"
@@ -137,12 +143,18 @@ _SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
 _MAX_LABELS = re.compile(r"No more than ([0-9]+) labels")
 _IDENTIFYING = frozenset(
     {"uri", "url", "email", "account", "image", "path", "location", "network", "subnetwork", "zone", "region"}
-    | {"id", "uid", "uuid"}
+    | {"id", "uid", "uuid", "name", "type", "bucket", "directory", "topic", "subscription", "audience"}
+    | {"project", "dataset", "table", "branch", "tag", "sha", "version", "host", "domain"}
 )
 """The last words of string fields that name or locate something (`imageUri`, `serviceAccount`,
-`tempLocation`, `jarFileUris`): no URI, path, email or id holds a control character."""
+`tempLocation`, `jarFileUris`, `kmsKeyName`, `machineType`): no URI, path, email, name or id holds a
+control character. (Not `…Key`: a private key's PEM text holds newlines.)"""
 _RESERVED_LABELS = re.compile(r"[Ll]abel (?:names|keys) that (?:start|begin) with ([^.]*?) are reserved")
 """Key prefixes a `labels` map's description reserves (Batch: 'start with "goog-" or "google-"')."""
+
+
+JSON_VALUES = "text, numbers, true, false, null, lists and mappings"
+YAML_KINDS = {"date": "a date", "datetime": "a timestamp", "bytes": "binary data (!!binary)", "set": "a set (!!set)"}
 
 
 class DocumentNotFound(RunonceError):
@@ -166,6 +178,8 @@ def _reduce_schema(schema: dict[str, Any]) -> dict[str, Any]:
             text = str(field.get("description", ""))
             if (name.endswith("Id") and _RESOURCE_ID.search(text)) or (name == "name" and _CALLER_NAMED.search(text)):
                 out["properties"][name]["resourceId"] = True
+            if name == "requestId" and _NO_EFFECT.match(text):
+                out["properties"][name]["noEffect"] = True
             only_one = _ONLY_ONE.search(text)
             if field.get("type") == "array" and only_one and only_one.group(1).lower() == name.lower().rstrip("s"):
                 out["properties"][name]["maxItems"] = 1
@@ -264,6 +278,8 @@ def reduce_document(doc: dict[str, Any]) -> dict[str, Any]:
             parameters[name] = {key: param[key] for key in _PARAMETER_KEYS if key in param}
             if name.endswith("Id") and _RESOURCE_ID.search(str(param.get("description", ""))):
                 parameters[name]["resourceId"] = True
+            if name == "requestId" and _NO_EFFECT.match(str(param.get("description", ""))):
+                parameters[name]["noEffect"] = True
         methods[spec["id"]] = {
             "httpMethod": spec["httpMethod"],
             "path": spec["path"],
@@ -513,7 +529,7 @@ def _control_problem(name: str, value: Any, where: str) -> str | None:
         return None
     for text in value if isinstance(value, list) else [value]:
         if isinstance(text, str) and re.search(r"[\x00-\x1f\x7f]", text):
-            return f"{where}: {text!r} holds a control character (a newline?); no URI, path, email or id does"
+            return f"{where}: {text!r} holds a control character (a newline?); no URI, path, email, name or id does"
     return None
 
 
@@ -592,13 +608,13 @@ def scalar_problem(value: Any, schema: dict[str, Any], where: str) -> str | None
         return _string_problem(value, schema, where)
     if kind == "number":
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return _bound_problem(value, schema, where, "")
+            return json_problem(value, where) or _bound_problem(value, schema, where, "")
         if isinstance(value, str) and (_DECIMAL.fullmatch(value) or value in ("NaN", "Infinity", "-Infinity")):
             return _bound_problem(float(value), schema, where, "")
         return f"{where}: expected a number, got {_shown(value)}"
     if kind == "boolean":
         return None if isinstance(value, bool) else f"{where}: expected a boolean, got {_shown(value)}"
-    return None  # "any" and untyped fields take anything
+    return json_problem(value, where)  # "any" and untyped fields take any JSON
 
 
 def _integer_problem(value: Any, fmt: str, where: str) -> str | None:
@@ -632,6 +648,29 @@ def _string_problem(value: str, schema: dict[str, Any], where: str) -> str | Non
     if "proseEnum" in schema and value.upper() not in schema["proseEnum"]:
         return f"{where}: {value!r} is not one of {', '.join(schema['proseEnum'])} (the values its description lists)"
     return None
+
+
+def json_problem(value: Any, where: str) -> str | None:
+    """The first value under `where` that JSON has no form for (a YAML date, timestamp, !!binary or
+    !!set, `.nan` or `.inf`, a key that is not text), named by its place; None when it all has one.
+    An untyped field (`google.protobuf.Value`, a pipeline's parameter values) takes any JSON, and
+    only JSON: a request holding anything else could never be sent."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{where}: the key {key!r} is {kind_of(key)}, not text: quote it ('{key}')"
+            problem = json_problem(item, f"{where}.{key}")
+            if problem:
+                return problem
+        return None
+    if isinstance(value, list):
+        return next((found for i, item in enumerate(value) if (found := json_problem(item, f"{where}[{i}]"))), None)
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{where}: {value} has no JSON form; write it as text, 'NaN', 'Infinity' or '-Infinity' (proto3 JSON)"
+    if isinstance(value, (str, int, float, bool, type(None))):
+        return None
+    kind = YAML_KINDS.get(type(value).__name__, f"a {type(value).__name__}")
+    return f"{where}: {kind} has no JSON form (JSON holds {JSON_VALUES}); quote it to send it as text"
 
 
 def _bound_problem(number: float, schema: dict[str, Any], where: str, unit: str) -> str | None:

@@ -11,7 +11,8 @@ A method dedupes on what its document says it does, and nothing else:
 - **the resource's name in a create's path** (`PUT v1/{+name}`, Pub/Sub's `topics.create`), or in
   its body where the document says the caller may choose it (Cloud Tasks' `task.name`).
 - **a `requestId`** the method takes (query parameter or top-level body field): the API answers a
-  repeated request id with the first request's result (AIP-155).
+  repeated request id with the first request's result (AIP-155); not one its description calls
+  deprecated, of no effect, or for debugging only.
 
 A field that merely ends in `Id` (`traceId` of `bigquery.tabledata.insertAll`) or merely holds
 `${run_id}` dedupes nothing, and neither does a reconcile read of a name the server picks
@@ -212,9 +213,11 @@ def handles_of(document: ApiDocument, method: ApiMethod) -> list[Handle]:
             handles.append(Handle("resource id", "body", f"{singular}Reference.{singular}Id"))
     if method.id.rsplit(".", 1)[-1] == "create" and re.search(r"\{\+?name\}$", method.path):
         handles.append(Handle("resource name", "params", "name"))
-    if method.parameters.get("requestId", {}).get("location") == "query":
+    query_request_id = method.parameters.get("requestId", {})
+    if query_request_id.get("location") == "query" and not query_request_id.get("noEffect"):
         handles.append(Handle("request id", "params", "requestId"))
-    if "requestId" in request and not request["requestId"].get("readOnly"):
+    body_request_id = request.get("requestId", {})
+    if body_request_id and not body_request_id.get("readOnly") and not body_request_id.get("noEffect"):
         handles.append(Handle("request id", "body", "requestId"))
     return handles
 

@@ -18,29 +18,14 @@ from pydantic import Field, field_validator, model_validator
 from runonce.targets.base import DispatchRequest, PayloadNotSendable, TargetConfigModel, TargetFailed, encode_json
 from runonce.targets.engine import Call, GoogleEngineTarget, Listing, Running
 from runonce.targets.google import RUN_ID_LABEL, resource_name_problem, run_id_label
+from runonce.targets.google_api_discovery import json_problem
 from runonce.targets.presets import check_route, config_error
 from runonce.targets.registry import Grant, TargetType
 
 FINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 MAX_ARGUMENT_BYTES = 32 * 1024  # the API's limit on `argument`
-WORKFLOW_ID = r"[A-Za-z][A-Za-z0-9_-]{0,63}"
+WORKFLOW_ID = r"[A-Za-z](?:[A-Za-z0-9_-]{0,62}[A-Za-z0-9])?"
 ARGUMENT_KEY_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*"
-JSON_SCALARS = (str, int, float, bool, type(None))
-JSON_VALUES = "text, numbers, true, false, null, lists and mappings"
-YAML_KINDS = {"date": "a date", "datetime": "a timestamp", "bytes": "binary data (!!binary)", "set": "a set (!!set)"}
-
-
-def _not_json(value: Any, path: str) -> str | None:
-    """The first value under `path` that JSON has no form for (a YAML date, timestamp or !!binary),
-    named by its place, or None."""
-    if isinstance(value, dict):
-        return next((found for key, item in value.items() if (found := _not_json(item, f"{path}.{key}"))), None)
-    if isinstance(value, list):
-        return next((found for i, item in enumerate(value) if (found := _not_json(item, f"{path}[{i}]"))), None)
-    if isinstance(value, JSON_SCALARS):
-        return None
-    kind = YAML_KINDS.get(type(value).__name__, f"a {type(value).__name__}")
-    return f"{path}: {kind} has no JSON form (JSON holds {JSON_VALUES}); quote it to send it as text"
 
 
 class WorkflowsTargetConfig(TargetConfigModel):
@@ -58,7 +43,8 @@ class WorkflowsTargetConfig(TargetConfigModel):
             value,
             "workflows",
             WORKFLOW_ID,
-            "workflow ID must be 1-64 characters of A-Z a-z 0-9 _ -, starting with a letter",
+            "workflow ID must be 1-64 characters of A-Z a-z 0-9 _ -, starting with a letter, ending with a letter "
+            "or digit",
         )
         if problem:
             raise config_error(problem)
@@ -68,7 +54,7 @@ class WorkflowsTargetConfig(TargetConfigModel):
     @classmethod
     def _argument(cls, argument: dict[str, Any]) -> dict[str, Any]:
         """The argument travels as JSON text: a value JSON cannot hold is refused here, not on every run."""
-        problem = _not_json(argument, "argument")
+        problem = json_problem(argument, "argument")
         if problem:
             raise config_error(problem)
         try:

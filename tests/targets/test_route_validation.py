@@ -17,7 +17,7 @@ from click.testing import CliRunner, Result
 from runonce.cli import main
 from runonce.routes import parse_routes
 from runonce.settings import ConfigError, load_settings
-from runonce.targets.google_api_discovery import load
+from runonce.targets.google_api_discovery import ApiDocument, load, reduce_document
 from runonce.targets.handles import describe, handles_by_api, handles_of, handles_table
 from tests.support.procs import REPO
 
@@ -403,6 +403,34 @@ CASES: dict[str, tuple[dict[str, Any], str, str]] = {
         "target.body",
         "body.config.lifecycleConfig.idleDeleteTtl: 60s is below 300s, the minimum its description states",
     ),
+    "a '..' segment in a path parameter": (
+        changed(BATCH, "params.parent", "projects/../locations/us-central1"),
+        "target.params",
+        "params.parent='projects/../locations/us-central1': an empty value or a '.' or '..' segment",
+    ),
+    "a query parameter that is no duration": (
+        {
+            "type": "google_api",
+            "api": "dataproc.v1",
+            "method": "projects.regions.clusters.patch",
+            "params": {
+                "projectId": "my-project",
+                "region": "us-central1",
+                "clusterName": "c",
+                "updateMask": "config.worker_config.num_instances",
+                "gracefulDecommissionTimeout": "forever",
+                "requestId": "${run_uuid}",
+            },
+            "body": {"clusterName": "c", "projectId": "my-project", "config": {}},
+        },
+        "target.params",
+        "gracefulDecommissionTimeout='forever': 'forever' is not a duration",
+    ),
+    "a dry run that creates nothing": (
+        changed(BIGQUERY, "body.configuration.dryRun", True),
+        "target",
+        "body.configuration.dryRun: true makes the call check the request and create nothing",
+    ),
     "a requestId ending in a newline": (
         changed(BIGQUERY | {"method": "jobs.query", "body": {"query": "SELECT 1"}}, "body.requestId", "${run_uuid}\n"),
         "target.body",
@@ -561,6 +589,24 @@ PRESET_CASES: dict[str, tuple[str, str, Any, tuple[str, ...]]] = {
         "60s",
         ("executionConfig.ttl", "below 600s"),
     ),
+    "vertex: a date among the parameter values": (
+        "vertex_pipeline_job",
+        "pipeline_job.runtimeConfig.parameterValues",
+        {"ds": date(2026, 1, 31)},
+        ("parameterValues.ds: a date has no JSON form", "quote it"),
+    ),
+    "vertex: .nan among the parameter values": (
+        "vertex_pipeline_job",
+        "pipeline_job.runtimeConfig.parameterValues",
+        {"threshold": float("nan")},
+        ("parameterValues.threshold: nan has no JSON form", "'NaN'"),
+    ),
+    "vertex: a key that is a number among the parameter values": (
+        "vertex_pipeline_job",
+        "pipeline_job.runtimeConfig.parameterValues",
+        {"m": {2024: "q4"}},
+        ("parameterValues.m", "the key 2024 is a number, not text"),
+    ),
     "batch: int64 as a word": ("batch_job", "job.taskGroups.0.taskCount", "many", ("taskCount", "int64")),
     "batch: null environment": ("batch_job", "job.taskGroups.0.taskSpec.environment", None, ("environment", "null")),
     "batch: unknown field": ("batch_job", "job.logsPolicy", {"destinaton": "CLOUD_LOGGING"}, ("destinaton",)),
@@ -664,21 +710,21 @@ CONFIG_CASES: dict[str, tuple[str, str, Any, str, tuple[str, ...]]] = {
         "argument.x",
         float("nan"),
         "target.argument",
-        ("not finite (JSON has no Infinity or NaN)",),
+        ("argument.x: nan has no JSON form",),
     ),
     "workflows: Infinity in the argument": (
         "workflows",
         "argument.x",
         float("inf"),
         "target.argument",
-        ("not finite",),
+        ("has no JSON form",),
     ),
     "workflows: -Infinity deep in the argument": (
         "workflows",
         "argument.x",
         {"y": [1, float("-inf")]},
         "target.argument",
-        ("not finite",),
+        ("has no JSON form",),
     ),
     "workflows: a date in the argument": (
         "workflows",
@@ -840,6 +886,44 @@ def test_a_method_dedupes_on_what_its_document_says(api: str, method: str, handl
     assert describe(handles_of(document, found)) == handles
 
 
+@pytest.mark.parametrize(
+    ("description", "handles"),
+    [
+        ("A unique id; a repeated request with it is answered with the first one's result.", "(request id)"),
+        ("Deprecated. This field has no effect.", ""),
+        ("Request ID used for debugging.", ""),
+        ("The unique ID of the request that is used for debugging purposes.", ""),
+    ],
+)
+def test_a_request_id_its_description_says_the_api_ignores_is_no_handle(description: str, handles: str) -> None:
+    """A `requestId` named like a handle that the API does not act on: a retry with it could run twice."""
+    request_id = {"type": "string", "description": description}
+    raw = {
+        "name": "demo",
+        "version": "v1",
+        "rootUrl": "https://demo.googleapis.com/",
+        "resources": {
+            "items": {
+                "methods": {
+                    "import": {
+                        "id": "demo.items.import",
+                        "httpMethod": "POST",
+                        "path": "v1/items:import",
+                        "parameters": {"requestId": request_id | {"location": "query"}},
+                        "request": {"$ref": "ImportRequest"},
+                    }
+                }
+            }
+        },
+        "schemas": {"ImportRequest": {"type": "object", "properties": {"requestId": request_id}}},
+    }
+    document = ApiDocument(reduce_document(raw))
+    method = document.method("items.import")
+    assert method is not None
+    found = " ".join(f"({handle.kind})" for handle in handles_of(document, method))
+    assert found == (f"{handles} {handles}" if handles else "")
+
+
 def test_the_docs_list_every_recognised_handle() -> None:
     """docs/how-to/targets/google_api.md lists, per API runonce carries, the methods runonce can call
     once and what each dedupes on: the same table the routes are checked with."""
@@ -889,6 +973,18 @@ TRAILING_NEWLINE_CASES: dict[str, tuple[str, str, Any, str]] = {
         "batch.pysparkBatch.jarFileUris",
         ["gs://b/a.jar", "gs://b/c.jar\r"],
         "jarFileUris",
+    ),
+    "dataflow: a KMS key's name": (
+        "dataflow_flex_template",
+        "launch_parameter.environment.kmsKeyName",
+        "projects/my-project/locations/us-central1/keyRings/r/cryptoKeys/k\n",
+        "kmsKeyName",
+    ),
+    "batch: a machine type": (
+        "batch_job",
+        "job.allocationPolicy.instances.0.policy.machineType",
+        "e2-standard-4\n",
+        "machineType",
     ),
     "vertex: a service account": (
         "vertex_pipeline_job",

@@ -61,7 +61,22 @@ def test_valid_configs_load() -> None:
         (
             "{type: workflows, workflow: projects/my-project/locations/us-central1/workflows/9etl}",
             "field 'target.workflow': the workflow ID '9etl' must be 1-64 characters of A-Z a-z 0-9 _ -, starting with "
-            "a letter",
+            "a letter, ending with a letter or digit",
+        ),
+        (
+            "{type: workflows, workflow: projects/my-project/locations/us-central1/workflows/etl-}",
+            "field 'target.workflow': the workflow ID 'etl-' must be 1-64 characters of A-Z a-z 0-9 _ -, starting with "
+            "a letter, ending with a letter or digit",
+        ),
+        (
+            "{type: cloud_build_trigger, trigger: projects/my-project/locations/global/triggers/nightly_build}",
+            "field 'target.trigger': must be a trigger's full name, projects/PROJECT/locations/LOCATION/triggers/"
+            "TRIGGER (TRIGGER: its id, or its name: 1-64 characters of A-Z a-z 0-9 -, starting and ending with a "
+            "letter or digit)",
+        ),
+        (
+            "{type: cloud_build_trigger, trigger: projects/my-project/locations/global/triggers/nightly-}",
+            "field 'target.trigger': must be a trigger's full name",
         ),
         (
             "{type: workflows, workflow: projects/my-project/regions/us-central1/workflows/etl}",
