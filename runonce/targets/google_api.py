@@ -556,6 +556,7 @@ def _resource_path(
     path = build_path(document, method, params)[0]
     if handle.where == "params" and handle.field == "name":
         return path
+    path = path.removesuffix(":" + method.id.rsplit(".", 1)[-1])  # Dataproc's `…/jobs:submit`: the collection
     resource_id = wire(value_at(params, body, handle)).rsplit("/", 1)[-1]
     return f"{path}/{quote(resource_id, safe='')}"
 

@@ -6,8 +6,9 @@ A method dedupes on what its document says it does, and nothing else:
 - **a client-chosen resource id** (AIP-133): the `…Id` query parameter of a create that POSTs to a
   collection (`jobId` of `batch.projects.locations.jobs.create`, path `v1/{+parent}/jobs`), or the
   same field at the top of the create's request body (`deploymentResourcePoolId`), or BigQuery's
-  `<kind>Reference.<kind>Id` in an insert's body (`jobReference.jobId` of `jobs.insert`). A second
-  create with the same id answers 409 ALREADY_EXISTS.
+  `<kind>Reference.<kind>Id` in an insert's body (`jobReference.jobId` of `jobs.insert`), or
+  Dataproc's `<kind>Name` of a create (`clusterName`) and `<kind>.reference.<kind>Id` of a submit
+  (`job.reference.jobId`). A second create with the same id answers 409 ALREADY_EXISTS.
 - **the resource's name in a create's path** (`PUT v1/{+name}`, Pub/Sub's `topics.create`), or in
   its body where the document says the caller may choose it (Cloud Tasks' `task.name`).
 - **a `requestId`** the method takes (query parameter or top-level body field): the API answers a
@@ -97,6 +98,15 @@ ID_RULES: dict[tuple[str, str], IdRule] = {
         "3-33 characters of A-Z a-z 0-9 _ -, not starting or ending with _ or -",
     ),
     # sessions.create: "This value must be 4-63 characters. Valid characters are /a-z-/."
+    # "The name must start with a lowercase letter, and can contain up to 51 lowercase letters, numbers, and
+    # hyphens. It cannot end with a hyphen."
+    ("dataproc.v1", "clusterName"): IdRule(
+        r"[a-z](?:[a-z0-9-]{0,50}[a-z0-9])?",
+        "a lower-case letter, then up to 51 characters of a-z 0-9 -, not ending with -",
+    ),
+    # "The ID must contain only letters (a-z, A-Z), numbers (0-9), underscores (_), or hyphens (-). The maximum
+    # length is 100 characters."
+    ("dataproc.v1", "job.reference.jobId"): IdRule(r"[A-Za-z0-9_-]{1,100}", "1-100 characters of A-Z a-z 0-9 _ -"),
     ("dataproc.v1", "sessionId"): IdRule(r"[a-z0-9-]{4,63}", "4-63 characters of a-z 0-9 -"),
     # "This value should be less than 128 characters, and valid characters are `/a-z-/`."
     ("aiplatform.v1", "pipelineJobId"): IdRule(r"[a-z0-9-]{1,127}", "1-127 characters of a-z 0-9 -"),
@@ -205,9 +215,16 @@ def handles_of(document: ApiDocument, method: ApiMethod) -> list[Handle]:
             named_for_it = name[:-2].lower() == singular.lower()
             if name.endswith("Id") and field.get("resourceId") and not field.get("readOnly") and named_for_it:
                 handles.append(Handle("resource id", "body", name))
+            # Dataproc names a cluster by the create's `clusterName`: a second create of it is refused.
+            if name == f"{singular}Name" and field.get("type") == "string" and not field.get("readOnly"):
+                handles.append(Handle("resource id", "body", name))
         resource = _properties(document, (request.get(singular) or {}).get("$ref"))
         if resource.get("name", {}).get("resourceId") and not resource["name"].get("readOnly"):
             handles.append(Handle("resource name", "body", f"{singular}.name"))
+        # A job submitted with its own id (Dataproc's `job.reference.jobId`): a second submit is refused.
+        own_reference = _properties(document, (resource.get("reference") or {}).get("$ref"))
+        if f"{singular}Id" in own_reference and not own_reference[f"{singular}Id"].get("readOnly"):
+            handles.append(Handle("resource id", "body", f"{singular}.reference.{singular}Id"))
         reference = request.get(f"{singular}Reference")
         if reference is not None and f"{singular}Id" in _properties(document, reference.get("$ref")):
             handles.append(Handle("resource id", "body", f"{singular}Reference.{singular}Id"))
@@ -229,11 +246,13 @@ def _properties(document: ApiDocument, schema_name: str | None) -> dict[str, Any
 
 
 def _collection(method: ApiMethod) -> str | None:
-    """The collection a create POSTs to (`jobs` of `v1/{+parent}/jobs`), or None when the method
-    is no such create (its id ends in `create` or, as BigQuery's, `insert`)."""
-    if method.http_method != "POST" or method.id.rsplit(".", 1)[-1] not in ("create", "insert"):
+    """The collection a create POSTs to (`jobs` of `v1/{+parent}/jobs`, or of Dataproc's
+    `…/jobs:submit`), or None when the method is no such create (its id ends in `create`, BigQuery's
+    `insert`, or Dataproc's `submit` and `submitAsOperation`)."""
+    verb = method.id.rsplit(".", 1)[-1]
+    if method.http_method != "POST" or verb not in ("create", "insert", "submit", "submitAsOperation"):
         return None
-    last = method.path.rstrip("/").rsplit("/", 1)[-1]
+    last = method.path.rstrip("/").rsplit("/", 1)[-1].removesuffix(f":{verb}")
     return last if re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", last) else None
 
 

@@ -403,6 +403,34 @@ CASES: dict[str, tuple[dict[str, Any], str, str]] = {
         "target.body",
         "body.config.lifecycleConfig.idleDeleteTtl: 60s is below 300s, the minimum its description states",
     ),
+    "a fixed cluster name beside a run-filled requestId": (
+        changed(DATAPROC, "body.clusterName", "nightly-cluster"),
+        "target",
+        "body.clusterName: 'nightly-cluster' does not tell runs apart",
+    ),
+    "a fixed job id in a Dataproc job's reference": (
+        {
+            "type": "google_api",
+            "api": "dataproc.v1",
+            "method": "projects.regions.jobs.submit",
+            "params": {"projectId": "my-project", "region": "us-central1"},
+            "body": {
+                "requestId": "${run_uuid}",
+                "job": {
+                    "placement": {"clusterName": "etl"},
+                    "reference": {"jobId": "nightly"},
+                    "pysparkJob": {"mainPythonFileUri": "gs://b/etl.py"},
+                },
+            },
+        },
+        "target",
+        "body.job.reference.jobId: 'nightly' does not tell runs apart",
+    ),
+    "a cluster name longer than Dataproc takes": (
+        changed(DATAPROC, "body.clusterName", "c" + "-${run_id:16}" * 4),
+        "target",
+        "is not an id dataproc.v1 takes: a lower-case letter, then up to 51 characters",
+    ),
     "a '..' segment in a path parameter": (
         changed(BATCH, "params.parent", "projects/../locations/us-central1"),
         "target.params",
@@ -825,6 +853,32 @@ GOOD = {
             "params": {"name": f"{PARENT}/queues/q/tasks/t-${{run_id}}"},
         },
     },
+    "dataproc cluster by its run-named clusterName, reconciled by it": changed(
+        DATAPROC,
+        "reconcile",
+        {
+            "method": "projects.regions.clusters.get",
+            "params": {"projectId": "my-project", "region": "us-central1", "clusterName": "c-${run_id:16}"},
+        },
+    ),
+    "dataproc job by its run-named reference.jobId, reconciled by it": {
+        "type": "google_api",
+        "api": "dataproc.v1",
+        "method": "projects.regions.jobs.submit",
+        "params": {"projectId": "my-project", "region": "us-central1"},
+        "body": {
+            "requestId": "${run_uuid}",
+            "job": {
+                "placement": {"clusterName": "etl"},
+                "reference": {"jobId": "etl-${run_id}"},
+                "pysparkJob": {"mainPythonFileUri": "gs://b/etl.py"},
+            },
+        },
+        "reconcile": {
+            "method": "projects.regions.jobs.get",
+            "params": {"projectId": "my-project", "region": "us-central1", "jobId": "etl-${run_id}"},
+        },
+    },
     "int64 as a number": changed(BATCH, "body.priority", 10),
     "a null scalar is its default": changed(BATCH, "body.priority", None),
 }
@@ -859,7 +913,16 @@ def test_every_example_routes_file_loads_and_lints_clean(path: Path) -> None:
     ("api", "method", "handles"),
     [
         ("batch.v1", "projects.locations.jobs.create", "params.jobId (resource id), params.requestId (request id)"),
-        ("dataproc.v1", "projects.regions.jobs.submit", "body.requestId (request id)"),
+        (
+            "dataproc.v1",
+            "projects.regions.jobs.submit",
+            "body.job.reference.jobId (resource id), body.requestId (request id)",
+        ),
+        (
+            "dataproc.v1",
+            "projects.regions.clusters.create",
+            "body.clusterName (resource id), params.requestId (request id)",
+        ),
         ("aiplatform.v1", "projects.locations.pipelineJobs.create", "params.pipelineJobId (resource id)"),
         (
             "aiplatform.v1",
