@@ -38,6 +38,24 @@ DATAPROC: dict[str, Any] = {
     "params": {"projectId": "my-project", "region": "us-central1", "requestId": "${run_uuid}"},
     "body": {"clusterName": "c-${run_id:16}", "projectId": "my-project", "config": {}},
 }
+DATAPROC_JOB: dict[str, Any] = {
+    "type": "google_api",
+    "api": "dataproc.v1",
+    "method": "projects.regions.jobs.submit",
+    "params": {"projectId": "my-project", "region": "us-central1"},
+    "body": {
+        "requestId": "${run_uuid}",
+        "job": {
+            "placement": {"clusterName": "etl"},
+            "reference": {"jobId": "etl-${run_id}"},
+            "pysparkJob": {"mainPythonFileUri": "gs://b/etl.py"},
+        },
+    },
+    "reconcile": {
+        "method": "projects.regions.jobs.get",
+        "params": {"projectId": "my-project", "region": "us-central1", "jobId": "etl-${run_id}"},
+    },
+}
 BIGQUERY: dict[str, Any] = {
     "type": "google_api",
     "api": "bigquery.v2",
@@ -409,20 +427,7 @@ CASES: dict[str, tuple[dict[str, Any], str, str]] = {
         "body.clusterName: 'nightly-cluster' does not tell runs apart",
     ),
     "a fixed job id in a Dataproc job's reference": (
-        {
-            "type": "google_api",
-            "api": "dataproc.v1",
-            "method": "projects.regions.jobs.submit",
-            "params": {"projectId": "my-project", "region": "us-central1"},
-            "body": {
-                "requestId": "${run_uuid}",
-                "job": {
-                    "placement": {"clusterName": "etl"},
-                    "reference": {"jobId": "nightly"},
-                    "pysparkJob": {"mainPythonFileUri": "gs://b/etl.py"},
-                },
-            },
-        },
+        changed(DATAPROC_JOB, "body.job.reference.jobId", "nightly"),
         "target",
         "body.job.reference.jobId: 'nightly' does not tell runs apart",
     ),
@@ -861,24 +866,7 @@ GOOD = {
             "params": {"projectId": "my-project", "region": "us-central1", "clusterName": "c-${run_id:16}"},
         },
     ),
-    "dataproc job by its run-named reference.jobId, reconciled by it": {
-        "type": "google_api",
-        "api": "dataproc.v1",
-        "method": "projects.regions.jobs.submit",
-        "params": {"projectId": "my-project", "region": "us-central1"},
-        "body": {
-            "requestId": "${run_uuid}",
-            "job": {
-                "placement": {"clusterName": "etl"},
-                "reference": {"jobId": "etl-${run_id}"},
-                "pysparkJob": {"mainPythonFileUri": "gs://b/etl.py"},
-            },
-        },
-        "reconcile": {
-            "method": "projects.regions.jobs.get",
-            "params": {"projectId": "my-project", "region": "us-central1", "jobId": "etl-${run_id}"},
-        },
-    },
+    "dataproc job by its run-named reference.jobId, reconciled by it": DATAPROC_JOB,
     "int64 as a number": changed(BATCH, "body.priority", 10),
     "a null scalar is its default": changed(BATCH, "body.priority", None),
 }
