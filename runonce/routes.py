@@ -544,7 +544,9 @@ def _node_path(root: yaml.Node, target: yaml.Node) -> str:
 def _path_words(path: str) -> str:
     """`route 'r1': field 'target.labels.day': ` for a path of the routes file ("" for none)."""
     if not path.startswith("routes."):
-        return f"at {path}: " if path else ""
+        if not path:
+            return ""
+        return f"at {path}: " if path.isprintable() else f"at {path!r}: "  # a key may hold a newline
     route, _, field = path.removeprefix("routes.").partition(".")
     route, bracket, rest = route.partition("[")
     field = f"{bracket}{rest}.{field}".strip(".") if bracket else field

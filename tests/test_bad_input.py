@@ -76,6 +76,7 @@ BAD_ROUTES = {
         "routes: {a: {target: {type: log}, body: {flags: !!set {--alpha, --beta}}}}",
         "field 'body.flags': line 1, column 49: this value reads as a set but cannot be built (a set has no order",
     ),
+    "a key that is a newline, over a date that is none": ("? '\n\n  '\n: 0000-00-00\n", "at '\\n': line 4, column 3"),
     "a tab in indentation": ("routes:\n\ta:\n\t\ttarget: {type: log}\n", "not valid YAML or JSON"),
 }
 
