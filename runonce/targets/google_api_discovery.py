@@ -140,6 +140,26 @@ _BOUND = re.compile(
 value is 10 minutes; maximum value is 14 days.", "The maximum allowed value is 5,000."); a bound the
 API coerces to ("values above 100 will be coerced to 100") is no refusal, so it is not kept."""
 _SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+_NUMBER = r"([-+]?[0-9][0-9,]*(?:\.[0-9]+)?)(?: (second|minute|hour|day)s?)?"
+_RANGES = (
+    # "The valid value range is [0, 100).", "Valid range of its value is [1, 100], inclusively.",
+    # "Range: [1, 1000].", "It must be in the range [-90.0, +90.0]."
+    re.compile(
+        rf"(?:^|\. )(?:(?:The )?(?:valid )?(?:value )?range(?: of its value)? is|Range:|(?:It )?must be in the range) "
+        rf"([\[(]) ?{_NUMBER}, ?{_NUMBER} ?([\])])(?:,? inclusive(?:ly)?)?\.",
+        re.IGNORECASE,
+    ),
+    # "The value must be between 5 and 100.", "Value should be between 0 and 600 seconds."
+    re.compile(
+        rf"(?:^|\. )(?:The )?(?:Values? |\w+ value )?(?:must|should) be between (){_NUMBER} and {_NUMBER}"
+        r"(?: \(inclusive\)|,? inclusive)?()\.",
+        re.IGNORECASE,
+    ),
+    # "…made available to your pipeline during execution, from 1 to 1000.", "The value can be from 48 to 168 hours."
+    re.compile(rf"(?:, | be )from (){_NUMBER} to {_NUMBER}()(?: \([^)]*\))?\.(?: |$)"),
+)
+"""A bound stated as a range, in a sentence of its own ("If …, the range is …" is not one of
+them); not in a description that writes numbers in octal."""
 _MAX_LABELS = re.compile(r"No more than ([0-9]+) labels")
 _IDENTIFYING = frozenset(
     {"uri", "url", "email", "account", "image", "path", "location", "network", "subnetwork", "zone", "region"}
@@ -214,19 +234,40 @@ def prose_values(text: str) -> list[str]:
     return []
 
 
-def prose_bounds(text: str, field: dict[str, Any]) -> dict[str, int]:
+def prose_bounds(text: str, field: dict[str, Any]) -> dict[str, float | int]:
     """`minimum` and `maximum` of a number or an integer field, or of a duration in seconds, from its
-    description's sentences (`_BOUND`); {} for any other field."""
+    description's sentences (`_BOUND`, `_RANGES`; an open end of an integer's range is the next
+    whole number, of another's is left out); {} for any other field."""
     duration = field.get("format") == "google-duration"
     if not duration and field.get("type") not in ("integer", "number") and field.get("format") not in INTEGER_RANGES:
         return {}
-    bounds = {}
-    for which, number, unit in _BOUND.findall(" ".join(text.split())):
+    text = " ".join(text.split())
+    bounds: dict[str, float | int] = {}
+    for which, number, unit in _BOUND.findall(text):
         if duration and not unit:
             continue  # a duration's bound names its unit
         value = int(number.replace(",", "")) * (_SECONDS[unit.lower()] if duration else 1)
         bounds["minimum" if which.lower().startswith("min") else "maximum"] = value
+    integer = not duration and field.get("type") != "number"
+    for pattern in () if "octal" in text else _RANGES:
+        for opens, low, low_unit, high, high_unit, closes in pattern.findall(text):
+            unit = high_unit or low_unit
+            if duration and not unit:
+                continue
+            seconds = _SECONDS[(unit or "second").lower()] if duration else 1
+            low_value, high_value = (
+                float(low.replace(",", "")) * (_SECONDS[(low_unit or unit).lower()] if duration else 1),
+                float(high.replace(",", "")) * seconds,
+            )
+            if opens != "(" or integer:
+                bounds["minimum"] = _whole(low_value + (1 if opens == "(" else 0))
+            if closes != ")" or integer:
+                bounds["maximum"] = _whole(high_value - (1 if closes == ")" else 0))
     return bounds
+
+
+def _whole(number: float) -> float | int:
+    return int(number) if number.is_integer() else number
 
 
 def camel(name: str) -> str:
@@ -674,12 +715,16 @@ def json_problem(value: Any, where: str) -> str | None:
 
 
 def _bound_problem(number: float, schema: dict[str, Any], where: str, unit: str) -> str | None:
-    """A number (a duration in seconds, `unit` "s") past the bound its description states."""
+    """A number (a duration in seconds, `unit` "s") past the bound its description states. A number's
+    0 is proto3's default, the same on the wire as leaving it out (the API's default applies)."""
+    if number == 0 and not unit:
+        return None
     low, high = schema.get("minimum"), schema.get("maximum")
+    shown = str(int(number)) if float(number).is_integer() else str(number)
     if low is not None and number < low:
-        return f"{where}: {number:g}{unit} is below {low}{unit}, the minimum its description states"
+        return f"{where}: {shown}{unit} is below {low}{unit}, the minimum its description states"
     if high is not None and number > high:
-        return f"{where}: {number:g}{unit} is above {high}{unit}, the maximum its description states"
+        return f"{where}: {shown}{unit} is above {high}{unit}, the maximum its description states"
     return None
 
 

@@ -90,7 +90,7 @@ def _problem(api: str, value: Any, schema_name: str) -> str | None:
         ("batch.v1", {"instanceId": 18446744073709551615}, "AgentMetadata"),  # uint64 as a number
         ("batch.v1", {"instanceId": "18446744073709551615"}, "AgentMetadata"),  # uint64 as digits
         ("batch.v1", {"maxRetryCount": 3, "runnables": RUNNABLES}, "TaskSpec"),  # int32
-        ("batch.v1", {"maxRetryCount": "2147483647", "runnables": RUNNABLES}, "TaskSpec"),  # int32 as digits
+        ("batch.v1", {"code": "2147483647"}, "Status"),  # int32 as digits
         ("batch.v1", {"permissiveSsh": True, "runAsNonRoot": False, "taskSpec": TASK_SPEC}, "TaskGroup"),  # booleans
         # null is "absent" for a scalar, even an output-only one
         ("batch.v1", {"uid": None, "priority": "10", "taskGroups": [{"taskSpec": TASK_SPEC}]}, "Job"),
@@ -527,6 +527,43 @@ def test_a_string_fields_values_listed_in_its_description_are_kept(description: 
             "Maximum value is 10. Minimum value is 5 minutes.",
             {"minimum": 300},
         ),
+        # a range in a sentence of its own: closed, half-open (an integer's open end is the next whole number)
+        (
+            {"type": "integer", "format": "int32"},
+            "Retries. The valid value range is [0, 10].",
+            {"minimum": 0, "maximum": 10},
+        ),
+        ({"type": "string", "format": "int64"}, "The valid value range is [0, 100).", {"minimum": 0, "maximum": 99}),
+        ({"type": "integer"}, "Valid range of its value is [1, 100], inclusively.", {"minimum": 1, "maximum": 100}),
+        ({"type": "number"}, "It must be in the range [-90.0, +90.0].", {"minimum": -90, "maximum": 90}),
+        ({"type": "number"}, "The valid range is (0.0, 2.0].", {"maximum": 2}),  # a number's open end: left out
+        (
+            {"type": "integer"},
+            "Range: [1, 1000]. If VPC-SC is enabled, the acceptable range is [1, 100].",
+            {"minimum": 1, "maximum": 1000},
+        ),
+        ({"type": "integer"}, "The value must be between 5 and 100.", {"minimum": 5, "maximum": 100}),
+        ({"type": "integer"}, "Must be between -3 and 3.", {"minimum": -3, "maximum": 3}),
+        (
+            {"type": "string", "format": "google-duration"},
+            "Value should be between 0 and 600 seconds.",
+            {"minimum": 0, "maximum": 600},
+        ),
+        ({"type": "integer"}, "Instances during execution, from 1 to 1000.", {"minimum": 1, "maximum": 1000}),
+        ({"type": "integer"}, "Local SSDs, from 0 to 8 (default is 0).", {"minimum": 0, "maximum": 8}),
+        # a range of one case, not of the field; octal; a range the sentence goes on to qualify
+        (
+            {"type": "integer"},
+            "For modelType cloud, the budget must be between 8,000 and 800,000 milli node hours.",
+            {},
+        ),
+        (
+            {"type": "string", "format": "google-duration"},
+            "For HTTP tasks, the default is 10 minutes. The deadline must be in the interval [15 seconds, 30 minutes].",
+            {},
+        ),
+        ({"type": "integer"}, "Must be a value between 0000 and 0777 (octal), defaulting to 0444.", {}),
+        ({"type": "integer"}, "Must be from 1 to 31 and valid for the year and month, or 0 to specify a year.", {}),
         # a bound the API coerces to refuses nothing
         ({"type": "integer"}, "The maximum value is 100; values above 100 will be coerced to 100.", {}),
         ({"type": "integer"}, "The default and maximum value is 100.", {}),
@@ -552,7 +589,7 @@ def test_bounds_a_description_states_as_a_sentence_are_kept(
             "dataproc.v1",
             "ExecutionConfig",
             {"ttl": "1209600.5s"},
-            "body.ttl: 1.2096e+06s is above 1209600s, the maximum",
+            "body.ttl: 1209600.5s is above 1209600s, the maximum",
         ),
         (
             "dataproc.v1",
@@ -566,12 +603,25 @@ def test_bounds_a_description_states_as_a_sentence_are_kept(
             {"maxDispatchesPerSecond": 500.5},
             "body.maxDispatchesPerSecond: 500.5 is above 500",
         ),
-        ("run.v2", "GoogleCloudRunV2Probe", {"timeoutSeconds": 0}, "body.timeoutSeconds: 0 is below 1, the minimum"),
+        ("run.v2", "GoogleCloudRunV2Probe", {"timeoutSeconds": -1}, "body.timeoutSeconds: -1 is below 1, the minimum"),
     ],
 )
 def test_a_value_past_its_stated_bound_is_refused(api: str, schema_name: str, value: Any, problem: str) -> None:
     found = _problem(api, value, schema_name)
     assert found is not None and found.startswith(problem), found
+
+
+def test_a_numbers_zero_is_proto3s_default_and_fits_any_bound() -> None:
+    """0 in an integer or a number is the same on the wire as leaving the field out; a duration is a
+    message, whose 0s is a value."""
+    assert _problem("batch.v1", {"runnables": RUNNABLES, "maxRetryCount": 0}, "TaskSpec") is None
+    assert _problem("dataflow.v1b3", {"maxWorkers": 0}, "FlexTemplateRuntimeEnvironment") is None
+    assert _problem("dataflow.v1b3", {"maxWorkers": 1001}, "FlexTemplateRuntimeEnvironment") == (
+        "body.maxWorkers: 1001 is above 1000, the maximum its description states"
+    )
+    assert _problem("dataproc.v1", {"ttl": "0s"}, "ExecutionConfig") == (
+        "body.ttl: 0s is below 600s, the minimum its description states"
+    )
 
 
 def test_a_value_within_its_stated_bounds_fits() -> None:

@@ -616,6 +616,18 @@ def example_target(name: str) -> dict[str, Any]:
 
 PRESET_CASES: dict[str, tuple[str, str, Any, tuple[str, ...]]] = {
     # class: (example, field, value, words the line holds: the field and what the API allows)
+    "dataflow: more workers than its range": (
+        "dataflow_flex_template",
+        "launch_parameter.environment.maxWorkers",
+        1001,
+        ("environment.maxWorkers", "above 1000"),
+    ),
+    "batch: more retries than its range": (
+        "batch_job",
+        "job.taskGroups.0.taskSpec.maxRetryCount",
+        11,
+        ("maxRetryCount", "above 10"),
+    ),
     "dataproc: a ttl below the minimum": (
         "dataproc_batch",
         "batch.environmentConfig.executionConfig.ttl",
