@@ -62,7 +62,7 @@ def _check_configuration(configuration: dict[str, Any]) -> None:
         return
     if not query["query"].strip():
         raise config_error("configuration.query.query: the SQL text is empty (only blanks); a query job runs SQL")
-    if query.get("useLegacySql") is True:
+    if query.get("useLegacySql") is True or re.match(r"\s*#legacySQL\b", query["query"], re.IGNORECASE):
         raise config_error(
             "configuration.query: legacy SQL takes no query parameters; runonce passes "
             "@run_id and @schedule_time, so use GoogleSQL (useLegacySql: false, the default here)"
@@ -72,8 +72,12 @@ def _check_configuration(configuration: dict[str, Any]) -> None:
         raise config_error(
             f"configuration.query: parameterMode must be NAMED (runonce adds named parameters; got {mode!r})"
         )
+    names: set[str] = set()
     for parameter in query.get("queryParameters") or []:
         name = parameter.get("name")
+        if name in names:
+            raise config_error(f"configuration.query.queryParameters: {name!r} twice; a name is unique in a query")
+        names.add(name)
         if not name:
             raise config_error(
                 "configuration.query.queryParameters: a positional parameter (no name); "

@@ -101,6 +101,24 @@ VALID = {"project": PROJECT, "location": "US", "configuration": QUERY}
             "legacy SQL takes no query parameters",
         ),
         (
+            {"configuration": {"query": {"query": "  #legacySQL\nSELECT 1"}}},  # the dialect prefix, in the text
+            "legacy SQL takes no query parameters",
+        ),
+        (
+            {
+                "configuration": {
+                    "query": {
+                        **QUERY["query"],
+                        "queryParameters": [
+                            {"name": "x", "parameterType": {"type": "STRING"}, "parameterValue": {"value": "a"}},
+                            {"name": "x", "parameterType": {"type": "STRING"}, "parameterValue": {"value": "b"}},
+                        ],
+                    }
+                }
+            },
+            "configuration.query.queryParameters: 'x' twice; a name is unique in a query",
+        ),
+        (
             {"configuration": {"query": {**QUERY["query"], "parameterMode": "POSITIONAL"}}},
             "parameterMode must be NAMED",
         ),
