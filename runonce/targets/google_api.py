@@ -54,7 +54,8 @@ from runonce.targets.google_api_discovery import (
 from runonce.targets.handles import Handle, describe, handles_of, id_problem, value_at
 from runonce.targets.registry import TargetType
 
-PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
+PLACEHOLDER = re.compile(r"\$(\$)?\{([^}]*)\}")
+"""`${name}`, or `$${name}`: written for a literal `${name}` (a shell variable in a script)."""
 PLACEHOLDERS = "${run_id}, ${run_id:N} (N = 1-64), ${run_uuid}, ${schedule_time}"
 MIN_HANDLE_HEX = 16
 """A run_id prefix shorter than this (64 bits) could be shared by two runs of a route: it cannot dedupe."""
@@ -88,13 +89,18 @@ def run_uuid(run_id: str) -> str:
 def placeholder_problem(text: str) -> str | None:
     """The first placeholder in `text` that runonce does not know, or None."""
     for match in PLACEHOLDER.finditer(text):
-        name = match.group(1)
+        escaped, name = match.groups()
+        if escaped:
+            continue
         run_id = re.fullmatch(r"run_id(?::([0-9]+))?", name)
         if name in ("run_uuid", "schedule_time") or (
             run_id and (not run_id.group(1) or 1 <= int(run_id.group(1)) <= 64)
         ):
             continue
-        return f"unknown placeholder {match.group(0)!r} (runonce fills {PLACEHOLDERS})"
+        return (
+            f"unknown placeholder {match.group(0)!r} (runonce fills {PLACEHOLDERS}; write "
+            f"'${match.group(0)}' to send it as it is)"
+        )
     return None
 
 
@@ -114,15 +120,19 @@ def carries_run(value: Any) -> bool:
     N >= MIN_HANDLE_HEX."""
     for text in strings_in(value):
         for match in PLACEHOLDER.finditer(text):
-            name = match.group(1)
+            escaped, name = match.groups()
             prefix = re.fullmatch(r"run_id:([0-9]+)", name)
+            if escaped:
+                continue
             if name in ("run_id", "run_uuid") or (prefix and int(prefix.group(1)) >= MIN_HANDLE_HEX):
                 return True
     return False
 
 
 def uses_schedule_time(value: Any) -> bool:
-    return any("${schedule_time}" in text for text in strings_in(value))
+    return any(
+        match.groups() == (None, "schedule_time") for text in strings_in(value) for match in PLACEHOLDER.finditer(text)
+    )
 
 
 def expand(value: Any, run_id: str, schedule_time: str | None) -> Any:
@@ -135,7 +145,9 @@ def expand(value: Any, run_id: str, schedule_time: str | None) -> Any:
         return value
 
     def fill(match: re.Match[str]) -> str:
-        name = match.group(1)
+        escaped, name = match.groups()
+        if escaped:
+            return match.group(0)[1:]  # `$${name}` is sent as `${name}`
         if name == "run_uuid":
             return run_uuid(run_id)
         if name == "schedule_time":

@@ -33,6 +33,7 @@ from runonce.targets.google_api import (
     expand,
     placeholder_problem,
     run_uuid,
+    uses_schedule_time,
 )
 from runonce.targets.handles import ID_RULES, handles_by_api, id_problem
 from tests.fakes.batch import CREATE as BATCH_CREATE
@@ -508,6 +509,15 @@ def test_placeholders_expand_from_the_run() -> None:
     assert expand("x${schedule_time}", RUN_ID, None) == "x"
 
 
+def test_a_doubled_dollar_sends_a_placeholder_as_it_is() -> None:
+    """A Batch script's own `${BATCH_TASK_INDEX}` is written `$${BATCH_TASK_INDEX}`; it fills nothing,
+    carries no run and needs no schedule time."""
+    text = "echo $${BATCH_TASK_INDEX} $${run_id} $${schedule_time} ${run_id:4}"
+    assert expand(text, RUN_ID, None) == f"echo ${{BATCH_TASK_INDEX}} ${{run_id}} ${{schedule_time}} {RUN_ID[:4]}"
+    assert not carries_run("$${run_id}") and carries_run("$${x} ${run_id}")
+    assert not uses_schedule_time(text) and uses_schedule_time("$${x} ${schedule_time}")
+
+
 def test_run_uuid_is_a_uuid4_from_the_run_id() -> None:
     made = uuid.UUID(run_uuid(RUN_ID))
     assert made.version == 4 and made.variant == uuid.RFC_4122
@@ -528,6 +538,8 @@ def test_run_uuid_is_a_uuid4_from_the_run_id() -> None:
         ("${RUN_ID}", False),
         ("${run_id:}", False),
         ("$run_id", True),
+        ("$${HOME}", True),  # written for a literal ${HOME}
+        ("echo $${BATCH_TASK_INDEX} ${nope}", False),
     ],
 )
 def test_placeholder_names(text: str, known: bool) -> None:
@@ -906,7 +918,10 @@ def test_a_repeated_query_parameter_is_sent_once_per_value() -> None:
 
 # --- each refusal in full, and the edges of params, answers and placeholders -------------------------
 
-RUNS_ANYWHERE = "(runonce fills ${run_id}, ${run_id:N} (N = 1-64), ${run_uuid}, ${schedule_time})"
+RUNS_ANYWHERE = (
+    "(runonce fills ${run_id}, ${run_id:N} (N = 1-64), ${run_uuid}, ${schedule_time}; write '$${nope}' to send it "
+    "as it is)"
+)
 BATCH_STATES = (
     "STATE_UNSPECIFIED, QUEUED, SCHEDULED, RUNNING, SUCCEEDED, FAILED, DELETION_IN_PROGRESS, "
     "CANCELLATION_IN_PROGRESS, CANCELLED"
