@@ -75,15 +75,15 @@ def _check_configuration(configuration: dict[str, Any]) -> None:
     names: set[str] = set()
     for parameter in query.get("queryParameters") or []:
         name = parameter.get("name")
-        if name in names:
+        if str(name).lower() in names:  # BigQuery's parameter names ignore letter case, as its identifiers do
             raise config_error(f"configuration.query.queryParameters: {name!r} twice; a name is unique in a query")
-        names.add(name)
+        names.add(str(name).lower())
         if not name:
             raise config_error(
                 "configuration.query.queryParameters: a positional parameter (no name); "
                 "runonce adds named ones, and BigQuery does not mix the two"
             )
-        if name in RUN_FIELDS:
+        if str(name).lower() in RUN_FIELDS:
             raise config_error(f"configuration.query.queryParameters: {name!r} is set by runonce")
 
 

@@ -101,6 +101,8 @@ def placeholder_problem(text: str) -> str | None:
             f"unknown placeholder {match.group(0)!r} (runonce fills {PLACEHOLDERS}; write "
             f"'${match.group(0)}' to send it as it is)"
         )
+    if "${" in PLACEHOLDER.sub("", text):
+        return f"a '${{' that no '}}' closes (runonce fills {PLACEHOLDERS})"
     return None
 
 

@@ -566,7 +566,7 @@ def _control_problem(name: str, value: Any, where: str) -> str | None:
     """A control character (such as the newline a YAML `|` block ends with) in a field that names or
     locates something (`_IDENTIFYING`); free text (scripts, args, descriptions) may hold them."""
     words = re.findall(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])", name)
-    if not words or words[-1].lower().removesuffix("s") not in _IDENTIFYING:
+    if not words or (words[-1].lower().removesuffix("s") not in _IDENTIFYING and not name.endswith("kmsKey")):
         return None
     for text in value if isinstance(value, list) else [value]:
         if isinstance(text, str) and re.search(r"[\x00-\x1f\x7f]", text):

@@ -57,8 +57,10 @@ class VertexPipelineJobTargetConfig(ParentConfig):
     def _check_job(self, job: dict[str, Any]) -> None:
         if not job.get("pipelineSpec") and not job.get("templateUri"):
             raise config_error("pipeline_job needs pipelineSpec (a compiled pipeline) or templateUri")
-        given = (job.get("runtimeConfig") or {}).get("parameterValues") or {}
-        refuse_mapped_parameters(self.run_parameters, given, "pipeline_job.runtimeConfig.parameterValues")
+        runtime = job.get("runtimeConfig") or {}
+        for field in ("parameterValues", "parameters"):  # `parameters`: the deprecated form of the same
+            given = runtime.get(field) or {}
+            refuse_mapped_parameters(self.run_parameters, given, f"pipeline_job.runtimeConfig.{field}")
 
 
 class VertexPipelineJobTarget(RunNamedPreset[VertexPipelineJobTargetConfig]):

@@ -150,6 +150,19 @@ VALID = {"project": PROJECT, "location": "US", "configuration": QUERY}
             },
             "'schedule_time' is set by runonce",
         ),
+        (
+            {
+                "configuration": {
+                    "query": {
+                        **QUERY["query"],
+                        "queryParameters": [
+                            {"name": "RUN_ID", "parameterType": {"type": "STRING"}, "parameterValue": {"value": "x"}}
+                        ],
+                    }
+                }
+            },
+            "'RUN_ID' is set by runonce",  # BigQuery's parameter names ignore letter case
+        ),
         ({"configuration": {**QUERY, "dryRun": True}}, "dryRun creates no job"),
         ({"configuration": {**QUERY, "labels": {"runonce-run-id": "x"}}}, "label 'runonce-run-id' is set by runonce"),
         ({"configuration": {**QUERY, "labels": {"Team": "x"}}}, "label key 'Team'"),

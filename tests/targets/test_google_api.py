@@ -539,6 +539,7 @@ def test_run_uuid_is_a_uuid4_from_the_run_id() -> None:
         ("${run_id:}", False),
         ("$run_id", True),
         ("$${HOME}", True),  # written for a literal ${HOME}
+        ("r${run_id", False),  # a placeholder never closed
         ("echo $${BATCH_TASK_INDEX} ${nope}", False),
     ],
 )

@@ -1037,6 +1037,12 @@ TRAILING_NEWLINE_CASES: dict[str, tuple[str, str, Any, str]] = {
         ["gs://b/a.jar", "gs://b/c.jar\r"],
         "jarFileUris",
     ),
+    "dataproc: a KMS key": (
+        "dataproc_batch",
+        "batch.environmentConfig.executionConfig.kmsKey",
+        "projects/my-project/locations/us-central1/keyRings/r/cryptoKeys/k\n",
+        "kmsKey",
+    ),
     "dataflow: a KMS key's name": (
         "dataflow_flex_template",
         "launch_parameter.environment.kmsKeyName",

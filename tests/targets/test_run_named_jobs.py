@@ -264,6 +264,12 @@ MISTAKES = [
     ("vertex_pipeline_job", "pipeline_job.name", "mine", "pipeline_job.name: runonce names the pipeline job"),
     (
         "vertex_pipeline_job",
+        "pipeline_job.runtimeConfig.parameters",
+        {"run": {"stringValue": "x"}},  # the deprecated form of parameterValues
+        "pipeline_job.runtimeConfig.parameters.run is set by runonce (run_parameters.run_id)",
+    ),
+    (
+        "vertex_pipeline_job",
         "pipeline_job.templateUri",
         None,
         "needs pipelineSpec (a compiled pipeline) or templateUri",
