@@ -20,7 +20,8 @@ Descriptions are dropped, keeping what they state as rules:
   of a, b or c must be set", "a and b are mutually exclusive", "a and b can't be set at the same
   time", a field's own "Mutually exclusive with b." or "Cannot be specified with b.", BigQuery's
   "[Pick one]" on each of them) keep them as `exclusive` groups on their object;
-- a list whose description allows one item ("Only one TaskGroup is supported") keeps `maxItems`, and
+- a list whose description allows one item ("Only one TaskGroup is supported", "Only instances[0]
+  is supported now.", "only a single file share is supported") keeps `maxItems`, and
   a `labels` map that holds fewer than 64 ("No more than 32 labels") keeps `maxLabels`, and one that
   reserves key prefixes ('Label names that start with "goog-" … are reserved') keeps them;
 - a number, an integer or a duration whose description states its bounds as a sentence ("Minimum value is
@@ -124,8 +125,12 @@ _EXCLUSIVE_WITH = re.compile(
 )
 """A field's own description naming the one other field it excludes ("Mutually exclusive with
 worker_zone.", "Cannot be specified with subnetwork_uri.")."""
-_ONLY_ONE = re.compile(r"Only one `?(\w+)`? is supported")
-"""A list field whose description allows one item ("TaskGroups in the Job. Only one TaskGroup is supported")."""
+_ONLY_ONE = re.compile(
+    r"(?:^|\. )(?:For this version, |Currently, |For now, )?[Oo]nly (?:one|a single) `?(\w+(?: \w+)?)`? "
+    r"(?:is supported|can be specified)|Only (\w+)\[0\] is supported"
+)
+"""A list field whose description allows one item ("TaskGroups in the Job. Only one TaskGroup is
+supported", "Only instances[0] is supported now.", "only a single file share is supported")."""
 _VALUE = r"[A-Z][A-Z0-9_]*[A-Z0-9]"
 _LISTED_VALUES = re.compile(rf"Possible values include ({_VALUE}(?:, {_VALUE})*,? (?:and|or) {_VALUE})\.")
 """A string field whose description lists its values in one sentence ("Possible values include
@@ -200,8 +205,9 @@ def _reduce_schema(schema: dict[str, Any]) -> dict[str, Any]:
                 out["properties"][name]["resourceId"] = True
             if name == "requestId" and _NO_EFFECT.match(text):
                 out["properties"][name]["noEffect"] = True
-            only_one = _ONLY_ONE.search(text)
-            if field.get("type") == "array" and only_one and only_one.group(1).lower() == name.lower().rstrip("s"):
+            only_one = _ONLY_ONE.search(" ".join(text.split()))
+            noun = re.sub(r"\s", "", only_one.group(1) or only_one.group(2)).lower() if only_one else ""
+            if field.get("type") == "array" and noun in (name.lower(), name.lower().removesuffix("s")):
                 out["properties"][name]["maxItems"] = 1
             out["properties"][name].update(prose_bounds(text, field))
             values = prose_values(text) if field.get("type") == "string" and "enum" not in field else []

@@ -293,6 +293,13 @@ def test_list_and_label_limits_are_kept_from_the_descriptions_that_state_them() 
                 "description": "Required. TaskGroups. Only one TaskGroup is supported now.",
             },
             "groupColumns": {"type": "array", "description": "Only one level of hierarchy is supported."},
+            "instances": {"type": "array", "description": "Instances. Only instances[0] is supported now."},
+            "fileShares": {
+                "type": "array",
+                "description": "File shares. For this version, only a single file share is supported.",
+            },
+            "ports": {"type": "array", "description": "Ports to expose. Only a single port can be specified."},
+            "networks": {"type": "array", "description": "Networks; only one subnetwork is supported."},
             "labels": {
                 "type": "object",
                 "additionalProperties": {"type": "string"},
@@ -302,7 +309,9 @@ def test_list_and_label_limits_are_kept_from_the_descriptions_that_state_them() 
         }
     )["properties"]
     assert reduced["taskGroups"]["maxItems"] == 1
+    assert reduced["instances"]["maxItems"] == reduced["fileShares"]["maxItems"] == reduced["ports"]["maxItems"] == 1
     assert "maxItems" not in reduced["groupColumns"]  # "one level" is no count of the list's items
+    assert "maxItems" not in reduced["networks"]  # a sentence of another noun
     assert reduced["labels"]["maxLabels"] == 32
     assert reduced["labels"]["reservedPrefixes"] == ["goog-", "google-"]
 

@@ -622,6 +622,12 @@ PRESET_CASES: dict[str, tuple[str, str, Any, tuple[str, ...]]] = {
         1001,
         ("environment.maxWorkers", "above 1000"),
     ),
+    "batch: two instance policies where one is taken": (
+        "batch_job",
+        "job.allocationPolicy.instances",
+        [{"policy": {"machineType": "e2-standard-4"}}, {"policy": {"machineType": "e2-standard-8"}}],
+        ("allocationPolicy.instances", "the API takes at most 1 here"),
+    ),
     "batch: more retries than its range": (
         "batch_job",
         "job.taskGroups.0.taskSpec.maxRetryCount",
