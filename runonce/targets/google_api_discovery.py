@@ -32,7 +32,8 @@ Descriptions are dropped, keeping what they state as rules:
   checked in any letter case;
 - a create's `…Id` query parameter or body field that its description calls the new resource's ID
   ("will become the final component of the resource name", "The ID to use for …"), and a `name`
-  the caller may choose ("Optionally caller-specified in CreateTask"), keep `resourceId`; a
+  the caller may choose ("Optionally caller-specified in CreateTask"), keep `resourceId` (a `name`
+  that is the id, "provided by the client when initially creating the resource", `clientNamed`); a
   `requestId` the API does not act on ("Deprecated. This field has no effect.", "Request ID used for
   debugging.") keeps `noEffect`.
 
@@ -110,6 +111,9 @@ _NO_EFFECT = re.compile(r"\s*Deprecated\b|.*\b(?:has no effect|used for debuggin
 effect.", "Request ID used for debugging."): no handle, though it is named like one."""
 _CALLER_NAMED = re.compile(r"\b(?:caller|client|user)[- ](?:specified|chosen)\b", re.IGNORECASE)
 """A resource's `name` the caller may choose on create ("Optionally caller-specified in CreateTask")."""
+_CLIENT_NAMED = re.compile(r"\bprovided by the client when\b", re.IGNORECASE)
+"""A resource's `name` that is its id, chosen by the client on create (Compute Engine's "provided by
+the client when initially creating the resource")."""
 _NAME = r"`?[A-Za-z_][A-Za-z0-9_]*`?"
 _NAMES = rf"{_NAME}(?:\s*,\s*(?:or\s+|and\s+)?{_NAME})*(?:,?\s+(?:or|and)\s+{_NAME})"
 _EXCLUSIVE = (
@@ -203,6 +207,8 @@ def _reduce_schema(schema: dict[str, Any]) -> dict[str, Any]:
             text = str(field.get("description", ""))
             if (name.endswith("Id") and _RESOURCE_ID.search(text)) or (name == "name" and _CALLER_NAMED.search(text)):
                 out["properties"][name]["resourceId"] = True
+            if name == "name" and _CLIENT_NAMED.search(text):
+                out["properties"][name]["clientNamed"] = True
             if name == "requestId" and _NO_EFFECT.match(text):
                 out["properties"][name]["noEffect"] = True
             only_one = _ONLY_ONE.search(" ".join(text.split()))

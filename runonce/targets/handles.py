@@ -8,7 +8,9 @@ A method dedupes on what its document says it does, and nothing else:
   same field at the top of the create's request body (`deploymentResourcePoolId`), or BigQuery's
   `<kind>Reference.<kind>Id` in an insert's body (`jobReference.jobId` of `jobs.insert`), or
   Dataproc's `<kind>Name` of a create (`clusterName`) and `<kind>.reference.<kind>Id` of a submit
-  (`job.reference.jobId`). A second create with the same id answers 409 ALREADY_EXISTS.
+  (`job.reference.jobId`), or the `name` of a body that is the resource itself where the description
+  says the client provides it (Compute Engine's `instances.insert`). A second create with the same
+  id answers 409 ALREADY_EXISTS.
 - **the resource's name in a create's path** (`PUT v1/{+name}`, Pub/Sub's `topics.create`), or in
   its body where the document says the caller may choose it (Cloud Tasks' `task.name`).
 - **a `requestId`** the method takes (query parameter or top-level body field): the API answers a
@@ -218,6 +220,14 @@ def handles_of(document: ApiDocument, method: ApiMethod) -> list[Handle]:
             # Dataproc names a cluster by the create's `clusterName`: a second create of it is refused.
             if name == f"{singular}Name" and field.get("type") == "string" and not field.get("readOnly"):
                 handles.append(Handle("resource id", "body", name))
+        # A create whose body is the resource itself, named by the client (Compute Engine's `insert`).
+        own_name = request.get("name") or {}
+        if (
+            (method.request or "").lower() == singular.lower()
+            and own_name.get("clientNamed")
+            and not own_name.get("readOnly")
+        ):
+            handles.append(Handle("resource id", "body", "name"))
         resource = _properties(document, (request.get(singular) or {}).get("$ref"))
         if resource.get("name", {}).get("resourceId") and not resource["name"].get("readOnly"):
             handles.append(Handle("resource name", "body", f"{singular}.name"))

@@ -426,6 +426,17 @@ CASES: dict[str, tuple[dict[str, Any], str, str]] = {
         "target",
         "body.clusterName: 'nightly-cluster' does not tell runs apart",
     ),
+    "a fixed Compute Engine name beside a run-filled requestId (a document from the google-api extra)": (
+        {
+            "type": "google_api",
+            "api": "compute.v1",
+            "method": "instances.insert",
+            "params": {"project": "my-project", "zone": "us-central1-a", "requestId": "${run_uuid}"},
+            "body": {"name": "nightly-vm", "machineType": "zones/us-central1-a/machineTypes/e2-small"},
+        },
+        "target",
+        "body.name: 'nightly-vm' does not tell runs apart",
+    ),
     "a fixed job id in a Dataproc job's reference": (
         changed(DATAPROC_JOB, "body.job.reference.jobId", "nightly"),
         "target",
@@ -938,6 +949,8 @@ def test_every_example_routes_file_loads_and_lints_clean(path: Path) -> None:
         ("bigquery.v2", "jobs.insert", "body.jobReference.jobId (resource id)"),
         ("pubsub.v1", "projects.topics.create", "params.name (resource name)"),
         ("run.v2", "projects.locations.jobs.create", "params.jobId (resource id)"),
+        # a body that is the resource, its name chosen by the client (a document from the google-api extra)
+        ("compute.v1", "instances.insert", "body.name (resource id), params.requestId (request id)"),
         # nothing to dedupe on: a field ending in Id, a server-chosen id, an update by PUT, a run
         ("bigquery.v2", "tabledata.insertAll", ""),
         ("bigquery.v2", "tables.update", ""),
