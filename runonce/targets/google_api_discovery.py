@@ -154,13 +154,14 @@ _RANGES = (
     # "The valid value range is [0, 100).", "Valid range of its value is [1, 100], inclusively.",
     # "Range: [1, 1000].", "It must be in the range [-90.0, +90.0]."
     re.compile(
-        rf"(?:^|\. )(?:(?:The )?(?:valid )?(?:value )?range(?: of its value)? is|Range:|(?:It )?must be in the range) "
+        r"(?:^|(?<=\. ))"
+        r"(?:(?:The )?(?:valid )?(?:value )?range(?: of its value)? is|Range:|(?:It )?must be in the range) "
         rf"([\[(]) ?{_NUMBER}, ?{_NUMBER} ?([\])])(?:,? inclusive(?:ly)?)?\.",
         re.IGNORECASE,
     ),
     # "The value must be between 5 and 100.", "Value should be between 0 and 600 seconds."
     re.compile(
-        rf"(?:^|\. )(?:The )?(?:Values? |\w+ value )?(?:must|should) be between (){_NUMBER} and {_NUMBER}"
+        rf"(?:^|(?<=\. ))(?:The )?(?:Values? |\w+ value )?(?:must|should) be between (){_NUMBER} and {_NUMBER}"
         r"(?: \(inclusive\)|,? inclusive)?()\.",
         re.IGNORECASE,
     ),
@@ -266,7 +267,7 @@ def prose_bounds(text: str, field: dict[str, Any]) -> dict[str, float | int]:
             unit = high_unit or low_unit
             if duration and not unit:
                 continue
-            seconds = _SECONDS[(unit or "second").lower()] if duration else 1
+            seconds = _SECONDS[unit.lower()] if duration else 1
             low_value, high_value = (
                 float(low.replace(",", "")) * (_SECONDS[(low_unit or unit).lower()] if duration else 1),
                 float(high.replace(",", "")) * seconds,

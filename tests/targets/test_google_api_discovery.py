@@ -560,6 +560,18 @@ def test_a_string_fields_values_listed_in_its_description_are_kept(description: 
         ),
         ({"type": "integer"}, "Instances during execution, from 1 to 1000.", {"minimum": 1, "maximum": 1000}),
         ({"type": "integer"}, "Local SSDs, from 0 to 8 (default is 0).", {"minimum": 0, "maximum": 8}),
+        ({"type": "integer"}, "The valid range is (0, 10].", {"minimum": 1, "maximum": 10}),
+        (
+            {"type": "string", "format": "google-duration"},
+            "Must be between 1 and 5. Value should be between 1 and 10 minutes.",  # the first names no unit
+            {"minimum": 60, "maximum": 600},
+        ),
+        (
+            {"type": "string", "format": "google-duration"},
+            "Value should be between 30 seconds and 2 hours.",
+            {"minimum": 30, "maximum": 7200},
+        ),
+        ({"type": "integer"}, "Mode bits, from 0 to 0777 (octal).", {}),
         # a range of one case, not of the field; octal; a range the sentence goes on to qualify
         (
             {"type": "integer"},
