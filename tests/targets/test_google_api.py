@@ -27,6 +27,7 @@ from runonce.targets import google_api_discovery as discovery
 from runonce.targets.google_api import (
     GoogleApiTarget,
     GoogleApiTargetConfig,
+    _dry_runs,
     _location,
     carries_run,
     check_params,
@@ -507,6 +508,15 @@ def test_placeholders_expand_from_the_run() -> None:
         "c": {"${run_id}": "at 2026-01-31T12:00:00Z"},
     }
     assert expand("x${schedule_time}", RUN_ID, None) == "x"
+
+
+def test_every_dry_run_a_route_sets_is_found_by_its_place() -> None:
+    """`validateOnly` or `dryRun` true (or "true", as a query parameter is written) at any depth."""
+    route = {
+        "params": {"validateOnly": "true", "dryRun": "false"},
+        "body": {"a": [{"b": 1}, {"dryRun": True}], "validateOnly": False},
+    }
+    assert list(_dry_runs(route, "")) == ["params.validateOnly", "body.a[1].dryRun"]
 
 
 def test_a_doubled_dollar_sends_a_placeholder_as_it_is() -> None:

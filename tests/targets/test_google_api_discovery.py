@@ -632,6 +632,19 @@ def test_a_value_past_its_stated_bound_is_refused(api: str, schema_name: str, va
     assert found is not None and found.startswith(problem), found
 
 
+def test_an_untyped_field_takes_json_and_names_what_is_not() -> None:
+    """A `google.protobuf.Value` (a pipeline's parameter values) holds any JSON, and only JSON."""
+    runtime = "GoogleCloudAiplatformV1PipelineJobRuntimeConfig"
+    assert _problem("aiplatform.v1", {"parameterValues": {"m": {2024: "x"}}}, runtime) == (
+        "body.parameterValues.m: the key 2024 is a number, not text: quote it ('2024')"
+    )
+    assert _problem("aiplatform.v1", {"parameterValues": {"z": [1, 2j]}}, runtime) == (
+        "body.parameterValues.z[1]: a complex has no JSON form (JSON holds text, numbers, true, false, null, lists "
+        "and mappings); quote it to send it as text"
+    )
+    assert _problem("aiplatform.v1", {"parameterValues": {"ok": {"a": [1, 2.5, None, True, "x"]}}}, runtime) is None
+
+
 def test_a_numbers_zero_is_proto3s_default_and_fits_any_bound() -> None:
     """0 in an integer or a number is the same on the wire as leaving the field out; a duration is a
     message, whose 0s is a value."""
