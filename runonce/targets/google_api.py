@@ -197,7 +197,8 @@ def param_problem(method: ApiMethod, name: str, value: Any) -> str | None:
     for item in values:
         if isinstance(item, (dict, list)) or item is None:
             shown = "nothing (null)" if item is None else type(item).__name__
-            return f"{name}: expected a {spec.get('type', 'string')}, got {shown}"
+            kind = spec.get("type", "string")
+            return f"{name}: expected {'an' if kind[0] in 'aeiou' else 'a'} {kind}, got {shown}"
         text = wire(item)
         where = f"{name}={text!r}"
         if any(ord(char) < 0x20 or ord(char) == 0x7F for char in text):

@@ -160,6 +160,8 @@ def test_a_param_the_method_does_not_take_or_that_breaks_its_pattern_is_refused(
     ("params", "expected"),
     [
         ({"pageSize": "ten"}, "pageSize='ten': expected an integer"),
+        ({"pageSize": None}, "params.pageSize: expected an integer, got nothing (null)"),
+        ({"filter": {"a": 1}}, "params.filter: expected a string, got dict"),
         ({"orderBy": True, "pageSize": 5}, None),
     ],
 )
