@@ -30,7 +30,7 @@ from pydantic import Field, field_validator, model_validator
 
 from runonce.targets.base import DispatchRequest, TargetConfigModel, TargetOutcomeUnknown
 from runonce.targets.engine import CLOCK_SKEW, Call, GoogleEngineTarget
-from runonce.targets.google import resource_name_problem
+from runonce.targets.google import CONTROL_CHARACTER, resource_name_problem
 from runonce.targets.http import run_document
 from runonce.targets.presets import act_as, check_route, config_error
 from runonce.targets.registry import Grant, TargetType
@@ -75,7 +75,7 @@ class CloudTasksHttpRequestConfig(TargetConfigModel):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
-        control = re.search(r"[\x00-\x1f\x7f]", value)
+        control = CONTROL_CHARACTER.search(value)
         if control:
             raise config_error(
                 f"holds the control character {control.group()!r} at position {control.start()}; "

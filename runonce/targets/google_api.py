@@ -43,7 +43,7 @@ from pydantic_core import PydanticCustomError
 from runonce.targets.base import DispatchRequest, TargetConfigModel, TargetFailed
 from runonce.targets.endpoints import endpoint_problem
 from runonce.targets.engine import Call, GoogleEngineTarget, Running, build_path, run_hex, wire
-from runonce.targets.google import GoogleAuth
+from runonce.targets.google import CONTROL_CHARACTER, GoogleAuth
 from runonce.targets.google_api_discovery import (
     ApiDocument,
     ApiMethod,
@@ -201,7 +201,7 @@ def param_problem(method: ApiMethod, name: str, value: Any) -> str | None:
             return f"{name}: expected {'an' if kind[0] in 'aeiou' else 'a'} {kind}, got {shown}"
         text = wire(item)
         where = f"{name}={text!r}"
-        if any(ord(char) < 0x20 or ord(char) == 0x7F for char in text):
+        if CONTROL_CHARACTER.search(text):
             return f"{where}: holds a control character (a newline?); a parameter is sent in the URL as it is"
         if spec.get("type") == "integer" or spec.get("format") in ("int64", "uint64"):
             problem = scalar_problem(text, {"type": "integer", "format": spec.get("format") or "int32"}, where)
@@ -503,9 +503,7 @@ def check_handles(
             )
     for handle in filled:
         for sample in _samples(value_at(params, body, handle)):
-            problem = id_problem(document.api, handle, wire(sample))
-            if any(ord(char) < 0x20 or ord(char) == 0x7F for char in wire(sample)):
-                problem = f"{handle.path}: {wire(sample)!r} holds a control character (a newline?); no id does"
+            problem = id_problem(document.api, handle, wire(sample))  # (control characters: refused before)
             if problem:
                 raise _error("{problem}", problem=problem)
         collection = _collection_name(method, params)

@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from runonce.errors import RunonceError
-from runonce.targets.google import kind_of, label_problem
+from runonce.targets.google import CONTROL_CHARACTER, kind_of, label_problem
 
 VENDORED = Path(__file__).with_name("discovery")
 ONEOFS = VENDORED / "oneofs.json"
@@ -582,7 +582,7 @@ def _control_problem(name: str, value: Any, where: str) -> str | None:
     if not words or (words[-1].lower().removesuffix("s") not in _IDENTIFYING and not name.endswith("kmsKey")):
         return None
     for text in value if isinstance(value, list) else [value]:
-        if isinstance(text, str) and re.search(r"[\x00-\x1f\x7f]", text):
+        if isinstance(text, str) and CONTROL_CHARACTER.search(text):
             return f"{where}: {text!r} holds a control character (a newline?); no URI, path, email, name or id does"
     return None
 
