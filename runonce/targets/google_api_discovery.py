@@ -26,7 +26,11 @@ Descriptions are dropped, keeping what they state as rules:
   reserves key prefixes ('Label names that start with "goog-" … are reserved') keeps them;
 - a number, an integer or a duration whose description states its bounds as a sentence ("Minimum value is
   10 minutes; maximum value is 14 days.", "The maximum allowed value is 5,000.") keeps `minimum` and
-  `maximum` (a duration's in seconds); a bound the API coerces to is not kept;
+  `maximum` (a duration's in seconds); a bound the API coerces to is not kept; so do "Cannot be
+  more than 31 days or less than 10 minutes." and a sign ("Must be non-negative.");
+- a string field whose description states its length ("can be up to 128 characters", "The maximum
+  length is 2056 bytes.") keeps `maxLength` (characters) or `maxBytes` (UTF-8), and one that must be a
+  Cloud Storage URI ("Must be a valid Cloud Storage URL, beginning with `gs://`.") keeps `prefix`;
 - a string field whose description lists all it takes ("Possible values include INTERACTIVE and
   BATCH.", "The following values are supported: * CREATE_IF_NEEDED: …") keeps them as `proseEnum`,
   checked in any letter case;
@@ -170,6 +174,34 @@ _RANGES = (
 )
 """A bound stated as a range, in a sentence of its own ("If …, the range is …" is not one of
 them); not in a description that writes numbers in octal."""
+_NOT_MORE_OR_LESS = re.compile(
+    rf"(?:^|(?<=\. ))Cannot be (?:more|greater|longer) than {_NUMBER} or (?:less|shorter) than {_NUMBER}\."
+)
+"""Both bounds in one sentence ("Cannot be more than 31 days or less than 10 minutes.")."""
+_NOT_NEGATIVE = re.compile(
+    r"(?:^|(?<=\. ))(?:The value |Value |It )?[Mm]ust be (?:a )?(non-negative|positive|greater than (?:0|zero))"
+    r"(?: integer| number| duration)?(?:\.|,? and less than or equal to ([0-9][0-9,]*)\.)"
+)
+"""A number's sign as a sentence of its own ("Must be non-negative.", "It must be positive.", "Must be
+greater than 0.", "The value must be positive, and less than or equal to 10.")."""
+_LENGTH = re.compile(
+    r"(?:up to|at most|no (?:more|longer) than|must not exceed|cannot exceed|(?:the )?maximum length (?:is|of)|"
+    r"(?<!at least 1 character and )must be less than) ([0-9][0-9,]*) (?:UTF-8 |Unicode |unicode )?(characters|bytes)",
+    re.IGNORECASE,
+)
+"""A string's length limit its description states ("The name can be up to 128 characters long", "The
+maximum length is 1,024 characters.", "The maximum length is 2056 bytes.", "must be less than 255
+characters"); not in a sentence that sets a condition first ("If the first character is a number, …")."""
+_CONDITION = re.compile(r"(?:If|When|For|Unless|In case)\b")
+_GCS_PREFIX = re.compile(
+    r"(?:must|should) (?:start with|begin with|be a valid Cloud Storage URL, beginning with|"
+    r"be (?:in|of) the (?:following )?(?:format|form):?|be specified in the (?:following )?format:?) `?gs://"
+    r"(?![^.]*\(other UR)",
+    re.IGNORECASE,
+)
+"""A string that must be a Cloud Storage URI ("The URI must start with `gs://`", "Must be a valid Cloud
+Storage URL, beginning with `gs://`.", "must be in the following format: `gs://{bucket_id}/{object_id}`");
+not where the API ignores other forms ("(other URI formats are ignored)")."""
 _MAX_LABELS = re.compile(r"No more than ([0-9]+) labels")
 _IDENTIFYING = frozenset(
     {"uri", "url", "email", "account", "image", "path", "location", "network", "subnetwork", "zone", "region"}
@@ -217,6 +249,11 @@ def _reduce_schema(schema: dict[str, Any]) -> dict[str, Any]:
             if field.get("type") == "array" and noun in (name.lower(), name.lower().removesuffix("s")):
                 out["properties"][name]["maxItems"] = 1
             out["properties"][name].update(prose_bounds(text, field))
+            strings = (
+                out["properties"][name].get("items", {}) if field.get("type") == "array" else out["properties"][name]
+            )
+            if strings.get("type") == "string" and not strings.get("format") and "enum" not in strings:
+                strings.update(prose_string_rules(text))
             values = prose_values(text) if field.get("type") == "string" and "enum" not in field else []
             if values:
                 out["properties"][name]["proseEnum"] = values
@@ -276,7 +313,32 @@ def prose_bounds(text: str, field: dict[str, Any]) -> dict[str, float | int]:
                 bounds["minimum"] = _whole(low_value + (1 if opens == "(" else 0))
             if closes != ")" or integer:
                 bounds["maximum"] = _whole(high_value - (1 if closes == ")" else 0))
+    for high, high_unit, low, low_unit in _NOT_MORE_OR_LESS.findall(text):
+        if duration and not (high_unit and low_unit):
+            continue
+        for which, number, unit in (("maximum", high, high_unit), ("minimum", low, low_unit)):
+            bounds[which] = _whole(float(number.replace(",", "")) * (_SECONDS[unit.lower()] if duration else 1))
+    for sign, most in _NOT_NEGATIVE.findall(text):
+        bounds["minimum"] = 1 if integer and sign != "non-negative" else 0
+        if most:
+            bounds["maximum"] = int(most.replace(",", ""))
     return bounds
+
+
+def prose_string_rules(text: str) -> dict[str, Any]:
+    """`maxLength` (characters) or `maxBytes` (UTF-8) and the `gs://` `prefix` a string field's
+    description states, each in a sentence that sets no condition first; {} when it states none."""
+    rules: dict[str, Any] = {}
+    for sentence in re.split(r"(?<=\.) ", " ".join(text.split())):
+        if _CONDITION.match(sentence):
+            continue
+        length = _LENGTH.search(sentence)
+        if length:
+            limit = int(length.group(1).replace(",", "")) - (1 if "less than" in length.group(0).lower() else 0)
+            rules["maxBytes" if length.group(2).lower() == "bytes" else "maxLength"] = limit
+        if _GCS_PREFIX.search(sentence):
+            rules["prefix"] = "gs://"
+    return rules
 
 
 def _whole(number: float) -> float | int:
@@ -701,6 +763,14 @@ def _string_problem(value: str, schema: dict[str, Any], where: str) -> str | Non
         return f"{where}: {value!r} is not one of {', '.join(schema['enum'])}"
     if "proseEnum" in schema and value.upper() not in schema["proseEnum"]:
         return f"{where}: {value!r} is not one of {', '.join(schema['proseEnum'])} (the values its description lists)"
+    if value == "":
+        return None  # proto3's default, the same on the wire as leaving the field out
+    if len(value) > schema.get("maxLength", len(value)):
+        return f"{where}: {len(value)} characters; its description allows at most {schema['maxLength']}"
+    if len(value.encode()) > schema.get("maxBytes", len(value.encode())):
+        return f"{where}: {len(value.encode())} bytes (UTF-8); its description allows at most {schema['maxBytes']}"
+    if not value.startswith(schema.get("prefix", "")):
+        return f"{where}: {value!r} does not start with {schema['prefix']}, as its description requires"
     return None
 
 

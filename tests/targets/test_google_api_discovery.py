@@ -593,6 +593,27 @@ def test_a_string_fields_values_listed_in_its_description_are_kept(description: 
         # a duration's bound names its unit; a text field has none
         ({"type": "string", "format": "google-duration"}, "Maximum value is 10.", {}),
         ({"type": "string"}, "Maximum value is 10.", {}),
+        # both ends in one sentence; a sign
+        (
+            {"type": "string", "format": "google-duration"},
+            "Defaults to 7 days. Cannot be more than 31 days or less than 10 minutes.",
+            {"minimum": 600, "maximum": 2678400},
+        ),
+        ({"type": "integer"}, "Cannot be more than 50 or less than 2.", {"minimum": 2, "maximum": 50}),
+        ({"type": "integer"}, "Number of steps. Must be non-negative.", {"minimum": 0}),
+        ({"type": "integer"}, "Required. The number requested. It must be positive.", {"minimum": 1}),
+        ({"type": "integer"}, "Must be greater than 0.", {"minimum": 1}),
+        ({"type": "number"}, "Distance between boundaries. Must be greater than 0.", {"minimum": 0}),
+        ({"type": "string", "format": "google-duration"}, "Offset, e.g. 10.5s. Must be non-negative.", {"minimum": 0}),
+        (
+            {"type": "integer"},
+            "Workers. The value must be positive, and less than or equal to 100.",
+            {"minimum": 1, "maximum": 100},
+        ),
+        # a sign of one case, or qualified further
+        ({"type": "integer"}, "If `units` is positive, `nanos` must be positive or zero.", {}),
+        ({"type": "string", "format": "google-duration"}, "Must be non-negative and greater than `start`.", {}),
+        ({"type": "string"}, "Must be non-negative.", {}),
     ],
 )
 def test_bounds_a_description_states_as_a_sentence_are_kept(
@@ -665,6 +686,78 @@ def test_a_value_within_its_stated_bounds_fits() -> None:
     assert (
         _problem("cloudtasks.v2", {"maxDispatchesPerSecond": "500", "maxConcurrentDispatches": 5000}, "RateLimits")
         is None
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "description", "rules"),
+    [
+        (
+            {"type": "string"},
+            "Required. The name. The name can be up to 128 characters long and can consist of any UTF-8 characters.",
+            {"maxLength": 128},
+        ),
+        ({"type": "string"}, "May be up to 128 Unicode characters.", {"maxLength": 128}),
+        ({"type": "string"}, "The maximum length is 1,024 characters.", {"maxLength": 1024}),
+        ({"type": "string"}, "Maximum length of 1024 characters.", {"maxLength": 1024}),
+        ({"type": "string"}, "Location. The maximum length is 2056 bytes.", {"maxBytes": 2056}),
+        ({"type": "string"}, "Name. Must not exceed 32768 characters.", {"maxLength": 32768}),
+        ({"type": "string"}, "The filename must be less than 255 characters and cannot contain `.", {"maxLength": 254}),
+        (
+            {"type": "string"},
+            "The deployment group can be no longer than 64 characters (eg: 'test').",
+            {"maxLength": 64},
+        ),
+        (
+            {"type": "array", "items": {"type": "string"}},
+            "Aliases. Each alias can be up to 128 characters.",
+            {"maxLength": 128},  # of each item
+        ),
+        ({"type": "string"}, "Must be a valid Cloud Storage URL, beginning with `gs://`.", {"prefix": "gs://"}),
+        ({"type": "string"}, "The URI must start with `gs://`.", {"prefix": "gs://"}),
+        ({"type": "string"}, "It must be in the following format: `gs://{bucket_id}/{object_id}`", {"prefix": "gs://"}),
+        # a rule of one case; a form the API ignores rather than refuses; a bucket without gs://
+        ({"type": "string"}, "If the first character is a number, this value may be up to 9 characters.", {}),
+        (
+            {"type": "string"},
+            "URIs must be specified in the following format: `gs://b/o` (other URI formats are ignored).",
+            {},
+        ),
+        ({"type": "string"}, 'The bucket name must be without any prefix like "gs://".', {}),
+        ({"type": "string"}, "The path must be a URL or Cloud Storage path (`gs://path-to-file/file-name`).", {}),
+        # not text the API reads as characters
+        ({"type": "string", "format": "byte"}, "The maximum length is 10 bytes.", {}),
+        ({"type": "string", "enum": ["A"]}, "The maximum length is 10 characters.", {}),
+    ],
+)
+def test_a_strings_length_and_prefix_its_description_states_are_kept(
+    field: dict[str, Any], description: str, rules: dict[str, Any]
+) -> None:
+    reduced = _reduced({"s": field | {"description": description}})["properties"]["s"]
+    reduced = reduced.get("items", {}) if field["type"] == "array" else reduced
+    assert {key: reduced[key] for key in ("maxLength", "maxBytes", "prefix") if key in reduced} == rules
+
+
+def test_a_string_past_its_stated_length_or_without_its_prefix_is_refused() -> None:
+    """Vertex's display names (128 characters), Dataflow's Cloud Storage paths, Cloud Run's env values
+    (32,768 bytes, counted in UTF-8); an empty string is proto3's default and passes."""
+    pipeline = "GoogleCloudAiplatformV1PipelineJob"
+    assert _problem("aiplatform.v1", {"displayName": "é" * 128}, pipeline) is None
+    assert _problem("aiplatform.v1", {"displayName": "é" * 129}, pipeline) == (
+        "body.displayName: 129 characters; its description allows at most 128"
+    )
+    environment = "FlexTemplateRuntimeEnvironment"
+    assert _problem("dataflow.v1b3", {"tempLocation": "gs://b/tmp", "stagingLocation": ""}, environment) is None
+    assert _problem("dataflow.v1b3", {"tempLocation": "/tmp/b"}, environment) == (
+        "body.tempLocation: '/tmp/b' does not start with gs://, as its description requires"
+    )
+    variable = "GoogleCloudRunV2EnvVar"
+    assert _problem("run.v2", {"name": "A", "value": "é" * 16384}, variable) is None
+    assert _problem("run.v2", {"name": "A", "value": "é" * 16385}, variable) == (
+        "body.value: 32770 bytes (UTF-8); its description allows at most 32768"
+    )
+    assert _problem("pubsub.v1", {"name": "projects/p/topics/t", "messageRetentionDuration": "599s"}, "Topic") == (
+        "body.messageRetentionDuration: 599s is below 600s, the minimum its description states"
     )
 
 

@@ -705,6 +705,20 @@ PRESET_CASES: dict[str, tuple[str, str, Any, tuple[str, ...]]] = {
         {f"l{index}": "x" for index in range(33)},
         ("batch.labels: 33 labels", "at most 32"),
     ),
+    # A string's length and start, as its description states them: "The name can be up to 128
+    # characters long", "Must be a valid Cloud Storage URL, beginning with `gs://`."
+    "vertex: a display name longer than the API takes": (
+        "vertex_pipeline_job",
+        "pipeline_job.displayName",
+        "nightly-" + "x" * 121,
+        ("pipeline_job.displayName: 129 characters", "at most 128"),
+    ),
+    "dataflow: a temp location that is no Cloud Storage path": (
+        "dataflow_flex_template",
+        "launch_parameter.environment.tempLocation",
+        "/tmp/dataflow",
+        ("environment.tempLocation", "does not start with gs://"),
+    ),
     "vertex: text as a number": (
         "vertex_pipeline_job",
         "pipeline_job.runtimeConfig.gcsOutputDirectory",
