@@ -32,7 +32,9 @@ from runonce.targets.presets import RUN_FIELDS, ProjectId, check_preset, config_
 from runonce.targets.registry import Grant
 
 JOB_KINDS = ("query", "load", "extract", "copy")
-LOCATION_PATTERN = r"^(?:US|EU|us|eu|[a-z]+-[a-z]+[0-9]+)$"
+LOCATION_PATTERN = r"(?:US|EU|us|eu|[a-z]+-[a-z]+[0-9]+|aws-[a-z]+-[a-z]+-[0-9]+|azure-[a-z]+[0-9]*)"
+"""BigQuery's locations: the multi-regions, the regions, and BigQuery Omni's AWS and Azure regions
+(`aws-us-east-1`, `azure-eastus2`)."""
 
 
 def job_id_for(run_id: str) -> str:
@@ -90,14 +92,19 @@ def _check_configuration(configuration: dict[str, Any]) -> None:
 class BigQueryJobTargetConfig(TargetConfigModel):
     type: Literal["bigquery_job"]
     project: ProjectId = Field(description="The project that runs the job (and is billed for it).")
-    location: str = Field(description="Where the job runs: US, EU, or a region such as us-central1.")
+    location: str = Field(
+        description="Where the job runs: US, EU, a region such as us-central1, or an Omni region such as aws-us-east-1."
+    )
     configuration: dict[str, Any] = Field(description="A JobConfiguration, as jobs.insert takes it.")
 
     @field_validator("location")
     @classmethod
     def _location(cls, value: str) -> str:
         if not re.fullmatch(LOCATION_PATTERN, value):
-            raise config_error(f"must be a BigQuery location: US, EU, or a region such as us-central1 (got {value!r})")
+            raise config_error(
+                f"must be a BigQuery location: US, EU, a region such as us-central1, or an Omni region such as "
+                f"aws-us-east-1 (got {value!r})"
+            )
         return value
 
     @model_validator(mode="after")

@@ -79,7 +79,7 @@ class CloudTasksHttpRequestConfig(TargetConfigModel):
         if control:
             raise config_error(
                 f"holds the control character {control.group()!r} at position {control.start()}; "
-                "a URL holds none (\\x00-\\x1f, \\x7f): percent-encode it"
+                "a URL holds none (\\x00-\\x1f, \\x7f-\\x9f): percent-encode it"
             )
         # Cloud Tasks: "This string must begin with either "http://" or "https://"".
         if not value.startswith(("http://", "https://")) or not urlsplit(value).hostname or re.search(r"\s", value):

@@ -22,8 +22,9 @@ LOCATION = names.LOCATION
 
 INTERNATIONAL = " (international lower-case letters count as letters)"
 """Google's label rule (Compute Engine's, which the other APIs share) allows them."""
-CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
-"""What no URL, id, name or parameter holds (a newline left by a YAML `|` block, most often)."""
+CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+"""What no URL, id, name or parameter holds (a newline left by a YAML `|` block, most often): the
+C0 and C1 control characters and DEL."""
 RUN_ID_LABEL = "runonce-run-id"
 MAX_LABEL_CHARACTERS = 63
 

@@ -29,7 +29,8 @@ Descriptions are dropped, keeping what they state as rules:
   `maximum` (a duration's in seconds); a bound the API coerces to is not kept; so do "Cannot be
   more than 31 days or less than 10 minutes." and a sign ("Must be non-negative.");
 - a string field whose description states its length ("can be up to 128 characters", "The maximum
-  length is 2056 bytes.") keeps `maxLength` (characters) or `maxBytes` (UTF-8), and one that must be a
+  length is 2056 bytes.") keeps `maxLength` (characters; of a resource's `name`, `maxIdLength`, the
+  length of its last part, the id) or `maxBytes` (UTF-8), and one that must be a
   Cloud Storage URI ("Must be a valid Cloud Storage URL, beginning with `gs://`.") keeps `prefix`;
 - a string field whose description lists all it takes ("Possible values include INTERACTIVE and
   BATCH.", "The following values are supported: * CREATE_IF_NEEDED: …") keeps them as `proseEnum`,
@@ -140,10 +141,19 @@ _ONLY_ONE = re.compile(
 """A list field whose description allows one item ("TaskGroups in the Job. Only one TaskGroup is
 supported", "Only instances[0] is supported now.", "only a single file share is supported")."""
 _VALUE = r"[A-Z][A-Z0-9_]*[A-Z0-9]"
-_LISTED_VALUES = re.compile(rf"Possible values include ({_VALUE}(?:, {_VALUE})*,? (?:and|or) {_VALUE})\.")
+_CODE = r"[A-Z][A-Z0-9_-]*[A-Z0-9]"
+_QUOTED = r'["`][A-Za-z0-9][A-Za-z0-9_.-]*["`]'
+_LISTED_VALUES = re.compile(
+    rf"Possible values(?: include|:) ({_VALUE}(?:, {_VALUE})*,? (?:and|or) {_VALUE})(?:\.|$)"
+    rf"|[Tt]he supported (?:types|values) are ({_CODE}(?:, {_CODE})*,? (?:and|or) {_CODE})[.,]"
+    rf"|(?:(?:Supported|Allowed|Acceptable|Valid) values are:?|must be one of) ({_QUOTED}(?:, {_QUOTED})*,? (?:and|or) "
+    rf"{_QUOTED})\."
+)
 """A string field whose description lists its values in one sentence ("Possible values include
 INTERACTIVE and BATCH."), or (`_SUPPORTED_VALUES`) as a list of `* VALUE: what it does`."""
-_SUPPORTED_VALUES = "The following values are supported:"
+_SUPPORTED_VALUES = re.compile(
+    r"The following (?:values|modes|types) are supported:|One or more of the following values are specified:"
+)
 _BOUND = re.compile(
     r"(?:^|[.;,] ?)(?:The )?(Minimum|Maximum|maximum allowed|minimum allowed) value is ([0-9][0-9,]*)"
     r"(?: (second|minute|hour|day)s?)?(?=[.;,](?![0-9])|$| \()(?!; values above)",
@@ -207,10 +217,14 @@ _IDENTIFYING = frozenset(
     {"uri", "url", "email", "account", "image", "path", "location", "network", "subnetwork", "zone", "region"}
     | {"id", "uid", "uuid", "name", "type", "bucket", "directory", "topic", "subscription", "audience"}
     | {"project", "dataset", "table", "branch", "tag", "sha", "version", "host", "domain"}
+    | {"reservation", "service", "attachment", "cluster", "range", "field"}
 )
 """The last words of string fields that name or locate something (`imageUri`, `serviceAccount`,
-`tempLocation`, `jarFileUris`, `kmsKeyName`, `machineType`): no URI, path, email, name or id holds a
-control character. (Not `…Key`: a private key's PEM text holds newlines.)"""
+`tempLocation`, `jarFileUris`, `kmsKeyName`, `machineType`, `metastoreService`, `reservedIpRanges`,
+clustering `fields`): no URI, path, email, name or id holds a control character. (Not `…Key`: a
+private key's PEM text holds newlines; not a name for people to read, `displayName` or
+`friendlyName`, which the APIs take as any text.)"""
+_FREE_TEXT_NAMES = ("display", "friendly")
 _RESERVED_LABELS = re.compile(r"[Ll]abel (?:names|keys) that (?:start|begin) with ([^.]*?) are reserved")
 """Key prefixes a `labels` map's description reserves (Batch: 'start with "goog-" or "google-"')."""
 
@@ -249,14 +263,15 @@ def _reduce_schema(schema: dict[str, Any]) -> dict[str, Any]:
             if field.get("type") == "array" and noun in (name.lower(), name.lower().removesuffix("s")):
                 out["properties"][name]["maxItems"] = 1
             out["properties"][name].update(prose_bounds(text, field))
+            # a text field's rules, or each text item's of a list (BigQuery's `schemaUpdateOptions`)
             strings = (
                 out["properties"][name].get("items", {}) if field.get("type") == "array" else out["properties"][name]
             )
             if strings.get("type") == "string" and not strings.get("format") and "enum" not in strings:
-                strings.update(prose_string_rules(text))
-            values = prose_values(text) if field.get("type") == "string" and "enum" not in field else []
-            if values:
-                out["properties"][name]["proseEnum"] = values
+                values = prose_values(text)
+                strings.update(prose_string_rules(text) | ({"proseEnum": values} if values else {}))
+                if name == "name" and "maxLength" in strings:  # a resource's name: the limit is its id's
+                    strings["maxIdLength"] = strings.pop("maxLength")
             most_labels = _MAX_LABELS.search(text)
             if name in LABEL_FIELDS and most_labels:
                 out["properties"][name]["maxLabels"] = int(most_labels.group(1))
@@ -277,10 +292,15 @@ def prose_values(text: str) -> list[str]:
     and priority), or []: only a sentence that is the list, or a `* VALUE:` list."""
     text = " ".join(text.split())
     listed = _LISTED_VALUES.search(text)
-    if listed:
+    if listed and listed.group(1):
         return re.findall(_VALUE, listed.group(1))
-    if _SUPPORTED_VALUES in text:
-        return re.findall(rf"\* `?({_VALUE})`?:", text.split(_SUPPORTED_VALUES, 1)[1])
+    if listed and listed.group(2):
+        return re.findall(_CODE, listed.group(2))
+    if listed:  # quoted values, checked in any letter case as the others are
+        return [value.strip('"`').upper() for value in re.findall(_QUOTED, listed.group(3))]
+    supported = _SUPPORTED_VALUES.search(text)
+    if supported:
+        return re.findall(rf"\* `?({_VALUE})`?:", text[supported.end() :])
     return []
 
 
@@ -643,6 +663,8 @@ def _control_problem(name: str, value: Any, where: str) -> str | None:
     words = re.findall(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])", name)
     if not words or (words[-1].lower().removesuffix("s") not in _IDENTIFYING and not name.endswith("kmsKey")):
         return None
+    if len(words) > 1 and words[-2].lower() in _FREE_TEXT_NAMES:
+        return None
     for text in value if isinstance(value, list) else [value]:
         if isinstance(text, str) and CONTROL_CHARACTER.search(text):
             return f"{where}: {text!r} holds a control character (a newline?); no URI, path, email, name or id does"
@@ -767,6 +789,12 @@ def _string_problem(value: str, schema: dict[str, Any], where: str) -> str | Non
         return None  # proto3's default, the same on the wire as leaving the field out
     if len(value) > schema.get("maxLength", len(value)):
         return f"{where}: {len(value)} characters; its description allows at most {schema['maxLength']}"
+    resource_id = value.rsplit("/", 1)[-1]
+    if len(resource_id) > schema.get("maxIdLength", len(resource_id)):
+        return (
+            f"{where}: the id {resource_id!r} is {len(resource_id)} characters; its description allows at most "
+            f"{schema['maxIdLength']}"
+        )
     if len(value.encode()) > schema.get("maxBytes", len(value.encode())):
         return f"{where}: {len(value.encode())} bytes (UTF-8); its description allows at most {schema['maxBytes']}"
     if not value.startswith(schema.get("prefix", "")):

@@ -79,6 +79,15 @@ def error_of(target: dict[str, Any]) -> str:
 VALID = {"project": PROJECT, "location": "US", "configuration": QUERY}
 
 
+@pytest.mark.parametrize("location", ["US", "eu", "us-central1", "europe-west4", "aws-us-east-1", "azure-eastus2"])
+def test_a_route_runs_in_any_bigquery_location(location: str) -> None:
+    """The multi-regions, the regions, and BigQuery Omni's AWS and Azure regions."""
+    routes = parse_routes(
+        json.dumps({"routes": {"r": {"target": {"type": "bigquery_job", **VALID, "location": location}}}}), "r.yaml"
+    )
+    assert routes["r"].target.location == location  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize(
     ("change", "expected"),
     [

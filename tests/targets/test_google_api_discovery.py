@@ -488,8 +488,32 @@ def test_a_required_message_given_empty_is_a_value() -> None:
             "Notes: * LEGACY_NOTE: none. The following values are supported: * A_B: one. * C_D: two.",
             ["A_B", "C_D"],
         ),
+        # the other ways descriptions close a list
+        (
+            "Required. The supported types are DAY, HOUR, MONTH, and YEAR, which will generate…",
+            ["DAY", "HOUR", "MONTH", "YEAR"],
+        ),
+        (
+            "The supported values are UTF-8, ISO-8859-1, UTF-16BE, and UTF-32LE. The default value is UTF-8.",
+            ["UTF-8", "ISO-8859-1", "UTF-16BE", "UTF-32LE"],
+        ),
+        (
+            "Possible values: UNSPECIFIED, EXACTLY_ONCE and AT_LEAST_ONCE",
+            ["UNSPECIFIED", "EXACTLY_ONCE", "AT_LEAST_ONCE"],
+        ),
+        (
+            "The following modes are supported: * AUTO: infer. * STRINGS: as text. * CUSTOM: given.",
+            ["AUTO", "STRINGS", "CUSTOM"],
+        ),
+        ('If specified, the protocol. Allowed values are "http1" and "h2c".', ["HTTP1", "H2C"]),
+        (
+            'It must be one of "low-latency", "medium-latency", or "high-latency".',
+            ["LOW-LATENCY", "MEDIUM-LATENCY", "HIGH-LATENCY"],
+        ),
         # a list that says more than its values is no list of all the field takes
         ("Possible values include CSV or AVRO for tables and ML_TF_SAVED_MODEL for models.", []),
+        ("Valid values are: numeric, image. Defaults to numeric.", []),
+        ('Supported values are BCP-47 language codes (e.g. "en", "es", "fr").', []),
         ("Possible values include: * 6 (Default) * 12", []),
         ("The compression type, such as GZIP.", []),
     ],
@@ -738,6 +762,32 @@ def test_a_strings_length_and_prefix_its_description_states_are_kept(
     assert {key: reduced[key] for key in ("maxLength", "maxBytes", "prefix") if key in reduced} == rules
 
 
+def test_each_item_of_a_list_is_held_to_the_values_its_description_lists() -> None:
+    """BigQuery's `schemaUpdateOptions`: "One or more of the following values are specified: * …"."""
+    query = {"query": "SELECT 1"}
+    allowed = {**query, "schemaUpdateOptions": ["ALLOW_FIELD_ADDITION", "allow_field_relaxation"]}
+    assert _problem("bigquery.v2", allowed, "JobConfigurationQuery") is None
+    assert _problem("bigquery.v2", {**query, "schemaUpdateOptions": ["ALLOW_ALL"]}, "JobConfigurationQuery") == (
+        "body.schemaUpdateOptions[0]: 'ALLOW_ALL' is not one of ALLOW_FIELD_ADDITION, ALLOW_FIELD_RELAXATION (the "
+        "values its description lists)"
+    )
+
+
+def test_a_control_character_is_refused_where_a_name_or_a_location_goes_and_taken_in_a_display_name() -> None:
+    """A display name is text for people (Vertex: "can consist of any UTF-8 characters"); a Dataproc
+    metastore service, an IP range or a container image names something, and no name holds a newline,
+    nor a C1 control character such as NEL (U+0085)."""
+    pipeline = "GoogleCloudAiplatformV1PipelineJob"
+    assert _problem("aiplatform.v1", {"displayName": "nightly\ntraining"}, pipeline) is None
+    peripherals = {"metastoreService": "projects/p/locations/us-central1/services/m\n"}
+    assert _problem("dataproc.v1", peripherals, "PeripheralsConfig") == (
+        "body.metastoreService: 'projects/p/locations/us-central1/services/m\\n' holds a control character (a "
+        "newline?); no URI, path, email, name or id does"
+    )
+    container = {"imageUri": "gcr.io/p/i\x85"}
+    assert "holds a control character" in (_problem("batch.v1", container, "Container") or "")
+
+
 def test_a_string_past_its_stated_length_or_without_its_prefix_is_refused() -> None:
     """Vertex's display names (128 characters), Dataflow's Cloud Storage paths, Cloud Run's env values
     (32,768 bytes, counted in UTF-8); an empty string is proto3's default and passes."""
@@ -750,6 +800,13 @@ def test_a_string_past_its_stated_length_or_without_its_prefix_is_refused() -> N
     assert _problem("dataflow.v1b3", {"tempLocation": "gs://b/tmp", "stagingLocation": ""}, environment) is None
     assert _problem("dataflow.v1b3", {"tempLocation": "/tmp/b"}, environment) == (
         "body.tempLocation: '/tmp/b' does not start with gs://, as its description requires"
+    )
+    # a resource's name: its description's limit is its id's (Cloud Tasks: "The maximum length is 500
+    # characters.", of TASK_ID), not the whole name's
+    queue, http = "projects/p/locations/us-central1/queues/q", {"httpRequest": {"url": "https://example.com/"}}
+    assert _problem("cloudtasks.v2", {**http, "name": f"{queue}/tasks/{'t' * 500}"}, "Task") is None
+    assert _problem("cloudtasks.v2", {**http, "name": f"{queue}/tasks/{'t' * 501}"}, "Task") == (
+        f"body.name: the id '{'t' * 501}' is 501 characters; its description allows at most 500"
     )
     variable = "GoogleCloudRunV2EnvVar"
     assert _problem("run.v2", {"name": "A", "value": "é" * 16384}, variable) is None
