@@ -85,9 +85,11 @@ class CloudTasksHttpRequestConfig(TargetConfigModel):
         if not value.startswith(("http://", "https://")) or not urlsplit(value).hostname or re.search(r"\s", value):
             raise config_error(f"must be an http:// or https:// URL with a host (got {value!r})")
         try:
-            _ = urlsplit(value).port  # reading it checks it: 1-65535, in ASCII digits
+            port = urlsplit(value).port  # reading it checks it: 0-65535, in ASCII digits
         except ValueError:
-            raise config_error(f"has a port that is not one (1-65535) (got {value!r})") from None
+            port = 0
+        if port == 0:
+            raise config_error(f"has a port that is not one (1-65535) (got {value!r})")
         if len(value) > MAX_URL_LENGTH:
             raise config_error(f"is longer than Cloud Tasks' {MAX_URL_LENGTH} characters")
         return value

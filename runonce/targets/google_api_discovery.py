@@ -31,10 +31,12 @@ Descriptions are dropped, keeping what they state as rules:
 - a string field whose description states its length ("can be up to 128 characters", "The maximum
   length is 2056 bytes.") keeps `maxLength` (characters; of a resource's `name`, `maxIdLength`, the
   length of its last part, the id) or `maxBytes` (UTF-8), and one that must be a
-  Cloud Storage URI ("Must be a valid Cloud Storage URL, beginning with `gs://`.") keeps `prefix`;
+  Cloud Storage URI ("Must be a valid Cloud Storage URL, beginning with `gs://`.") or start with one
+  of the schemes it names ('must begin with either "http://" or "https://"') keeps `prefix`;
 - a string field whose description lists all it takes ("Possible values include INTERACTIVE and
   BATCH.", "The following values are supported: * CREATE_IF_NEEDED: …") keeps them as `proseEnum`,
   checked in any letter case;
+- a `requestId` whose description says it "must be a valid UUID" keeps `uuid`;
 - a create's `…Id` query parameter or body field that its description calls the new resource's ID
   ("will become the final component of the resource name", "The ID to use for …"), and a `name`
   the caller may choose ("Optionally caller-specified in CreateTask"), keep `resourceId` (a `name`
@@ -111,11 +113,22 @@ _RESOURCE_ID = re.compile(
     r"|name of the \w+ becomes",
     re.IGNORECASE,
 )
-_NO_EFFECT = re.compile(r"\s*Deprecated\b|.*\b(?:has no effect|used for debugging|for debugging purposes)", re.DOTALL)
+_NO_EFFECT = re.compile(
+    r"\s*Deprecated\b|.*\b(?:has no effect|used for debugging|for debugging purposes|prevents multiple\s+concurrent)",
+    re.DOTALL,
+)
 """A `requestId` whose description says the API does not act on it ("Deprecated. This field has no
-effect.", "Request ID used for debugging."): no handle, though it is named like one."""
+effect.", "Request ID used for debugging."), or only while the first request's work runs ("A tag that
+prevents multiple concurrent workflow instances with the same tag from running.": a retry after it
+ended starts it again): no handle, though it is named like one."""
 _CALLER_NAMED = re.compile(r"\b(?:caller|client|user)[- ](?:specified|chosen)\b", re.IGNORECASE)
 """A resource's `name` the caller may choose on create ("Optionally caller-specified in CreateTask")."""
+_UUID = re.compile(r"\bmust\s+be\s+a\s+valid\s+UUID\b", re.IGNORECASE)
+"""A `requestId` the API takes only as a UUID ("The request ID must be a valid UUID with the exception
+that zero UUID is not supported", Compute Engine's and others')."""
+_UNIQUE_NAME = re.compile(r"\bmust be unique within\b", re.IGNORECASE)
+"""A `…Name` the API holds unique, so a second create of it is refused (Dataproc's `clusterName`: "The
+cluster name, which must be unique within a project."); not a name for people (an account's name)."""
 _CLIENT_NAMED = re.compile(r"\bprovided by the client when\b", re.IGNORECASE)
 """A resource's `name` that is its id, chosen by the client on create (Compute Engine's "provided by
 the client when initially creating the resource")."""
@@ -196,13 +209,18 @@ _NOT_NEGATIVE = re.compile(
 greater than 0.", "The value must be positive, and less than or equal to 10.")."""
 _LENGTH = re.compile(
     r"(?:up to|at most|no (?:more|longer) than|must not exceed|cannot exceed|(?:the )?maximum length (?:is|of)|"
-    r"(?<!at least 1 character and )must be less than) ([0-9][0-9,]*) (?:UTF-8 |Unicode |unicode )?(characters|bytes)",
+    r"(?:the )?maximum allowed \w+ length is|(?<!at least 1 character and )must be less than) "
+    r"([0-9][0-9,]*) (?:UTF-8 |Unicode |unicode )?(characters|bytes)"
+    r"|([0-9][0-9,]*) (characters|bytes) or (?:less|fewer)",
     re.IGNORECASE,
 )
 """A string's length limit its description states ("The name can be up to 128 characters long", "The
 maximum length is 1,024 characters.", "The maximum length is 2056 bytes.", "must be less than 255
-characters"); not in a sentence that sets a condition first ("If the first character is a number, …")."""
+characters", "The maximum allowed URL length is 2083 characters after encoding.", "2048 characters or
+less"); not in a sentence that sets a condition first ("If the first character is a number, …")."""
 _CONDITION = re.compile(r"(?:If|When|For|Unless|In case)\b")
+_SCHEMES = re.compile(r'must begin with either "([a-z]+://)" or "([a-z]+://)"')
+"""A URL's schemes its description names (Cloud Tasks: 'must begin with either "http://" or "https://"')."""
 _GCS_PREFIX = re.compile(
     r"(?:must|should) (?:start with|begin with|be a valid Cloud Storage URL, beginning with|"
     r"be (?:in|of) the (?:following )?(?:format|form):?|be specified in the (?:following )?format:?) `?gs://"
@@ -252,12 +270,18 @@ def _reduce_schema(schema: dict[str, Any]) -> dict[str, Any]:
         out["properties"] = {name: _reduce_schema(field) for name, field in schema["properties"].items()}
         for name, field in schema["properties"].items():
             text = str(field.get("description", ""))
-            if (name.endswith("Id") and _RESOURCE_ID.search(text)) or (name == "name" and _CALLER_NAMED.search(text)):
+            if (
+                (name.endswith("Id") and _RESOURCE_ID.search(text))
+                or (name == "name" and _CALLER_NAMED.search(text))
+                or (name.endswith("Name") and _UNIQUE_NAME.search(text))
+            ):
                 out["properties"][name]["resourceId"] = True
             if name == "name" and _CLIENT_NAMED.search(text):
                 out["properties"][name]["clientNamed"] = True
             if name == "requestId" and _NO_EFFECT.match(text):
                 out["properties"][name]["noEffect"] = True
+            if name == "requestId" and _UUID.search(text):
+                out["properties"][name]["uuid"] = True
             only_one = _ONLY_ONE.search(" ".join(text.split()))
             noun = re.sub(r"\s", "", only_one.group(1) or only_one.group(2)).lower() if only_one else ""
             if field.get("type") == "array" and noun in (name.lower(), name.lower().removesuffix("s")):
@@ -354,10 +378,14 @@ def prose_string_rules(text: str) -> dict[str, Any]:
             continue
         length = _LENGTH.search(sentence)
         if length:
-            limit = int(length.group(1).replace(",", "")) - (1 if "less than" in length.group(0).lower() else 0)
-            rules["maxBytes" if length.group(2).lower() == "bytes" else "maxLength"] = limit
+            number, unit = length.group(1, 2) if length.group(1) else length.group(3, 4)
+            limit = int(number.replace(",", "")) - (1 if "less than" in length.group(0).lower() else 0)
+            rules["maxBytes" if unit.lower() == "bytes" else "maxLength"] = limit
         if _GCS_PREFIX.search(sentence):
-            rules["prefix"] = "gs://"
+            rules["prefix"] = ["gs://"]
+        schemes = _SCHEMES.search(sentence)
+        if schemes:
+            rules["prefix"] = list(schemes.groups())
     return rules
 
 
@@ -416,6 +444,8 @@ def reduce_document(doc: dict[str, Any]) -> dict[str, Any]:
                 parameters[name]["resourceId"] = True
             if name == "requestId" and _NO_EFFECT.match(str(param.get("description", ""))):
                 parameters[name]["noEffect"] = True
+            if name == "requestId" and _UUID.search(str(param.get("description", ""))):
+                parameters[name]["uuid"] = True
         methods[spec["id"]] = {
             "httpMethod": spec["httpMethod"],
             "path": spec["path"],
@@ -524,14 +554,18 @@ class ApiDocument:
         self.locational: dict[str, str] = data["locational"]
         self.schemas: dict[str, Any] = data["schemas"]
         self._methods: dict[str, Any] = data["methods"]
+        firsts = {method_id.split(".", 1)[0] for method_id in self._methods}
+        self._prefix = firsts.pop() if len(firsts) == 1 else self.name
+        """What every method id starts with: mostly the API's name, not always (sqladmin's are `sql.…`)."""
 
     @property
     def api(self) -> str:
         return f"{self.name}.{self.version}"
 
     def method(self, method_id: str) -> ApiMethod | None:
-        """The method `method_id`, as the document names it with or without the API's name in front."""
-        full = method_id if method_id.startswith(f"{self.name}.") else f"{self.name}.{method_id}"
+        """The method `method_id`, as the document names it, with or without what every id of the
+        document starts with (the API's name, mostly)."""
+        full = method_id if method_id in self._methods else f"{self._prefix}.{method_id}"
         spec = self._methods.get(full)
         if spec is None:
             return None
@@ -545,8 +579,8 @@ class ApiDocument:
 
     def similar_methods(self, method_id: str, limit: int = 6) -> list[str]:
         """Method ids (without the API's name) sharing the most trailing parts with `method_id`."""
-        wanted = method_id.removeprefix(f"{self.name}.").split(".")
-        short = [full.removeprefix(f"{self.name}.") for full in self._methods]
+        wanted = method_id.removeprefix(f"{self._prefix}.").split(".")
+        short = [full.removeprefix(f"{self._prefix}.") for full in self._methods]
 
         def shared(candidate: str) -> int:
             parts = candidate.split(".")
@@ -797,8 +831,8 @@ def _string_problem(value: str, schema: dict[str, Any], where: str) -> str | Non
         )
     if len(value.encode()) > schema.get("maxBytes", len(value.encode())):
         return f"{where}: {len(value.encode())} bytes (UTF-8); its description allows at most {schema['maxBytes']}"
-    if not value.startswith(schema.get("prefix", "")):
-        return f"{where}: {value!r} does not start with {schema['prefix']}, as its description requires"
+    if not value.startswith(tuple(schema.get("prefix", [""]))):
+        return f"{where}: {value!r} does not start with {' or '.join(schema['prefix'])}, as its description requires"
     return None
 
 

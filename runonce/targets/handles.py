@@ -7,7 +7,8 @@ A method dedupes on what its document says it does, and nothing else:
   collection (`jobId` of `batch.projects.locations.jobs.create`, path `v1/{+parent}/jobs`), or the
   same field at the top of the create's request body (`deploymentResourcePoolId`), or BigQuery's
   `<kind>Reference.<kind>Id` in an insert's body (`jobReference.jobId` of `jobs.insert`), or
-  Dataproc's `<kind>Name` of a create (`clusterName`) and `<kind>.reference.<kind>Id` of a submit
+  Dataproc's `<kind>Name` of a create, which its description holds unique (`clusterName`), and
+  `<kind>.reference.<kind>Id` of a submit
   (`job.reference.jobId`), or the `name` of a body that is the resource itself where the description
   says the client provides it (Compute Engine's `instances.insert`). A second create with the same
   id answers 409 ALREADY_EXISTS.
@@ -23,7 +24,7 @@ A field that merely ends in `Id` (`traceId` of `bigquery.tabledata.insertAll`) o
 execution. A reconcile read counts only when the name it reads is built from the run's resource id.
 
 The ids the run fills are held to the API's rule for them: the rule the method's description
-states (`ID_RULES`), else AIP-122's resource-id rule.
+states (`ID_RULES`; a requestId that "must be a valid UUID" anywhere), else AIP-122's resource-id rule.
 """
 
 from __future__ import annotations
@@ -190,6 +191,8 @@ class Handle:
     kind: Kind
     where: Literal["params", "body"]
     field: str
+    rule: IdRule | None = None
+    """The rule its description states (a requestId that "must be a valid UUID"), if not in `ID_RULES`."""
 
     @property
     def path(self) -> str:
@@ -217,8 +220,9 @@ def handles_of(document: ApiDocument, method: ApiMethod) -> list[Handle]:
             named_for_it = name[:-2].lower() == singular.lower()
             if name.endswith("Id") and field.get("resourceId") and not field.get("readOnly") and named_for_it:
                 handles.append(Handle("resource id", "body", name))
-            # Dataproc names a cluster by the create's `clusterName`: a second create of it is refused.
-            if name == f"{singular}Name" and field.get("type") == "string" and not field.get("readOnly"):
+            # Dataproc names a cluster by the create's `clusterName`, which its description holds unique:
+            # a second create of it is refused. (A `…Name` that is text for people dedupes nothing.)
+            if name == f"{singular}Name" and field.get("resourceId") and not field.get("readOnly"):
                 handles.append(Handle("resource id", "body", name))
         # A create whose body is the resource itself, named by the client (Compute Engine's `insert`).
         own_name = request.get("name") or {}
@@ -242,10 +246,10 @@ def handles_of(document: ApiDocument, method: ApiMethod) -> list[Handle]:
         handles.append(Handle("resource name", "params", "name"))
     query_request_id = method.parameters.get("requestId", {})
     if query_request_id.get("location") == "query" and not query_request_id.get("noEffect"):
-        handles.append(Handle("request id", "params", "requestId"))
+        handles.append(Handle("request id", "params", "requestId", UUID if query_request_id.get("uuid") else None))
     body_request_id = request.get("requestId", {})
     if body_request_id and not body_request_id.get("readOnly") and not body_request_id.get("noEffect"):
-        handles.append(Handle("request id", "body", "requestId"))
+        handles.append(Handle("request id", "body", "requestId", UUID if body_request_id.get("uuid") else None))
     return handles
 
 
@@ -290,7 +294,7 @@ def value_at(params: dict[str, Any], body: dict[str, Any] | None, handle: Handle
 
 def id_rule(api: str, handle: Handle) -> IdRule | None:
     """The rule the run-filled value of `handle` is held to (for a name: its last segment)."""
-    rule = ID_RULES.get((api, handle.field))
+    rule = ID_RULES.get((api, handle.field)) or handle.rule
     if rule is not None or handle.kind == "request id":
         return rule  # a requestId's rule is the API's own or none: AIP-155 names no alphabet
     return AIP_122

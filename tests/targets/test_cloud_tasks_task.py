@@ -307,6 +307,7 @@ def test_defaults() -> None:
         ({"http_method": "DELETE"}, "must be POST, PUT or PATCH, in capitals: the run travels"),
         ({"http_method": "post"}, "must be POST, PUT or PATCH, in capitals: the run travels"),
         ({"url": "https://example.com:99999/hook"}, "has a port that is not one (1-65535)"),
+        ({"url": "https://example.com:0/hook"}, "has a port that is not one (1-65535)"),
         ({"headers": {"Idempotency-Key": "x"}}, "header 'Idempotency-Key' is set by runonce"),
         ({"headers": {"content-type": "text/plain"}}, "header 'content-type' is set by runonce"),
         ({"headers": {"Host": "x"}}, "header 'Host' is set by Cloud Tasks"),

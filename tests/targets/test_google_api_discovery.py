@@ -737,9 +737,20 @@ def test_a_value_within_its_stated_bounds_fits() -> None:
             "Aliases. Each alias can be up to 128 characters.",
             {"maxLength": 128},  # of each item
         ),
-        ({"type": "string"}, "Must be a valid Cloud Storage URL, beginning with `gs://`.", {"prefix": "gs://"}),
-        ({"type": "string"}, "The URI must start with `gs://`.", {"prefix": "gs://"}),
-        ({"type": "string"}, "It must be in the following format: `gs://{bucket_id}/{object_id}`", {"prefix": "gs://"}),
+        ({"type": "string"}, "Must be a valid Cloud Storage URL, beginning with `gs://`.", {"prefix": ["gs://"]}),
+        ({"type": "string"}, "The URI must start with `gs://`.", {"prefix": ["gs://"]}),
+        (
+            {"type": "string"},
+            'Required. The full url path. This string must begin with either "http://" or "https://". The maximum '
+            "allowed URL length is 2083 characters after encoding.",
+            {"prefix": ["http://", "https://"], "maxLength": 2083},
+        ),
+        ({"type": "string"}, "A description with 2048 characters or less.", {"maxLength": 2048}),
+        (
+            {"type": "string"},
+            "It must be in the following format: `gs://{bucket_id}/{object_id}`",
+            {"prefix": ["gs://"]},
+        ),
         # a rule of one case; a form the API ignores rather than refuses; a bucket without gs://
         ({"type": "string"}, "If the first character is a number, this value may be up to 9 characters.", {}),
         (

@@ -973,6 +973,15 @@ def test_every_example_routes_file_loads_and_lints_clean(path: Path) -> None:
         ("cloudbuild.v1", "projects.locations.builds.create", ""),
         ("dataflow.v1b3", "projects.locations.flexTemplates.launch", ""),
         ("dataflow.v1b3", "projects.locations.jobs.create", ""),  # replaceJobId replaces, it does not dedupe
+        # a `…Name` that is text for people, not held unique: "The name of the account. For an account
+        # of type PERSONAL, this is the first and last name of the user account."
+        ("mybusinessaccountmanagement.v1", "accounts.create", ""),
+        # a requestId that dedupes only while the first instance runs ("prevents multiple concurrent
+        # workflow instances with the same tag from running")
+        ("dataproc.v1", "projects.locations.workflowTemplates.instantiate", ""),
+        # method ids that do not start with the API's name (sqladmin's are `sql.…`)
+        ("sqladmin.v1", "blueGreenDeployments.create", "params.blueGreenDeploymentId (resource id)"),
+        ("sqladmin.v1", "sql.blueGreenDeployments.create", "params.blueGreenDeploymentId (resource id)"),
     ],
 )
 def test_a_method_dedupes_on_what_its_document_says(api: str, method: str, handles: str) -> None:
@@ -989,6 +998,7 @@ def test_a_method_dedupes_on_what_its_document_says(api: str, method: str, handl
         ("Deprecated. This field has no effect.", ""),
         ("Request ID used for debugging.", ""),
         ("The unique ID of the request that is used for debugging purposes.", ""),
+        ("Optional. A tag that prevents multiple concurrent workflow instances with the same tag from running.", ""),
     ],
 )
 def test_a_request_id_its_description_says_the_api_ignores_is_no_handle(description: str, handles: str) -> None:
@@ -1018,6 +1028,22 @@ def test_a_request_id_its_description_says_the_api_ignores_is_no_handle(descript
     assert method is not None
     found = " ".join(f"({handle.kind})" for handle in handles_of(document, method))
     assert found == (f"{handles} {handles}" if handles else "")
+
+
+def test_a_request_id_that_must_be_a_uuid_is_filled_with_one() -> None:
+    """Compute Engine (and every API whose description says "The request ID must be a valid UUID"):
+    `${run_id}` is no UUID, and the API would refuse every call."""
+    route = {
+        "type": "google_api",
+        "api": "compute.v1",
+        "method": "instances.insert",
+        "params": {"project": "my-project", "zone": "us-central1-a", "requestId": "${run_id}"},
+        "body": {"name": "r${run_id:62}", "machineType": "zones/us-central1-a/machineTypes/e2-small"},
+    }
+    line = _refusal(routes_yaml(route))
+    assert "params.requestId: " in line and "a UUID other than the zero UUID (fill it with ${run_uuid})" in line, line
+    route["params"]["requestId"] = "${run_uuid}"
+    assert parse_routes(routes_yaml(route), "routes file routes.yaml")
 
 
 def test_the_docs_list_every_recognised_handle() -> None:
