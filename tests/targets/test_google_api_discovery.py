@@ -624,6 +624,20 @@ def test_a_string_fields_values_listed_in_its_description_are_kept(description: 
             {"minimum": 600, "maximum": 2678400},
         ),
         ({"type": "integer"}, "Cannot be more than 50 or less than 2.", {"minimum": 2, "maximum": 50}),
+        ({"type": "integer"}, "Cannot be more than 1,500 or less than 2.", {"minimum": 2, "maximum": 1500}),
+        # a duration's bounds name their units, each; the first sentence without them is skipped
+        (
+            {"type": "string", "format": "google-duration"},
+            "Cannot be more than 31 or less than 10 minutes. Cannot be more than 2 days or less than 1 hour.",
+            {"minimum": 3600, "maximum": 172800},
+        ),
+        # an open end of a number's range is left out (an integer's is the next whole number)
+        ({"type": "number"}, "The valid value range is [0.5, 100).", {"minimum": 0.5}),
+        (
+            {"type": "integer"},
+            "The value must be positive, and less than or equal to 1,000.",
+            {"minimum": 1, "maximum": 1000},
+        ),
         ({"type": "integer"}, "Number of steps. Must be non-negative.", {"minimum": 0}),
         ({"type": "integer"}, "Required. The number requested. It must be positive.", {"minimum": 1}),
         ({"type": "integer"}, "Must be greater than 0.", {"minimum": 1}),
