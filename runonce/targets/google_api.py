@@ -220,6 +220,22 @@ def param_problem(method: ApiMethod, name: str, value: Any) -> str | None:
         pattern = spec.get("pattern")
         if pattern and not re.fullmatch(pattern, text):
             return f"{where} does not match {pattern}, the pattern {method.id} states for {name}"
+        problem = _parent_problem(text) if spec.get("location") == "path" else None
+        if problem:
+            return f"{where}: {problem}"
+    return None
+
+
+def _parent_problem(path: str) -> str | None:
+    """What is wrong with the project or the location a resource name holds (`projects/P/locations/L/…`):
+    no project ID, domain-scoped ID or number holds anything but a-z 0-9 - . : (`My_Project`), and no
+    location anything but a-z 0-9 - (`US Central`)."""
+    parts = path.split("/")
+    for kind, value in zip(parts[:-1], parts[1:], strict=True):
+        if kind == "projects" and not re.fullmatch(r"[a-z0-9][a-z0-9.:-]*|-", value, flags=re.ASCII):
+            return f"the project {value!r} is not a project ID (a-z 0-9 -, starting with a letter) or number"
+        if kind == "locations" and not re.fullmatch(r"[a-z0-9][a-z0-9-]*|-", value, flags=re.ASCII):
+            return f"the location {value!r} is not a location (a-z 0-9 -, e.g. us-central1, or global)"
     return None
 
 

@@ -121,6 +121,16 @@ CASES: dict[str, tuple[dict[str, Any], str, str]] = {
         "target.body",
         "body.taskGroups[0].taskSpec.runnables[0]: Runnable has no field 'contaner'",
     ),
+    "a parent whose project no project ID can be": (
+        changed(BATCH, "params.parent", "projects/My_Project/locations/us-central1"),
+        "target.params",
+        "params.parent='projects/My_Project/locations/us-central1': the project 'My_Project' is not a project ID",
+    ),
+    "a parent whose location no location can be": (
+        changed(BATCH, "params.parent", "projects/my-project/locations/US Central"),
+        "target.params",
+        "the location 'US Central' is not a location (a-z 0-9 -, e.g. us-central1, or global)",
+    ),
     "int64 not a number": (
         changed(BATCH, "body.taskGroups.0.taskCount", "many"),
         "target.body",
