@@ -30,6 +30,7 @@ resource the reconcile call reads (without one, the id the API deduped on is the
 
 from __future__ import annotations
 
+import itertools
 import re
 import uuid
 from collections.abc import Iterator
@@ -230,8 +231,7 @@ def _parent_problem(path: str) -> str | None:
     """What is wrong with the project or the location a resource name holds (`projects/P/locations/L/…`):
     no project ID, domain-scoped ID or number holds anything but a-z 0-9 - . : (`My_Project`), and no
     location anything but a-z 0-9 - (`US Central`)."""
-    parts = path.split("/")
-    for kind, value in zip(parts[:-1], parts[1:], strict=True):
+    for kind, value in itertools.pairwise(path.split("/")):
         if kind == "projects" and not re.fullmatch(r"[a-z0-9][a-z0-9.:-]*|-", value, flags=re.ASCII):
             return f"the project {value!r} is not a project ID (a-z 0-9 -, starting with a letter) or number"
         if kind == "locations" and not re.fullmatch(r"[a-z0-9][a-z0-9-]*|-", value, flags=re.ASCII):
