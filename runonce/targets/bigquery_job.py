@@ -31,7 +31,6 @@ from runonce.targets.google import RUN_ID_LABEL, run_id_label
 from runonce.targets.presets import RUN_FIELDS, ProjectId, check_preset, config_error, preset_type
 from runonce.targets.registry import Grant
 
-JOB_KINDS = ("query", "load", "extract", "copy")
 LOCATION_PATTERN = r"(?:US|EU|us|eu|[a-z]+-[a-z]+[0-9]+|aws-[a-z]+-[a-z]+-[0-9]+|azure-[a-z]+[0-9]*)"
 """BigQuery's locations: the multi-regions, the regions, and BigQuery Omni's AWS and Azure regions
 (`aws-us-east-1`, `azure-eastus2`)."""
@@ -53,10 +52,8 @@ def run_parameters(request: DispatchRequest) -> list[dict[str, Any]]:
 
 
 def _check_configuration(configuration: dict[str, Any]) -> None:
-    """What the document cannot say of a JobConfiguration: a kind of job, a real one, and a query
-    that takes runonce's named parameters."""
-    if not any(kind in configuration for kind in JOB_KINDS):  # two: refused by the document ("[Pick one]")
-        raise config_error("must hold exactly one of query, load, extract, copy (got none)")
+    """What the document cannot say of a JobConfiguration: a real job (one kind of job, neither none
+    nor two, the document's "[Pick one]" says), and a query that takes runonce's named parameters."""
     if configuration.get("dryRun"):
         raise config_error("dryRun creates no job, so a run would start nothing")
     query = configuration.get("query")

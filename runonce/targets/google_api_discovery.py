@@ -19,7 +19,8 @@ Descriptions are dropped, keeping what they state as rules:
 - fields that descriptions name as exclusive ("Only one of `a` or `b` may be set", "Exactly one
   of a, b or c must be set", "a and b are mutually exclusive", "a and b can't be set at the same
   time", a field's own "Mutually exclusive with b." or "Cannot be specified with b.", BigQuery's
-  "[Pick one]" on each of them) keep them as `exclusive` groups on their object;
+  "[Pick one]" on each of them) keep them as `exclusive` groups on their object (BigQuery's "[Pick
+  one]" group in `oneOfRequired` too: one of them is needed);
 - a list whose description allows one item ("Only one TaskGroup is supported", "Only instances[0]
   is supported now.", "only a single file share is supported") keeps `maxItems`, and
   a `labels` map that holds fewer than 64 ("No more than 32 labels") keeps `maxLabels`, and one that
@@ -305,6 +306,12 @@ def _reduce_schema(schema: dict[str, Any]) -> dict[str, Any]:
         groups = exclusive_groups(schema)
         if groups:
             out["exclusive"] = groups
+        # "[Pick one]": one of them is needed too (a copy's source tables, an extract's destination URIs)
+        pick_one = sorted(
+            name for name, field in schema["properties"].items() if "[Pick one]" in str(field.get("description"))
+        )
+        if len(pick_one) > 1:
+            out["oneOfRequired"] = [pick_one]
     for key in ("items", "additionalProperties"):
         if isinstance(schema.get(key), dict):
             out[key] = _reduce_schema(schema[key])

@@ -93,7 +93,7 @@ def test_a_route_runs_in_any_bigquery_location(location: str) -> None:
     [
         ({"project": "Bad_Project"}, "field 'target.project': must be a project ID"),
         ({"location": "mars"}, "field 'target.location': must be a BigQuery location"),
-        ({"configuration": {}}, "must hold exactly one of query, load, extract, copy (got none)"),
+        ({"configuration": {}}, "configuration: JobConfiguration needs one of copy, extract, load, query"),
         (
             {"configuration": {**QUERY, "copy": {"sourceTables": [TABLE], "destinationTable": TABLE}}},
             "configuration: copy and query are both set; JobConfiguration takes only one of copy, extract, load, query",
