@@ -729,11 +729,15 @@ def _required_problem(
     value: dict[str, Any], properties: dict[str, Any], where: str, kind_name: str, given: frozenset[str]
 ) -> str | None:
     """A field the document marks "Required." that the object leaves out, sets to null, or leaves
-    empty (`_is_empty`: AIP-203 asks a required field for a non-empty value). An identifier
-    (`name`, `parent`, `…Id`) is not asked for: the call's path, the API or runonce may supply it
-    (Cloud Build's triggers.run names the trigger in its path, not in the body's triggerId)."""
+    empty (`_is_empty`: AIP-203 asks a required field for a non-empty value). An identifier of the
+    request itself (`name`, `parent`, `…Id` at the top of the body) is not asked for: the call's path,
+    the API or runonce may supply it (Cloud Build's triggers.run names the trigger in its path, not in
+    the body's triggerId); nor is a `projectId` anywhere (the call's project is the default). One
+    deeper down names what the request refers to, and is asked for (a destination table's `tableId`,
+    an env var's `name`)."""
+    top = "." not in where and "[" not in where
     for name, field in properties.items():
-        identifier = name in ("name", "parent") or name.endswith("Id")
+        identifier = name == "projectId" or (top and (name in ("name", "parent") or name.endswith("Id")))
         if field.get("required") and name not in given and not identifier:
             if value.get(name) is None:
                 return f"{where}.{name}: required by {kind_name} (the API refuses the request without it)"

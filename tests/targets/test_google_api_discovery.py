@@ -790,6 +790,23 @@ def test_a_strings_length_and_prefix_its_description_states_are_kept(
     assert {key: reduced[key] for key in ("maxLength", "maxBytes", "prefix") if key in reduced} == rules
 
 
+def test_an_identifier_deeper_than_the_request_itself_is_required_where_the_document_says() -> None:
+    """A destination table's `tableId` or an env var's `name` names what the request refers to: no path
+    supplies it. One at the top of the request (triggers.run's `triggerId`, carried by its path) and a
+    `projectId` anywhere (the call's project) are not asked for."""
+    query = {"query": "SELECT 1", "destinationTable": {"datasetId": "d"}}
+    assert _problem("bigquery.v2", query, "JobConfigurationQuery") == (
+        "body.destinationTable.tableId: required by TableReference (the API refuses the request without it)"
+    )
+    query["destinationTable"]["tableId"] = "t"
+    assert _problem("bigquery.v2", query, "JobConfigurationQuery") is None
+    container = {"image": "us-docker.pkg.dev/p/r/i", "env": [{"value": "x"}]}
+    assert _problem("run.v2", container, "GoogleCloudRunV2Container") == (
+        "body.env[0].name: required by GoogleCloudRunV2EnvVar (the API refuses the request without it)"
+    )
+    assert _problem("cloudbuild.v1", {"source": {"branchName": "main"}}, "RunBuildTriggerRequest") is None
+
+
 def test_a_bigquery_pick_one_group_needs_one_of_its_fields() -> None:
     """BigQuery's "[Pick one]": a copy needs its source table or tables, an extract its destination URIs."""
     table = {"projectId": "p", "datasetId": "d", "tableId": "t"}
