@@ -277,6 +277,9 @@ def _reduce_schema(schema: dict[str, Any]) -> dict[str, Any]:
                 or (name.endswith("Name") and _UNIQUE_NAME.search(text))
             ):
                 out["properties"][name]["resourceId"] = True
+            rule = described_id_rule(text) if name.endswith("Id") and name != "requestId" else None
+            if rule:
+                out["properties"][name]["idRule"] = rule
             if name == "name" and _CLIENT_NAMED.search(text):
                 out["properties"][name]["clientNamed"] = True
             if name == "requestId" and _NO_EFFECT.match(text):
@@ -396,6 +399,48 @@ def prose_string_rules(text: str) -> dict[str, Any]:
     return rules
 
 
+def described_id_rule(text: str) -> dict[str, str] | None:
+    """The rule a resource id's description states, as `{"pattern", "words"}` for `re.fullmatch`,
+    or None when it states none (AIP-122's applies): its length ("4-32 characters", "a maximum length
+    of 255 characters"), its alphabet as a character class or a whole regular expression
+    (`[a-z0-9_]`, `^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`) or in words ("uppercase and lowercase letters,
+    numerals, and the hyphen (`-`) and underscore (`_`) characters"), and a letter first."""
+    text = " ".join(text.split())
+    span = re.search(r"\b([0-9]+) ?(?:-|to) ?([0-9]+) characters", text)
+    limit = _LENGTH.search(text)
+    low, high = (span.group(1), span.group(2)) if span else ("1", (limit.group(1) or limit.group(3)) if limit else "")
+    high = high.replace(",", "")
+    if limit and not span and "less than" in limit.group(0).lower():
+        high = str(int(high) - 1)
+    regex = re.search(r"`/?\^?(\[[^`]*?)\$?/?`", text) or re.search(r"(?<![\w`])/\^?(\[[^/\s]*?)\$?/", text)
+    pattern = ""
+    if regex:
+        try:
+            re.compile(regex.group(1))
+            pattern = regex.group(1)
+        except re.error:
+            pattern = ""
+    if pattern and not re.search(r"[{}+*?]", pattern):
+        pattern += f"{{{low},{high}}}" if high else "+"
+    elif not pattern and high and re.search(r"\bletters\b", text):
+        alphabet = "a-z" + ("A-Z" if re.search(r"\b(?:upper-? ?case|uppercase)\b", text, re.I) else "")
+        alphabet += "0-9" if re.search(r"\b(?:numerals|numbers|digits)\b", text) else ""
+        alphabet += "_" if re.search(r"\bunderscores?\b", text) else ""
+        alphabet += "." if re.search(r"\b(?:periods?|dots?)\b", text) else ""
+        alphabet += "-" if re.search(r"\b(?:hyphens?|dashes)\b", text) else ""
+        pattern = f"[{alphabet}]{{{low},{high}}}"
+    if not pattern:
+        return None
+    if high:
+        pattern = f"(?=.{{{low},{high}}}\\Z){pattern}"
+    letter_first = (
+        r"(?:start|begin)s? with (?:a )?(?:lower-?case )?letter|first character (?:must be a|cannot be a number)"
+    )
+    if re.search(letter_first, text):
+        pattern = f"(?=[A-Za-z]){pattern}"
+    return {"pattern": pattern, "words": f"as its description states ({text[:200]}{'…' if len(text) > 200 else ''})"}
+
+
 def _whole(number: float) -> float | int:
     return int(number) if number.is_integer() else number
 
@@ -449,6 +494,9 @@ def reduce_document(doc: dict[str, Any]) -> dict[str, Any]:
             parameters[name] = {key: param[key] for key in _PARAMETER_KEYS if key in param}
             if name.endswith("Id") and _RESOURCE_ID.search(str(param.get("description", ""))):
                 parameters[name]["resourceId"] = True
+            rule = described_id_rule(str(param.get("description", ""))) if name.endswith("Id") else None
+            if rule and name != "requestId":
+                parameters[name]["idRule"] = rule
             if name == "requestId" and _NO_EFFECT.match(str(param.get("description", ""))):
                 parameters[name]["noEffect"] = True
             if name == "requestId" and _UUID.search(str(param.get("description", ""))):

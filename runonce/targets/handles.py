@@ -24,7 +24,8 @@ A field that merely ends in `Id` (`traceId` of `bigquery.tabledata.insertAll`) o
 execution. A reconcile read counts only when the name it reads is built from the run's resource id.
 
 The ids the run fills are held to the API's rule for them: the rule the method's description
-states (`ID_RULES`; a requestId that "must be a valid UUID" anywhere), else AIP-122's resource-id rule.
+states (`ID_RULES`, written from it; else read from it: a length, an alphabet, a requestId that "must be
+a valid UUID"), else AIP-122's resource-id rule.
 """
 
 from __future__ import annotations
@@ -192,7 +193,8 @@ class Handle:
     where: Literal["params", "body"]
     field: str
     rule: IdRule | None = None
-    """The rule its description states (a requestId that "must be a valid UUID"), if not in `ID_RULES`."""
+    """The rule its description states (a requestId that "must be a valid UUID", an id's length and
+    alphabet), where `ID_RULES` has none."""
 
     @property
     def path(self) -> str:
@@ -212,14 +214,14 @@ def handles_of(document: ApiDocument, method: ApiMethod) -> list[Handle]:
     if collection is not None:
         for name, spec in method.parameters.items():
             if spec.get("location") == "query" and _is_resource_id(name, spec, collection):
-                handles.append(Handle("resource id", "params", name))
+                handles.append(Handle("resource id", "params", name, _described(spec)))
         singular = _singular(collection)
         for name, field in request.items():
             # Only the id of the resource the create makes: a create may name others it makes on the
             # way (trainingPipelines.create's `modelId` names the uploaded Model, not the pipeline).
             named_for_it = name[:-2].lower() == singular.lower()
             if name.endswith("Id") and field.get("resourceId") and not field.get("readOnly") and named_for_it:
-                handles.append(Handle("resource id", "body", name))
+                handles.append(Handle("resource id", "body", name, _described(field)))
             # Dataproc names a cluster by the create's `clusterName`, which its description holds unique:
             # a second create of it is refused. (A `…Name` that is text for people dedupes nothing.)
             if name == f"{singular}Name" and field.get("resourceId") and not field.get("readOnly"):
@@ -251,6 +253,12 @@ def handles_of(document: ApiDocument, method: ApiMethod) -> list[Handle]:
     if body_request_id and not body_request_id.get("readOnly") and not body_request_id.get("noEffect"):
         handles.append(Handle("request id", "body", "requestId", UUID if body_request_id.get("uuid") else None))
     return handles
+
+
+def _described(spec: dict[str, Any]) -> IdRule | None:
+    """The id rule the field's description states (`described_id_rule`), if it states one."""
+    rule = spec.get("idRule")
+    return IdRule(rule["pattern"], rule["words"]) if rule else None
 
 
 def _properties(document: ApiDocument, schema_name: str | None) -> dict[str, Any]:

@@ -6,6 +6,7 @@ line (both call the routes loader). Correct routes of every target and every exa
 from __future__ import annotations
 
 import copy
+import re
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from click.testing import CliRunner, Result
 from runonce.cli import main
 from runonce.routes import parse_routes
 from runonce.settings import ConfigError, load_settings
-from runonce.targets.google_api_discovery import ApiDocument, load, reduce_document
+from runonce.targets.google_api_discovery import ApiDocument, described_id_rule, load, reduce_document
 from runonce.targets.handles import describe, handles_by_api, handles_of, handles_table
 from tests.support.procs import REPO
 
@@ -1038,6 +1039,65 @@ def test_a_request_id_its_description_says_the_api_ignores_is_no_handle(descript
     assert method is not None
     found = " ".join(f"({handle.kind})" for handle in handles_of(document, method))
     assert found == (f"{handles} {handles}" if handles else "")
+
+
+@pytest.mark.parametrize(
+    ("description", "takes", "refuses"),
+    [
+        (
+            "A secret ID is a string with a maximum length of 255 characters and can contain uppercase and "
+            "lowercase letters, numerals, and the hyphen (`-`) and underscore (`_`) characters.",
+            ["s" + "0" * 64, "S_" + "a" * 32, "0" * 255],
+            ["a b", "x" * 256, "a.b"],
+        ),
+        (
+            "This value must be 4-32 characters, and may contain the characters `[a-z0-9-]`.",
+            ["abcd", "0" * 32],
+            ["abc", "a" * 33, "ABCD"],
+        ),
+        (
+            "The maximum length is 63 characters, and valid characters are `/^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$/`.",
+            ["r" + "0" * 62],
+            ["0abc", "a-", "r" + "0" * 63],
+        ),
+        (
+            "This value may be up to 60 characters, and valid characters are `[a-z0-9_]`. The first character "
+            "cannot be a number.",
+            ["a_1"],
+            ["1a", "a" * 61],
+        ),
+        ("This value should be 1-63 characters, and valid characters are /[a-z0-9_-]/.", ["a_b"], ["A", "a" * 64]),
+    ],
+)
+def test_an_ids_rule_is_read_from_its_description(description: str, takes: list[str], refuses: list[str]) -> None:
+    """A resource id is held to the length and alphabet its description states (AIP-122's rule only
+    where it states none): Secret Manager takes 255 characters of A-Z a-z 0-9 - _, IAM's keys 4-32."""
+    rule = described_id_rule(description)
+    assert rule is not None
+    assert [value for value in takes if not re.fullmatch(rule["pattern"], value)] == []
+    assert [value for value in refuses if re.fullmatch(rule["pattern"], value)] == []
+
+
+@pytest.mark.parametrize(
+    "description",
+    ["The ID to use for the job.", "This value should be 4-63 characters, and valid characters are /a-zA-Z0-9+/."],
+)
+def test_an_id_whose_description_states_no_alphabet_keeps_aip_122(description: str) -> None:
+    assert described_id_rule(description) is None
+
+
+def test_a_secret_id_is_held_to_secret_managers_rule_not_aip_122() -> None:
+    route = {
+        "type": "google_api",
+        "api": "secretmanager.v1",
+        "method": "projects.secrets.create",
+        "params": {"parent": "projects/my-project", "secretId": "S_${run_id}"},
+        "body": {"replication": {"automatic": {}}},
+    }
+    assert parse_routes(routes_yaml(route), "routes file routes.yaml")  # 66 characters, upper case, _: taken
+    route["params"]["secretId"] = "s.${run_id}"
+    line = _refusal(routes_yaml(route))
+    assert "params.secretId: " in line and "maximum length of 255 characters" in line, line
 
 
 def test_a_request_id_that_must_be_a_uuid_is_filled_with_one() -> None:
