@@ -123,7 +123,9 @@ effect.", "Request ID used for debugging."), or only while the first request's w
 prevents multiple concurrent workflow instances with the same tag from running.": a retry after it
 ended starts it again): no handle, though it is named like one."""
 _CALLER_NAMED = re.compile(r"\b(?:caller|client|user)[- ](?:specified|chosen)\b", re.IGNORECASE)
-"""A resource's `name` the caller may choose on create ("Optionally caller-specified in CreateTask")."""
+"""A resource's `name` the caller may choose on create ("Optionally caller-specified in CreateTask"),
+where the description gives it as a full resource name (`projects/…/tasks/TASK_ID`); not Dataflow's
+"user-specified" job name, unique only among active jobs."""
 _UUID = re.compile(r"\bmust\s+be\s+a\s+valid\s+UUID\b", re.IGNORECASE)
 """A `requestId` the API takes only as a UUID ("The request ID must be a valid UUID with the exception
 that zero UUID is not supported", Compute Engine's and others')."""
@@ -273,7 +275,7 @@ def _reduce_schema(schema: dict[str, Any]) -> dict[str, Any]:
             text = str(field.get("description", ""))
             if (
                 (name.endswith("Id") and _RESOURCE_ID.search(text))
-                or (name == "name" and _CALLER_NAMED.search(text))
+                or (name == "name" and _CALLER_NAMED.search(text) and "projects/" in text)
                 or (name.endswith("Name") and _UNIQUE_NAME.search(text))
             ):
                 out["properties"][name]["resourceId"] = True

@@ -171,6 +171,9 @@ ID_RULES: dict[tuple[str, str], IdRule] = {
     # "`TASK_ID` can contain only letters ([A-Za-z]), numbers ([0-9]), hyphens (-), or underscores (_). The
     # maximum length is 500 characters."
     ("cloudtasks.v2", "task.name"): IdRule(r"[A-Za-z0-9_-]{1,500}", "1-500 characters of A-Z a-z 0-9 _ -"),
+    # "`QUEUE_ID` can contain letters ([A-Za-z]), numbers ([0-9]), or hyphens (-). The maximum length is 100
+    # characters." (queues.create, whose body is the queue)
+    ("cloudtasks.v2", "name"): IdRule(r"[A-Za-z0-9-]{1,100}", "1-100 characters of A-Z a-z 0-9 -"),
     # "They must contain only alphanumeric characters and dashes. + They can be 1-64 characters long. + They
     # must begin and end with an alphanumeric character"
     ("cloudbuild.v1", "gheConfigId"): CLOUDBUILD_CONFIG_ID,
@@ -226,14 +229,14 @@ def handles_of(document: ApiDocument, method: ApiMethod) -> list[Handle]:
             # a second create of it is refused. (A `…Name` that is text for people dedupes nothing.)
             if name == f"{singular}Name" and field.get("resourceId") and not field.get("readOnly"):
                 handles.append(Handle("resource id", "body", name))
-        # A create whose body is the resource itself, named by the client (Compute Engine's `insert`).
+        # A create whose body is the resource itself, named by the client: by its id (Compute Engine's
+        # `insert`) or by its full name (Cloud Tasks' queues.create: "Caller-specified and required").
         own_name = request.get("name") or {}
-        if (
-            (method.request or "").lower() == singular.lower()
-            and own_name.get("clientNamed")
-            and not own_name.get("readOnly")
-        ):
-            handles.append(Handle("resource id", "body", "name"))
+        if (method.request or "").lower() == singular.lower() and not own_name.get("readOnly"):
+            if own_name.get("clientNamed"):
+                handles.append(Handle("resource id", "body", "name"))
+            elif own_name.get("resourceId"):
+                handles.append(Handle("resource name", "body", "name"))
         resource = _properties(document, (request.get(singular) or {}).get("$ref"))
         if resource.get("name", {}).get("resourceId") and not resource["name"].get("readOnly"):
             handles.append(Handle("resource name", "body", f"{singular}.name"))

@@ -990,6 +990,9 @@ def test_every_example_routes_file_loads_and_lints_clean(path: Path) -> None:
         # a requestId that dedupes only while the first instance runs ("prevents multiple concurrent
         # workflow instances with the same tag from running")
         ("dataproc.v1", "projects.locations.workflowTemplates.instantiate", ""),
+        # a body that is the resource, its full name caller-specified ("Caller-specified and required in
+        # CreateQueue"); not Dataflow's "user-specified" job name, unique only among active jobs (above)
+        ("cloudtasks.v2", "projects.locations.queues.create", "body.name (resource name)"),
         # method ids that do not start with the API's name (sqladmin's are `sql.…`)
         ("sqladmin.v1", "blueGreenDeployments.create", "params.blueGreenDeploymentId (resource id)"),
         ("sqladmin.v1", "sql.blueGreenDeployments.create", "params.blueGreenDeploymentId (resource id)"),
