@@ -212,7 +212,7 @@ _NOT_NEGATIVE = re.compile(
 greater than 0.", "The value must be positive, and less than or equal to 10.")."""
 _LENGTH = re.compile(
     r"(?:up to|at most|no (?:more|longer) than|must not exceed|cannot exceed|(?:the )?maximum length (?:is|of)|"
-    r"(?:the )?maximum allowed \w+ length is|(?<!at least 1 character and )must be less than) "
+    r"(?:the )?maximum allowed \w+ length is|(?<!at least 1 character and )(?:must|should) be less than) "
     r"([0-9][0-9,]*) (?:UTF-8 |Unicode |unicode )?(characters|bytes)"
     r"|([0-9][0-9,]*) (characters|bytes) or (?:less|fewer)",
     re.IGNORECASE,
@@ -333,7 +333,7 @@ def prose_values(text: str) -> list[str]:
     if listed and listed.group(2):
         return re.findall(_CODE, listed.group(2))
     if listed:  # quoted values, checked in any letter case as the others are
-        return [value.strip('"`').upper() for value in re.findall(_QUOTED, listed.group(3))]
+        return [value.upper() for value in re.findall(r"[\"`]([^\"`]+)[\"`]", listed.group(3))]
     supported = _SUPPORTED_VALUES.search(text)
     if supported:
         return re.findall(rf"\* `?({_VALUE})`?:", text[supported.end() :])

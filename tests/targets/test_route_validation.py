@@ -1070,6 +1070,25 @@ def test_a_request_id_its_description_says_the_api_ignores_is_no_handle(descript
             ["1a", "a" * 61],
         ),
         ("This value should be 1-63 characters, and valid characters are /[a-z0-9_-]/.", ["a_b"], ["A", "a" * 64]),
+        # "less than N": N - 1; "N characters or less": N
+        (
+            "This value should be less than 128 characters, and valid characters are `[a-z0-9-]`.",
+            ["a" * 127],
+            ["a" * 128],
+        ),
+        ("The ID is 40 characters or less, of `[a-z0-9-]`.", ["a" * 40], ["a" * 41]),
+        # a class without a length: any length
+        ("Valid characters are `[a-z0-9-]`.", ["a" * 300], ["A"]),
+        # a class that is no regular expression: the words say it
+        ("Up to 10 characters of letters and numbers `[a-z0-9`.", ["abc1"], ["ABC", "a_b", "a" * 11]),
+        # words: the alphabet each one names, and no more
+        ("It has at most 20 characters: letters and hyphens.", ["ab-c"], ["ab1", "a_b", "a.b", "AB"]),
+        (
+            "It has at most 20 characters: Uppercase and lowercase letters, digits, underscores and periods.",
+            ["Ab_1.c"],
+            ["a-b"],
+        ),
+        ("At most 20 characters: lower-case letters and dots.", ["a.b"], ["a1", "A"]),
     ],
 )
 def test_an_ids_rule_is_read_from_its_description(description: str, takes: list[str], refuses: list[str]) -> None:
@@ -1087,6 +1106,17 @@ def test_an_ids_rule_is_read_from_its_description(description: str, takes: list[
 )
 def test_an_id_whose_description_states_no_alphabet_keeps_aip_122(description: str) -> None:
     assert described_id_rule(description) is None
+
+
+def test_an_id_rule_quotes_its_description_in_the_refusal() -> None:
+    """The refusal quotes what the description states, its first 200 characters."""
+    short = "Up to 10 characters of letters. " + "x" * 168  # 200 characters
+    assert described_id_rule(short) == {
+        "pattern": "(?=.{1,10}\\Z)[a-z]{1,10}",
+        "words": f"as its description states ({short})",
+    }
+    long = short + "y"
+    assert described_id_rule(long)["words"] == f"as its description states ({short}…)"  # type: ignore[index]
 
 
 def test_a_secret_id_is_held_to_secret_managers_rule_not_aip_122() -> None:
