@@ -232,9 +232,9 @@ def _parent_problem(path: str) -> str | None:
     no project ID, domain-scoped ID or number holds anything but a-z 0-9 - . : (`My_Project`), and no
     location anything but a-z 0-9 - (`US Central`)."""
     for kind, value in itertools.pairwise(path.split("/")):
-        if kind == "projects" and not re.fullmatch(r"[a-z0-9][a-z0-9.:-]*|-", value, flags=re.ASCII):
+        if kind == "projects" and not re.fullmatch(r"[a-z0-9][a-z0-9.:-]*|-", value):
             return f"the project {value!r} is not a project ID (a-z 0-9 -, starting with a letter) or number"
-        if kind == "locations" and not re.fullmatch(r"[a-z0-9][a-z0-9-]*|-", value, flags=re.ASCII):
+        if kind == "locations" and not re.fullmatch(r"[a-z0-9][a-z0-9-]*|-", value):
             return f"the location {value!r} is not a location (a-z 0-9 -, e.g. us-central1, or global)"
     return None
 
