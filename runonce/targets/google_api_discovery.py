@@ -785,7 +785,7 @@ def _required_problem(
     the body's triggerId); nor is a `projectId` anywhere (the call's project is the default). One
     deeper down names what the request refers to, and is asked for (a destination table's `tableId`,
     an env var's `name`)."""
-    top = "." not in where and "[" not in where
+    top = "." not in where
     for name, field in properties.items():
         identifier = name == "projectId" or (top and (name in ("name", "parent") or name.endswith("Id")))
         if field.get("required") and name not in given and not identifier:

@@ -867,6 +867,14 @@ def test_a_string_past_its_stated_length_or_without_its_prefix_is_refused() -> N
     assert _problem("cloudtasks.v2", {**http, "name": f"{queue}/tasks/{'t' * 501}"}, "Task") == (
         f"body.name: the id '{'t' * 501}' is 501 characters; its description allows at most 500"
     )
+    # a URL's schemes: 'must begin with either "http://" or "https://"'; 2083 characters at most
+    assert _problem("cloudtasks.v2", {"url": "ftp://example.com/run"}, "HttpRequest") == (
+        "body.url: 'ftp://example.com/run' does not start with http:// or https://, as its description requires"
+    )
+    assert _problem("cloudtasks.v2", {"url": "https://example.com/" + "r" * 2063}, "HttpRequest") is None
+    assert _problem("cloudtasks.v2", {"url": "https://example.com/" + "r" * 2064}, "HttpRequest") == (
+        "body.url: 2084 characters; its description allows at most 2083"
+    )
     variable = "GoogleCloudRunV2EnvVar"
     assert _problem("run.v2", {"name": "A", "value": "é" * 16384}, variable) is None
     assert _problem("run.v2", {"name": "A", "value": "é" * 16385}, variable) == (
