@@ -44,7 +44,7 @@ from pydantic_core import PydanticCustomError
 from runonce.targets.base import DispatchRequest, TargetConfigModel, TargetFailed
 from runonce.targets.endpoints import endpoint_problem
 from runonce.targets.engine import Call, GoogleEngineTarget, Running, build_path, run_hex, wire
-from runonce.targets.google import CONTROL_CHARACTER, GoogleAuth
+from runonce.targets.google import CONTROL_CHARACTER, LOCATION, GoogleAuth
 from runonce.targets.google_api_discovery import (
     ApiDocument,
     ApiMethod,
@@ -229,12 +229,13 @@ def param_problem(method: ApiMethod, name: str, value: Any) -> str | None:
 
 def _parent_problem(path: str) -> str | None:
     """What is wrong with the project or the location a resource name holds (`projects/P/locations/L/…`):
-    no project ID, domain-scoped ID or number holds anything but a-z 0-9 - . : (`My_Project`), and no
-    location anything but a-z 0-9 - (`US Central`)."""
+    a location is held to the rule every Google target's is (`LOCATION`); a project only to the
+    characters a project ID, domain-scoped ID or number may hold, a-z 0-9 - . : (`My_Project` is
+    refused), since where the first-class targets take the project whole, here it is part of a path."""
     for kind, value in itertools.pairwise(path.split("/")):
         if kind == "projects" and not re.fullmatch(r"[a-z0-9][a-z0-9.:-]*|-", value):
             return f"the project {value!r} is not a project ID (a-z 0-9 -, starting with a letter) or number"
-        if kind == "locations" and not re.fullmatch(r"[a-z0-9][a-z0-9-]*|-", value):
+        if kind == "locations" and not re.fullmatch(rf"{LOCATION}|-", value):
             return f"the location {value!r} is not a location (a-z 0-9 -, e.g. us-central1, or global)"
     return None
 

@@ -409,11 +409,7 @@ def described_id_rule(text: str) -> dict[str, str] | None:
     numerals, and the hyphen (`-`) and underscore (`_`) characters"), and a letter first."""
     text = " ".join(text.split())
     span = re.search(r"\b([0-9]+) ?(?:-|to) ?([0-9]+) characters", text)
-    limit = _LENGTH.search(text)
-    low, high = (span.group(1), span.group(2)) if span else ("1", (limit.group(1) or limit.group(3)) if limit else "")
-    high = high.replace(",", "")
-    if limit and not span and "less than" in limit.group(0).lower():
-        high = str(int(high) - 1)
+    low, high = (span.group(1), span.group(2)) if span else ("1", str(prose_string_rules(text).get("maxLength", "")))
     regex = re.search(r"`/?\^?(\[[^`]*?)\$?/?`", text) or re.search(r"(?<![\w`])/\^?(\[[^/\s]*?)\$?/", text)
     pattern = ""
     if regex:
@@ -494,14 +490,15 @@ def reduce_document(doc: dict[str, Any]) -> dict[str, Any]:
         parameters = {}
         for name, param in spec.get("parameters", {}).items():
             parameters[name] = {key: param[key] for key in _PARAMETER_KEYS if key in param}
-            if name.endswith("Id") and _RESOURCE_ID.search(str(param.get("description", ""))):
+            text = str(param.get("description", ""))
+            if name.endswith("Id") and _RESOURCE_ID.search(text):
                 parameters[name]["resourceId"] = True
-            rule = described_id_rule(str(param.get("description", ""))) if name.endswith("Id") else None
-            if rule and name != "requestId":
+            rule = described_id_rule(text) if name.endswith("Id") and name != "requestId" else None
+            if rule:
                 parameters[name]["idRule"] = rule
-            if name == "requestId" and _NO_EFFECT.match(str(param.get("description", ""))):
+            if name == "requestId" and _NO_EFFECT.match(text):
                 parameters[name]["noEffect"] = True
-            if name == "requestId" and _UUID.search(str(param.get("description", ""))):
+            if name == "requestId" and _UUID.search(text):
                 parameters[name]["uuid"] = True
         methods[spec["id"]] = {
             "httpMethod": spec["httpMethod"],
@@ -890,8 +887,9 @@ def _string_problem(value: str, schema: dict[str, Any], where: str) -> str | Non
             f"{where}: the id {resource_id!r} is {len(resource_id)} characters; its description allows at most "
             f"{schema['maxIdLength']}"
         )
-    if len(value.encode()) > schema.get("maxBytes", len(value.encode())):
-        return f"{where}: {len(value.encode())} bytes (UTF-8); its description allows at most {schema['maxBytes']}"
+    size = len(value.encode())
+    if size > schema.get("maxBytes", size):
+        return f"{where}: {size} bytes (UTF-8); its description allows at most {schema['maxBytes']}"
     if not value.startswith(tuple(schema.get("prefix", [""]))):
         return f"{where}: {value!r} does not start with {' or '.join(schema['prefix'])}, as its description requires"
     return None
