@@ -1044,6 +1044,30 @@ def test_a_request_id_its_description_says_the_api_ignores_is_no_handle(descript
     assert found == (f"{handles} {handles}" if handles else "")
 
 
+def test_a_document_whose_method_ids_start_differently_is_looked_up_under_its_name() -> None:
+    """Method ids are taken with or without what every id of the document starts with; where they
+    do not all start alike, that is the API's name, never one of the others."""
+    method = {"httpMethod": "GET", "path": "v1/x", "parameters": {}}
+    document = ApiDocument(
+        {
+            "name": "demo",
+            "version": "v1",
+            "rootUrl": "https://demo.googleapis.com/",
+            "servicePath": "",
+            "locational": {},
+            "methods": {"alpha.items.get": method, "beta.items.list": method, "demo.things.get": method},
+            "schemas": {},
+        }
+    )
+    assert [document.method(m) is not None for m in ("things.get", "alpha.items.get", "beta.items.list")] == [
+        True,
+        True,
+        True,
+    ]
+    assert document.method("items.get") is None
+    assert document.method("items.list") is None
+
+
 @pytest.mark.parametrize(
     ("description", "takes", "refuses"),
     [
@@ -1082,13 +1106,13 @@ def test_a_request_id_its_description_says_the_api_ignores_is_no_handle(descript
         # a class that is no regular expression: the words say it
         ("Up to 10 characters of letters and numbers `[a-z0-9`.", ["abc1"], ["ABC", "a_b", "a" * 11]),
         # words: the alphabet each one names, and no more
-        ("It has at most 20 characters: letters and hyphens.", ["ab-c"], ["ab1", "a_b", "a.b", "AB"]),
+        ("It has at most 20 characters: letters and hyphens.", ["ab-c"], ["ab1", "a_b", "a.b", "AB", "X"]),
         (
             "It has at most 20 characters: Uppercase and lowercase letters, digits, underscores and periods.",
             ["Ab_1.c"],
             ["a-b"],
         ),
-        ("At most 20 characters: lower-case letters and dots.", ["a.b"], ["a1", "A"]),
+        ("At most 20 characters: lower-case letters and dots.", ["a.b"], ["a1", "A", "X"]),
     ],
 )
 def test_an_ids_rule_is_read_from_its_description(description: str, takes: list[str], refuses: list[str]) -> None:
