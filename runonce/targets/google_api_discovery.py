@@ -43,7 +43,10 @@ Descriptions are dropped, keeping what they state as rules:
   the caller may choose ("Optionally caller-specified in CreateTask"), keep `resourceId` (a `name`
   that is the id, "provided by the client when initially creating the resource", `clientNamed`); a
   `requestId` the API does not act on ("Deprecated. This field has no effect.", "Request ID used for
-  debugging.") keeps `noEffect`.
+  debugging.", "A unique ID generated in the API responses.") keeps `noEffect`;
+- an id's rule its description states (`described_id_rule`: length, alphabet, first and last
+  character, a literal start, a form it must not have) keeps `idRule`, on an `…Id` and on a `name`
+  the caller chooses (of a full name, the rule of its id part: "`JOB_ID` can contain only …").
 
 Discovery documents drop the protos' `oneof` unions, which the APIs enforce: the ones of the
 carried documents' schemas are kept in `discovery/oneofs.json` (`make oneofs`, from the protos in
@@ -110,16 +113,18 @@ _PARAMETER_KEYS = ("location", "type", "format", "pattern", "enum", "repeated", 
 _SCHEMA_KEYS = ("type", "format", "enum", "$ref")
 _REQUIRED = re.compile(r"\s*(?:Required\.|\[Required\])")
 _RESOURCE_ID = re.compile(
-    r"final component of|(?:ID|identifier|name) (?:to use for|used to uniquely identify|of the \w+ to create)"
+    r"final component of|(?:ID|identifier|name) (?:to use for|used to uniquely identify|of the \w+ to create(?! an? ))"
     r"|name of the \w+ becomes",
     re.IGNORECASE,
 )
 _NO_EFFECT = re.compile(
-    r"\s*Deprecated\b|.*\b(?:has no effect|used for debugging|for debugging purposes|prevents multiple\s+concurrent)",
+    r"\s*Deprecated\b|.*\b(?:has no effect|used for debugging|for debugging purposes|prevents multiple\s+concurrent"
+    r"|generated (?:in|by) the (?:API|server|service)\b)",
     re.DOTALL,
 )
 """A `requestId` whose description says the API does not act on it ("Deprecated. This field has no
-effect.", "Request ID used for debugging."), or only while the first request's work runs ("A tag that
+effect.", "Request ID used for debugging."), one the API makes itself ("A unique ID generated in the API
+responses."), or one it acts on only while the first request's work runs ("A tag that
 prevents multiple concurrent workflow instances with the same tag from running.": a retry after it
 ended starts it again): no handle, though it is named like one."""
 _CALLER_NAMED = re.compile(r"\b(?:caller|client|user)[- ](?:specified|chosen)\b", re.IGNORECASE)
@@ -211,7 +216,8 @@ _NOT_NEGATIVE = re.compile(
 """A number's sign as a sentence of its own ("Must be non-negative.", "It must be positive.", "Must be
 greater than 0.", "The value must be positive, and less than or equal to 10.")."""
 _LENGTH = re.compile(
-    r"(?:up to|at most|no (?:more|longer) than|must not exceed|cannot exceed|(?:the )?maximum length (?:is|of)|"
+    r"(?:up to|at most|no (?:more|longer) than|must not exceed|cannot exceed|"
+    r"(?:the )?max(?:imum)? length(?: is| of|:)|(?:a )?maximum of|"
     r"(?:the )?maximum allowed \w+ length is|(?<!at least 1 character and )(?:must|should) be less than) "
     r"([0-9][0-9,]*) (?:UTF-8 |Unicode |unicode )?(characters|bytes)"
     r"|([0-9][0-9,]*) (characters|bytes) or (?:less|fewer)",
@@ -220,7 +226,21 @@ _LENGTH = re.compile(
 """A string's length limit its description states ("The name can be up to 128 characters long", "The
 maximum length is 1,024 characters.", "The maximum length is 2056 bytes.", "must be less than 255
 characters", "The maximum allowed URL length is 2083 characters after encoding.", "2048 characters or
-less"); not in a sentence that sets a condition first ("If the first character is a number, …")."""
+less", "a maximum of 64 characters", "Max length: 100 bytes"); not in a sentence that sets a
+condition first ("If the first character is a number, …")."""
+_FORBIDDEN_FORM = re.compile(r"[Mm]ust not be [\w-]+ /([^/\s]+)/\.?")
+"""A form an id must not have, as a regular expression ("Must not be UUID-like
+/[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}/.")."""
+_ONLY_THESE = re.compile(r"\bonly\b|\bvalid characters\b|\b(?:may|can) contain\b", re.IGNORECASE)
+_LETTER_FIRST = (
+    r"(?:start|begin)s? with (?:a )?(?:lower-?case )?letter|first character (?:must be a|cannot be a number|a letter)"
+)
+_LETTER_OR_NUMBER_LAST = (
+    r"(?:ends? with|(?:the )?last(?: character)?(?: must be| is)?) (?:a |an )?(?:letter|number|digit)"
+    r" or (?:a |an )?(?:letter|number|digit)"
+)
+_STARTS_WITH = re.compile(r"(must not |cannot |can't )?(?:start|begin)(?:s|ning|ing)? with [`\"']+([^`\"'\s]+)[`\"']+")
+"""A literal an id must (or must not) start with ("beginning with `dc_`", 'must not start with `"goog"`')."""
 _CONDITION = re.compile(r"(?:If|When|For|Unless|In case)\b")
 _SCHEMES = re.compile(r'must begin with either "([a-z]+://)" or "([a-z]+://)"')
 """A URL's schemes its description names (Cloud Tasks: 'must begin with either "http://" or "https://"')."""
@@ -279,11 +299,11 @@ def _reduce_schema(schema: dict[str, Any]) -> dict[str, Any]:
                 or (name.endswith("Name") and _UNIQUE_NAME.search(text))
             ):
                 out["properties"][name]["resourceId"] = True
-            rule = described_id_rule(text) if name.endswith("Id") and name != "requestId" else None
-            if rule:
-                out["properties"][name]["idRule"] = rule
             if name == "name" and _CLIENT_NAMED.search(text):
                 out["properties"][name]["clientNamed"] = True
+            rule = _id_rule_of(name, text, out["properties"][name])
+            if rule:
+                out["properties"][name]["idRule"] = rule
             if name == "requestId" and _NO_EFFECT.match(text):
                 out["properties"][name]["noEffect"] = True
             if name == "requestId" and _UUID.search(text):
@@ -321,6 +341,15 @@ def _reduce_schema(schema: dict[str, Any]) -> dict[str, Any]:
         if isinstance(schema.get(key), dict):
             out[key] = _reduce_schema(schema[key])
     return out
+
+
+def _id_rule_of(name: str, text: str, field: dict[str, Any]) -> dict[str, str] | None:
+    """The id rule a field's description states: of an `…Id`, of a `name` that is the id (Compute
+    Engine's), or of the id part of a full `name` the caller chooses ("`JOB_ID` can contain only …")."""
+    if (name.endswith("Id") and name != "requestId") or field.get("clientNamed"):
+        return described_id_rule(text)
+    parts = re.split(r"(?=`[A-Z_]+_ID` can contain)", " ".join(text.split()))
+    return described_id_rule(parts[-1]) if name == "name" and field.get("resourceId") and len(parts) > 1 else None
 
 
 def prose_values(text: str) -> list[str]:
@@ -403,40 +432,80 @@ def prose_string_rules(text: str) -> dict[str, Any]:
 
 def described_id_rule(text: str) -> dict[str, str] | None:
     """The rule a resource id's description states, as `{"pattern", "words"}` for `re.fullmatch`,
-    or None when it states none (AIP-122's applies): its length ("4-32 characters", "a maximum length
-    of 255 characters"), its alphabet as a character class or a whole regular expression
-    (`[a-z0-9_]`, `^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`) or in words ("uppercase and lowercase letters,
-    numerals, and the hyphen (`-`) and underscore (`_`) characters"), and a letter first."""
+    or None when it states none (AIP-122's applies): its length ("4-32 characters", "between 2 and 64
+    characters", "a minimum of 3 characters and a maximum of 64 characters", "Max length: 100 bytes"),
+    its alphabet as a character class or a whole regular expression (`[a-z0-9_]`,
+    `^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`, and `/a-z-/`, a class whose brackets the documents' Markdown
+    lost) or in words ("uppercase and lowercase letters, numerals, and the hyphen (`-`) and underscore
+    (`_`) characters": letters are of either case unless only lower case is named), a letter first, a
+    letter or number last, a literal start ("beginning with `dc_`"), a form it must not have ("Must not
+    be UUID-like /…/"); a length without an alphabet keeps AIP-122's alphabet."""
     text = " ".join(text.split())
-    span = re.search(r"\b([0-9]+) ?(?:-|to) ?([0-9]+) characters", text)
-    low, high = (span.group(1), span.group(2)) if span else ("1", str(prose_string_rules(text).get("maxLength", "")))
-    regex = re.search(r"`/?\^?(\[[^`]*?)\$?/?`", text) or re.search(r"(?<![\w`])/\^?(\[[^/\s]*?)\$?/", text)
-    pattern = ""
-    if regex:
-        try:
-            re.compile(regex.group(1))
-            pattern = regex.group(1)
-        except re.error:
-            pattern = ""
+    forbidden = _FORBIDDEN_FORM.search(text)
+    positive = text[: forbidden.start()] + text[forbidden.end() :] if forbidden else text
+    span = re.search(r"\b(?:between )?([0-9]+) ?(?:-|to|and) ?([0-9]+) characters", positive)
+    least = re.search(r"\b(?:a minimum of|at least) ([0-9]+) characters", positive)
+    stated = prose_string_rules(positive)
+    most = str(stated.get("maxLength", stated.get("maxBytes", "")))
+    low, high = (span.group(1), span.group(2)) if span else (least.group(1) if least else "1", most)
+    pattern = _stated_class(positive)
     if pattern and not re.search(r"[{}+*?]", pattern):
         pattern += f"{{{low},{high}}}" if high else "+"
-    elif not pattern and high and re.search(r"\bletters\b", text):
-        alphabet = "a-z" + ("A-Z" if re.search(r"\b(?:upper-? ?case|uppercase)\b", text, re.I) else "")
-        alphabet += "0-9" if re.search(r"\b(?:numerals|numbers|digits)\b", text) else ""
-        alphabet += "_" if re.search(r"\bunderscores?\b", text) else ""
-        alphabet += "." if re.search(r"\b(?:periods?|dots?)\b", text) else ""
-        alphabet += "-" if re.search(r"\b(?:hyphens?|dashes)\b", text) else ""
-        pattern = f"[{alphabet}]{{{low},{high}}}"
+    elif (
+        not pattern and re.search(r"\b(?:letters|alphanumeric)\b", positive) and (high or _ONLY_THESE.search(positive))
+    ):
+        pattern = _words_class(positive) + (f"{{{low},{high}}}" if high else "+")
+    elif not pattern and span:  # a length, and no alphabet: AIP-122's
+        pattern = "[a-z](?:[a-z0-9-]*[a-z0-9])?"
     if not pattern:
         return None
     if high:
         pattern = f"(?=.{{{low},{high}}}\\Z){pattern}"
-    letter_first = (
-        r"(?:start|begin)s? with (?:a )?(?:lower-?case )?letter|first character (?:must be a|cannot be a number)"
-    )
-    if re.search(letter_first, text):
+    if re.search(_LETTER_FIRST, positive):
         pattern = f"(?=[A-Za-z]){pattern}"
-    return {"pattern": pattern, "words": f"as its description states ({text[:200]}{'…' if len(text) > 200 else ''})"}
+    if re.search(_LETTER_OR_NUMBER_LAST, positive):
+        pattern = f"(?=.*[A-Za-z0-9]\\Z){pattern}"
+    for negated, start in _STARTS_WITH.findall(positive):
+        pattern = f"(?{'!' if negated else '='}{re.escape(start)}){pattern}"
+    if forbidden and _compiles(forbidden.group(1)):
+        pattern = f"(?!(?:{forbidden.group(1)})\\Z){pattern}"
+    words = f"as its description states ({text[:200]}{'…' if len(text) > 200 else ''}"
+    if forbidden and forbidden.start() >= 200:
+        words += f" {forbidden.group(0)}"
+    return {"pattern": pattern, "words": words + ")"}
+
+
+def _stated_class(text: str) -> str:
+    """The character class (or whole expression) a description gives an id, '' when it gives none."""
+    regex = re.search(r"`/?\^?(\[[^`]*?)\$?/?`", text) or re.search(r"(?<![\w`])/\^?(\[[^/\s]*?)\$?/", text)
+    if regex and _compiles(regex.group(1)):
+        return regex.group(1)
+    lost = re.search(r"(?<![\w`])`?/\^?((?:[a-zA-Z0-9]-[a-zA-Z0-9]|[-_.])+)\+?\$?/`?", text)
+    if lost:  # `/a-z-/` is `[a-z][0-9]-`, its brackets taken for a Markdown link (Vertex AI's, Dataproc's ids)
+        return f"[{'a-z0-9-' if lost.group(1) == 'a-z-' else lost.group(1)}]"
+    return ""
+
+
+def _words_class(text: str) -> str:
+    """The character class an id's description names in words."""
+    lower = re.search(r"\blower-? ?case\b", text, re.I) or re.search(r"(?<!\w)a-z", text)
+    upper = re.search(r"\bupper-? ?case\b", text, re.I) or re.search(r"(?<!\w)A-Z", text)
+    alphabet = "a-z" if lower and not upper else "a-zA-Z"
+    alphabet += "0-9" if re.search(r"\b(?:numerals|numbers|digits|alphanumeric)\b", text) else ""
+    alphabet += "_" if re.search(r"\bunderscores?\b", text) else ""
+    alphabet += "." if re.search(r"\b(?:periods?|dots?)\b", text) else ""
+    alphabet += "-" if re.search(r"\b(?:hyphens?|dashes)\b", text) else ""
+    if re.search(r"\bunicode letters\b", text, re.I):  # Python's `re` has no categories: any letter past ASCII
+        return f"(?:[{alphabet}]|[^\\x00-\\x9f])"
+    return f"[{alphabet}]"
+
+
+def _compiles(regex: str) -> bool:
+    try:
+        re.compile(regex)
+    except re.error:
+        return False
+    return True
 
 
 def _whole(number: float) -> float | int:

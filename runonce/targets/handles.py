@@ -234,12 +234,12 @@ def handles_of(document: ApiDocument, method: ApiMethod) -> list[Handle]:
         own_name = request.get("name") or {}
         if (method.request or "").lower() == singular.lower() and not own_name.get("readOnly"):
             if own_name.get("clientNamed"):
-                handles.append(Handle("resource id", "body", "name"))
+                handles.append(Handle("resource id", "body", "name", _described(own_name)))
             elif own_name.get("resourceId"):
-                handles.append(Handle("resource name", "body", "name"))
+                handles.append(Handle("resource name", "body", "name", _described(own_name)))
         resource = _properties(document, (request.get(singular) or {}).get("$ref"))
         if resource.get("name", {}).get("resourceId") and not resource["name"].get("readOnly"):
-            handles.append(Handle("resource name", "body", f"{singular}.name"))
+            handles.append(Handle("resource name", "body", f"{singular}.name", _described(resource["name"])))
         # A job submitted with its own id (Dataproc's `job.reference.jobId`): a second submit is refused.
         own_reference = _properties(document, (resource.get("reference") or {}).get("$ref"))
         if f"{singular}Id" in own_reference and not own_reference[f"{singular}Id"].get("readOnly"):
@@ -273,11 +273,17 @@ def _properties(document: ApiDocument, schema_name: str | None) -> dict[str, Any
 def _collection(method: ApiMethod) -> str | None:
     """The collection a create POSTs to (`jobs` of `v1/{+parent}/jobs`, or of Dataproc's
     `…/jobs:submit`), or None when the method is no such create (its id ends in `create`, BigQuery's
-    `insert`, or Dataproc's `submit` and `submitAsOperation`)."""
+    `insert`, or Dataproc's `submit` and `submitAsOperation`; or it is `create<Kind>` of a collection the
+    route names)."""
     verb = method.id.rsplit(".", 1)[-1]
+    last = method.path.rstrip("/").rsplit("/", 1)[-1].removesuffix(f":{verb}")
+    kind = re.fullmatch(r"create([A-Z][A-Za-z0-9]*)", verb)
+    if method.http_method == "POST" and kind and re.fullmatch(r"\{\w+\}", last):
+        # Firestore's `documents.createDocument` POSTs to `v1/{+parent}/{collectionId}`: a collection
+        # the route names, of the kind the verb says
+        return kind.group(1)[0].lower() + kind.group(1)[1:] + "s"
     if method.http_method != "POST" or verb not in ("create", "insert", "submit", "submitAsOperation"):
         return None
-    last = method.path.rstrip("/").rsplit("/", 1)[-1].removesuffix(f":{verb}")
     return last if re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", last) else None
 
 

@@ -1106,7 +1106,54 @@ def test_a_document_whose_method_ids_start_differently_is_looked_up_under_its_na
         # a class that is no regular expression: the words say it
         ("Up to 10 characters of letters and numbers `[a-z0-9`.", ["abc1"], ["ABC", "a_b", "a" * 11]),
         # words: the alphabet each one names, and no more
-        ("It has at most 20 characters: letters and hyphens.", ["ab-c"], ["ab1", "a_b", "a.b", "AB", "X"]),
+        # letters are of either case, unless only lower case is named (in words or as a-z)
+        ("It has at most 20 characters: letters and hyphens.", ["ab-c", "AB"], ["ab1", "a_b", "a.b"]),
+        ("At most 20 characters: lowercase letters and hyphens.", ["ab-c"], ["AB", "X", "a_b"]),
+        # a class whose brackets Markdown took for a link: `/a-z-/` is [a-z][0-9]-
+        ("This value should be 4-63 characters, and valid characters are /a-zA-Z0-9+/.", ["aB3d"], ["abc", "a-bc"]),
+        ("Must be 4-128 characters in length. Valid characters are `/a-z-/`.", ["a-1b"], ["abc", "A-1b", "a_1b"]),
+        # the documents' own words, from the APIs runonce does not carry (Firestore, Apigee, Analytics
+        # Hub, IAM, Spanner, Workflows): a form it must not have, a literal start, Unicode letters,
+        # "a minimum of … and a maximum of", "between N and M", a length and no alphabet (AIP-122's)
+        (
+            "Required. The ID to use for the database, which will become the final component of the database's "
+            "resource name. This value should be 4-63 characters. Valid characters are /a-z-/ with first "
+            "character a letter and the last a letter or a number. Must not be UUID-like "
+            '/[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}/. "(default)" database ID is also valid if the '
+            "database is Standard edition.",
+            ["d" + "0" * 40, "abcd"],
+            ["0abc", "abc-", "abcdef01-2345-6789-abcd-ef0123456789", "d_x0", "a" * 64],
+        ),
+        (
+            "ID of the data collector. Overrides any ID in the data collector resource. Must be a string "
+            "beginning with `dc_` that contains only letters, numbers, and underscores.",
+            ["dc_abc", "dc_A1"],
+            ["x0abc", "dc-a", "DC_a"],
+        ),
+        (
+            "Must contain only Unicode letters, numbers (0-9), underscores (_). Max length: 100 bytes.",
+            ["x_Ab", "x_\u00e9"],
+            ["x-a", "a" * 101],
+        ),
+        (
+            "A role ID may contain alphanumeric characters, underscores (`_`), and periods (`.`). It must contain "
+            "a minimum of 3 characters and a maximum of 64 characters.",
+            ["nightly_abc", "Nightly.abc"],
+            ["ab", "r-a", "a" * 65],
+        ),
+        (
+            "Required. The ID of the instance to create. Valid identifiers are of the form `a-z*[a-z0-9]` and "
+            "must be between 2 and 64 characters in length.",
+            ["i" + "a" * 63, "ab"],
+            ["a", "A1", "a" * 65, "a-", "1a"],
+        ),
+        (
+            "It has to fulfill the following requirements: * Must contain only letters, numbers, underscores "
+            "and hyphens. * Must start with a letter. * Must be between 1-64 characters. * Must end with a "
+            "number or a letter.",
+            ["Wf_1", "a"],
+            ["1a", "a-", "a" * 65],
+        ),
         (
             "It has at most 20 characters: Uppercase and lowercase letters, digits, underscores and periods.",
             ["Ab_1.c"],
@@ -1126,7 +1173,7 @@ def test_an_ids_rule_is_read_from_its_description(description: str, takes: list[
 
 @pytest.mark.parametrize(
     "description",
-    ["The ID to use for the job.", "This value should be 4-63 characters, and valid characters are /a-zA-Z0-9+/."],
+    ["The ID to use for the job.", "It names the pool (a UUID). Only one is allowed."],
 )
 def test_an_id_whose_description_states_no_alphabet_keeps_aip_122(description: str) -> None:
     assert described_id_rule(description) is None
@@ -1136,7 +1183,7 @@ def test_an_id_rule_quotes_its_description_in_the_refusal() -> None:
     """The refusal quotes what the description states, its first 200 characters."""
     short = "Up to 10 characters of letters. " + "x" * 168  # 200 characters
     assert described_id_rule(short) == {
-        "pattern": "(?=.{1,10}\\Z)[a-z]{1,10}",
+        "pattern": "(?=.{1,10}\\Z)[a-zA-Z]{1,10}",
         "words": f"as its description states ({short})",
     }
     long = short + "y"
@@ -1155,6 +1202,91 @@ def test_a_secret_id_is_held_to_secret_managers_rule_not_aip_122() -> None:
     route["params"]["secretId"] = "s.${run_id}"
     line = _refusal(routes_yaml(route))
     assert "params.secretId: " in line and "maximum length of 255 characters" in line, line
+
+
+def test_an_id_that_must_not_look_like_a_uuid_is_refused_one() -> None:
+    """Firestore's database id "Must not be UUID-like": `${run_uuid}` is refused, `d${run_id:40}` taken
+    (the document comes from google-api-python-client: runonce does not carry Firestore's)."""
+    route = {
+        "type": "google_api",
+        "api": "firestore.v1",
+        "method": "projects.databases.create",
+        "params": {"parent": "projects/my-project", "databaseId": "d${run_id:40}"},
+        "body": {"locationId": "nam5", "type": "FIRESTORE_NATIVE"},
+    }
+    assert parse_routes(routes_yaml(route), "routes file routes.yaml")
+    route["params"]["databaseId"] = "${run_uuid}"
+    line = _refusal(routes_yaml(route))
+    assert "params.databaseId: " in line and "Must not be UUID-like" in line, line
+
+
+@pytest.mark.parametrize(
+    ("api", "method", "params", "body", "field"),
+    [
+        # "A unique ID generated in the API responses": the server's, not the caller's
+        (
+            "jobs.v4",
+            "projects.tenants.clientEvents.create",
+            {"parent": "projects/p/tenants/t"},
+            {"requestId": "${run_uuid}", "eventId": "e", "createTime": "2026-01-31T12:00:00Z"},
+            "body.requestId",
+        ),
+        # "The id of the Idp to create a config for": an existing provider's, not a new resource's
+        (
+            "identitytoolkit.v2",
+            "projects.defaultSupportedIdpConfigs.create",
+            {"parent": "projects/p", "idpId": "i${run_id:40}"},
+            {},
+            "params.idpId",
+        ),
+    ],
+)
+def test_an_id_the_method_does_not_dedupe_on_is_no_handle(
+    api: str, method: str, params: dict[str, Any], body: dict[str, Any], field: str
+) -> None:
+    route = {"type": "google_api", "api": api, "method": method, "params": params, "body": body}
+    line = _refusal(routes_yaml(route))
+    assert "no way to dedupe" in line and field in line and "does not dedupe on" in line, line
+
+
+def test_a_name_the_caller_chooses_is_held_to_the_rule_its_description_states() -> None:
+    """Cloud Scheduler: "`JOB_ID` can contain only letters ([A-Za-z]), numbers ([0-9]), hyphens (-), or
+    underscores (_). The maximum length is 500 characters." (not AIP-122's 63 lower-case characters)."""
+    route = {
+        "type": "google_api",
+        "api": "cloudscheduler.v1",
+        "method": "projects.locations.jobs.create",
+        "params": {"parent": PARENT},
+        "body": {
+            "name": f"{PARENT}/jobs/Nightly_${{run_id}}",
+            "schedule": "0 3 * * *",
+            "httpTarget": {"uri": "https://example.com/run"},
+        },
+    }
+    assert parse_routes(routes_yaml(route), "routes file routes.yaml")
+    route["body"]["name"] = f"{PARENT}/jobs/nightly.${{run_id}}"
+    line = _refusal(routes_yaml(route))
+    assert "body.name: the id 'nightly.0000" in line and "`JOB_ID` can contain only letters" in line, line
+
+
+def test_a_create_of_a_collection_the_route_names_dedupes_on_its_id() -> None:
+    """Firestore's `documents.createDocument` POSTs to `{+parent}/{collectionId}` and takes the
+    client-assigned `documentId`: a second create of it is refused, and the read finds it by name."""
+    documents = "projects/my-project/databases/(default)/documents/teams/data"  # (the parent's pattern: nested)
+    route = {
+        "type": "google_api",
+        "api": "firestore.v1",
+        "method": "projects.databases.documents.createDocument",
+        "params": {"parent": documents, "collectionId": "runs", "documentId": "r${run_id:62}"},
+        "body": {"fields": {"state": {"stringValue": "started"}}},
+        "reconcile": {
+            "method": "projects.databases.documents.get",
+            "params": {"name": f"{documents}/runs/r${{run_id:62}}"},
+        },
+    }
+    assert parse_routes(routes_yaml(route), "routes file routes.yaml")
+    route["reconcile"]["params"]["name"] = f"{documents}/other/r${{run_id:62}}"
+    assert "reconcile.params: the read must find the resource" in _refusal(routes_yaml(route))
 
 
 def test_a_request_id_that_must_be_a_uuid_is_filled_with_one() -> None:
