@@ -23,10 +23,11 @@ import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic_core import PydanticCustomError
 
 from runonce.errors import RunonceError
 
@@ -39,6 +40,23 @@ class TargetConfigModel(BaseModel):
     """A route's target block, or a part of one: unknown keys refused, immutable once loaded."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    NULL_CHECKED: ClassVar[frozenset[str]] = frozenset()
+    """Fields whose own check says more of an empty key than the rule here."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_empty_keys(cls, data: Any) -> Any:
+        """A key with nothing under it (`oidc_token:` whose lines are commented out: null) is refused,
+        never taken for the field's default: runonce does not guess what its author left out."""
+        if isinstance(data, dict):
+            for key, value in data.items():
+                if value is None and key in cls.model_fields and key not in cls.NULL_CHECKED:
+                    raise PydanticCustomError(  # pragma: no mutate - routes shows the message, not the type
+                        "target_config",
+                        f"{key}: is empty (null); a value is needed here: give it a value (an empty key in YAML "
+                        "is null) or remove the key",
+                    )
+        return data
 
 
 class TargetError(RunonceError):

@@ -48,10 +48,13 @@ def identity_properties(request: DispatchRequest) -> dict[str, str]:
 
 
 def _check_batch(batch: dict[str, Any]) -> None:
-    """What the document cannot say of a Batch: a workload (its oneof keeps it to one), and no
-    property setting the run's variables."""
+    """What the document cannot say of a Batch: a workload (its oneof keeps it to one), no session's
+    setting, and no property setting the run's variables."""
     if not any(kind in batch for kind in WORKLOADS):
         raise config_error(f"batch must hold exactly one workload of {', '.join(WORKLOADS)} (got none)")
+    if ((batch.get("environmentConfig") or {}).get("executionConfig") or {}).get("idleTtl") is not None:
+        # ExecutionConfig.idleTtl: "Applies to sessions only. … This field cannot be set on a batch workload."
+        raise config_error("batch.environmentConfig.executionConfig.idleTtl: applies to sessions only, not to a batch")
     for key in (batch.get("runtimeConfig") or {}).get("properties") or {}:
         if key.startswith(ENV_PROPERTY_PREFIXES) and key.rsplit(".", 1)[1] in RUN_ENV:
             raise config_error(f"batch.runtimeConfig.properties: {key} is set by runonce")

@@ -316,6 +316,8 @@ class RunningConfig(TargetConfigModel):
 
 
 class GoogleApiTargetConfig(TargetConfigModel):
+    NULL_CHECKED = frozenset({"body"})  # says which request object the method takes
+
     type: Literal["google_api"]
     api: str = Field(description="A discovery document, as name.version (batch.v1).")
     method: str = Field(description="The method's id as the document names it (projects.locations.jobs.create).")

@@ -778,6 +778,8 @@ class ApiDocument:
                 problem = problem or _control_problem(key, item, f"{where}.{key}")
             elif extra is not None:
                 problem = None if key == "@type" else self._item_problem(item, extra, f"{where}.{key}", given)
+                if CONTROL_CHARACTER.search(key) and where.rsplit(".", 1)[-1] not in LABEL_FIELDS:
+                    problem = problem or f"{where}: the key {key!r} holds a control character (a newline?); no key does"
             else:
                 return _unknown_field(where, kind_name, key, properties or {})
             if problem:

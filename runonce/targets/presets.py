@@ -264,8 +264,6 @@ def parse_run_parameters(value: Any) -> dict[str, str]:
 
     A list names the parameters after the fields (`[run_id, schedule_time]`); a mapping maps each
     field to the parameter that receives it (`{run_id: idempotency_key}`)."""
-    if value is None:
-        return {}
     if isinstance(value, list):
         value = {item: item for item in value} if all(isinstance(item, str) for item in value) else None
     if not isinstance(value, dict):

@@ -428,6 +428,45 @@ def test_an_empty_yaml_key_is_refused_at_start_up_by_serve_and_lint(kind: str, t
     assert linted.exit_code == 1 and f"{routes}: -: error: {line} [invalid_routes]" in linted.output, linted.output
 
 
+def _route_fields(model: Any, target: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """(the dotted field, the block it is in, the target with that field emptied) for every field of a
+    target's config model and of the blocks in it that the route fills, but `type`."""
+    for name, field in model.model_fields.items():
+        if name == "type":
+            continue
+        emptied = copy.deepcopy(target)
+        holder = emptied
+        for part in prefix.split(".")[:-1] if prefix else []:
+            holder = holder[part]
+        holder[name] = None
+        yield f"{prefix}{name}", prefix.rstrip("."), emptied
+        inner = field.annotation
+        for candidate in getattr(inner, "__args__", (inner,)):
+            block = target
+            for part in f"{prefix}{name}".split("."):
+                block = block.get(part) if isinstance(block, dict) else None
+            if isinstance(candidate, type) and hasattr(candidate, "model_fields") and isinstance(block, dict):
+                yield from _route_fields(candidate, target, f"{prefix}{name}.")
+
+
+@pytest.mark.parametrize("kind", sorted(PRESETS))
+def test_an_empty_key_of_the_routes_own_fields_is_refused_never_taken_for_its_default(kind: str) -> None:
+    """`oidc_token:`, `args:` or `run_parameters:` with their lines commented out are null: refused in
+    one line naming the field, not taken for "no token", "the image's args" or "no parameters"."""
+    preset = PRESETS[kind]
+    checked = []
+    for field, block, target in _route_fields(TARGET_TYPES[kind].config, preset.target):
+        with pytest.raises(ConfigError) as caught:
+            parse_routes(json.dumps({"routes": {"r": {"target": target}}}), "routes file r.yaml")
+        line = str(caught.value)
+        name = field.rsplit(".", 1)[-1]
+        wheres = [f"field 'target{'.' + block if block else ''}': {name}: ", f"field 'target.{field}': {name}: "]
+        assert any(where + "is empty (null)" in line for where in wheres), (field, line)
+        assert "remove the key" in line and "\n" not in line, (field, line)
+        checked.append(field)
+    assert len(checked) >= 2, checked
+
+
 def test_a_route_no_run_of_which_could_be_sent_is_refused_at_start_up() -> None:
     """A Workflows argument over the API's 32 KiB would fail every delivery: refused in one line."""
     target = {**PRESETS["workflows"].target, "argument": {"blob": "x" * 40000}}

@@ -263,6 +263,11 @@ CASES: dict[str, tuple[dict[str, Any], str, str]] = {
         "target.params",
         "params.parent='projects/my-project/locations/us-central1\\n': holds a control character",
     ),
+    "a map key with a newline (an env var's name from a YAML | block)": (
+        changed(BATCH, "body.taskGroups.0.taskSpec.environment", {"variables": {"QUALITY\n": "high"}}),
+        "target.body",
+        "body.taskGroups[0].taskSpec.environment.variables: the key 'QUALITY\\n' holds a control character",
+    ),
     "path parameter outside its pattern": (
         changed(BATCH, "params.parent", "projects/my-project"),
         "target.params",
@@ -275,7 +280,7 @@ CASES: dict[str, tuple[dict[str, Any], str, str]] = {
         "takes: 1-63 characters of a-z 0-9 -, starting with a letter",
     ),
     "id the API refuses (capitals)": (
-        changed(BATCH, "params.jobId", "Nightly-${run_id:32}") | {"reconcile": None},
+        changed(changed(BATCH, "params.jobId", "Nightly-${run_id:32}"), "reconcile", ...),
         "target",
         "is not an id batch.v1 takes",
     ),
@@ -318,7 +323,7 @@ CASES: dict[str, tuple[dict[str, Any], str, str]] = {
         "workflowexecutions.projects.locations.workflows.executions.create has no client-chosen id and no requestId",
     ),
     "a handle left unfilled": (
-        changed(changed(BATCH, "params.jobId", ...), "params.requestId", ...) | {"reconcile": None},
+        changed(changed(changed(BATCH, "params.jobId", ...), "params.requestId", ...), "reconcile", ...),
         "target",
         "fill from the run what batch.projects.locations.jobs.create dedupes on: params.jobId (resource id), "
         "params.requestId (request id)",
@@ -330,7 +335,7 @@ CASES: dict[str, tuple[dict[str, Any], str, str]] = {
         "params.jobId (resource id))",
     ),
     "a client-chosen id that is the same for every run": (
-        changed(BATCH, "params.jobId", "nightly") | {"reconcile": None},
+        changed(changed(BATCH, "params.jobId", "nightly"), "reconcile", ...),
         "target",
         "params.jobId: 'nightly' does not tell runs apart, so batch.projects.locations.jobs.create would take every "
         "run after the first for a retry of it and start nothing",

@@ -243,6 +243,12 @@ MISTAKES = [
     ),
     (
         "dataproc_batch",
+        "batch.environmentConfig",
+        {"executionConfig": {"idleTtl": "3600s"}},
+        "batch.environmentConfig.executionConfig.idleTtl: applies to sessions only, not to a batch",
+    ),
+    (
+        "dataproc_batch",
         "batch.runtimeConfig.properties",
         {"spark.executorEnv.RUNONCE_RUN_ID": "x"},
         "batch.runtimeConfig.properties: spark.executorEnv.RUNONCE_RUN_ID is set by runonce",
@@ -337,8 +343,8 @@ def test_run_parameters_as_a_list_name_parameters_after_the_fields() -> None:
     entry = TARGET_TYPES["dataflow_flex_template"]
     config = entry.config.model_validate({**TYPES["dataflow_flex_template"].target, "run_parameters": ["run_id"]})
     assert config.run_parameters == {"run_id": "run_id"}
-    config = entry.config.model_validate({**TYPES["dataflow_flex_template"].target, "run_parameters": None})
-    assert config.run_parameters == {}
+    with pytest.raises(ValidationError, match=r"run_parameters: is empty \(null\).*remove the key"):
+        entry.config.model_validate({**TYPES["dataflow_flex_template"].target, "run_parameters": None})
 
 
 # --- the ids ---------------------------------------------------------------------------------------
