@@ -6,9 +6,12 @@ Any mistake stops start-up with one `ConfigError` naming the file, the route and
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import re
+import types
+import typing
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -671,6 +674,41 @@ def _quoted(value: object) -> str:
     return shown if len(shown) <= 80 else f"a value of {len(str(value))} characters"
 
 
+def _fields_hint(loc: list[Any]) -> str:
+    """What the block an unknown key (`loc[-1]`) was found in takes, and the field it is closest to."""
+    block: Any = RoutesConfig
+    for part in loc[:-1]:
+        block = _unwrapped(block)
+        if isinstance(block, type) and issubclass(block, BaseModel):
+            block = block.model_fields[part].annotation if part in block.model_fields else None
+        elif typing.get_origin(block) in (dict, list):
+            block = typing.get_args(block)[-1]  # a route name, or a list's index
+        elif part in TARGET_TYPES:  # the `target:` union, by its `type`
+            block = TARGET_TYPES[part].config
+        else:
+            return ""
+    block = _unwrapped(block)
+    if not (isinstance(block, type) and issubclass(block, BaseModel)):
+        return ""
+    fields = list(block.model_fields)
+    close = difflib.get_close_matches(str(loc[-1]), fields, n=1)
+    return f" ({f'did you mean {close[0]!r}? ' if close else ''}this block takes: {', '.join(fields)})"
+
+
+def _unwrapped(kind: Any) -> Any:
+    """`X` of `Annotated[X, …]` and of `X | None`."""
+    while True:
+        if typing.get_origin(kind) is Annotated:
+            kind = typing.get_args(kind)[0]
+            continue
+        if typing.get_origin(kind) in (typing.Union, types.UnionType):
+            kinds = [arg for arg in typing.get_args(kind) if arg is not type(None)]
+            if len(kinds) == 1:
+                kind = kinds[0]
+                continue
+        return kind
+
+
 def _in_words(error: Any) -> str:
     """pydantic's error as a user of the routes file needs it: what is allowed, never an expression."""
     kind, ctx, given = error["type"], error.get("ctx") or {}, error.get("input")
@@ -682,6 +720,8 @@ def _in_words(error: Any) -> str:
     if kind == "union_tag_not_found":
         tag = str(ctx["discriminator"]).strip("'")
         return f"needs a {tag}: one of {', '.join(repr(name) for name in TARGET_TYPES)}"
+    if kind == "extra_forbidden":
+        return f"{error['msg']}{_fields_hint(list(error['loc']))}"
     if kind in ("int_type", "int_from_float", "int_parsing"):
         unquote = " (without quotes)" if isinstance(given, str) and given.strip().isdigit() else ""
         return f"must be a whole number written in digits{unquote}, got {_quoted(given)}"

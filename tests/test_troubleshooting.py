@@ -58,7 +58,9 @@ CASES: dict[str, dict[str, str] | None] = {
     "…: expected a mapping with a top-level 'routes:' key": {"RUNONCE_ROUTES": "[1, 2]"},
     "…: route name '…': …": {"RUNONCE_ROUTES": '{"routes": {"Nightly ETL": {"target": {"type": "log"}}}}'},
     "…: route 'R': field 'target': …": {"RUNONCE_ROUTES": '{"routes": {"a": {"target": {"type": "nosuch"}}}}'},
-    "…: route 'R': field 'F': Extra inputs are not permitted": _route('"overlaps": "skip"'),
+    "…: route 'R': field 'F': Extra inputs are not permitted (did you mean …? this block takes: …)": _route(
+        '"overlaps": "skip"'
+    ),
     "…: route 'R': field 'namespace.project': …": _route('"namespace": {"project": "123456789", "location": "eu"}'),
     "…: route 'R': field 'schedule': …": _route('"schedule": "0 9 * * MON#2"'),
     "…: route 'R': field 'time_zone': '…' is not a tz database zone name": _route(

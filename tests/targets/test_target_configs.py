@@ -11,6 +11,7 @@ from runonce.settings import ConfigError, load_settings
 WORKFLOW = "projects/my-project/locations/us-central1/workflows/etl"
 JOB = "projects/my-project/locations/us-central1/jobs/nightly"
 TRIGGER = "projects/my-project/locations/global/triggers/nightly-build"
+QUEUE = "projects/my-project/locations/us-central1/queues/q"
 
 
 def error_of(target: str) -> str:
@@ -105,7 +106,18 @@ def test_valid_configs_load() -> None:
         ),
         (
             f"{{type: workflows, workflow: {WORKFLOW}, argumnet: {{}}}}",
-            "field 'target.argumnet': Extra inputs are not permitted",
+            "field 'target.argumnet': Extra inputs are not permitted (did you mean 'argument'? this block takes: "
+            "type, workflow, argument, key_field, labels, call_log_level)",
+        ),
+        (
+            f"{{type: cloud_tasks_task, queue: {QUEUE}, http_request: {{url: 'https://x.test/', headres: {{}}}}}}",
+            "field 'target.http_request.headres': Extra inputs are not permitted (did you mean 'headers'? this block "
+            "takes: url, http_method, headers, oidc_token)",
+        ),
+        (
+            f"{{type: cloud_run_job, job: {JOB}, args:}}",
+            "field 'target': args: is empty (null); a value is needed here: give it a value (an empty key in YAML is "
+            "null) or remove the key",
         ),
         (
             "{type: cloud_run_job, job: projects/my-project/jobs/nightly}",
