@@ -1152,6 +1152,13 @@ def test_a_document_whose_method_ids_start_differently_is_looked_up_under_its_na
             ["i" + "a" * 63, "ab"],
             ["a", "A1", "a" * 65, "a-", "1a"],
         ),
+        # a start it must not have (Pub/Sub's topic ids)
+        (
+            "It must start with a letter, contain only letters, numbers, dashes, underscores, periods, tildes, "
+            'plus or percent signs, be between 3 and 255 characters, and it must not start with `"goog"`.',
+            ["topic-1", "Goo"],
+            ["goog-1", "1abc"],
+        ),
         (
             "It has to fulfill the following requirements: * Must contain only letters, numbers, underscores "
             "and hyphens. * Must start with a letter. * Must be between 1-64 characters. * Must end with a "
@@ -1292,6 +1299,27 @@ def test_a_create_of_a_collection_the_route_names_dedupes_on_its_id() -> None:
     assert parse_routes(routes_yaml(route), "routes file routes.yaml")
     route["reconcile"]["params"]["name"] = f"{documents}/other/r${{run_id:62}}"
     assert "reconcile.params: the read must find the resource" in _refusal(routes_yaml(route))
+
+
+def test_a_name_the_client_provides_is_held_to_the_rule_its_description_states() -> None:
+    """Compute Engine's instance `name`, "provided by the client when initially creating the resource",
+    "must be 1-63 characters long and match the regular expression `[a-z]([-a-z0-9]*[a-z0-9])?`"."""
+    route = {
+        "type": "google_api",
+        "api": "compute.v1",
+        "method": "instances.insert",
+        "params": {"project": "my-project", "zone": "us-central1-a", "requestId": "${run_uuid}"},
+        "body": {
+            "name": "r${run_id:62}",
+            "machineType": "zones/us-central1-a/machineTypes/e2-small",
+            "disks": [{"boot": True, "initializeParams": {"sourceImage": "projects/debian-cloud/global/images/x"}}],
+            "networkInterfaces": [{"network": "global/networks/default"}],
+        },
+    }
+    assert parse_routes(routes_yaml(route), "routes file routes.yaml")
+    route["body"]["name"] = "R${run_id:62}"
+    line = _refusal(routes_yaml(route))
+    assert "body.name: 'R0000" in line and "is not an id compute.v1 takes" in line, line
 
 
 def test_a_request_id_that_must_be_a_uuid_is_filled_with_one() -> None:
