@@ -34,6 +34,7 @@ from runonce.run.guarantees import RouteGuard
 from runonce.schedules import ScheduleError, get_zone, parse_schedule
 from runonce.settings import EMAIL_PATTERN, MAX_DURATION_SECONDS, ConfigError, Settings
 from runonce.targets import TARGET_TYPES, PayloadNotSendable, TargetConfig, encode_json
+from runonce.targets.base import refuse_empty_keys
 
 ROUTE_NAME_PATTERN = rf"^{names.ROUTE_NAME}$"
 """Lower-case letters, digits, `-` and `_`, at most 63 characters (as in URLs and the run_id)."""
@@ -58,6 +59,11 @@ class Namespace(BaseModel):
     location: Annotated[str, StringConstraints(pattern=LOCATION_PATTERN)] = Field(
         description="A location, such as us-central1."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_empty_keys(cls, data: Any) -> Any:
+        return refuse_empty_keys(cls, data)
 
 
 class Route(BaseModel):
@@ -139,6 +145,11 @@ class Route(BaseModel):
         default_factory=dict,
         description="The JSON object the Scheduler job sends: a catch-up or backfill sends the same.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_empty_keys(cls, data: Any) -> Any:
+        return refuse_empty_keys(cls, data)
 
     @field_validator("schedule")
     @classmethod

@@ -78,6 +78,19 @@ BAD_ROUTES = {
     ),
     "a key that is a newline, over a date that is none": ("? '\n\n  '\n: 0000-00-00\n", "at '\\n': line 4, column 3"),
     "a tab in indentation": ("routes:\n\ta:\n\t\ttarget: {type: log}\n", "not valid YAML or JSON"),
+    # a key whose lines are commented out is null: refused, never taken for the default
+    "an empty lateness limit": (
+        "routes:\n  a:\n    target: {type: log}\n    max_lateness_seconds:\n    # 3600\n",
+        "route 'a': max_lateness_seconds: is empty (null); a value is needed here: give it a value",
+    ),
+    "an empty namespace": (
+        "routes: {a: {target: {type: log}, namespace: }}",
+        "route 'a': namespace: is empty (null)",
+    ),
+    "an empty namespace location": (
+        "routes: {a: {target: {type: log}, namespace: {project: my-project, location: }}}",
+        "route 'a': field 'namespace': location: is empty (null)",
+    ),
 }
 
 

@@ -46,17 +46,21 @@ class TargetConfigModel(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _no_empty_keys(cls, data: Any) -> Any:
-        """A key with nothing under it (`oidc_token:` whose lines are commented out: null) is refused,
-        never taken for the field's default: runonce does not guess what its author left out."""
-        if isinstance(data, dict):
-            for key, value in data.items():
-                if value is None and key in cls.model_fields and key not in cls.NULL_CHECKED:
-                    raise PydanticCustomError(  # pragma: no mutate - routes shows the message, not the type
-                        "target_config",
-                        f"{key}: is empty (null); a value is needed here: give it a value (an empty key in YAML "
-                        "is null) or remove the key",
-                    )
-        return data
+        return refuse_empty_keys(cls, data, cls.NULL_CHECKED)
+
+
+def refuse_empty_keys(model: type[BaseModel], data: Any, checked_elsewhere: frozenset[str] = frozenset()) -> Any:
+    """A routes file's key with nothing under it (`oidc_token:` whose lines are commented out: null) is
+    refused, never taken for the field's default: runonce does not guess what its author left out."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if value is None and key in model.model_fields and key not in checked_elsewhere:
+                raise PydanticCustomError(  # pragma: no mutate - routes shows the message, not the type
+                    "empty_key",
+                    f"{key}: is empty (null); a value is needed here: give it a value (an empty key in YAML is "
+                    "null) or remove the key",
+                )
+    return data
 
 
 class TargetError(RunonceError):
