@@ -18,7 +18,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from runonce import names
 from runonce.run.delivery import (
@@ -34,7 +43,7 @@ from runonce.run.guarantees import RouteGuard
 from runonce.schedules import ScheduleError, get_zone, parse_schedule
 from runonce.settings import EMAIL_PATTERN, MAX_DURATION_SECONDS, ConfigError, Settings
 from runonce.targets import TARGET_TYPES, PayloadNotSendable, TargetConfig, encode_json
-from runonce.targets.base import refuse_empty_keys
+from runonce.targets.base import NULL_IS_ABSENT, refuse_empty_keys
 
 ROUTE_NAME_PATTERN = rf"^{names.ROUTE_NAME}$"
 """Lower-case letters, digits, `-` and `_`, at most 63 characters (as in URLs and the run_id)."""
@@ -62,8 +71,8 @@ class Namespace(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _no_empty_keys(cls, data: Any) -> Any:
-        return refuse_empty_keys(cls, data)
+    def _no_empty_keys(cls, data: Any, info: ValidationInfo) -> Any:
+        return refuse_empty_keys(cls, data, info)
 
 
 class Route(BaseModel):
@@ -148,8 +157,8 @@ class Route(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _no_empty_keys(cls, data: Any) -> Any:
-        return refuse_empty_keys(cls, data)
+    def _no_empty_keys(cls, data: Any, info: ValidationInfo) -> Any:
+        return refuse_empty_keys(cls, data, info)
 
     @field_validator("schedule")
     @classmethod
@@ -367,8 +376,9 @@ def parse_routes(text: str, origin: str) -> dict[str, Route]:
     bad_key = _non_text_key(data)
     if bad_key:
         raise ConfigError(f"{origin}: {bad_key}")
+    written_as_json = text.lstrip()[:1] in ("{", "[") and _json(text) is not _NOT_JSON
     try:
-        return dict(RoutesConfig.model_validate(data).routes)
+        return dict(RoutesConfig.model_validate(data, context={NULL_IS_ABSENT: written_as_json}).routes)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(origin, exc)) from exc
 
@@ -687,6 +697,8 @@ def _quoted(value: object) -> str:
 
 def _fields_hint(loc: list[Any]) -> str:
     """What the block an unknown key (`loc[-1]`) was found in takes, and the field it is closest to."""
+    if not loc:
+        return ""
     block: Any = RoutesConfig
     for part in loc[:-1]:
         block = _unwrapped(block)

@@ -89,7 +89,8 @@ BAD_ROUTES = {
     ),
     "an empty namespace location": (
         "routes: {a: {target: {type: log}, namespace: {project: my-project, location: }}}",
-        "route 'a': field 'namespace': location: is empty (null)",
+        "route 'a': field 'namespace': location: is empty (null); a value is needed here: give it a value (an "
+        "empty key in YAML is null)",
     ),
 }
 

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 import httpx
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
 from pydantic_core import PydanticCustomError
 
 from runonce.errors import RunonceError
@@ -45,21 +45,34 @@ class TargetConfigModel(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _no_empty_keys(cls, data: Any) -> Any:
-        return refuse_empty_keys(cls, data, cls.NULL_CHECKED)
+    def _no_empty_keys(cls, data: Any, info: ValidationInfo) -> Any:
+        return refuse_empty_keys(cls, data, info, cls.NULL_CHECKED)
 
 
-def refuse_empty_keys(model: type[BaseModel], data: Any, checked_elsewhere: frozenset[str] = frozenset()) -> Any:
-    """A routes file's key with nothing under it (`oidc_token:` whose lines are commented out: null) is
-    refused, never taken for the field's default: runonce does not guess what its author left out."""
-    if isinstance(data, dict):
-        for key, value in data.items():
-            if value is None and key in model.model_fields and key not in checked_elsewhere:
-                raise PydanticCustomError(  # pragma: no mutate - routes shows the message, not the type
-                    "empty_key",
-                    f"{key}: is empty (null); a value is needed here: give it a value (an empty key in YAML is "
-                    "null) or remove the key",
-                )
+NULL_IS_ABSENT = "null_is_absent"
+"""Validation context of a routes document written as JSON (Terraform's `jsonencode` writes an unset
+attribute as null): there a null field is one left out."""
+
+
+def refuse_empty_keys(
+    model: type[BaseModel], data: Any, info: ValidationInfo, checked_elsewhere: frozenset[str] = frozenset()
+) -> Any:
+    """A YAML key with nothing under it (`oidc_token:` whose lines are commented out: null) is refused,
+    never taken for the field's default: runonce does not guess what its author left out. In JSON, a
+    null is the field left out."""
+    if not isinstance(data, dict):
+        return data
+    nulls = [key for key, value in data.items() if value is None and key in model.model_fields]
+    nulls = [key for key in nulls if key not in checked_elsewhere]
+    if nulls and (info.context or {}).get(NULL_IS_ABSENT):
+        return {key: value for key, value in data.items() if key not in nulls}
+    if nulls:
+        required = model.model_fields[nulls[0]].is_required()
+        raise PydanticCustomError(  # pragma: no mutate - routes shows the message, not the type
+            "empty_key",
+            f"{nulls[0]}: is empty (null); a value is needed here: give it a value (an empty key in YAML is null)"
+            + ("" if required else " or remove the key"),
+        )
     return data
 
 
