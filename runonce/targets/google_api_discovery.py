@@ -217,7 +217,7 @@ _NOT_NEGATIVE = re.compile(
 greater than 0.", "The value must be positive, and less than or equal to 10.")."""
 _LENGTH = re.compile(
     r"(?:up to|at most|no (?:more|longer) than|must not exceed|cannot exceed|"
-    r"(?:the )?max(?:imum)? length(?: is| of|:)|(?:a )?maximum of|"
+    r"(?:the )?max(?:imum)? length(?: is| of|:)|(?:a )?maximum of|limited to|"
     r"(?:the )?maximum allowed \w+ length is|(?<!at least 1 character and )(?:must|should) be less than) "
     r"([0-9][0-9,]*) (?:UTF-8 |Unicode |unicode )?(characters|bytes)"
     r"|([0-9][0-9,]*) (characters|bytes) or (?:less|fewer)",
@@ -228,18 +228,27 @@ maximum length is 1,024 characters.", "The maximum length is 2056 bytes.", "must
 characters", "The maximum allowed URL length is 2083 characters after encoding.", "2048 characters or
 less", "a maximum of 64 characters", "Max length: 100 bytes"); not in a sentence that sets a
 condition first ("If the first character is a number, …")."""
-_FORBIDDEN_FORM = re.compile(r"[Mm]ust not be [\w-]+ /([^/\s]+)/\.?")
-"""A form an id must not have, as a regular expression ("Must not be UUID-like
-/[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}/.")."""
-_ONLY_THESE = re.compile(r"\bonly\b|\bvalid characters\b|\b(?:may|can) contain\b", re.IGNORECASE)
-_LETTER_FIRST = (
-    r"(?:start|begin)s? with (?:a )?(?:lower-?case )?letter|first character (?:must be a|cannot be a number|a letter)"
+_FORBIDDEN_FORM = re.compile(
+    r"\b(?:must|should|may|can) ?not\b(?:(?!\. )[^/])*?(?<![\w`])/\^?([^/\s]+?)\$?/(i?)\)?\.?", re.IGNORECASE
 )
-_LETTER_OR_NUMBER_LAST = (
+"""A form an id must not have, as a regular expression ("Must not be UUID-like
+/[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}/.", "must not be permitted to be a UUID (or UUID-like:
+anything matching /^[0-9a-f]{8}…$/i)")."""
+_ONLY_THESE = re.compile(r"\bonly\b|\bvalid characters\b|\b(?:may|can) contain\b", re.IGNORECASE)
+"""Words that say the alphabet that follows is all an id may hold."""
+_LETTER_FIRST = re.compile(
+    r"(?:start|begin)s? with (?:a )?(?:lower-?case )?letter(?! or (?:a )?(?:number|digit|numeral))"
+    r"|first character (?:must be a|cannot be a number|a letter)"
+)
+_LETTER_OR_NUMBER_LAST = re.compile(
     r"(?:ends? with|(?:the )?last(?: character)?(?: must be| is)?) (?:a |an )?(?:letter|number|digit)"
     r" or (?:a |an )?(?:letter|number|digit)"
 )
-_STARTS_WITH = re.compile(r"(must not |cannot |can't )?(?:start|begin)(?:s|ning|ing)? with [`\"']+([^`\"'\s]+)[`\"']+")
+_STARTS_WITH = re.compile(
+    r"((?:must|should|may|can) ?not |can't |must never )?(?:start|begin)(?:s|ning|ing)? with "
+    r"[`\"']+([^`\"'\s]+)[`\"']+",
+    re.IGNORECASE,
+)
 """A literal an id must (or must not) start with ("beginning with `dc_`", 'must not start with `"goog"`')."""
 _CONDITION = re.compile(r"(?:If|When|For|Unless|In case)\b")
 _SCHEMES = re.compile(r'must begin with either "([a-z]+://)" or "([a-z]+://)"')
@@ -418,6 +427,8 @@ def prose_string_rules(text: str) -> dict[str, Any]:
         if _CONDITION.match(sentence):
             continue
         length = _LENGTH.search(sentence)
+        if length and re.search(r"(?<![\w-])[0-9][0-9,]* (?:characters|bytes)\b", sentence[length.end() :]):
+            length = None  # two limits in one sentence, each for a case ("24 … for user-scoped, 40 … for event-scoped")
         if length:
             number, unit = length.group(1, 2) if length.group(1) else length.group(3, 4)
             limit = int(number.replace(",", "")) - (1 if "less than" in length.group(0).lower() else 0)
@@ -443,7 +454,7 @@ def described_id_rule(text: str) -> dict[str, str] | None:
     text = " ".join(text.split())
     forbidden = _FORBIDDEN_FORM.search(text)
     positive = text[: forbidden.start()] + text[forbidden.end() :] if forbidden else text
-    span = re.search(r"\b(?:between )?([0-9]+) ?(?:-|to|and) ?([0-9]+) characters", positive)
+    span = re.search(r"\b(?:between )?([0-9]+) ?(?:-|to|and) ?([0-9]+) (?:[a-z]+ ){0,2}characters", positive)
     least = re.search(r"\b(?:a minimum of|at least) ([0-9]+) characters", positive)
     stated = prose_string_rules(positive)
     most = str(stated.get("maxLength", stated.get("maxBytes", "")))
@@ -454,21 +465,24 @@ def described_id_rule(text: str) -> dict[str, str] | None:
     elif (
         not pattern and re.search(r"\b(?:letters|alphanumeric)\b", positive) and (high or _ONLY_THESE.search(positive))
     ):
-        pattern = _words_class(positive) + (f"{{{low},{high}}}" if high else "+")
+        high = high or "63"  # no length stated: AIP-122's
+        pattern = _words_class(positive) + f"{{{low},{high}}}"
     elif not pattern and span:  # a length, and no alphabet: AIP-122's
         pattern = "[a-z](?:[a-z0-9-]*[a-z0-9])?"
     if not pattern:
         return None
     if high:
         pattern = f"(?=.{{{low},{high}}}\\Z){pattern}"
-    if re.search(_LETTER_FIRST, positive):
+    if _LETTER_FIRST.search(positive):
         pattern = f"(?=[A-Za-z]){pattern}"
-    if re.search(_LETTER_OR_NUMBER_LAST, positive):
+    if _LETTER_OR_NUMBER_LAST.search(positive):
         pattern = f"(?=.*[A-Za-z0-9]\\Z){pattern}"
     for negated, start in _STARTS_WITH.findall(positive):
         pattern = f"(?{'!' if negated else '='}{re.escape(start)}){pattern}"
     if forbidden and _compiles(forbidden.group(1)):
-        pattern = f"(?!(?:{forbidden.group(1)})\\Z){pattern}"
+        pattern = f"(?!(?{'i' if forbidden.group(2) else ''}:{forbidden.group(1)})\\Z){pattern}"
+    if not _compiles(pattern):  # a stated length reversed ("1 to 0 characters")
+        return None
     words = f"as its description states ({text[:200]}{'…' if len(text) > 200 else ''}"
     if forbidden and forbidden.start() >= 200:
         words += f" {forbidden.group(0)}"
@@ -478,23 +492,38 @@ def described_id_rule(text: str) -> dict[str, str] | None:
 def _stated_class(text: str) -> str:
     """The character class (or whole expression) a description gives an id, '' when it gives none."""
     regex = re.search(r"`/?\^?(\[[^`]*?)\$?/?`", text) or re.search(r"(?<![\w`])/\^?(\[[^/\s]*?)\$?/", text)
+    if regex and re.fullmatch(r"\[[A-Z_]+\]", regex.group(1)):
+        regex = None  # a placeholder (`[SPAN_ID]`), no class
+    if regex and re.fullmatch(r"(?:\[[^\[\]]+\]|[-_.])+", regex.group(1)) and regex.group(1).count("[") > 1:
+        # `[a-z][0-9]-`: one class written as several (Dataproc's ids)
+        return _one_class("".join(re.findall(r"[^\[\]]+", regex.group(1))))
     if regex and _compiles(regex.group(1)):
         return regex.group(1)
     lost = re.search(r"(?<![\w`])`?/\^?((?:[a-zA-Z0-9]-[a-zA-Z0-9]|[-_.])+)\+?\$?/`?", text)
-    if lost:  # `/a-z-/` is `[a-z][0-9]-`, its brackets taken for a Markdown link (Vertex AI's, Dataproc's ids)
-        return f"[{'a-z0-9-' if lost.group(1) == 'a-z-' else lost.group(1)}]"
+    if lost:  # `/a-z-/` is `[a-z][0-9]-`: its brackets were taken for a Markdown link, and `[0-9]` with them
+        class_text = lost.group(1)
+        lost_digits = class_text.startswith("a-z") and "0-9" not in class_text and len(class_text) > 3
+        return _one_class("a-z0-9" + class_text[3:] if lost_digits else class_text)
     return ""
+
+
+def _one_class(characters: str) -> str:
+    """`[…]` of `characters` (ranges and single characters), a `-` that is no range put last."""
+    ranges = re.findall(r"[a-zA-Z0-9]-[a-zA-Z0-9]", characters)
+    rest = re.sub(r"[a-zA-Z0-9]-[a-zA-Z0-9]", "", characters)
+    singles = sorted(set(rest) - {"-"})
+    return "[" + "".join(ranges) + "".join(singles) + ("-" if "-" in rest else "") + "]"
 
 
 def _words_class(text: str) -> str:
     """The character class an id's description names in words."""
-    lower = re.search(r"\blower-? ?case\b", text, re.I) or re.search(r"(?<!\w)a-z", text)
-    upper = re.search(r"\bupper-? ?case\b", text, re.I) or re.search(r"(?<!\w)A-Z", text)
+    lower = re.search(r"\blower-? ?cased?\b", text, re.I) or re.search(r"(?<!\w)a-z", text)
+    upper = re.search(r"\bupper-? ?case\b|\bupper-?(?: and| or|,) lower", text, re.I) or re.search(r"(?<!\w)A-Z", text)
     alphabet = "a-z" if lower and not upper else "a-zA-Z"
-    alphabet += "0-9" if re.search(r"\b(?:numerals|numbers|digits|alphanumeric)\b", text) else ""
-    alphabet += "_" if re.search(r"\bunderscores?\b", text) else ""
-    alphabet += "." if re.search(r"\b(?:periods?|dots?)\b", text) else ""
-    alphabet += "-" if re.search(r"\b(?:hyphens?|dashes)\b", text) else ""
+    alphabet += "0-9" if re.search(r"\b(?:numerals|numbers|digits|numeric|alphanumeric)\b", text) else ""
+    alphabet += "_" if re.search(r"\bunderscores?\b|[`'\"(]_[`'\")]", text) else ""
+    alphabet += "." if re.search(r"\b(?:periods?|dots?)\b|[`'\"(]\.[`'\")]", text) else ""
+    alphabet += "-" if re.search(r"\b(?:hyphens?|dashes)\b|[`'\"(]-[`'\")]", text) else ""
     if re.search(r"\bunicode letters\b", text, re.I):  # Python's `re` has no categories: any letter past ASCII
         return f"(?:[{alphabet}]|[^\\x00-\\x9f])"
     return f"[{alphabet}]"

@@ -763,6 +763,10 @@ def test_a_value_within_its_stated_bounds_fits() -> None:
             {"prefix": ["http://", "https://"], "maxLength": 2083},
         ),
         ({"type": "string"}, "A description with 2048 characters or less.", {"maxLength": 2048}),
+        ({"type": "string"}, "The name is limited to 100 characters.", {"maxLength": 100}),
+        ({"type": "string"}, "The name can be up to 128 characters long and any UTF-8 characters.", {"maxLength": 128}),
+        # two limits in one sentence, each for a case: neither holds for every value
+        ({"type": "string"}, "Max length of 24 characters for user-scoped, 40 characters for event-scoped.", {}),
         (
             {"type": "string"},
             "It must be in the following format: `gs://{bucket_id}/{object_id}`",

@@ -1152,6 +1152,45 @@ def test_a_document_whose_method_ids_start_differently_is_looked_up_under_its_na
             ["i" + "a" * 63, "ab"],
             ["a", "A1", "a" * 65, "a-", "1a"],
         ),
+        # more wordings of the documents: a forbidden form in other words (gkeonprem), a start it must not
+        # have, `/a-z-_/` and `[a-z][0-9]-` (one class), `-` in quotes, "numeric characters", "a lowercase
+        # letter or number" first, "lower-cased", "upper and lower-case", a length between other words, and
+        # no length at all (AIP-122's 63)
+        (
+            "This value must be up to 63 characters, and valid characters are /a-z-/. The value must not be "
+            "permitted to be a UUID (or UUID-like: anything matching /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-"
+            "[0-9a-f]{4}-[0-9a-f]{12}$/i).",
+            ["pool-0123456789abcdef"],
+            ["ABCDEF01-2345-6789-abcd-ef0123456789", "abcdef01-2345-6789-abcd-ef0123456789", "a" * 64],
+        ),
+        ("Must contain only letters and numbers, up to 30 characters. Must not start with `goog`.", ["abc"], ["googa"]),
+        ("This value should be 4-63 characters, and valid characters are /a-z-_/.", ["ctl-0123_ab"], ["CTL1", "a.bc"]),
+        ("This value must be 4-63 characters. Valid characters are /[a-z][0-9]-/.", ["run-0a1"], ["RUN1", "ab"]),
+        (
+            "This value must: * contain at most 63 characters * contain only lowercase alphanumeric characters or "
+            "`-` * start with an alphanumeric character",
+            ["ns-0123"],
+            ["NS", "ns_1"],
+        ),
+        (
+            "The `environment_id` must be 1 to 63 characters long and contain only lowercase letters, numeric "
+            "characters, and dashes. The first character must be a lowercase letter.",
+            ["env-1"],
+            ["Env", "1env"],
+        ),
+        (
+            "It must start with a lowercase letter or number and can contain lowercase letters, numbers, and "
+            "hyphens, up to 63 characters.",
+            ["0abc-1", "abc"],
+            ["Abc"],
+        ),
+        ("ID must be lower-cased and contain only letters, numbers and hyphens.", ["ext-1"], ["Ext-1", "a" * 64]),
+        (
+            "Can contain upper and lower-case alphanumeric characters, underscores and hyphens, up to 100 characters.",
+            ["Ab_1-x"],
+            ["a.b"],
+        ),
+        ("Only contains 1-63 alphanumeric characters and hyphens", ["ab-1"], ["a" * 64, "a_b"]),
         # a start it must not have (Pub/Sub's topic ids)
         (
             "It must start with a letter, contain only letters, numbers, dashes, underscores, periods, tildes, "
@@ -1185,7 +1224,13 @@ def test_an_ids_rule_is_read_from_its_description(description: str, takes: list[
 
 @pytest.mark.parametrize(
     "description",
-    ["The ID to use for the job.", "It names the pool (a UUID). Only one is allowed."],
+    [
+        "The ID to use for the job.",
+        "It names the pool (a UUID). Only one is allowed.",
+        # a placeholder in brackets is no class; a length the other way round is no rule
+        "The `[SPAN_ID]` is a unique identifier for a span within a trace.",
+        "Only letters and numbers, 1 to 0 characters.",
+    ],
 )
 def test_an_id_whose_description_states_no_alphabet_keeps_aip_122(description: str) -> None:
     assert described_id_rule(description) is None
