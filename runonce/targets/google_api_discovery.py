@@ -494,12 +494,13 @@ def _stated_class(text: str) -> str:
     regex = re.search(r"`/?\^?(\[[^`]*?)\$?/?`", text) or re.search(r"(?<![\w`])/\^?(\[[^/\s]*?)\$?/", text)
     if regex and re.fullmatch(r"\[[A-Z_]+\]", regex.group(1)):
         regex = None  # a placeholder (`[SPAN_ID]`), no class
-    if regex and re.fullmatch(r"(?:\[[^\[\]]+\]|[-_.])+", regex.group(1)) and regex.group(1).count("[") > 1:
-        # `[a-z][0-9]-`: one class written as several (Dataproc's ids)
+    several = regex and re.fullmatch(r"(?:\[[^\[\]]+\]|[-_.])+", regex.group(1))
+    if regex and several and not re.fullmatch(r"\[[^\[\]]+\]", regex.group(1)):
+        # `[a-z][0-9]-`, `[a-z]-`: one class written as several (Dataproc's, IAP's ids)
         return _one_class("".join(re.findall(r"[^\[\]]+", regex.group(1))))
     if regex and _compiles(regex.group(1)):
         return regex.group(1)
-    lost = re.search(r"(?<![\w`])`?/\^?((?:[a-zA-Z0-9]-[a-zA-Z0-9]|[-_.])+)\+?\$?/`?", text)
+    lost = re.search(r"(?<![\w`])`?/\^?((?=[-_.]*[a-zA-Z0-9]-)(?:[a-zA-Z0-9]-[a-zA-Z0-9]|[-_.])+)\+?\$?/`?", text)
     if lost:  # `/a-z-/` is `[a-z][0-9]-`: its brackets were taken for a Markdown link, and `[0-9]` with them
         class_text = lost.group(1)
         lost_digits = class_text.startswith("a-z") and "0-9" not in class_text and len(class_text) > 3

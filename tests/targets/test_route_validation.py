@@ -1166,6 +1166,7 @@ def test_a_document_whose_method_ids_start_differently_is_looked_up_under_its_na
         ("Must contain only letters and numbers, up to 30 characters. Must not start with `goog`.", ["abc"], ["googa"]),
         ("This value should be 4-63 characters, and valid characters are /a-z-_/.", ["ctl-0123_ab"], ["CTL1", "a.bc"]),
         ("This value must be 4-63 characters. Valid characters are /[a-z][0-9]-/.", ["run-0a1"], ["RUN1", "ab"]),
+        ("This value must be 4-63 characters, and valid characters are `[a-z]-`.", ["dest-grp"], ["dest1", "Dest"]),
         (
             "This value must: * contain at most 63 characters * contain only lowercase alphanumeric characters or "
             "`-` * start with an alphanumeric character",
@@ -1230,6 +1231,8 @@ def test_an_ids_rule_is_read_from_its_description(description: str, takes: list[
         # a placeholder in brackets is no class; a length the other way round is no rule
         "The `[SPAN_ID]` is a unique identifier for a span within a trace.",
         "Only letters and numbers, 1 to 0 characters.",
+        # a relative link is no class: "[artifact](../../rest/x)"
+        "The ID of the key; see the App's [configuration artifact](../../rest/v1beta1/x).",
     ],
 )
 def test_an_id_whose_description_states_no_alphabet_keeps_aip_122(description: str) -> None:
