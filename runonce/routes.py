@@ -350,22 +350,27 @@ def read_document(text: str) -> object:
     """`text` (JSON or YAML) read with the routes loader's rules (below). Raises `ConfigError`: one
     line, with the line and column where YAML gives them. `runonce lint` reads every file with it,
     so it refuses a file in the words start-up does."""
+    return _read(text)[0]
+
+
+def _read(text: str) -> tuple[object, bool]:
+    """`read_document`'s data, and whether `text` was JSON (there a null is a field left out)."""
     try:
         data = _json(text) if text.lstrip()[:1] in ("{", "[") else _NOT_JSON
-        if data is _NOT_JSON:
-            data = yaml.load(text, Loader=_RoutesLoader)  # a SafeLoader (below)
+        if data is not _NOT_JSON:
+            return data, True
+        return yaml.load(text, Loader=_RoutesLoader), False  # a SafeLoader (below)
     except yaml.MarkedYAMLError as exc:
         raise ConfigError(yaml_problem(exc)) from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"not valid YAML or JSON: {' '.join(str(exc).split())}") from exc
-    return data
 
 
 def parse_routes(text: str, origin: str) -> dict[str, Route]:
     """The routes in `text` (YAML or JSON), validated. Raises `ConfigError`: one line naming
     `origin`, the route, the field and the reason."""
     try:
-        data = read_document(text)
+        data, written_as_json = _read(text)
     except ConfigError as exc:
         raise ConfigError(f"{origin}: {exc}") from exc
     if not isinstance(data, Mapping):
@@ -376,7 +381,6 @@ def parse_routes(text: str, origin: str) -> dict[str, Route]:
     bad_key = _non_text_key(data)
     if bad_key:
         raise ConfigError(f"{origin}: {bad_key}")
-    written_as_json = text.lstrip()[:1] in ("{", "[") and _json(text) is not _NOT_JSON
     try:
         return dict(RoutesConfig.model_validate(data, context={NULL_IS_ABSENT: written_as_json}).routes)
     except ValidationError as exc:

@@ -62,8 +62,8 @@ def refuse_empty_keys(
     null is the field left out."""
     if not isinstance(data, dict):
         return data
-    nulls = [key for key, value in data.items() if value is None and key in model.model_fields]
-    nulls = [key for key in nulls if key not in checked_elsewhere]
+    fields = model.model_fields.keys() - checked_elsewhere
+    nulls = [key for key, value in data.items() if value is None and key in fields]
     if nulls and (info.context or {}).get(NULL_IS_ABSENT):
         return {key: value for key, value in data.items() if key not in nulls}
     if nulls:
