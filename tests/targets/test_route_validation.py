@@ -1114,6 +1114,7 @@ def test_a_document_whose_method_ids_start_differently_is_looked_up_under_its_na
         # letters are of either case, unless only lower case is named (in words or as a-z)
         ("It has at most 20 characters: letters and hyphens.", ["ab-c", "AB"], ["ab1", "a_b", "a.b"]),
         ("At most 20 characters: lowercase letters and hyphens.", ["ab-c"], ["AB", "X", "a_b"]),
+        ("Lowercase letters and hyphens only, at most 20 characters.", ["ab-c"], ["AB"]),
         # a class whose brackets Markdown took for a link: `/a-z-/` is [a-z][0-9]-
         ("This value should be 4-63 characters, and valid characters are /a-zA-Z0-9+/.", ["aB3d"], ["abc", "a-bc"]),
         ("Must be 4-128 characters in length. Valid characters are `/a-z-/`.", ["a-1b"], ["abc", "A-1b", "a_1b"]),
@@ -1137,7 +1138,7 @@ def test_a_document_whose_method_ids_start_differently_is_looked_up_under_its_na
         ),
         (
             "Must contain only Unicode letters, numbers (0-9), underscores (_). Max length: 100 bytes.",
-            ["x_Ab", "x_\u00e9"],
+            ["x_Ab", "x_\u00e9", "x" * 100],
             ["x-a", "a" * 101],
         ),
         (
