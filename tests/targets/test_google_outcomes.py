@@ -1,4 +1,4 @@
-"""The one translation of Google API answers and failures into runonce outcomes (`runonce/targets/google.py`)."""
+"""The one translation of Google API answers and failures into runonce outcomes (`runonce/targets/engine.py`)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,16 @@ import httpx
 import pytest
 from google.auth.exceptions import RefreshError
 
-from runonce.targets import TargetFailed, TargetOutcomeUnknown, TargetThrottled
+from runonce.targets import DispatchRequest, TargetFailed, TargetOutcomeUnknown, TargetThrottled
 from runonce.targets.engine import (
     is_already_exists,
+    json_of,
+    operation_result,
     outcome_for_response,
     reconciling,
     translated,
 )
+from runonce.targets.workflows import WorkflowsTarget, WorkflowsTargetConfig
 
 
 def google_error(
@@ -117,3 +120,52 @@ def test_no_credentials_means_nothing_was_sent() -> None:
 def test_reconciliation_failures_never_release_the_claim(exc: Exception) -> None:
     with pytest.raises(TargetOutcomeUnknown, match="cannot tell whether this run already started"), reconciling("list"):
         raise exc
+
+
+# --- a 2xx answer: what it names is the run's execution ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("operation", "execution", "outcome"),
+    [
+        ({"name": "operations/1", "done": False}, "jobs/j/executions/e", "jobs/j/executions/e"),
+        # an operation that failed at once and names no execution: nothing started, release the claim
+        ({"name": "operations/2", "done": True, "error": {"code": 9, "message": "job is paused"}}, None, TargetFailed),
+        ({"name": "operations/3", "done": True, "error": "broken"}, None, TargetFailed),
+        # names nothing but itself: recorded by its own name (the operation can be read later)
+        ({"name": "operations/4", "done": False}, None, "operations/4"),
+        ({"name": "operations/5", "done": False}, "", "operations/5"),
+        # names nothing at all: cannot tell what started, so the claim is kept
+        ({"done": False}, None, TargetOutcomeUnknown),
+    ],
+)
+def test_a_long_running_operations_answer_names_the_execution(operation, execution, outcome) -> None:
+    if isinstance(outcome, str):
+        assert operation_result(operation, execution, "run job j") == outcome
+        return
+    with pytest.raises(outcome, match=r"^run job j: "):
+        operation_result(operation, execution, "run job j")
+
+
+@pytest.mark.parametrize(
+    ("body", "wanted"),
+    [
+        ("[1, 2]", "an unexpected body"),
+        ("<html>ok</html>", "a body that is not JSON"),
+        ('"done"', "an unexpected body"),
+    ],
+)
+def test_a_2xx_whose_body_is_no_json_object_keeps_the_claim(body: str, wanted: str) -> None:
+    """A 2xx may have created the execution: an answer runonce cannot read is unknown, never failed."""
+    with pytest.raises(TargetOutcomeUnknown, match=f"create x: HTTP 200 with {wanted}"):
+        json_of("create x", httpx.Response(200, text=body))
+
+
+def test_a_created_answer_that_names_no_execution_keeps_the_claim() -> None:
+    config = WorkflowsTargetConfig(type="workflows", workflow="projects/p-123456/locations/us-central1/workflows/etl")
+    target = WorkflowsTarget(config, None, None)  # type: ignore[arg-type]  # only reads an answer
+    request = DispatchRequest(run_id="a" * 64, route="r", job="j", schedule_time=None, source="scheduler")
+    assert target.created({"name": "projects/p/locations/l/workflows/etl/executions/e1"}, request).endswith("/e1")
+    for answer in ({}, {"name": ""}, {"name": 7}):
+        with pytest.raises(TargetOutcomeUnknown, match="the answer names no execution"):
+            target.created(answer, request)
