@@ -539,6 +539,13 @@ BAD_ENDPOINTS = {
     "loopback by name only": ("http://127.0.0.1.nip.io:80", "not '127.0.0.1.nip.io'"),
     "plaintext to Google": ("http://batch.googleapis.com", "not 'batch.googleapis.com'"),
     "plaintext to another host written as IPv6": ("http://[::ffff:10.0.0.1]:80", "not '::ffff:10.0.0.1'"),
+    "no host": ("https:///v1", "has no host"),
+    "a port with no host": ("https://:443", "has no host"),
+    "an empty port": ("https://batch.googleapis.com:", "has an empty port"),
+    "a scheme in capitals that is not one": ("HTTPS:/batch.googleapis.com", "must start with https:// or http://"),
+    "a port in other digits": ("https://batch.googleapis.com:\u0664\u0664\u0663", "has no valid port (1-65535)"),
+    "a trailing dot": ("https://batch.googleapis.com.", "host 'batch.googleapis.com.' is not under"),
+    "a host label that starts with a hyphen": ("https://-batch.googleapis.com", "is not under googleapis.com"),
 }
 CASES.update(
     {
