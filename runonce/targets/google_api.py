@@ -210,8 +210,13 @@ def param_problem(method: ApiMethod, name: str, value: Any) -> str | None:
                 return problem
         if spec.get("type") == "boolean" and text not in ("true", "false"):
             return f"{where}: expected true or false"
-        if spec.get("location") == "path" and (text == "" or {".", ".."} & set(text.split("/"))):
-            return f"{where}: an empty value or a '.' or '..' segment; the URL would name another resource"
+        # `{+name}` sends its slashes as they are, `{name}` escapes them: its value is one segment
+        segments = text.removeprefix("//").split("/") if f"{{+{name}}}" in method.path else [text]
+        if spec.get("location") == "path" and {"", ".", ".."} & set(segments):
+            return (
+                f"{where}: an empty value or a '.' or '..' segment, or an empty one ('//', or '/' first or "
+                "last); the URL would name another resource"
+            )
         if spec.get("format") in ("google-duration", "google-datetime"):
             problem = scalar_problem(text, {"type": "string", "format": spec["format"]}, where)
             if problem:
@@ -219,12 +224,20 @@ def param_problem(method: ApiMethod, name: str, value: Any) -> str | None:
         if "enum" in spec and text not in spec["enum"]:
             return f"{where}: not one of {', '.join(spec['enum'])}"
         pattern = spec.get("pattern")
-        if pattern and not re.fullmatch(pattern, text):
+        if pattern and not re.fullmatch(template_pattern(pattern), text):
             return f"{where} does not match {pattern}, the pattern {method.id} states for {name}"
         problem = _parent_problem(text) if spec.get("location") == "path" else None
         if problem:
             return f"{where}: {problem}"
     return None
+
+
+def template_pattern(pattern: str) -> str:
+    """A parameter's pattern as the path template it was made from means it. A document writes the
+    template's last `**` (zero or more segments) as `/.*`, which asks for one at least: Firestore's
+    `{parent=projects/*/databases/*/documents/**}` takes `…/documents`, a top-level collection's
+    parent, which `^projects/[^/]+/databases/[^/]+/documents/.*$` would refuse."""
+    return pattern.removesuffix("/.*$") + "(?:/.*)?$" if pattern.endswith("/.*$") else pattern
 
 
 def _parent_problem(path: str) -> str | None:

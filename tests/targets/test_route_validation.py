@@ -468,6 +468,16 @@ CASES: dict[str, tuple[dict[str, Any], str, str]] = {
         "target.params",
         "params.parent='projects/../locations/us-central1': an empty value or a '.' or '..' segment",
     ),
+    "an empty segment in a path parameter": (
+        changed(BATCH, "params.parent", "projects/my-project/locations/us-central1/"),
+        "target.params",
+        "an empty value or a '.' or '..' segment, or an empty one ('//', or '/' first or last)",
+    ),
+    "a '//' in a path parameter": (
+        changed(BATCH, "params.parent", "projects//my-project/locations/us-central1"),
+        "target.params",
+        "an empty value or a '.' or '..' segment, or an empty one",
+    ),
     "a query parameter that is no duration": (
         {
             "type": "google_api",
@@ -1337,10 +1347,18 @@ def test_a_name_the_caller_chooses_is_held_to_the_rule_its_description_states() 
     assert "body.name: the id 'nightly.0000" in line and "`JOB_ID` can contain only letters" in line, line
 
 
-def test_a_create_of_a_collection_the_route_names_dedupes_on_its_id() -> None:
+@pytest.mark.parametrize(
+    "documents",
+    [
+        # a top-level collection: the parent's template `documents/**` takes zero segments, though
+        # the document's pattern (`documents/.*$`) asks for one
+        "projects/my-project/databases/(default)/documents",
+        "projects/my-project/databases/(default)/documents/teams/data",  # a document's subcollection
+    ],
+)
+def test_a_create_of_a_collection_the_route_names_dedupes_on_its_id(documents: str) -> None:
     """Firestore's `documents.createDocument` POSTs to `{+parent}/{collectionId}` and takes the
     client-assigned `documentId`: a second create of it is refused, and the read finds it by name."""
-    documents = "projects/my-project/databases/(default)/documents/teams/data"  # (the parent's pattern: nested)
     route = {
         "type": "google_api",
         "api": "firestore.v1",
@@ -1355,6 +1373,24 @@ def test_a_create_of_a_collection_the_route_names_dedupes_on_its_id() -> None:
     assert parse_routes(routes_yaml(route), "routes file routes.yaml")
     route["reconcile"]["params"]["name"] = f"{documents}/other/r${{run_id:62}}"
     assert "reconcile.params: the read must find the resource" in _refusal(routes_yaml(route))
+
+
+@pytest.mark.parametrize("parent", ["documents/", "documents//teams/data", "documents/teams/data/"])
+def test_an_empty_segment_is_refused_where_the_pattern_lets_one_through(parent: str) -> None:
+    """`…/documents/.*$` matches `…/documents/` too: the call would go to `…/documents//runs`."""
+    route = {
+        "type": "google_api",
+        "api": "firestore.v1",
+        "method": "projects.databases.documents.createDocument",
+        "params": {
+            "parent": f"projects/my-project/databases/(default)/{parent}",
+            "collectionId": "runs",
+            "documentId": "r${run_id:62}",
+        },
+        "body": {},
+    }
+    line = _refusal(routes_yaml(route))
+    assert "field 'target.params': params.parent=" in line and "or an empty one ('//'" in line, line
 
 
 def test_a_name_the_client_provides_is_held_to_the_rule_its_description_states() -> None:
