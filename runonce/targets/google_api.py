@@ -608,10 +608,14 @@ def _resource_path(
 
 def _collection_name(method: ApiMethod, params: dict[str, Any]) -> str | None:
     """The name of the collection a create POSTs to (`projects/p/…/queues/q/tasks` of
-    `v2/{+parent}/tasks`): its path from the first parameter on, as the route fills it."""
-    start = method.path.find("{")
-    if start < 0 or method.http_method != "POST":
+    `v2/{+parent}/tasks`): its path from the first parameter on, as the route fills it; of a path
+    without parameters, the collection after the version (`transferJobs` of `v1/transferJobs`)."""
+    if method.http_method != "POST":
         return None
+    start = method.path.find("{")
+    if start < 0:
+        top = re.sub(r"^v[0-9][a-z0-9]*/", "", method.path)
+        return top if re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", top) else None
     name = method.path[start:]
     for parameter in method.path_parameters():
         value = params.get(parameter)

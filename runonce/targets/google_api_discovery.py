@@ -40,7 +40,9 @@ Descriptions are dropped, keeping what they state as rules:
 - a `requestId` whose description says it "must be a valid UUID" keeps `uuid`;
 - a create's `…Id` query parameter or body field that its description calls the new resource's ID
   ("will become the final component of the resource name", "The ID to use for …"), and a `name`
-  the caller may choose ("Optionally caller-specified in CreateTask"), keep `resourceId` (a `name`
+  the caller may choose ("Optionally caller-specified in CreateTask") or that a create refuses when
+  taken ("If the specified name is in use by a job, the creation request fails with an
+  ALREADY_EXISTS error."), keep `resourceId` (a `name`
   that is the id, "provided by the client when initially creating the resource", `clientNamed`); a
   `requestId` the API does not act on ("Deprecated. This field has no effect.", "Request ID used for
   debugging.", "A unique ID generated in the API responses.") keeps `noEffect`;
@@ -131,6 +133,13 @@ _CALLER_NAMED = re.compile(r"\b(?:caller|client|user)[- ](?:specified|chosen)\b"
 """A resource's `name` the caller may choose on create ("Optionally caller-specified in CreateTask"),
 where the description gives it as a full resource name (`projects/…/tasks/TASK_ID`); not Dataflow's
 "user-specified" job name, unique only among active jobs."""
+_TAKEN = re.compile(
+    r"\b(?:in use|already exists?)\b[^.]*?\b(?:ALREADY_EXISTS|409)\b"
+    r"|\b(?:ALREADY_EXISTS|409)\b[^.]*?\balready exists\b"
+)
+"""A resource's `name` whose description says a create with one that is taken fails (Storage
+Transfer's "If the specified name is in use by a job, the creation request fails with an
+ALREADY_EXISTS error."): the API dedupes on it, as on a caller-chosen name."""
 _UUID = re.compile(r"\bmust\s+be\s+a\s+valid\s+UUID\b", re.IGNORECASE)
 """A `requestId` the API takes only as a UUID ("The request ID must be a valid UUID with the exception
 that zero UUID is not supported", Compute Engine's and others')."""
@@ -305,6 +314,7 @@ def _reduce_schema(schema: dict[str, Any]) -> dict[str, Any]:
             if (
                 (name.endswith("Id") and _RESOURCE_ID.search(text))
                 or (name == "name" and _CALLER_NAMED.search(text) and "projects/" in text)
+                or (name == "name" and _TAKEN.search(" ".join(text.split())))
                 or (name.endswith("Name") and _UNIQUE_NAME.search(text))
             ):
                 out["properties"][name]["resourceId"] = True

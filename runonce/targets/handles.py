@@ -13,7 +13,8 @@ A method dedupes on what its document says it does, and nothing else:
   says the client provides it (Compute Engine's `instances.insert`). A second create with the same
   id answers 409 ALREADY_EXISTS.
 - **the resource's name in a create's path** (`PUT v1/{+name}`, Pub/Sub's `topics.create`), or in
-  its body where the document says the caller may choose it (Cloud Tasks' `task.name`).
+  its body where the document says the caller may choose it (Cloud Tasks' `task.name`) or that a
+  create with a taken one fails (Storage Transfer's `TransferJob.name`).
 - **a `requestId`** the method takes (query parameter or top-level body field): the API answers a
   repeated request id with the first request's result (AIP-155); not one its description calls
   deprecated, of no effect, or for debugging only.

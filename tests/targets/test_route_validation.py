@@ -1375,6 +1375,47 @@ def test_a_create_of_a_collection_the_route_names_dedupes_on_its_id(documents: s
     assert "reconcile.params: the read must find the resource" in _refusal(routes_yaml(route))
 
 
+def test_a_name_whose_description_says_a_taken_one_fails_is_a_handle() -> None:
+    """Storage Transfer's `TransferJob.name`: "If the specified name is in use by a job, the creation
+    request fails with an ALREADY_EXISTS error." A name it creates lives in `transferJobs/`, the
+    collection `POST v1/transferJobs` creates in."""
+    route = {
+        "type": "google_api",
+        "api": "storagetransfer.v1",
+        "method": "transferJobs.create",
+        "body": {
+            "name": "transferJobs/r${run_id:62}",
+            "projectId": "my-project",
+            "transferSpec": {"gcsDataSource": {"bucketName": "a"}, "gcsDataSink": {"bucketName": "b"}},
+        },
+        "reconcile": {
+            "method": "transferJobs.get",
+            "params": {"jobName": "transferJobs/r${run_id:62}", "projectId": "my-project"},
+        },
+    }
+    assert parse_routes(routes_yaml(route), "routes file routes.yaml")
+    route["body"]["name"] = "jobs/r${run_id:62}"
+    line = _refusal(routes_yaml(route))
+    assert "body.name: 'jobs/r0000" in line and "is not a name in transferJobs" in line, line
+    route["body"]["name"] = "transferJobs/nightly"
+    line = _refusal(routes_yaml(route))
+    assert "no way to dedupe: fill from the run what storagetransfer.transferJobs.create dedupes on: body.name" in line
+
+
+def test_a_name_whose_description_says_nothing_of_it_is_no_handle() -> None:
+    """Cloud Storage's `buckets.insert`: the bucket's `name` is unique, but the document does not say a
+    taken one is refused, so it is no handle runonce relies on."""
+    route = {
+        "type": "google_api",
+        "api": "storage.v1",
+        "method": "buckets.insert",
+        "params": {"project": "my-project"},
+        "body": {"name": "b-${run_id:40}", "location": "US"},
+    }
+    line = _refusal(routes_yaml(route))
+    assert "no way to dedupe (body.name holds the run but storage.buckets.insert does not dedupe on it)" in line
+
+
 @pytest.mark.parametrize("parent", ["documents/", "documents//teams/data", "documents/teams/data/"])
 def test_an_empty_segment_is_refused_where_the_pattern_lets_one_through(parent: str) -> None:
     """`…/documents/.*$` matches `…/documents/` too: the call would go to `…/documents//runs`."""
