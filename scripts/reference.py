@@ -260,10 +260,28 @@ def routes_page() -> str:
     return HEADER + "\n".join(lines).rstrip() + "\n"
 
 
+def without_nulls(node: Any) -> Any:
+    """`node` with no `null` where pydantic's schema of an optional field allows one: a YAML key with
+    nothing under it is refused (never taken for the default), and this schema is for editors that
+    check YAML, so the editor flags it too."""
+    if isinstance(node, list):
+        return [without_nulls(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    node = {key: without_nulls(value) for key, value in node.items()}
+    alternatives = node.get("anyOf")
+    if isinstance(alternatives, list) and {"type": "null"} in alternatives:
+        rest = [item for item in alternatives if item != {"type": "null"}]
+        dropped = {"anyOf", *(["default"] if node.get("default", ...) is None else [])}
+        node = {key: value for key, value in node.items() if key not in dropped}
+        node.update(rest[0] if len(rest) == 1 else {"anyOf": rest})
+    return node
+
+
 def routes_schema() -> str:
     from runonce.routes import RoutesConfig
 
-    schema = RoutesConfig.model_json_schema()
+    schema = without_nulls(RoutesConfig.model_json_schema())
     # pydantic writes the route-name rule as patternProperties; without this, an editor would accept
     # any other name, which the loader refuses
     schema["properties"]["routes"]["additionalProperties"] = False

@@ -75,7 +75,7 @@ def test_the_published_schema_is_the_routes_models() -> None:
     from runonce.routes import RoutesConfig
 
     schema = json.loads((REPO / "docs" / "reference" / "routes.schema.json").read_text())
-    models = RoutesConfig.model_json_schema()
+    models = REFERENCE.without_nulls(RoutesConfig.model_json_schema())
     assert schema["$defs"] == models["$defs"]
     assert schema["properties"]["routes"] == {**models["properties"]["routes"], "additionalProperties": False}
     assert set(schema["$defs"]) >= {"Route", "Namespace"}
@@ -122,5 +122,10 @@ def test_an_editor_validating_with_the_schema_flags_what_the_loader_refuses() ->
         {"routes": {"Nightly ETL": {"target": log}}},  # not a route name
         {"routes": {}},  # no route
         {"route": {"a": {"target": log}}},  # no top-level `routes:`
+        # an empty YAML key (null), which the loader refuses rather than take for the default
+        {"routes": {"a": {"target": log, "max_lateness_seconds": None}}},
+        {"routes": {"a": {"target": log, "namespace": None}}},
+        {"routes": {"a": {"target": {"type": "cloud_run_job", "job": "projects/p/locations/l/jobs/j", "args": None}}}},
+        {"routes": {"a": {"target": {"type": "http", "url": "https://example.com/run", "audience": None}}}},
     ):
         assert not validator.is_valid(bad), bad
