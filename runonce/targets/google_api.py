@@ -285,6 +285,15 @@ def check_params(method: ApiMethod, params: dict[str, Any], where: str) -> None:
                 name=repr(name),
                 rule=f" (pattern {pattern})" if pattern else "",
             )
+    for name, spec in method.parameters.items():
+        if spec.get("location") == "query" and spec.get("required") and name not in params:
+            raise _error(
+                "{where}: {method} needs the query parameter {name} (its description: Required.); the API "
+                "refuses every call without it",
+                where=where,
+                method=method.id,
+                name=repr(name),
+            )
     _check_placeholders(params, where)
     for name, value in params.items():
         for sample in _samples(value):

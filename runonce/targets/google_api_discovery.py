@@ -15,7 +15,8 @@ request and response schema names, and the schemas' types, formats, enums and ou
 Descriptions are dropped, keeping what they state as rules:
 
 - a field whose description starts "Output only" keeps `readOnly`; "Required." (or BigQuery's
-  "[Required]") keeps `required`;
+  "[Required]") keeps `required`, on a field and on a query parameter, unless a sentence says the
+  field is deprecated ("Deprecated, use network_config.network instead.");
 - fields that descriptions name as exclusive ("Only one of `a` or `b` may be set", "Exactly one
   of a, b or c must be set", "a and b are mutually exclusive", "a and b can't be set at the same
   time", a field's own "Mutually exclusive with b." or "Cannot be specified with b.", BigQuery's
@@ -39,11 +40,13 @@ Descriptions are dropped, keeping what they state as rules:
   checked in any letter case;
 - a `requestId` whose description says it "must be a valid UUID" keeps `uuid`;
 - a create's `…Id` query parameter or body field that its description calls the new resource's ID
-  ("will become the final component of the resource name", "The ID to use for …"), and a `name`
-  the caller may choose ("Optionally caller-specified in CreateTask") or that a create refuses when
-  taken ("If the specified name is in use by a job, the creation request fails with an
-  ALREADY_EXISTS error."), keep `resourceId` (a `name`
-  that is the id, "provided by the client when initially creating the resource", `clientNamed`); a
+  ("will become the final component of the resource name", "The ID to use for …", "The
+  user-specified id of the job"), and a `name` the caller may choose ("Optionally caller-specified in
+  CreateTask") or that a create refuses when taken ("If the specified name is in use by a job, the
+  creation request fails with an ALREADY_EXISTS error."), keep `resourceId`; a `name` that is the id
+  itself ("provided by the client when initially creating the resource", "The client-assigned sink
+  identifier", "must be unique within this project and location", where no `projects/…` full form
+  is given) keeps `clientNamed`; a
   `requestId` the API does not act on ("Deprecated. This field has no effect.", "Request ID used for
   debugging.", "A unique ID generated in the API responses.") keeps `noEffect`;
 - an id's rule its description states (`described_id_rule`: length, alphabet, first and last
@@ -114,9 +117,13 @@ INTEGER_RANGES = {
 _PARAMETER_KEYS = ("location", "type", "format", "pattern", "enum", "repeated", "required")
 _SCHEMA_KEYS = ("type", "format", "enum", "$ref")
 _REQUIRED = re.compile(r"\s*(?:Required\.|\[Required\])")
+_DEPRECATED = re.compile(r"(?:^|[.:]\s+)Deprecated\b")
+"""A sentence that says the field is deprecated: a "Required." one is not required any more (AlloyDB's
+`Cluster.network`: "Deprecated, use network_config.network instead.")."""
 _RESOURCE_ID = re.compile(
     r"final component of|(?:ID|identifier|name) (?:to use for|used to uniquely identify|of the \w+ to create(?! an? ))"
-    r"|name of the \w+ becomes",
+    r"|name of the \w+ becomes"
+    r"|\b(?:client|user|caller)[- ](?:assigned|specified|chosen|defined|provided)\b[^.]*?\b(?:id|identifier)\b",
     re.IGNORECASE,
 )
 _NO_EFFECT = re.compile(
@@ -140,13 +147,16 @@ _TAKEN = re.compile(
 """A resource's `name` whose description says a create with one that is taken fails (Storage
 Transfer's "If the specified name is in use by a job, the creation request fails with an
 ALREADY_EXISTS error."): the API dedupes on it, as on a caller-chosen name."""
-_UUID = re.compile(r"\bmust\s+be\s+a\s+valid\s+UUID\b", re.IGNORECASE)
+_UUID = re.compile(r"\bmust\s+be\s+a\s+(?:valid\s+)?UUID4?\b|\bIdempotent request UUID\b", re.IGNORECASE)
 """A `requestId` the API takes only as a UUID ("The request ID must be a valid UUID with the exception
-that zero UUID is not supported", Compute Engine's and others')."""
+that zero UUID is not supported", Compute Engine's and others'; "Must be a UUID4."; "Idempotent request
+UUID.")."""
 _UNIQUE_NAME = re.compile(r"\bmust be unique within\b", re.IGNORECASE)
 """A `…Name` the API holds unique, so a second create of it is refused (Dataproc's `clusterName`: "The
 cluster name, which must be unique within a project."); not a name for people (an account's name)."""
-_CLIENT_NAMED = re.compile(r"\bprovided by the client when\b", re.IGNORECASE)
+_CLIENT_NAMED = re.compile(
+    r"\bprovided by the client when\b|\b(?:client|user|caller)[- ]assigned\b[^.]*?\bidentifier\b", re.IGNORECASE
+)
 """A resource's `name` that is its id, chosen by the client on create (Compute Engine's "provided by
 the client when initially creating the resource")."""
 _NAME = r"`?[A-Za-z_][A-Za-z0-9_]*`?"
@@ -225,7 +235,7 @@ _NOT_NEGATIVE = re.compile(
 """A number's sign as a sentence of its own ("Must be non-negative.", "It must be positive.", "Must be
 greater than 0.", "The value must be positive, and less than or equal to 10.")."""
 _LENGTH = re.compile(
-    r"(?:up to|at most|no (?:more|longer) than|must not exceed|cannot exceed|"
+    r"(?:up to|at most|no (?:more|longer) than|must not exceed|cannot exceed|cannot be (?:more|longer) than|"
     r"(?:the )?max(?:imum)? length(?: is| of|:)|(?:a )?maximum of|limited to|"
     r"(?:the )?maximum allowed \w+ length is|(?<!at least 1 character and )(?:must|should) be less than) "
     r"([0-9][0-9,]*) (?:UTF-8 |Unicode |unicode )?(characters|bytes)"
@@ -248,6 +258,9 @@ _ONLY_THESE = re.compile(r"\bonly\b|\bvalid characters\b|\b(?:may|can) contain\b
 _LETTER_FIRST = re.compile(
     r"(?:start|begin)s? with (?:a )?(?:lower-?case )?letter(?! or (?:a )?(?:number|digit|numeral))"
     r"|first character (?:must be a|cannot be a number|a letter)"
+)
+_ALPHANUMERIC_FIRST = re.compile(
+    r"(?:start|begin)s? with an? alpha-?numeric character|first character (?:has to|must) be alpha-?numeric"
 )
 _LETTER_OR_NUMBER_LAST = re.compile(
     r"(?:ends? with|(?:the )?last(?: character)?(?: must be| is)?) (?:a |an )?(?:letter|number|digit)"
@@ -305,20 +318,23 @@ def _reduce_schema(schema: dict[str, Any]) -> dict[str, Any]:
     description = description if isinstance(description, str) else ""
     if schema.get("readOnly") or description.lstrip().startswith("Output only"):
         out["readOnly"] = True
-    elif _REQUIRED.match(description):
+    elif _REQUIRED.match(description) and not _DEPRECATED.search(description):
         out["required"] = True
     if "properties" in schema:
         out["properties"] = {name: _reduce_schema(field) for name, field in schema["properties"].items()}
         for name, field in schema["properties"].items():
             text = str(field.get("description", ""))
             if (
-                (name.endswith("Id") and _RESOURCE_ID.search(text))
+                (name.endswith("Id") and name != "requestId" and _RESOURCE_ID.search(text))
                 or (name == "name" and _CALLER_NAMED.search(text) and "projects/" in text)
                 or (name == "name" and _TAKEN.search(" ".join(text.split())))
                 or (name.endswith("Name") and _UNIQUE_NAME.search(text))
             ):
                 out["properties"][name]["resourceId"] = True
-            if name == "name" and _CLIENT_NAMED.search(text):
+            # (a description that gives the name as `projects/…` or `accounts/{account}/…` means a full
+            # name: not the id itself)
+            full_name = "projects/" in text or "/{" in text
+            if name == "name" and not full_name and (_CLIENT_NAMED.search(text) or _UNIQUE_NAME.search(text)):
                 out["properties"][name]["clientNamed"] = True
             rule = _id_rule_of(name, text, out["properties"][name])
             if rule:
@@ -473,7 +489,9 @@ def described_id_rule(text: str) -> dict[str, str] | None:
     if pattern and not re.search(r"[{}+*?]", pattern):
         pattern += f"{{{low},{high}}}" if high else "+"
     elif (
-        not pattern and re.search(r"\b(?:letters|alphanumeric)\b", positive) and (high or _ONLY_THESE.search(positive))
+        not pattern
+        and re.search(r"\b(?:letters|alpha-?numeric)\b", positive)
+        and (high or _ONLY_THESE.search(positive) or re.search(r"\bconsists? of\b", positive))
     ):
         high = high or "63"  # no length stated: AIP-122's
         pattern = _words_class(positive) + f"{{{low},{high}}}"
@@ -485,6 +503,8 @@ def described_id_rule(text: str) -> dict[str, str] | None:
         pattern = f"(?=.{{{low},{high}}}\\Z){pattern}"
     if _LETTER_FIRST.search(positive):
         pattern = f"(?=[A-Za-z]){pattern}"
+    elif _ALPHANUMERIC_FIRST.search(positive):
+        pattern = f"(?=[A-Za-z0-9]){pattern}"
     if _LETTER_OR_NUMBER_LAST.search(positive):
         pattern = f"(?=.*[A-Za-z0-9]\\Z){pattern}"
     for negated, start in _STARTS_WITH.findall(positive):
@@ -501,15 +521,22 @@ def described_id_rule(text: str) -> dict[str, str] | None:
 
 def _stated_class(text: str) -> str:
     """The character class (or whole expression) a description gives an id, '' when it gives none."""
-    regex = re.search(r"`/?\^?(\[[^`]*?)\$?/?`", text) or re.search(r"(?<![\w`])/\^?(\[[^/\s]*?)\$?/", text)
+    regex = (
+        re.search(r"`/?\^?(\[[^`]*?)\$?/?`", text)
+        or re.search(r"(?<![\w`])/\^?(\[[^/\s]*?)\$?/", text)
+        or re.search(
+            r"\bmatch(?:es)? the (?:following )?(?:pattern|regex|regular expression):? \^?(\[\S+?)\$?[.,;)]*(?:\s|$)",
+            text,
+        )
+    )
     if regex and re.fullmatch(r"\[[A-Z_]+\]", regex.group(1)):
         regex = None  # a placeholder (`[SPAN_ID]`), no class
     several = regex and re.fullmatch(r"(?:\[[^\[\]]+\]|[-_.])+", regex.group(1))
     if regex and several and not re.fullmatch(r"\[[^\[\]]+\]", regex.group(1)):
         # `[a-z][0-9]-`, `[a-z]-`: one class written as several (Dataproc's, IAP's ids)
         return _one_class("".join(re.findall(r"[^\[\]]+", regex.group(1))))
-    if regex and _compiles(regex.group(1)):
-        return regex.group(1)
+    if regex and _compiles(_python_regex(regex.group(1))):
+        return _python_regex(regex.group(1))
     lost = re.search(r"(?<![\w`])`?/\^?((?=[-_.]*[a-zA-Z0-9]-)(?:[a-zA-Z0-9]-[a-zA-Z0-9]|[-_.])+)\+?\$?/`?", text)
     if lost:  # `/a-z-/` is `[a-z][0-9]-`: its brackets were taken for a Markdown link, and `[0-9]` with them
         class_text = lost.group(1)
@@ -531,13 +558,20 @@ def _words_class(text: str) -> str:
     lower = re.search(r"\blower-? ?cased?\b", text, re.I) or re.search(r"(?<!\w)a-z", text)
     upper = re.search(r"\bupper-? ?case\b|\bupper-?(?: and| or|,) lower", text, re.I) or re.search(r"(?<!\w)A-Z", text)
     alphabet = "a-z" if lower and not upper else "a-zA-Z"
-    alphabet += "0-9" if re.search(r"\b(?:numerals|numbers|digits|numeric|alphanumeric)\b", text) else ""
+    alphabet += "0-9" if re.search(r"\b(?:numerals|numbers|digits|numeric|alpha-?numeric)\b", text) else ""
     alphabet += "_" if re.search(r"\bunderscores?\b|[`'\"(]_[`'\")]", text) else ""
     alphabet += "." if re.search(r"\b(?:periods?|dots?)\b|[`'\"(]\.[`'\")]", text) else ""
     alphabet += "-" if re.search(r"\b(?:hyphens?|dashes)\b|[`'\"(]-[`'\")]", text) else ""
     if re.search(r"\bunicode letters\b", text, re.I):  # Python's `re` has no categories: any letter past ASCII
         return f"(?:[{alphabet}]|[^\\x00-\\x9f])"
     return f"[{alphabet}]"
+
+
+def _python_regex(regex: str) -> str:
+    """A description's regular expression as Python's `re` reads it: `\\p{L}` (any letter) and
+    `\\p{N}` (any digit), which `re` lacks, become `\\w` and `\\d` (Healthcare's
+    `[\\p{L}\\p{N}_\\-\\.]{1,256}`)."""
+    return regex.replace("\\p{L}", "\\w").replace("\\p{N}", "\\d")
 
 
 def _compiles(regex: str) -> bool:
@@ -600,13 +634,15 @@ def reduce_document(doc: dict[str, Any]) -> dict[str, Any]:
         for name, param in spec.get("parameters", {}).items():
             parameters[name] = {key: param[key] for key in _PARAMETER_KEYS if key in param}
             text = str(param.get("description", ""))
-            if name.endswith("Id") and _RESOURCE_ID.search(text):
+            if name.endswith("Id") and name != "requestId" and _RESOURCE_ID.search(text):
                 parameters[name]["resourceId"] = True
             rule = described_id_rule(text) if name.endswith("Id") and name != "requestId" else None
             if rule:
                 parameters[name]["idRule"] = rule
             if name == "requestId" and _NO_EFFECT.match(text):
                 parameters[name]["noEffect"] = True
+            if param.get("location") == "query" and _REQUIRED.match(text) and not _DEPRECATED.search(text):
+                parameters[name]["required"] = True
             if name == "requestId" and _UUID.search(text):
                 parameters[name]["uuid"] = True
         methods[spec["id"]] = {

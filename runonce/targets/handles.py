@@ -233,14 +233,20 @@ def handles_of(document: ApiDocument, method: ApiMethod) -> list[Handle]:
         # A create whose body is the resource itself, named by the client: by its id (Compute Engine's
         # `insert`) or by its full name (Cloud Tasks' queues.create: "Caller-specified and required").
         own_name = request.get("name") or {}
-        if (method.request or "").lower() == singular.lower() and not own_name.get("readOnly"):
+        # (the body's schema names the kind: `Queue`, or Logging's `LogSink` of `sinks`)
+        if (method.request or "").lower().endswith(singular.lower()) and not own_name.get("readOnly"):
             if own_name.get("clientNamed"):
                 handles.append(Handle("resource id", "body", "name", _described(own_name)))
             elif own_name.get("resourceId"):
                 handles.append(Handle("resource name", "body", "name", _described(own_name)))
         resource = _properties(document, (request.get(singular) or {}).get("$ref"))
-        if resource.get("name", {}).get("resourceId") and not resource["name"].get("readOnly"):
-            handles.append(Handle("resource name", "body", f"{singular}.name", _described(resource["name"])))
+        nested_name = resource.get("name", {})
+        if nested_name.get("resourceId") and not nested_name.get("readOnly"):
+            handles.append(Handle("resource name", "body", f"{singular}.name", _described(nested_name)))
+        elif nested_name.get("clientNamed") and not nested_name.get("readOnly"):
+            # the id itself, which the create holds unique (GKE's `cluster.name`: "must be unique within
+            # this project and location")
+            handles.append(Handle("resource id", "body", f"{singular}.name", _described(nested_name)))
         # A job submitted with its own id (Dataproc's `job.reference.jobId`): a second submit is refused.
         own_reference = _properties(document, (resource.get("reference") or {}).get("$ref"))
         if f"{singular}Id" in own_reference and not own_reference[f"{singular}Id"].get("readOnly"):

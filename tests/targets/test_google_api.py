@@ -27,6 +27,7 @@ from runonce.targets import google_api_discovery as discovery
 from runonce.targets.google_api import (
     GoogleApiTarget,
     GoogleApiTargetConfig,
+    _collection_name,
     _dry_runs,
     _location,
     carries_run,
@@ -34,6 +35,7 @@ from runonce.targets.google_api import (
     expand,
     placeholder_problem,
     run_uuid,
+    template_pattern,
     uses_schedule_time,
 )
 from runonce.targets.handles import ID_RULES, handles_by_api, id_problem
@@ -1395,3 +1397,40 @@ def test_a_route_filling_an_id_is_held_to_the_apis_rule(api, method, params, bod
     line = error_of(target)
     assert line.startswith("routes file r.yaml: route 'jobs': field 'target': ") and f"{field}: " in line, line
     assert says in line, line
+
+
+@pytest.mark.parametrize(
+    ("pattern", "read"),
+    [
+        ("^projects/[^/]+/databases/[^/]+/documents/.*$", "^projects/[^/]+/databases/[^/]+/documents(?:/.*)?$"),
+        ("^operations/.*$", "^operations(?:/.*)?$"),
+        ("^projects/[^/]+$", "^projects/[^/]+$"),
+        ("^.*$", "^.*$"),
+        ("^projects/[^/]+/.*", "^projects/[^/]+/.*"),  # not at the end: as written
+    ],
+)
+def test_a_patterns_trailing_any_segments_takes_none_too(pattern: str, read: str) -> None:
+    assert template_pattern(pattern) == read
+
+
+@pytest.mark.parametrize(
+    ("http_method", "path", "params", "collection"),
+    [
+        (
+            "POST",
+            "v2/{+parent}/tasks",
+            {"parent": "projects/p/locations/l/queues/q"},
+            "projects/p/locations/l/queues/q/tasks",
+        ),
+        ("POST", "{+parent}/jobs", {"parent": "projects/p"}, "projects/p/jobs"),  # the version in the service path
+        ("POST", "v1/transferJobs", {}, "transferJobs"),
+        ("POST", "v1beta2/transferJobs", {}, "transferJobs"),
+        ("POST", "v1/things:batchCreate", {}, None),
+        ("POST", "v1/projects/things", {}, None),
+        ("PUT", "v1/transferJobs", {}, None),
+        ("POST", "v2/{+parent}/tasks", {"parent": 7}, None),
+    ],
+)
+def test_the_collection_a_create_posts_to(http_method: str, path: str, params: dict, collection: str | None) -> None:
+    method = discovery.ApiMethod("demo.things.create", http_method, path, {"parent": {"location": "path"}}, None, None)
+    assert _collection_name(method, params) == collection

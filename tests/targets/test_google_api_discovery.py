@@ -764,6 +764,7 @@ def test_a_value_within_its_stated_bounds_fits() -> None:
         ),
         ({"type": "string"}, "A description with 2048 characters or less.", {"maxLength": 2048}),
         ({"type": "string"}, "The name is limited to 100 characters.", {"maxLength": 100}),
+        ({"type": "string"}, "Optional. Cannot be more than 80 characters.", {"maxLength": 80}),
         ({"type": "string"}, "The name can be up to 128 characters long and any UTF-8 characters.", {"maxLength": 128}),
         # two limits in one sentence, each for a case: neither holds for every value
         ({"type": "string"}, "Max length of 24 characters for user-scoped, 40 characters for event-scoped.", {}),
@@ -958,3 +959,70 @@ def test_keys_and_labels_the_api_refuses_say_why(api: str, schema_name: str, val
 def test_a_required_name_may_be_left_to_the_call_or_the_api() -> None:
     """Pub/Sub's Topic marks `name` Required., and topics.create carries it in its path."""
     assert _problem("pubsub.v1", {"labels": {"team": "a"}}, "Topic") is None
+
+
+@pytest.mark.parametrize(
+    ("description", "client_named"),
+    [
+        ("Name of the resource. Provided by the client when the resource is created.", True),
+        ("Required. A client-assigned identifier, such as `load-balancer-exclusion`.", True),
+        ("The name of this cluster. The name must be unique within this project and location.", True),
+        # a full name (`projects/…`, `accounts/{account}/…`) is not the id itself
+        ("The format will be projects/{project_number}/feeds/{client-assigned feed identifier}.", False),
+        ("Format: `accounts/{account}/productInputs/{input}`. The input must be unique within an account.", False),
+        ("The display name of the resource.", False),
+    ],
+)
+def test_a_name_that_is_the_id_the_client_picks_is_marked_so(description: str, client_named: bool) -> None:
+    reduced = _reduced({"name": {"type": "string", "description": description}})["properties"]["name"]
+    assert reduced.get("clientNamed", False) is client_named
+    other = _reduced({"title": {"type": "string", "description": description}})["properties"]["title"]
+    assert "clientNamed" not in other  # only a `name`
+
+
+@pytest.mark.parametrize(
+    ("description", "uuid"),
+    [
+        ("The request ID must be a valid UUID with the exception that zero UUID is not supported.", True),
+        ("Optional. A unique identifier for this request. Must be a UUID4.", True),
+        ("Optional. Idempotent request UUID.", True),
+        ("Optional. A unique identifier for this request. A random UUID is recommended.", False),
+    ],
+)
+def test_a_request_id_that_must_be_a_uuid_is_marked_so(description: str, uuid: bool) -> None:
+    assert (
+        _reduced({"requestId": {"type": "string", "description": description}})["properties"]["requestId"].get(
+            "uuid", False
+        )
+        is uuid
+    )
+
+
+@pytest.mark.parametrize(
+    ("description", "required"),
+    [
+        ("Required. The network.", True),
+        ("[Required] The table.", True),
+        ("Required. The network. Deprecated, use network_config.network instead.", False),
+        ("Required. The network. Deprecated: use network_config.", False),
+        ("Required. It replaces the deprecated field `old`.", True),  # a word, not the field's status
+        ("The network.", False),
+    ],
+)
+def test_a_field_is_required_where_its_description_says_so_unless_deprecated(description: str, required: bool) -> None:
+    field = _reduced({"network": {"type": "string", "description": description}})["properties"]["network"]
+    assert field.get("required", False) is required
+    raw = {"name": "demo", "version": "v1", "rootUrl": "https://demo.googleapis.com/"}
+    method = {"id": "demo.things.create", "httpMethod": "POST", "path": "v1/things"}
+    method["parameters"] = {"thingId": {"location": "query", "type": "string", "description": description}}
+    reduced = discovery.reduce_document(raw | {"resources": {"things": {"methods": {"create": method}}}})
+    assert reduced["methods"]["demo.things.create"]["parameters"]["thingId"].get("required", False) is required
+
+
+def test_a_name_whose_description_says_a_taken_one_fails_is_a_resource_id() -> None:
+    taken = "If the specified name is in use by a job, the creation request fails with an ALREADY_EXISTS error."
+    assert _reduced({"name": {"type": "string", "description": taken}})["properties"]["name"]["resourceId"] is True
+    gke = "Will return a 409 if the cluster already exists."
+    assert _reduced({"name": {"type": "string", "description": gke}})["properties"]["name"]["resourceId"] is True
+    plain = "The name. It already exists in the other table."
+    assert "resourceId" not in _reduced({"name": {"type": "string", "description": plain}})["properties"]["name"]

@@ -1230,6 +1230,42 @@ def test_a_document_whose_method_ids_start_differently_is_looked_up_under_its_na
             ["a-b"],
         ),
         ("At most 20 characters: lower-case letters and dots.", ["a.b"], ["a1", "A", "X"]),
+        # a regular expression written out after "must match the …", with or without backticks
+        (
+            "Optional. The Service id to use for this Service. Must match the pattern [a-z0-9\\-]+",
+            ["0" * 64, "svc-1"],
+            ["A", "a_b", ""],
+        ),
+        (
+            "Must match the pattern ^[a-zA-Z0-9-_:.]+$. If omitted, an id will be generated.",
+            ["slo:a.v1", "A-b_c"],
+            ["a b", "a/b"],
+        ),
+        (
+            "This value must match the regex: [a-zA-Z0-9@.\\-_]{1,64}",
+            ["a@b.c-d_e", "a" * 64],
+            ["a" * 65, "a b"],
+        ),
+        # `\p{L}` and `\p{N}`, which Python's `re` lacks, are any letter and any digit
+        (
+            "The ID must match the following regex: `[\\p{L}\\p{N}_\\-\\.]{1,256}`.",
+            ["nightly_" + "0" * 64 + ".v1", "données"],
+            ["a b", "a/b", "a" * 257],
+        ),
+        # "alpha-numeric" is letters of either case and digits
+        (
+            "This value must be between 2 and 63 characters long inclusive, begin with a letter, end with a letter "
+            "or number, and consist of alpha-numeric ASCII characters or hyphens.",
+            ["Nightly-" + "0" * 40, "ab"],
+            ["1ab", "a_b", "ab-", "a"],
+        ),
+        # an alphanumeric first character
+        (
+            "Identifiers are limited to 100 characters and can include only letters, digits, underscores, hyphens, "
+            "and periods. Bucket identifiers must start with an alphanumeric character.",
+            ["0abc", "a.b_c-d"],
+            ["_abc", ".abc", "-abc", "a" * 101],
+        ),
     ],
 )
 def test_an_ids_rule_is_read_from_its_description(description: str, takes: list[str], refuses: list[str]) -> None:
@@ -1562,3 +1598,113 @@ def test_a_name_ending_in_a_newline_is_refused_by_serve_and_lint(case: str, tmp_
     assert served.exit_code != 0 and line in served.output and "Traceback" not in served.output, served.output
     linted = _cli(["lint", str(routes)])
     assert linted.exit_code == 1 and f"{routes}: -: error: {line} [invalid_routes]" in linted.output, linted.output
+
+
+@pytest.mark.parametrize(
+    ("route", "field"),
+    [
+        # GKE's `cluster.name`: "The name must be unique within this project and location"
+        (
+            {
+                "api": "container.v1",
+                "method": "projects.locations.clusters.create",
+                "params": {"parent": PARENT},
+                "body": {"cluster": {"name": "c${run_id:39}", "initialNodeCount": 1}},
+                "reconcile": {
+                    "method": "projects.locations.clusters.get",
+                    "params": {"name": f"{PARENT}/clusters/c${{run_id:39}}"},
+                },
+            },
+            "body.cluster.name",
+        ),
+        # Logging's `LogSink.name`: "The client-assigned sink identifier, unique within the project."
+        (
+            {
+                "api": "logging.v2",
+                "method": "projects.sinks.create",
+                "params": {"parent": "projects/my-project"},
+                "body": {"name": "Sink_${run_id}", "destination": "storage.googleapis.com/my-bucket"},
+            },
+            "body.name",
+        ),
+        # AI Platform's `jobId`: "Required. The user-specified id of the job."
+        (
+            {
+                "api": "ml.v1",
+                "method": "projects.jobs.create",
+                "params": {"parent": "projects/my-project"},
+                "body": {
+                    "jobId": "train-${run_id:40}",
+                    "trainingInput": {
+                        "region": "us-central1",
+                        "packageUris": ["gs://my-bucket/trainer.tar.gz"],
+                        "pythonModule": "trainer.task",
+                        "scaleTier": "BASIC",
+                    },
+                },
+            },
+            "body.jobId",
+        ),
+        # Cloud Build's `BuildTrigger.name`: "User-assigned name of the trigger. Must be unique within the project."
+        (
+            {
+                "api": "cloudbuild.v1",
+                "method": "projects.locations.triggers.create",
+                "params": {"parent": PARENT, "projectId": "my-project"},
+                "body": {"name": "t-${run_id:40}", "filename": "cloudbuild.yaml"},
+            },
+            "body.name",
+        ),
+    ],
+)
+def test_an_id_the_description_says_the_client_assigns_is_a_handle(route: dict[str, Any], field: str) -> None:
+    """A body id or name its description calls client- or user-assigned, or unique within its parent,
+    dedupes the create: filled from the run, the route loads; fixed, it is refused as the same handle."""
+    route = {"type": "google_api", **route}
+    assert parse_routes(routes_yaml(route), "routes file routes.yaml")
+    fixed = changed(route, field, "nightly")
+    line = _refusal(routes_yaml(fixed))
+    assert f"{field}: 'nightly' does not tell runs apart" in line or f"dedupes on: {field}" in line, line
+
+
+def _notebook(**params: str) -> dict[str, Any]:
+    """A Vertex AI Workbench instance's create (the document comes from google-api-python-client)."""
+    return {
+        "type": "google_api",
+        "api": "notebooks.v2",
+        "method": "projects.locations.instances.create",
+        "params": {"parent": "projects/my-project/locations/us-central1-a", **params},
+        "body": {"gceSetup": {"machineType": "e2-standard-4"}},
+    }
+
+
+def test_a_query_parameter_the_description_calls_required_must_be_given() -> None:
+    """Notebooks' `instanceId`: "Required. User-defined unique ID of this instance." Without it the API
+    refuses every call."""
+    route = _notebook(requestId="${run_uuid}")
+    line = _refusal(routes_yaml(route))
+    assert "field 'target.params': params: notebooks.projects.locations.instances.create needs the query " in line
+    assert "parameter 'instanceId' (its description: Required.)" in line, line
+    route["params"]["instanceId"] = "n${run_id:40}"
+    assert parse_routes(routes_yaml(route), "routes file routes.yaml")
+
+
+def test_a_required_field_the_description_calls_deprecated_is_not_required() -> None:
+    """AlloyDB's `Cluster.network`: "Required. … Deprecated, use network_config.network instead." """
+    route = {
+        "type": "google_api",
+        "api": "alloydb.v1",
+        "method": "projects.locations.clusters.create",
+        "params": {"parent": PARENT, "clusterId": "c${run_id:40}", "requestId": "${run_uuid}"},
+        "body": {
+            "networkConfig": {"network": "projects/my-project/global/networks/default"},
+            "initialUser": {"password": "x"},
+        },
+    }
+    assert parse_routes(routes_yaml(route), "routes file routes.yaml")
+
+
+def test_a_request_id_described_as_a_request_uuid_must_be_one() -> None:
+    """Notebooks' `requestId`: "Optional. Idempotent request UUID." """
+    line = _refusal(routes_yaml(_notebook(instanceId="n${run_id:40}", requestId="r-${run_id:40}")))
+    assert "params.requestId: " in line and "a UUID other than the zero UUID (fill it with ${run_uuid})" in line, line
