@@ -286,7 +286,10 @@ def check_params(method: ApiMethod, params: dict[str, Any], where: str) -> None:
                 rule=f" (pattern {pattern})" if pattern else "",
             )
     for name, spec in method.parameters.items():
-        if spec.get("location") == "query" and spec.get("required") and name not in params:
+        # `encryptionConfig.encryptionType`: a field of an optional message, required once it is given
+        within = name.rpartition(".")[0]
+        needed = not within or any(given.startswith(f"{within}.") for given in params)
+        if spec.get("location") == "query" and spec.get("required") and needed and name not in params:
             raise _error(
                 "{where}: {method} needs the query parameter {name} (its description: Required.); the API "
                 "refuses every call without it",

@@ -1708,3 +1708,19 @@ def test_a_request_id_described_as_a_request_uuid_must_be_one() -> None:
     """Notebooks' `requestId`: "Optional. Idempotent request UUID." """
     line = _refusal(routes_yaml(_notebook(instanceId="n${run_id:40}", requestId="r-${run_id:40}")))
     assert "params.requestId: " in line and "a UUID other than the zero UUID (fill it with ${run_uuid})" in line, line
+
+
+def test_a_required_field_of_an_optional_message_in_the_query_is_needed_only_with_that_message() -> None:
+    """Spanner's `backups.create` takes `encryptionConfig.encryptionType` ("Required. The encryption
+    type of the backup.") as a query parameter: required once `encryptionConfig` is given, not before."""
+    route = {
+        "type": "google_api",
+        "api": "spanner.v1",
+        "method": "projects.instances.backups.create",
+        "params": {"parent": "projects/my-project/instances/i", "backupId": "b${run_id:40}"},
+        "body": {"database": "projects/my-project/instances/i/databases/d", "expireTime": "2027-01-01T00:00:00Z"},
+    }
+    assert parse_routes(routes_yaml(route), "routes file routes.yaml")
+    route["params"]["encryptionConfig.kmsKeyName"] = "projects/my-project/locations/l/keyRings/r/cryptoKeys/k"
+    line = _refusal(routes_yaml(route))
+    assert "needs the query parameter 'encryptionConfig.encryptionType'" in line, line
