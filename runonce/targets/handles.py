@@ -10,8 +10,9 @@ A method dedupes on what its document says it does, and nothing else:
   Dataproc's `<kind>Name` of a create, which its description holds unique (`clusterName`), and
   `<kind>.reference.<kind>Id` of a submit
   (`job.reference.jobId`), or the `name` of a body that is the resource itself where the description
-  says the client provides it (Compute Engine's `instances.insert`). A second create with the same
-  id answers 409 ALREADY_EXISTS.
+  says the client provides or assigns it, or holds it unique (Compute Engine's `instances.insert`,
+  Logging's `sinks.create`), or of the resource inside the request (GKE's `cluster.name`). A second
+  create with the same id answers 409 ALREADY_EXISTS.
 - **the resource's name in a create's path** (`PUT v1/{+name}`, Pub/Sub's `topics.create`), or in
   its body where the document says the caller may choose it (Cloud Tasks' `task.name`) or that a
   create with a taken one fails (Storage Transfer's `TransferJob.name`).
