@@ -1429,8 +1429,10 @@ def test_a_patterns_trailing_any_segments_takes_none_too(pattern: str, read: str
         ("POST", "v1/projects/things", {}, None),
         ("PUT", "v1/transferJobs", {}, None),
         ("POST", "v2/{+parent}/tasks", {"parent": 7}, None),
+        ("POST", "v1/projects/{project}/zones/{zone}/things", {"project": "p", "zone": "z"}, "p/zones/z/things"),
     ],
 )
 def test_the_collection_a_create_posts_to(http_method: str, path: str, params: dict, collection: str | None) -> None:
-    method = discovery.ApiMethod("demo.things.create", http_method, path, {"parent": {"location": "path"}}, None, None)
+    in_path = {name: {"location": "path"} for name in ("parent", "project", "zone") if f"{name}}}" in path}
+    method = discovery.ApiMethod("demo.things.create", http_method, path, in_path, None, None)
     assert _collection_name(method, params) == collection

@@ -971,6 +971,7 @@ def test_a_required_name_may_be_left_to_the_call_or_the_api() -> None:
         ("The format will be projects/{project_number}/feeds/{client-assigned feed identifier}.", False),
         ("Format: `accounts/{account}/productInputs/{input}`. The input must be unique within an account.", False),
         ("The display name of the resource.", False),
+        ("Required. The client-assigned identifier, as in projects/my-project/sinks/my-sink.", False),
     ],
 )
 def test_a_name_that_is_the_id_the_client_picks_is_marked_so(description: str, client_named: bool) -> None:
@@ -1026,3 +1027,23 @@ def test_a_name_whose_description_says_a_taken_one_fails_is_a_resource_id() -> N
     assert _reduced({"name": {"type": "string", "description": gke}})["properties"]["name"]["resourceId"] is True
     plain = "The name. It already exists in the other table."
     assert "resourceId" not in _reduced({"name": {"type": "string", "description": plain}})["properties"]["name"]
+
+
+def test_a_request_id_is_never_read_as_the_new_resources_id() -> None:
+    """A `requestId` dedupes a request, not a resource, whatever words its description uses."""
+    words = "A unique client-assigned identifier for this request."
+    raw = {"name": "demo", "version": "v1", "rootUrl": "https://demo.googleapis.com/"}
+    method = {"id": "demo.things.create", "httpMethod": "POST", "path": "v1/things"}
+    method["parameters"] = {name: {"location": "query", "description": words} for name in ("requestId", "thingId")}
+    reduced = discovery.reduce_document(raw | {"resources": {"things": {"methods": {"create": method}}}})
+    parameters = reduced["methods"]["demo.things.create"]["parameters"]
+    assert "resourceId" not in parameters["requestId"] and parameters["thingId"]["resourceId"] is True
+    fields = _reduced({name: {"type": "string", "description": words} for name in ("requestId", "thingId")})
+    assert "resourceId" not in fields["properties"]["requestId"] and fields["properties"]["thingId"]["resourceId"]
+
+
+def test_a_lone_pick_one_field_needs_no_group() -> None:
+    """BigQuery's "[Pick one]" needs one of several fields; a single field so marked makes no group."""
+    assert "oneOfRequired" not in _reduced({"a": {"type": "string", "description": "[Pick one] A."}})
+    two = _reduced({name: {"type": "string", "description": f"[Pick one] {name}."} for name in ("a", "b")})
+    assert two["oneOfRequired"] == [["a", "b"]]
