@@ -481,42 +481,52 @@ def described_id_rule(text: str) -> dict[str, str] | None:
     forbidden = _FORBIDDEN_FORM.search(text)
     positive = text[: forbidden.start()] + text[forbidden.end() :] if forbidden else text
     span = re.search(r"\b(?:between )?([0-9]+) ?(?:-|to|and) ?([0-9]+) (?:[a-z]+ ){0,2}characters", positive)
-    least = re.search(r"\b(?:a minimum of|at least) ([0-9]+) characters", positive)
+    least = re.search(r"\b(?:a minimum of|at least) ([0-9]+) characters", positive, re.IGNORECASE)
     stated = prose_string_rules(positive)
     most = str(stated.get("maxLength", stated.get("maxBytes", "")))
     low, high = (span.group(1), span.group(2)) if span else (least.group(1) if least else "1", most)
     pattern = _stated_class(positive)
+    shape, ends = f"matching {pattern}", []
     if pattern and not re.search(r"[{}+*?]", pattern):
-        pattern += f"{{{low},{high}}}" if high else "+"
+        shape = f"of {_class_words(pattern)}"
+        pattern += f"{{{low},{high}}}"  # `{3,}` without a stated maximum
     elif (
         not pattern
         and re.search(r"\b(?:letters|alpha-?numeric)\b", positive)
         and (high or _ONLY_THESE.search(positive) or re.search(r"\bconsists? of\b", positive))
     ):
         high = high or "63"  # no length stated: AIP-122's
-        pattern = _words_class(positive) + f"{{{low},{high}}}"
+        pattern = _words_class(positive)
+        shape = f"of {_class_words(pattern)}"
+        pattern += f"{{{low},{high}}}"
     elif not pattern and span:  # a length, and no alphabet: AIP-122's
         pattern = "[a-z](?:[a-z0-9-]*[a-z0-9])?"
+        shape = "of a-z 0-9 -"
+        ends = ["starting with a letter", "ending with a letter or digit"]
     if not pattern:
         return None
+    count = f"{low}-{high} characters " if high else f"at least {low} characters " if low != "1" else ""
+    said = [count + shape if count or shape.startswith("matching") else f"characters {shape}", *ends]
     if high:
         pattern = f"(?=.{{{low},{high}}}\\Z){pattern}"
     if _LETTER_FIRST.search(positive):
         pattern = f"(?=[A-Za-z]){pattern}"
+        said.append("starting with a letter")
     elif _ALPHANUMERIC_FIRST.search(positive):
         pattern = f"(?=[A-Za-z0-9]){pattern}"
+        said.append("starting with a letter or digit")
     if _LETTER_OR_NUMBER_LAST.search(positive):
         pattern = f"(?=.*[A-Za-z0-9]\\Z){pattern}"
+        said.append("ending with a letter or digit")
     for negated, start in _STARTS_WITH.findall(positive):
         pattern = f"(?{'!' if negated else '='}{re.escape(start)}){pattern}"
+        said.append(f"{'not ' if negated else ''}starting with {start!r}")
     if forbidden and _compiles(forbidden.group(1)):
         pattern = f"(?!(?{'i' if forbidden.group(2) else ''}:{forbidden.group(1)})\\Z){pattern}"
+        said.append(f"not of the form {forbidden.group(1)}")
     if not _compiles(pattern):  # a stated length reversed ("1 to 0 characters")
         return None
-    words = f"as its description states ({text[:200]}{'…' if len(text) > 200 else ''}"
-    if forbidden and forbidden.start() >= 200:
-        words += f" {forbidden.group(0)}"
-    return {"pattern": pattern, "words": words + ")"}
+    return {"pattern": pattern, "words": ", ".join(dict.fromkeys(said)) + " (as its description states)"}
 
 
 def _stated_class(text: str) -> str:
@@ -551,6 +561,17 @@ def _one_class(characters: str) -> str:
     rest = re.sub(r"[a-zA-Z0-9]-[a-zA-Z0-9]", "", characters)
     singles = sorted(set(rest) - {"-"})
     return "[" + "".join(ranges) + "".join(singles) + ("-" if "-" in rest else "") + "]"
+
+
+def _class_words(character_class: str) -> str:
+    """A character class as a refusal says it: `[a-zA-Z0-9_.-]` -> `a-z A-Z 0-9 _ . -`."""
+    inner = re.fullmatch(r"\(\?:\[(.*)\]\|\[\^\\x00-\\x9f\]\)|\[([^\^].*)\]", character_class)
+    if inner is None:
+        return character_class
+    parts = re.findall(r"\\w|\\d|\\.|.-(?!\])(?:\\.|.)|.", inner.group(1) or inner.group(2))
+    named = {"\\w": "any letter", "\\d": "any digit"}
+    said = " ".join(named.get(part, part.replace("\\", "")) for part in parts)
+    return said + " and letters of any script" if inner.group(1) else said
 
 
 def _words_class(text: str) -> str:

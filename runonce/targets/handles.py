@@ -72,8 +72,6 @@ ENDPOINT_ID = IdRule(
 )
 FEATURE_ID = IdRule(r"[a-z_][a-z0-9_]{0,127}", "1-128 characters of a-z 0-9 _, not starting with a digit")
 FEATURESTORE_ID = IdRule(r"[a-z_][a-z0-9_]{0,59}", "1-60 characters of a-z 0-9 _, not starting with a digit")
-METADATA_ID = IdRule(r"[a-z0-9-]{4,128}", "4-128 characters of a-z 0-9 -")
-TENSORBOARD_ID = IdRule(r"[a-z0-9-]{1,128}", "1-128 characters of a-z 0-9 -")
 CLOUDBUILD_CONFIG_ID = IdRule(
     r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?",
     "1-64 characters of A-Z a-z 0-9 -, starting and ending with a letter or digit",
@@ -85,15 +83,13 @@ BIGQUERY_TABLE_ID = IdRule(
 )
 """Exact in ASCII; Python's `re` has no Unicode categories, so a character past U+009F is left to BigQuery."""
 ID_RULES: dict[tuple[str, str], IdRule] = {
-    # (api, field) -> the rule the field's description states, where it is not AIP-122's.
+    # (api, field) -> the rule the field's description states, where it is not AIP-122's and the
+    # description's words are not read whole (google_api_discovery.described_id_rule reads the rest).
     # A field whose description states AIP-122's own rule, or none, is left out (AIP-122 applies):
     # aiplatform.v1 deploymentResourcePoolId, evaluationMetricId, memoryId, persistentResourceId,
     # semanticGovernancePolicyId, servingProfileId, notebookExecutionJobId, notebookRuntimeTemplateId;
     # file.v1 backupId, snapshotId, instanceId; run.v2 jobId; dataflow.v1b3 configStoreSettingId.
     # A requestId whose description states no rule is held to none (cloudtasks.v2).
-    ("batch.v1", "requestId"): UUID,  # "must be a valid UUID with the exception that zero UUID is not supported"
-    # "This value must be 4-63 characters. Valid characters are /[a-z][0-9]-/."
-    ("dataproc.v1", "batchId"): IdRule(r"[a-z0-9-]{4,63}", "4-63 characters of a-z 0-9 -"),
     # "The value must contain only letters (a-z, A-Z), numbers (0-9), underscores (_), and hyphens (-).
     # The maximum length is 40 characters." (every dataproc.v1 method's requestId)
     ("dataproc.v1", "requestId"): DATAPROC_REQUEST_ID,
@@ -103,7 +99,6 @@ ID_RULES: dict[tuple[str, str], IdRule] = {
         r"[A-Za-z0-9][A-Za-z0-9_-]{1,31}[A-Za-z0-9]",
         "3-33 characters of A-Z a-z 0-9 _ -, not starting or ending with _ or -",
     ),
-    # sessions.create: "This value must be 4-63 characters. Valid characters are /a-z-/."
     # "The name must start with a lowercase letter, and can contain up to 51 lowercase letters, numbers, and
     # hyphens. It cannot end with a hyphen."
     ("dataproc.v1", "clusterName"): IdRule(
@@ -113,9 +108,6 @@ ID_RULES: dict[tuple[str, str], IdRule] = {
     # "The ID must contain only letters (a-z, A-Z), numbers (0-9), underscores (_), or hyphens (-). The maximum
     # length is 100 characters."
     ("dataproc.v1", "job.reference.jobId"): IdRule(r"[A-Za-z0-9_-]{1,100}", "1-100 characters of A-Z a-z 0-9 _ -"),
-    ("dataproc.v1", "sessionId"): IdRule(r"[a-z0-9-]{4,63}", "4-63 characters of a-z 0-9 -"),
-    # "This value should be less than 128 characters, and valid characters are `/a-z-/`."
-    ("aiplatform.v1", "pipelineJobId"): IdRule(r"[a-z0-9-]{1,127}", "1-127 characters of a-z 0-9 -"),
     # "If the first character is a letter, this value may be up to 63 characters, and valid characters are
     # `[a-z0-9-]`. The last character must be a letter or number. If the first character is a number, this
     # value may be up to 9 characters, and valid characters are `[0-9]` with no leading zeros."
@@ -130,15 +122,6 @@ ID_RULES: dict[tuple[str, str], IdRule] = {
     ("aiplatform.v1", "entityTypeId"): FEATURESTORE_ID,
     ("aiplatform.v1", "featureOnlineStoreId"): FEATURESTORE_ID,
     ("aiplatform.v1", "featureViewId"): FEATURESTORE_ID,
-    # "Must be 4-128 characters in length. Valid characters are `/a-z-/`."
-    ("aiplatform.v1", "artifactId"): METADATA_ID,
-    ("aiplatform.v1", "contextId"): METADATA_ID,
-    ("aiplatform.v1", "executionId"): METADATA_ID,
-    ("aiplatform.v1", "metadataStoreId"): METADATA_ID,
-    ("aiplatform.v1", "metadataSchemaId"): METADATA_ID,
-    # "This value should be 1-128 characters, and valid characters are `/a-z-/`."
-    ("aiplatform.v1", "tensorboardExperimentId"): TENSORBOARD_ID,
-    ("aiplatform.v1", "tensorboardRunId"): TENSORBOARD_ID,
     # "This value should match "a-z0-9{0, 127}"" (the markdown lost the brackets of [a-z0-9][a-z0-9-]{0,127})
     ("aiplatform.v1", "tensorboardTimeSeriesId"): IdRule(
         r"[a-z0-9][a-z0-9-]{0,127}", "1-128 characters of a-z 0-9 -, not starting with -"
@@ -170,18 +153,10 @@ ID_RULES: dict[tuple[str, str], IdRule] = {
     # and schemaId: "See https://cloud.google.com/pubsub/docs/pubsub-basics#resource_names")
     ("pubsub.v1", "name"): PUBSUB_ID,
     ("pubsub.v1", "schemaId"): PUBSUB_ID,
-    # "`TASK_ID` can contain only letters ([A-Za-z]), numbers ([0-9]), hyphens (-), or underscores (_). The
-    # maximum length is 500 characters."
-    ("cloudtasks.v2", "task.name"): IdRule(r"[A-Za-z0-9_-]{1,500}", "1-500 characters of A-Z a-z 0-9 _ -"),
-    # "`QUEUE_ID` can contain letters ([A-Za-z]), numbers ([0-9]), or hyphens (-). The maximum length is 100
-    # characters." (queues.create, whose body is the queue)
-    ("cloudtasks.v2", "name"): IdRule(r"[A-Za-z0-9-]{1,100}", "1-100 characters of A-Z a-z 0-9 -"),
     # "They must contain only alphanumeric characters and dashes. + They can be 1-64 characters long. + They
     # must begin and end with an alphanumeric character"
     ("cloudbuild.v1", "gheConfigId"): CLOUDBUILD_CONFIG_ID,
     ("cloudbuild.v1", "bitbucketServerConfigId"): CLOUDBUILD_CONFIG_ID,
-    # "This value should be 1-63 characters, and valid characters are /a-z-/."
-    ("cloudbuild.v1", "workerPoolId"): IdRule(r"[a-z0-9-]{1,63}", "1-63 characters of a-z 0-9 -"),
     # "It must begin with letter, and cannot end with hyphen; must contain fewer than 50 characters."
     # (serviceId, instanceId, workerPoolId)
     ("run.v2", "serviceId"): CLOUD_RUN_ID,

@@ -1293,15 +1293,42 @@ def test_an_id_whose_description_states_no_alphabet_keeps_aip_122(description: s
     assert described_id_rule(description) is None
 
 
-def test_an_id_rule_quotes_its_description_in_the_refusal() -> None:
-    """The refusal quotes what the description states, its first 200 characters."""
-    short = "Up to 10 characters of letters. " + "x" * 168  # 200 characters
-    assert described_id_rule(short) == {
-        "pattern": "(?=.{1,10}\\Z)[a-zA-Z]{1,10}",
-        "words": f"as its description states ({short})",
-    }
-    long = short + "y"
-    assert described_id_rule(long)["words"] == f"as its description states ({short}…)"  # type: ignore[index]
+@pytest.mark.parametrize(
+    ("description", "words"),
+    [
+        ("Up to 10 characters of letters. " + "x" * 300, "1-10 characters of a-z A-Z"),
+        (
+            "This value must be 4-63 characters. Valid characters are /[a-z][0-9]-/.",
+            "4-63 characters of a-z 0-9 -",
+        ),
+        (
+            "Must be 2-63 characters, start with a letter, end with a letter or number, and "
+            + "contain only lowercase letters, numbers and hyphens. " * 5
+            + "Must not be UUID-like /[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}/.",
+            "2-63 characters of a-z 0-9 -, starting with a letter, ending with a letter or digit, "
+            "not of the form [0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}",
+        ),
+        ("The id must match `^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`.", "matching [a-z]([a-z0-9-]{0,61}[a-z0-9])?"),
+        ("At least 3 characters, valid characters are `[a-z_]`.", "at least 3 characters of a-z _"),
+        (
+            "Only letters, numbers and underscores, beginning with `dc_`.",
+            "1-63 characters of a-z A-Z 0-9 _, starting with 'dc_'",
+        ),
+        (
+            "It can contain unicode letters, numbers and underscores; up to 100 characters.",
+            "1-100 characters of a-z A-Z 0-9 _ and letters of any script",
+        ),
+        (
+            "The ID must be between 4 and 32 characters.",
+            "4-32 characters of a-z 0-9 -, starting with a letter, ending with a letter or digit",
+        ),
+    ],
+)
+def test_an_id_rule_says_in_the_refusal_what_it_checks(description: str, words: str) -> None:
+    """The refusal says the rule as runonce reads and checks it, never a truncated quote."""
+    rule = described_id_rule(description)
+    assert rule is not None
+    assert rule["words"] == f"{words} (as its description states)"
 
 
 def test_a_secret_id_is_held_to_secret_managers_rule_not_aip_122() -> None:
@@ -1315,7 +1342,7 @@ def test_a_secret_id_is_held_to_secret_managers_rule_not_aip_122() -> None:
     assert parse_routes(routes_yaml(route), "routes file routes.yaml")  # 66 characters, upper case, _: taken
     route["params"]["secretId"] = "s.${run_id}"
     line = _refusal(routes_yaml(route))
-    assert "params.secretId: " in line and "maximum length of 255 characters" in line, line
+    assert "params.secretId: " in line and "takes: 1-255 characters of a-z A-Z 0-9 _ -" in line, line
 
 
 def test_an_id_that_must_not_look_like_a_uuid_is_refused_one() -> None:
@@ -1331,7 +1358,7 @@ def test_an_id_that_must_not_look_like_a_uuid_is_refused_one() -> None:
     assert parse_routes(routes_yaml(route), "routes file routes.yaml")
     route["params"]["databaseId"] = "${run_uuid}"
     line = _refusal(routes_yaml(route))
-    assert "params.databaseId: " in line and "Must not be UUID-like" in line, line
+    assert "params.databaseId: " in line and "not of the form [0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}" in line, line
 
 
 @pytest.mark.parametrize(
@@ -1380,7 +1407,7 @@ def test_a_name_the_caller_chooses_is_held_to_the_rule_its_description_states() 
     assert parse_routes(routes_yaml(route), "routes file routes.yaml")
     route["body"]["name"] = f"{PARENT}/jobs/nightly.${{run_id}}"
     line = _refusal(routes_yaml(route))
-    assert "body.name: the id 'nightly.0000" in line and "`JOB_ID` can contain only letters" in line, line
+    assert "body.name: the id 'nightly.0000" in line and "takes: 1-500 characters of a-z A-Z 0-9 _ -" in line, line
 
 
 @pytest.mark.parametrize(
