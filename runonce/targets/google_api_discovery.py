@@ -257,15 +257,29 @@ _ONLY_THESE = re.compile(r"\bonly\b|\bvalid characters\b|\b(?:may|can) contain\b
 """Words that say the alphabet that follows is all an id may hold."""
 _LETTER_FIRST = re.compile(
     r"(?:start|begin)s? with (?:a )?(?:lower-?case )?letter(?! or (?:a )?(?:number|digit|numeral))"
-    r"|first character (?:must be a|cannot be a number|a letter)"
+    r"|first character (?:must be a|a letter)"
+)
+_NOT_DIGIT_FIRST = re.compile(r"first character cannot be a number( or (?:a )?hyphen)?")
+"""A first character that is no digit (and, "or hyphen", no `-`): an `_` may open the id."""
+_BOTH_ENDS_ALPHANUMERIC = (
+    r"|first and last characters? must be (?:a )?letters? or numbers?"
+    r"|(?:start|begin) and end with (?:an? )?alpha-?numeric"
 )
 _ALPHANUMERIC_FIRST = re.compile(
     r"(?:start|begin)s? with an? alpha-?numeric character|first character (?:has to|must) be alpha-?numeric"
+    + _BOTH_ENDS_ALPHANUMERIC
 )
 _LETTER_OR_NUMBER_LAST = re.compile(
     r"(?:ends? with|(?:the )?last(?: character)?(?: must be| is)?) (?:a |an )?(?:letter|number|digit)"
-    r" or (?:a |an )?(?:letter|number|digit)"
+    r" or (?:a |an )?(?:letter|number|digit)" + _BOTH_ENDS_ALPHANUMERIC
 )
+_NOT_AT_ENDS = re.compile(
+    r"(?:cannot|can't|must not) (?:(begin|start) or )?end with (?:an? )?(underscore|hyphen|dash)"
+    r"(?: or (?:an? )?(underscore|hyphen|dash))?",
+    re.IGNORECASE,
+)
+"""Characters an id must not end (or, "begin or end", open) with ("Cannot begin or end with underscore or
+hyphen.", "must not end with a dash")."""
 _STARTS_WITH = re.compile(
     r"((?:must|should|may|can) ?not |can't |must never )?(?:start|begin)(?:s|ning|ing)? with "
     r"[`\"']+([^`\"'\s]+)[`\"']+",
@@ -474,9 +488,11 @@ def described_id_rule(text: str) -> dict[str, str] | None:
     its alphabet as a character class or a whole regular expression (`[a-z0-9_]`,
     `^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`, and `/a-z-/`, a class whose brackets the documents' Markdown
     lost) or in words ("uppercase and lowercase letters, numerals, and the hyphen (`-`) and underscore
-    (`_`) characters": letters are of either case unless only lower case is named), a letter first, a
-    letter or number last, a literal start ("beginning with `dc_`"), a form it must not have ("Must not
-    be UUID-like /…/"); a length without an alphabet keeps AIP-122's alphabet."""
+    (`_`) characters": letters are of either case unless only lower case is named), a letter (or no
+    digit) first, a letter or number last, no `_` or `-` at its ends ("Cannot begin or end with
+    underscore or hyphen."), a literal start ("beginning with `dc_`"), a form it must not have ("Must
+    not be UUID-like /…/"); a length without an alphabet keeps AIP-122's alphabet. The words say the
+    rule as it is checked."""
     text = " ".join(text.split())
     forbidden = _FORBIDDEN_FORM.search(text)
     positive = text[: forbidden.start()] + text[forbidden.end() :] if forbidden else text
@@ -515,9 +531,20 @@ def described_id_rule(text: str) -> dict[str, str] | None:
     elif _ALPHANUMERIC_FIRST.search(positive):
         pattern = f"(?=[A-Za-z0-9]){pattern}"
         said.append("starting with a letter or digit")
+    elif not_digit := _NOT_DIGIT_FIRST.search(positive):
+        pattern = f"(?![0-9{'-' if not_digit.group(1) else ''}]){pattern}"
+        said.append(f"not starting with a digit{' or -' if not_digit.group(1) else ''}")
     if _LETTER_OR_NUMBER_LAST.search(positive):
         pattern = f"(?=.*[A-Za-z0-9]\\Z){pattern}"
         said.append("ending with a letter or digit")
+    elif not_at_ends := _NOT_AT_ENDS.search(positive):
+        characters = "".join(
+            sorted({"_" if word == "underscore" else "-" for word in not_at_ends.groups()[1:] if word})
+        )
+        pattern = f"(?!.*[{characters}]\\Z){pattern}"
+        if not_at_ends.group(1):
+            pattern = f"(?![{characters}]){pattern}"
+        said.append(f"not {'starting or ' if not_at_ends.group(1) else ''}ending with {' or '.join(characters)}")
     for negated, start in _STARTS_WITH.findall(positive):
         pattern = f"(?{'!' if negated else '='}{re.escape(start)}){pattern}"
         said.append(f"{'not ' if negated else ''}starting with {start!r}")

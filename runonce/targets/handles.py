@@ -70,12 +70,6 @@ ENDPOINT_ID = IdRule(
     r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?|[1-9][0-9]{0,8}",
     "1-63 characters of a-z 0-9 -, starting with a letter, not ending with -; or 1-9 digits, no leading zero",
 )
-FEATURE_ID = IdRule(r"[a-z_][a-z0-9_]{0,127}", "1-128 characters of a-z 0-9 _, not starting with a digit")
-FEATURESTORE_ID = IdRule(r"[a-z_][a-z0-9_]{0,59}", "1-60 characters of a-z 0-9 _, not starting with a digit")
-CLOUDBUILD_CONFIG_ID = IdRule(
-    r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?",
-    "1-64 characters of A-Z a-z 0-9 -, starting and ending with a letter or digit",
-)
 DATAPROC_REQUEST_ID = IdRule(r"[A-Za-z0-9_-]{1,40}", "1-40 characters of A-Z a-z 0-9 _ -")
 BIGQUERY_TABLE_ID = IdRule(
     r"(?:[A-Za-z0-9_ -]|[^\x00-\x9f]){1,1024}",
@@ -93,12 +87,6 @@ ID_RULES: dict[tuple[str, str], IdRule] = {
     # "The value must contain only letters (a-z, A-Z), numbers (0-9), underscores (_), and hyphens (-).
     # The maximum length is 40 characters." (every dataproc.v1 method's requestId)
     ("dataproc.v1", "requestId"): DATAPROC_REQUEST_ID,
-    # "The ID must contain only letters (a-z, A-Z), numbers (0-9), underscores (_), and hyphens (-). Cannot
-    # begin or end with underscore or hyphen. Must consist of from 3 to 33 characters."
-    ("dataproc.v1", "nodeGroupId"): IdRule(
-        r"[A-Za-z0-9][A-Za-z0-9_-]{1,31}[A-Za-z0-9]",
-        "3-33 characters of A-Z a-z 0-9 _ -, not starting or ending with _ or -",
-    ),
     # "The name must start with a lowercase letter, and can contain up to 51 lowercase letters, numbers, and
     # hyphens. It cannot end with a hyphen."
     ("dataproc.v1", "clusterName"): IdRule(
@@ -112,24 +100,9 @@ ID_RULES: dict[tuple[str, str], IdRule] = {
     # `[a-z0-9-]`. The last character must be a letter or number. If the first character is a number, this
     # value may be up to 9 characters, and valid characters are `[0-9]` with no leading zeros."
     ("aiplatform.v1", "endpointId"): ENDPOINT_ID,
-    # "This value may be up to 128 characters, and valid characters are `[a-z0-9_]`. The first character
-    # cannot be a number." (featureGroupId; featureId of featureGroups and of featurestores.entityTypes)
-    ("aiplatform.v1", "featureGroupId"): FEATURE_ID,
-    ("aiplatform.v1", "featureId"): FEATURE_ID,
-    # "This value may be up to 60 characters, and valid characters are `[a-z0-9_]`. The first character
-    # cannot be a number."
-    ("aiplatform.v1", "featurestoreId"): FEATURESTORE_ID,
-    ("aiplatform.v1", "entityTypeId"): FEATURESTORE_ID,
-    ("aiplatform.v1", "featureOnlineStoreId"): FEATURESTORE_ID,
-    ("aiplatform.v1", "featureViewId"): FEATURESTORE_ID,
     # "This value should match "a-z0-9{0, 127}"" (the markdown lost the brackets of [a-z0-9][a-z0-9-]{0,127})
     ("aiplatform.v1", "tensorboardTimeSeriesId"): IdRule(
         r"[a-z0-9][a-z0-9-]{0,127}", "1-128 characters of a-z 0-9 -, not starting with -"
-    ),
-    # reasoningEngines.sessions.create: "This value may be up to 63 characters, and valid characters are
-    # `[a-z0-9-]`. The first and last characters must be a letter or number."
-    ("aiplatform.v1", "sessionId"): IdRule(
-        r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?", "1-63 characters of a-z 0-9 -, not starting or ending with -"
     ),
     # "The ID must contain only letters (a-z, A-Z), numbers (0-9), underscores (_), or dashes (-). The
     # maximum length is 1,024 characters."
@@ -153,10 +126,6 @@ ID_RULES: dict[tuple[str, str], IdRule] = {
     # and schemaId: "See https://cloud.google.com/pubsub/docs/pubsub-basics#resource_names")
     ("pubsub.v1", "name"): PUBSUB_ID,
     ("pubsub.v1", "schemaId"): PUBSUB_ID,
-    # "They must contain only alphanumeric characters and dashes. + They can be 1-64 characters long. + They
-    # must begin and end with an alphanumeric character"
-    ("cloudbuild.v1", "gheConfigId"): CLOUDBUILD_CONFIG_ID,
-    ("cloudbuild.v1", "bitbucketServerConfigId"): CLOUDBUILD_CONFIG_ID,
     # "It must begin with letter, and cannot end with hyphen; must contain fewer than 50 characters."
     # (serviceId, instanceId, workerPoolId)
     ("run.v2", "serviceId"): CLOUD_RUN_ID,

@@ -1266,6 +1266,41 @@ def test_a_document_whose_method_ids_start_differently_is_looked_up_under_its_na
             ["0abc", "a.b_c-d"],
             ["_abc", ".abc", "-abc", "a" * 101],
         ),
+        # characters an id must not open or end with, and a first character that is no digit
+        (
+            "The ID must contain only letters (a-z, A-Z), numbers (0-9), underscores (_), and hyphens (-). Cannot "
+            "begin or end with underscore or hyphen. Must consist of from 3 to 33 characters.",
+            ["ab_c-1", "A1b"],
+            ["_abc", "-abc", "abc_", "abc-", "ab"],
+        ),
+        (
+            "It must start with a letter and must not end with a dash; up to 64 characters of `[a-z0-9-]`.",
+            ["a1", "ab"],
+            ["a-", "1a"],
+        ),
+        (
+            "This value may be up to 60 characters, and valid characters are `[a-z0-9_]`. The first character "
+            "cannot be a number.",
+            ["_features", "f_1"],
+            ["1f", "F"],
+        ),
+        (
+            "Up to 63 characters of `[a-z0-9_-]`. The first character cannot be a number or hyphen.",
+            ["_m", "m-1"],
+            ["1m", "-m"],
+        ),
+        (
+            "This value may be up to 63 characters, and valid characters are `[a-z0-9-]`. The first and last "
+            "characters must be a letter or number.",
+            ["0s", "s-0"],
+            ["-s", "s-"],
+        ),
+        (
+            "They must contain only alphanumeric characters and dashes. They can be 1-64 characters long. They "
+            "must begin and end with an alphanumeric character",
+            ["Ghe-1", "1"],
+            ["-ghe", "ghe-"],
+        ),
     ],
 )
 def test_an_ids_rule_is_read_from_its_description(description: str, takes: list[str], refuses: list[str]) -> None:
@@ -1317,6 +1352,14 @@ def test_an_id_whose_description_states_no_alphabet_keeps_aip_122(description: s
         (
             "It can contain unicode letters, numbers and underscores; up to 100 characters.",
             "1-100 characters of a-z A-Z 0-9 _ and letters of any script",
+        ),
+        (
+            "Cannot begin or end with underscore or hyphen. Only letters, numbers, underscores and hyphens.",
+            "1-63 characters of a-z A-Z 0-9 _ -, not starting or ending with - or _",
+        ),
+        (
+            "Up to 60 characters of `[a-z0-9_]`. The first character cannot be a number or hyphen.",
+            "1-60 characters of a-z 0-9 _, not starting with a digit or -",
         ),
         (
             "The ID must be between 4 and 32 characters.",
