@@ -256,7 +256,8 @@ anything matching /^[0-9a-f]{8}…$/i)")."""
 _ONLY_THESE = re.compile(r"\bonly\b|\bvalid characters\b|\b(?:may|can) contain\b", re.IGNORECASE)
 """Words that say the alphabet that follows is all an id may hold."""
 _LETTER_FIRST = re.compile(
-    r"(?:start|begin)s? with (?:a )?(?:lower-?case )?letter(?! or (?:a )?(?:number|digit|numeral))"
+    r"(?:start|begin)s? with (?:an? )?(?:lower-?case |english )?letter"
+    r"(?! or (?:an? )?(?:number|digit|numeral|underscore|international))"
     r"|first character (?:must be a|a letter)"
 )
 _NOT_DIGIT_FIRST = re.compile(r"first character cannot be a number( or (?:a )?hyphen)?")

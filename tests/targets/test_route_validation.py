@@ -1266,6 +1266,13 @@ def test_a_document_whose_method_ids_start_differently_is_looked_up_under_its_na
             ["0abc", "a.b_c-d"],
             ["_abc", ".abc", "-abc", "a" * 101],
         ),
+        (
+            "This value maximum length is 63 characters, and valid characters are /a-z-/. It must start with an "
+            "english letter and must not end with a hyphen.",
+            ["a-1"],
+            ["1a", "a-"],
+        ),
+        ("Up to 30 characters of `[a-z0-9_]`; it must start with a letter or underscore.", ["_a", "a_"], ["a-b"]),
         # characters an id must not open or end with, and a first character that is no digit
         (
             "The ID must contain only letters (a-z, A-Z), numbers (0-9), underscores (_), and hyphens (-). Cannot "
