@@ -880,7 +880,20 @@ class ApiDocument:
                 if problem:
                     return problem
             return None
-        return scalar_problem(value, schema, where)
+        return scalar_problem(value, schema, where) or self._id_problem(value, schema, where)
+
+    def _id_problem(self, value: Any, schema: dict[str, Any], where: str) -> str | None:
+        """An id (or a full name's id part) against the rule its description states, wherever in
+        the request it stands: a dataset's id in a query's `defaultDataset` as much as in a create."""
+        rule = schema.get("idRule")
+        if rule is None or not isinstance(value, str) or value == "":
+            return None
+        # a full name's rule is of its last segment (Cloud Tasks' "`TASK_ID` can contain …")
+        identifier = value.rsplit("/", 1)[-1] if where.endswith(".name") and not schema.get("clientNamed") else value
+        if re.fullmatch(rule["pattern"], identifier):
+            return None
+        shown = f"the id {identifier!r} in {value!r}" if identifier != value else repr(value)
+        return f"{where}: {shown} is not an id {self.api} takes: {rule['words']}"
 
     def _item_problem(self, value: Any, schema: dict[str, Any], where: str, given: frozenset[str]) -> str | None:
         """A list item or map value: null is no value there (proto3's JSON refuses it)."""

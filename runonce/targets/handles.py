@@ -93,9 +93,6 @@ ID_RULES: dict[tuple[str, str], IdRule] = {
         r"[a-z](?:[a-z0-9-]{0,50}[a-z0-9])?",
         "a lower-case letter, then up to 51 characters of a-z 0-9 -, not ending with -",
     ),
-    # "The ID must contain only letters (a-z, A-Z), numbers (0-9), underscores (_), or hyphens (-). The maximum
-    # length is 100 characters."
-    ("dataproc.v1", "job.reference.jobId"): IdRule(r"[A-Za-z0-9_-]{1,100}", "1-100 characters of A-Z a-z 0-9 _ -"),
     # "If the first character is a letter, this value may be up to 63 characters, and valid characters are
     # `[a-z0-9-]`. The last character must be a letter or number. If the first character is a number, this
     # value may be up to 9 characters, and valid characters are `[0-9]` with no leading zeros."
@@ -104,17 +101,6 @@ ID_RULES: dict[tuple[str, str], IdRule] = {
     ("aiplatform.v1", "tensorboardTimeSeriesId"): IdRule(
         r"[a-z0-9][a-z0-9-]{0,127}", "1-128 characters of a-z 0-9 -, not starting with -"
     ),
-    # "The ID must contain only letters (a-z, A-Z), numbers (0-9), underscores (_), or dashes (-). The
-    # maximum length is 1,024 characters."
-    ("bigquery.v2", "jobReference.jobId"): IdRule(r"[A-Za-z0-9_-]{1,1024}", "1-1024 characters of A-Z a-z 0-9 _ -"),
-    # "The ID must contain only letters (a-z, A-Z), numbers (0-9), or underscores (_). The maximum length
-    # is 1,024 characters."
-    ("bigquery.v2", "datasetReference.datasetId"): IdRule(
-        r"[A-Za-z0-9_]{1,1024}", "1-1024 characters of A-Z a-z 0-9 _"
-    ),
-    # "The ID must contain only letters (a-z, A-Z), numbers (0-9), or underscores (_). The maximum length
-    # is 256 characters."
-    ("bigquery.v2", "routineReference.routineId"): IdRule(r"[A-Za-z0-9_]{1,256}", "1-256 characters of A-Z a-z 0-9 _"),
     # "The ID can contain Unicode characters in category L (letter), M (mark), N (number), Pc (connector,
     # including underscore), Pd (dash), and Zs (space). ... The maximum length is 1,024 characters."
     ("bigquery.v2", "tableReference.tableId"): BIGQUERY_TABLE_ID,
@@ -194,11 +180,16 @@ def handles_of(document: ApiDocument, method: ApiMethod) -> list[Handle]:
             handles.append(Handle("resource id", "body", f"{singular}.name", _described(nested_name)))
         # A job submitted with its own id (Dataproc's `job.reference.jobId`): a second submit is refused.
         own_reference = _properties(document, (resource.get("reference") or {}).get("$ref"))
-        if f"{singular}Id" in own_reference and not own_reference[f"{singular}Id"].get("readOnly"):
-            handles.append(Handle("resource id", "body", f"{singular}.reference.{singular}Id"))
-        reference = request.get(f"{singular}Reference")
-        if reference is not None and f"{singular}Id" in _properties(document, reference.get("$ref")):
-            handles.append(Handle("resource id", "body", f"{singular}Reference.{singular}Id"))
+        own_id = own_reference.get(f"{singular}Id")
+        if own_id is not None and not own_id.get("readOnly"):
+            handles.append(Handle("resource id", "body", f"{singular}.reference.{singular}Id", _described(own_id)))
+        reference = _properties(document, (request.get(f"{singular}Reference") or {}).get("$ref"))
+        if f"{singular}Id" in reference:
+            handles.append(
+                Handle(
+                    "resource id", "body", f"{singular}Reference.{singular}Id", _described(reference[f"{singular}Id"])
+                )
+            )
     if method.id.rsplit(".", 1)[-1] == "create" and re.search(r"\{\+?name\}$", method.path):
         handles.append(Handle("resource name", "params", "name"))
     query_request_id = method.parameters.get("requestId", {})

@@ -1311,10 +1311,10 @@ ID_CASES: list[tuple[str, str, str, str, str | None]] = [
     ("aiplatform.v1", "projects.locations.pipelineJobs.create", "params.pipelineJobId", "p" * 128, "1-127 characters"),
     ("bigquery.v2", "datasets.insert", "body.datasetReference.datasetId", "d_" + "0" * 32, None),
     ("bigquery.v2", "datasets.insert", "body.datasetReference.datasetId", "D_" + "0" * 1022, None),
-    ("bigquery.v2", "datasets.insert", "body.datasetReference.datasetId", "d-0", "1-1024 characters of A-Z a-z 0-9 _"),
+    ("bigquery.v2", "datasets.insert", "body.datasetReference.datasetId", "d-0", "1-1024 characters of a-z A-Z 0-9 _"),
     ("bigquery.v2", "datasets.insert", "body.datasetReference.datasetId", "d" * 1025, "1-1024 characters"),
     ("bigquery.v2", "routines.insert", "body.routineReference.routineId", "r_1", None),
-    ("bigquery.v2", "routines.insert", "body.routineReference.routineId", "r-1", "1-256 characters of A-Z a-z 0-9 _"),
+    ("bigquery.v2", "routines.insert", "body.routineReference.routineId", "r-1", "1-256 characters of a-z A-Z 0-9 _"),
     ("bigquery.v2", "routines.insert", "body.routineReference.routineId", "r" * 257, "1-256 characters"),
     ("bigquery.v2", "tables.insert", "body.tableReference.tableId", "t-1 Tabelle_ü", None),
     ("bigquery.v2", "tables.insert", "body.tableReference.tableId", "t.1", "(Unicode L, M, N, Pc, Pd, Zs)"),
@@ -1375,7 +1375,7 @@ def test_every_id_rule_is_for_a_field_the_api_dedupes_on() -> None:
             {"projectId": "my-project"},
             {"datasetReference": {"projectId": "my-project", "datasetId": "d-${run_id:32}"}},
             "body.datasetReference.datasetId",
-            "1-1024 characters of A-Z a-z 0-9 _",
+            "1-1024 characters of a-z A-Z 0-9 _",
         ),
         (
             "run.v2",
@@ -1384,6 +1384,19 @@ def test_every_id_rule_is_for_a_field_the_api_dedupes_on() -> None:
             {"template": {"containers": [{"image": "us-docker.pkg.dev/p/r/i:1"}]}},
             "params.serviceId",
             "1-49 characters of a-z 0-9 -",
+        ),
+        (  # an id is held to its rule wherever it stands, not only where the run fills it
+            "bigquery.v2",
+            "jobs.insert",
+            {"projectId": "my-project"},
+            {
+                "jobReference": {"jobId": "j_${run_id}"},
+                "configuration": {
+                    "query": {"query": "SELECT 1", "defaultDataset": {"projectId": "p", "datasetId": "my-analytics"}}
+                },
+            },
+            "body.configuration.query.defaultDataset.datasetId",
+            "'my-analytics' is not an id bigquery.v2 takes: 1-1024 characters of a-z A-Z 0-9 _",
         ),
         (
             "bigquery.v2",
@@ -1401,7 +1414,7 @@ def test_a_route_filling_an_id_is_held_to_the_apis_rule(api, method, params, bod
         assert parse_routes(json.dumps({"routes": {"r": {"target": target}}}), "t")
         return
     line = error_of(target)
-    assert line.startswith("routes file r.yaml: route 'jobs': field 'target': ") and f"{field}: " in line, line
+    assert line.startswith("routes file r.yaml: route 'jobs': field 'target") and f"{field}: " in line, line
     assert says in line, line
 
 

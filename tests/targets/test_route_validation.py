@@ -752,6 +752,14 @@ PRESET_CASES: dict[str, tuple[str, str, Any, tuple[str, ...]]] = {
         "/tmp/dataflow",
         ("environment.tempLocation", "does not start with gs://"),
     ),
+    # An id is held to the rule its description states wherever it stands in the request, not only
+    # where runonce fills it: "The ID must contain only letters (a-z, A-Z), numbers (0-9), or underscores (_)."
+    "bigquery: a dataset id with a dash as a query's default dataset": (
+        "bigquery_job",
+        "configuration.query.defaultDataset",
+        {"projectId": "my-project", "datasetId": "my-analytics"},
+        ("query.defaultDataset.datasetId: 'my-analytics' is not an id bigquery.v2 takes", "a-z A-Z 0-9 _"),
+    ),
     "vertex: text as a number": (
         "vertex_pipeline_job",
         "pipeline_job.runtimeConfig.gcsOutputDirectory",
