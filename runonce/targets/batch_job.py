@@ -51,6 +51,9 @@ def _check_job(job: dict[str, Any]) -> None:
                 for name in RUN_ENV:
                     if name in ((environment or {}).get(kind) or {}):
                         raise config_error(f"{place}.{kind}: {name} is set by runonce")
+        for name in RUN_ENV:  # the deprecated map of the task's environment: a plain name -> value
+            if name in (spec.get("environments") or {}):
+                raise config_error(f"{where}.taskSpec.environments: {name} is set by runonce")
 
 
 class BatchJobTargetConfig(ParentConfig):

@@ -35,6 +35,9 @@ RUNNING_STATUSES = ("PENDING", "QUEUED", "WORKING")
 FINAL_STATUSES = ("SUCCESS", "FAILURE", "INTERNAL_ERROR", "TIMEOUT", "CANCELLED", "EXPIRED")
 SUBSTITUTION_PATTERN = r"_[A-Z0-9_]+"
 UUID_PATTERN = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+GIT_REF_NAME = r"(?!.*(?:\.\.|@\{|//|\.lock/|/\.))(?![/.])(?!@\Z)[^\x00-\x20\x7f~^:?*\[\\]+(?<![/.])(?<!\.lock)"
+"""A branch or tag name git takes (`git check-ref-format --branch`): no control character, space, ~ ^ : ? * [ \\,
+no `..`, `@{` or `//`, no part that starts with `.` or ends with `.lock`, not `@`, not starting or ending with / or ."""
 RUN_FIELD_SUBSTITUTIONS = ("_RUNONCE_JOB", "_RUNONCE_SCHEDULE_TIME", "_RUNONCE_TASK", "_RUNONCE_SOURCE")
 
 
@@ -85,6 +88,19 @@ class CloudBuildTriggerTargetConfig(TargetConfigModel):
             if key in RUN_FIELD_SUBSTITUTIONS:
                 raise config_error(f"substitution {key!r} is set by runonce")
         return values
+
+    @field_validator("branch", "tag")
+    @classmethod
+    def _ref_name(cls, value: str | None) -> str | None:
+        # Cloud Build: "Branch and tag names cannot consist of regular expressions."; and git's own
+        # rule for a ref's name (git check-ref-format).
+        if value is not None and not re.fullmatch(GIT_REF_NAME, value):
+            raise config_error(
+                "must be one branch or tag name as git allows it: no regular expression or wildcard (* ? [ ^), no "
+                "space, ~, :, \\, '..', '@{', control character, '//', or a leading or trailing / or . "
+                f"(got {value!r})"
+            )
+        return value
 
     @field_validator("commit")
     @classmethod

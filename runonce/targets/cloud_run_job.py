@@ -36,6 +36,10 @@ RESERVED_ENV = {
 MAX_ENV_VALUE_BYTES = 32768
 
 
+MAX_TASK_TIMEOUT_SECONDS = 168 * 3600
+"""Cloud Run's longest task timeout: "up to 168 hours (7 days)" (1 hour with GPUs, which the route cannot see)."""
+
+
 class CloudRunJobTargetConfig(TargetConfigModel):
     type: Literal["cloud_run_job"]
     job: str = Field(description="projects/PROJECT/locations/LOCATION/jobs/JOB")
@@ -69,6 +73,10 @@ class CloudRunJobTargetConfig(TargetConfigModel):
     def _timeout(cls, value: str | None) -> str | None:
         if value is not None and not re.fullmatch(r"[0-9]{1,6}(\.[0-9]{1,9})?s", value):
             raise config_error(f"must be a duration in seconds like '600s' (got {value!r})")
+        if value is not None and float(value[:-1]) > MAX_TASK_TIMEOUT_SECONDS:
+            raise config_error(
+                f"{value} is longer than a Cloud Run task may run: at most {MAX_TASK_TIMEOUT_SECONDS}s (168 hours)"
+            )
         return value
 
     @field_validator("container")

@@ -161,6 +161,12 @@ MISTAKES = [
         [{"variables": {}}, {"variables": {"RUNONCE_RUN_ID": "x"}}],
         "job.taskGroups[0].taskEnvironments[1].variables: RUNONCE_RUN_ID is set by runonce",
     ),
+    (  # the deprecated map form of a task's environment
+        "batch_job",
+        f"{GROUP}.taskSpec.environments",
+        {"STAGE": "prod", "RUNONCE_RUN_ID": "fixed"},
+        "job.taskGroups[0].taskSpec.environments: RUNONCE_RUN_ID is set by runonce",
+    ),
     (
         "batch_job",
         f"{GROUP}.taskEnvironments",

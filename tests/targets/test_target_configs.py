@@ -132,6 +132,18 @@ def test_valid_configs_load() -> None:
             "field 'target.timeout': must be a duration in seconds like '600s' (got '10m')",
         ),
         (
+            f"{{type: cloud_run_job, job: {JOB}, timeout: 604801s}}",
+            "field 'target.timeout': 604801s is longer than a Cloud Run task may run: at most 604800s (168 hours)",
+        ),
+        (
+            f"{{type: cloud_build_trigger, trigger: {TRIGGER}, branch: 'release-*'}}",
+            "field 'target.branch': must be one branch or tag name as git allows it: no regular expression",
+        ),
+        (
+            f"{{type: cloud_build_trigger, trigger: {TRIGGER}, tag: 'v1..2'}}",
+            "field 'target.tag': must be one branch or tag name as git allows it",
+        ),
+        (
             f"{{type: cloud_run_job, job: {JOB}, task_count: 0}}",
             "field 'target.task_count': Input should be greater than or equal to 1",
         ),
