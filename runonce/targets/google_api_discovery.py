@@ -33,8 +33,10 @@ Descriptions are dropped, keeping what they state as rules:
 - a string field whose description states its length ("can be up to 128 characters", "The maximum
   length is 2056 bytes.") keeps `maxLength` (characters; of a resource's `name`, `maxIdLength`, the
   length of its last part, the id) or `maxBytes` (UTF-8), and one that must be a
-  Cloud Storage URI ("Must be a valid Cloud Storage URL, beginning with `gs://`.") or start with one
-  of the schemes it names ('must begin with either "http://" or "https://"') keeps `prefix`;
+  Cloud Storage URI ("Must be a valid Cloud Storage URL, beginning with `gs://`.", "A path in a Cloud
+  Storage bucket") or start with one of the schemes it names ('must begin with either "http://" or
+  "https://"') keeps `prefix`, one that is a bucket's name ("requires a Cloud Storage bucket name, not
+  a gs://... URI") `notPrefix`, and one that names a kind of file ("Must be a .py file.") `suffix`;
 - a string field whose description lists all it takes ("Possible values include INTERACTIVE and
   BATCH.", "The following values are supported: * CREATE_IF_NEEDED: …") keeps them as `proseEnum`,
   checked in any letter case;
@@ -299,6 +301,13 @@ _GCS_PREFIX = re.compile(
 """A string that must be a Cloud Storage URI ("The URI must start with `gs://`", "Must be a valid Cloud
 Storage URL, beginning with `gs://`.", "must be in the following format: `gs://{bucket_id}/{object_id}`");
 not where the API ignores other forms ("(other URI formats are ignored)")."""
+_GCS_PATH = re.compile(r"\bA path in a Cloud Storage bucket\b")
+"""A Cloud Storage path too ("A path in a Cloud Storage bucket, which will be treated as the root output
+directory of the pipeline.")."""
+_BUCKET_NAME = re.compile(r"\bbucket name, not a `?gs://")
+"""A bucket's name and no URI ("This field requires a Cloud Storage bucket name, not a gs://... URI")."""
+_FILE_SUFFIX = re.compile(r"\bMust be a (\.[a-z0-9]+) file\b")
+"""The file a URI must name ("Must be a .py file.")."""
 _MAX_LABELS = re.compile(r"No more than ([0-9]+) labels")
 _IDENTIFYING = frozenset(
     {"uri", "url", "email", "account", "image", "path", "location", "network", "subnetwork", "zone", "region"}
@@ -461,8 +470,9 @@ def prose_bounds(text: str, field: dict[str, Any]) -> dict[str, float | int]:
 
 
 def prose_string_rules(text: str) -> dict[str, Any]:
-    """`maxLength` (characters) or `maxBytes` (UTF-8) and the `gs://` `prefix` a string field's
-    description states, each in a sentence that sets no condition first; {} when it states none."""
+    """`maxLength` (characters) or `maxBytes` (UTF-8), the `gs://` `prefix`, a bucket name's
+    `notPrefix` and a file's `suffix` a string field's description states, each in a sentence that
+    sets no condition first; {} when it states none."""
     rules: dict[str, Any] = {}
     for sentence in re.split(r"(?<=\.) ", " ".join(text.split())):
         if _CONDITION.match(sentence):
@@ -474,8 +484,13 @@ def prose_string_rules(text: str) -> dict[str, Any]:
             number, unit = length.group(1, 2) if length.group(1) else length.group(3, 4)
             limit = int(number.replace(",", "")) - (1 if "less than" in length.group(0).lower() else 0)
             rules["maxBytes" if unit.lower() == "bytes" else "maxLength"] = limit
-        if _GCS_PREFIX.search(sentence):
+        if _GCS_PREFIX.search(sentence) or _GCS_PATH.search(sentence):
             rules["prefix"] = ["gs://"]
+        if _BUCKET_NAME.search(sentence):
+            rules["notPrefix"] = "gs://"
+        suffix = _FILE_SUFFIX.search(sentence)
+        if suffix:
+            rules["suffix"] = suffix.group(1)
         schemes = _SCHEMES.search(sentence)
         if schemes:
             rules["prefix"] = list(schemes.groups())
@@ -1101,6 +1116,10 @@ def _string_problem(value: str, schema: dict[str, Any], where: str) -> str | Non
         return f"{where}: {size} bytes (UTF-8); its description allows at most {schema['maxBytes']}"
     if not value.startswith(tuple(schema.get("prefix", [""]))):
         return f"{where}: {value!r} does not start with {' or '.join(schema['prefix'])}, as its description requires"
+    if "notPrefix" in schema and value.startswith(schema["notPrefix"]):
+        return f"{where}: {value!r}: its description asks for a bucket's name, without {schema['notPrefix']}"
+    if not value.endswith(schema.get("suffix", "")):
+        return f"{where}: {value!r} does not end with {schema['suffix']}, as its description requires"
     return None
 
 

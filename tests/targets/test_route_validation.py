@@ -760,6 +760,26 @@ PRESET_CASES: dict[str, tuple[str, str, Any, tuple[str, ...]]] = {
         {"projectId": "my-project", "datasetId": "my-analytics"},
         ("query.defaultDataset.datasetId: 'my-analytics' is not an id bigquery.v2 takes", "a-z A-Z 0-9 _"),
     ),
+    # "A path in a Cloud Storage bucket", "requires a Cloud Storage bucket name, not a gs://... URI",
+    # "Must be a .py file."
+    "vertex: an output directory that is no Cloud Storage path": (
+        "vertex_pipeline_job",
+        "pipeline_job.runtimeConfig.gcsOutputDirectory",
+        "/tmp/pipeline-root",
+        ("runtimeConfig.gcsOutputDirectory", "does not start with gs://"),
+    ),
+    "dataproc: a staging bucket given as a URI": (
+        "dataproc_batch",
+        "batch.environmentConfig.executionConfig.stagingBucket",
+        "gs://my-staging-bucket",
+        ("executionConfig.stagingBucket", "asks for a bucket's name, without gs://"),
+    ),
+    "dataproc: a PySpark batch's main file that is no .py file": (
+        "dataproc_batch",
+        "batch.pysparkBatch.mainPythonFileUri",
+        "gs://my-bucket/jobs/etl.jar",
+        ("pysparkBatch.mainPythonFileUri", "does not end with .py"),
+    ),
     "vertex: text as a number": (
         "vertex_pipeline_job",
         "pipeline_job.runtimeConfig.gcsOutputDirectory",
