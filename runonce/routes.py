@@ -44,6 +44,7 @@ from runonce.schedules import ScheduleError, get_zone, parse_schedule
 from runonce.settings import EMAIL_PATTERN, MAX_DURATION_SECONDS, ConfigError, Settings
 from runonce.targets import TARGET_TYPES, PayloadNotSendable, TargetConfig, encode_json
 from runonce.targets.base import NULL_IS_ABSENT, refuse_empty_keys
+from runonce.targets.google_api_discovery import YAML_KINDS
 
 ROUTE_NAME_PATTERN = rf"^{names.ROUTE_NAME}$"
 """Lower-case letters, digits, `-` and `_`, at most 63 characters (as in URLs and the run_id)."""
@@ -752,4 +753,10 @@ def _in_words(error: Any) -> str:
     if kind in ("int_type", "int_from_float", "int_parsing"):
         unquote = " (without quotes)" if isinstance(given, str) and given.strip().isdigit() else ""
         return f"must be a whole number written in digits{unquote}, got {_quoted(given)}"
+    if kind.endswith("_type") and given is None:  # an empty YAML key
+        return "is empty (null): give it a value (an empty key in YAML is null) or remove the key"
+    if kind == "string_type" and type(given).__name__ in ("date", "datetime"):  # YAML read `2026-01-31` as a date
+        return f"must be text, got {YAML_KINDS[type(given).__name__]} ({given}): quote it ('{given}')"
+    if kind in ("bool_type", "bool_parsing"):
+        return f"must be true or false (without quotes), got {_quoted(given)}"
     return str(error["msg"]).removeprefix("Value error, ")
