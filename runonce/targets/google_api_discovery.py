@@ -102,8 +102,21 @@ NOT_REQUIRED = {
     ("aiplatform.v1", "GoogleCloudAiplatformV1PipelineJobRuntimeConfig", "gcsOutputDirectory"): (
         "a compiled pipeline carries its own root (pipelineSpec.defaultPipelineRoot)"
     ),
+    ("bigquery.v2", "BigtableColumn", "qualifierEncoded"): (
+        "'If the qualifier is valid UTF-8 string, it can be specified in the qualifier_string field'"
+    ),
 }
 """Fields marked "Required." where a request may leave them out, each with the reason."""
+NOT_BOUNDED = {
+    ("dataflow", "RuntimeEnvironment", "maxWorkers"): (
+        "Dataflow's quotas allow a job 2,000 workers, 4,000 without a worker zone; 'from 1 to 1000' is older"
+    ),
+    ("dataflow", "FlexTemplateRuntimeEnvironment", "maxWorkers"): (
+        "Dataflow's quotas allow a job 2,000 workers, 4,000 without a worker zone; 'from 1 to 1000' is older"
+    ),
+}
+"""Fields whose description states a maximum the API's own limits page has since raised, each with
+the reason: the stated maximum is not kept."""
 MAX_LABELS = 64
 """Labels a Google resource holds at most."""
 LABEL_FIELDS = ("labels", "additionalUserLabels")
@@ -721,6 +734,10 @@ def reduce_document(doc: dict[str, Any]) -> dict[str, Any]:
         location, url = endpoint.get("location"), endpoint.get("endpointUrl")
         if location and isinstance(url, str) and url.startswith(f"https://{location}-"):
             locational[location] = url
+    schemas = {name: _reduce_schema(schema) for name, schema in doc.get("schemas", {}).items()}
+    for api, schema_name, field in NOT_BOUNDED:
+        if api == doc["name"] and field in schemas.get(schema_name, {}).get("properties", {}):
+            schemas[schema_name]["properties"][field].pop("maximum", None)
     return {
         "name": doc["name"],
         "version": doc["version"],
@@ -728,7 +745,7 @@ def reduce_document(doc: dict[str, Any]) -> dict[str, Any]:
         "servicePath": doc.get("servicePath", ""),
         "locational": locational,
         "methods": methods,
-        "schemas": {name: _reduce_schema(schema) for name, schema in doc.get("schemas", {}).items()},
+        "schemas": schemas,
     }
 
 

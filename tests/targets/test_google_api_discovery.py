@@ -712,12 +712,29 @@ def test_a_numbers_zero_is_proto3s_default_and_fits_any_bound() -> None:
     message, whose 0s is a value."""
     assert _problem("batch.v1", {"runnables": RUNNABLES, "maxRetryCount": 0}, "TaskSpec") is None
     assert _problem("dataflow.v1b3", {"maxWorkers": 0}, "FlexTemplateRuntimeEnvironment") is None
-    assert _problem("dataflow.v1b3", {"maxWorkers": 1001}, "FlexTemplateRuntimeEnvironment") == (
-        "body.maxWorkers: 1001 is above 1000, the maximum its description states"
+    assert _problem("batch.v1", {"runnables": RUNNABLES, "maxRetryCount": 11}, "TaskSpec") == (
+        "body.maxRetryCount: 11 is above 10, the maximum its description states"
     )
     assert _problem("dataproc.v1", {"ttl": "0s"}, "ExecutionConfig") == (
         "body.ttl: 0s is below 600s, the minimum its description states"
     )
+
+
+def test_a_bigtable_column_named_by_its_qualifier_string_needs_no_encoded_one() -> None:
+    """BigtableColumn.qualifierEncoded is "[Required]", and "If the qualifier is valid UTF-8 string,
+    it can be specified in the qualifier_string field" (NOT_REQUIRED)."""
+    assert _problem("bigquery.v2", {"qualifierString": "email"}, "BigtableColumn") is None
+
+
+def test_a_maximum_the_apis_limits_have_raised_is_not_kept() -> None:
+    """Dataflow's maxWorkers says "from 1 to 1000"; its quotas allow a job 2,000 workers, 4,000
+    without a worker zone (NOT_BOUNDED)."""
+    assert _problem("dataflow.v1b3", {"maxWorkers": 4000}, "FlexTemplateRuntimeEnvironment") is None
+    assert _problem("dataflow.v1b3", {"maxWorkers": -1}, "FlexTemplateRuntimeEnvironment") == (
+        "body.maxWorkers: -1 is below 1, the minimum its description states"
+    )
+    classic = discovery.load("dataflow.v1b3").schemas["RuntimeEnvironment"]["properties"]["maxWorkers"]
+    assert "maximum" not in classic and classic["minimum"] == 1
 
 
 def test_a_value_within_its_stated_bounds_fits() -> None:

@@ -660,11 +660,11 @@ def example_target(name: str) -> dict[str, Any]:
 
 PRESET_CASES: dict[str, tuple[str, str, Any, tuple[str, ...]]] = {
     # class: (example, field, value, words the line holds: the field and what the API allows)
-    "dataflow: more workers than its range": (
+    "dataflow: fewer workers than its range": (
         "dataflow_flex_template",
         "launch_parameter.environment.maxWorkers",
-        1001,
-        ("environment.maxWorkers", "above 1000"),
+        -1,
+        ("environment.maxWorkers", "below 1"),
     ),
     "batch: two instance policies where one is taken": (
         "batch_job",
