@@ -36,9 +36,17 @@ from runonce.targets.registry import Grant
 
 
 def _check_job(job: dict[str, Any]) -> None:
-    """What the document cannot say of a Job: no environment setting the run's variables."""
+    """What the document cannot say of a Job: no environment setting the run's variables; and two
+    rules its descriptions state across fields."""
+    logs = job.get("logsPolicy") or {}
+    if logs.get("destination") == "PATH" and not logs.get("logsPath"):
+        # LogsPolicy.logsPath: "When `destination` is set to `PATH`, you must set this field"
+        raise config_error("job.logsPolicy: destination PATH needs logsPath, the path the logs are written to")
     for index, group in enumerate(job["taskGroups"]):
         where = f"job.taskGroups[{index}]"
+        if group.get("schedulingPolicy") == "IN_ORDER" and int(group.get("parallelism") or 1) != 1:
+            # TaskGroup.parallelism: "Field parallelism must be 1 if the scheduling_policy is IN_ORDER."
+            raise config_error(f"{where}.parallelism: must be 1 with schedulingPolicy IN_ORDER")
         spec = group["taskSpec"]
         environments = [(f"{where}.taskSpec.environment", spec.get("environment"))]
         environments += [

@@ -161,6 +161,18 @@ MISTAKES = [
         [{"variables": {}}, {"variables": {"RUNONCE_RUN_ID": "x"}}],
         "job.taskGroups[0].taskEnvironments[1].variables: RUNONCE_RUN_ID is set by runonce",
     ),
+    (  # "Field parallelism must be 1 if the scheduling_policy is IN_ORDER."
+        "batch_job",
+        "job.taskGroups",
+        [{"parallelism": "2", "schedulingPolicy": "IN_ORDER", "taskSpec": {"runnables": [{"script": {"text": "x"}}]}}],
+        "job.taskGroups[0].parallelism: must be 1 with schedulingPolicy IN_ORDER",
+    ),
+    (  # "When `destination` is set to `PATH`, you must set this field"
+        "batch_job",
+        "job.logsPolicy",
+        {"destination": "PATH"},
+        "job.logsPolicy: destination PATH needs logsPath",
+    ),
     (  # the deprecated map form of a task's environment
         "batch_job",
         f"{GROUP}.taskSpec.environments",
