@@ -19,11 +19,12 @@ from pydantic import Field, field_validator, model_validator
 
 from runonce.targets.base import DispatchRequest, TargetConfigModel, TargetFailed, TargetOutcomeUnknown
 from runonce.targets.engine import Call, GoogleEngineTarget, Listing, operation_result
-from runonce.targets.google import resource_pattern
+from runonce.targets.google import resource_name_problem, resource_pattern
 from runonce.targets.presets import check_route, config_error, run_fields
 from runonce.targets.registry import Grant, TargetType
 
-JOB_PATTERN = resource_pattern("jobs", r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?")
+JOB_ID = r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?"
+JOB_PATTERN = resource_pattern("jobs", JOB_ID)
 EXECUTION_PATTERN = JOB_PATTERN.removesuffix("$") + r"/executions/[a-z0-9-]{1,63}$"
 ENV_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*"
 RESERVED_ENV = {
@@ -52,10 +53,14 @@ class CloudRunJobTargetConfig(TargetConfigModel):
     @field_validator("job")
     @classmethod
     def _job(cls, value: str) -> str:
-        if not re.fullmatch(JOB_PATTERN, value):
-            raise config_error(
-                f"must be a job's full name, projects/PROJECT/locations/LOCATION/jobs/JOB (got {value!r})"
-            )
+        problem = resource_name_problem(
+            value,
+            "jobs",
+            JOB_ID,
+            "job ID must be 1-63 characters of a-z 0-9 -, starting with a letter, not ending with -",
+        )
+        if problem or not re.fullmatch(JOB_PATTERN, value):
+            raise config_error(problem or f"must be a job's full name (got {value!r})")
         return value
 
     @field_validator("env_var")

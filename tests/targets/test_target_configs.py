@@ -71,13 +71,20 @@ def test_valid_configs_load() -> None:
         ),
         (
             "{type: cloud_build_trigger, trigger: projects/my-project/locations/global/triggers/nightly_build}",
-            "field 'target.trigger': must be a trigger's full name, projects/PROJECT/locations/LOCATION/triggers/"
-            "TRIGGER (TRIGGER: its id, or its name: 1-64 characters of A-Z a-z 0-9 -, starting and ending with a "
-            "letter or digit)",
+            "field 'target.trigger': the trigger (its id, or its name) 'nightly_build' must be 1-64 characters of "
+            "A-Z a-z 0-9 -, starting and ending with a letter or digit",
         ),
         (
             "{type: cloud_build_trigger, trigger: projects/my-project/locations/global/triggers/nightly-}",
-            "field 'target.trigger': must be a trigger's full name",
+            "field 'target.trigger': the trigger (its id, or its name) 'nightly-' must be 1-64 characters",
+        ),
+        (
+            "{type: cloud_build_trigger, trigger: projects/My-Project/locations/global/triggers/nightly}",
+            "field 'target.trigger': the project 'My-Project' is not a project ID",
+        ),
+        (
+            "{type: cloud_run_job, job: projects/my_project/locations/us-central1/jobs/nightly}",
+            "field 'target.job': the project 'my_project' is not a project ID",
         ),
         (
             "{type: workflows, workflow: projects/my-project/regions/us-central1/workflows/etl}",
