@@ -757,6 +757,10 @@ def _in_words(error: Any) -> str:
         return "is empty (null): give it a value (an empty key in YAML is null) or remove the key"
     if kind == "string_type" and type(given).__name__ in ("date", "datetime"):  # YAML read `2026-01-31` as a date
         return f"must be text, got {YAML_KINDS[type(given).__name__]} ({given}): quote it ('{given}')"
+    if kind == "string_type" and isinstance(given, bool):  # YAML read `no` as false
+        return f"must be text, got {str(given).lower()} (YAML reads yes, no, on, off, true, false so): quote it"
+    if kind == "string_type" and isinstance(given, (int, float)):  # YAML read `5` or `2024.06` as a number
+        return f"must be text, got the number {given}: quote it ('{given}')"
     if kind in ("bool_type", "bool_parsing"):
         return f"must be true or false (without quotes), got {_quoted(given)}"
     return str(error["msg"]).removeprefix("Value error, ")

@@ -839,6 +839,27 @@ CONFIG_CASES: dict[str, tuple[str, str, Any, str, tuple[str, ...]]] = {
         "target.branch",
         ("must be text, got a date (2024-01-01): quote it ('2024-01-01')",),
     ),
+    "cloud tasks: a header value YAML reads as a number": (
+        "cloud_tasks_task",
+        "http_request.headers",
+        {"X-Priority": 5},
+        "target.http_request.headers.X-Priority",
+        ("must be text, got the number 5: quote it ('5')",),
+    ),
+    "cloud build: a substitution YAML reads as false": (
+        "cloud_build_trigger",
+        "substitutions",
+        {"_DRY_RUN": False},
+        "target.substitutions._DRY_RUN",
+        ("must be text, got false (YAML reads yes, no, on, off, true, false so): quote it",),
+    ),
+    "cloud build: a tag YAML reads as a number": (
+        "cloud_build_trigger",
+        "tag",
+        2024.06,
+        "target.tag",
+        ("must be text, got the number 2024.06: quote it ('2024.06')",),
+    ),
     "cloud tasks: a header value YAML reads as a date": (
         "cloud_tasks_task",
         "http_request.headers",
