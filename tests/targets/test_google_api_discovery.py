@@ -1064,3 +1064,25 @@ def test_a_lone_pick_one_field_needs_no_group() -> None:
     assert "oneOfRequired" not in _reduced({"a": {"type": "string", "description": "[Pick one] A."}})
     two = _reduced({name: {"type": "string", "description": f"[Pick one] {name}."} for name in ("a", "b")})
     assert two["oneOfRequired"] == [["a", "b"]]
+
+
+def test_an_id_anywhere_in_the_request_is_held_to_its_stated_rule() -> None:
+    """An `…Id` is held whole (a `/` in it is no full name); a full `name`'s rule is of its last
+    segment; a `name` that is the id itself (Cloud Build's trigger) is held whole; an empty one is
+    proto3's default."""
+    reference = {"projectId": "p", "datasetId": "a/daily"}
+    assert _problem("bigquery.v2", reference, "DatasetReference") == (
+        "body.datasetId: 'a/daily' is not an id bigquery.v2 takes: 1-1024 characters of a-z A-Z 0-9 _ "
+        "(as its description states)"
+    )
+    http = {"httpRequest": {"url": "https://example.com/"}}
+    assert _problem("cloudtasks.v2", {**http, "name": "projects/p/locations/l/queues/q/tasks/t_1"}, "Task") is None
+    assert _problem("cloudtasks.v2", {**http, "name": "projects/p/locations/l/queues/q/tasks/t.1"}, "Task") == (
+        "body.name: the id 't.1' in 'projects/p/locations/l/queues/q/tasks/t.1' is not an id cloudtasks.v2 "
+        "takes: 1-500 characters of a-z A-Z 0-9 _ - (as its description states)"
+    )
+    assert _problem("cloudtasks.v2", {**http, "name": ""}, "Task") is None
+    trigger = {"name": "team/nightly", "build": {"steps": [{"name": "ubuntu"}]}}
+    assert "body.name: 'team/nightly' is not an id cloudbuild.v1 takes" in str(
+        _problem("cloudbuild.v1", trigger, "BuildTrigger")
+    )

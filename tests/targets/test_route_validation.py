@@ -1336,6 +1336,19 @@ def test_a_document_whose_method_ids_start_differently_is_looked_up_under_its_na
             ["1a", "a-"],
         ),
         ("Up to 30 characters of `[a-z0-9_]`; it must start with a letter or underscore.", ["_a", "a_"], ["a-b"]),
+        ("The ID consists of letters and numbers.", ["Ab1"], ["a-b", "a" * 64]),
+        (
+            "Up to 63 characters of `[A-Za-z0-9-]`. Must not be UUID-like /[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}/.",
+            ["ABCDEF01-ABCD-ABCD-ABCD-ABCDEF012345"],
+            ["abcdef01-abcd-abcd-abcd-abcdef012345"],
+        ),
+        (
+            "Up to 63 characters of `[A-Za-z0-9-]`. It must not be a UUID "
+            "(/^[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$/i).",
+            ["abcdef01-abcd"],
+            ["ABCDEF01-ABCD-ABCD-ABCD-ABCDEF012345", "abcdef01-abcd-abcd-abcd-abcdef012345"],
+        ),
+        ("Up to 63 characters of `[a-z0-9-]`; it must not end with a hyphen.", ["-a", "a"], ["a-"]),
         # characters an id must not open or end with, and a first character that is no digit
         (
             "The ID must contain only letters (a-z, A-Z), numbers (0-9), underscores (_), and hyphens (-). Cannot "
@@ -1414,6 +1427,10 @@ def test_an_id_whose_description_states_no_alphabet_keeps_aip_122(description: s
             "not of the form [0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}",
         ),
         ("The id must match `^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`.", "matching [a-z]([a-z0-9-]{0,61}[a-z0-9])?"),
+        (
+            "Valid characters are `[\\p{L}\\p{N}_\\-\\.]` and at most 64 characters.",
+            "1-64 characters of any letter any digit _ - .",
+        ),
         ("At least 3 characters, valid characters are `[a-z_]`.", "at least 3 characters of a-z _"),
         (
             "Only letters, numbers and underscores, beginning with `dc_`.",
@@ -1426,6 +1443,14 @@ def test_an_id_whose_description_states_no_alphabet_keeps_aip_122(description: s
         (
             "Cannot begin or end with underscore or hyphen. Only letters, numbers, underscores and hyphens.",
             "1-63 characters of a-z A-Z 0-9 _ -, not starting or ending with - or _",
+        ),
+        (
+            "It must start with a letter and must not end with a dash; up to 64 characters of `[a-z0-9-]`.",
+            "1-64 characters of a-z 0-9 -, starting with a letter, not ending with -",
+        ),
+        (
+            "Up to 30 characters of `[a-z0-9-]`; it must not start with `goog`.",
+            "1-30 characters of a-z 0-9 -, not starting with 'goog'",
         ),
         (
             "Up to 60 characters of `[a-z0-9_]`. The first character cannot be a number or hyphen.",

@@ -339,6 +339,14 @@ OTHER_SHAPES = {
         "launch_parameter.containerSpecGcsPath",
         containerSpec={"image": "us-docker.pkg.dev/p/templates/etl:1", "sdkInfo": {"language": "PYTHON"}},
     ),
+    "a batch job whose logs go to a path it names": changed(
+        "batch_job", "job.logsPolicy", {"destination": "PATH", "logsPath": "/mnt/disks/logs/job.log"}
+    ),
+    "a batch task group run in order, one task at a time": changed(
+        "batch_job",
+        "job.taskGroups",
+        [{"taskCount": "3", "schedulingPolicy": "IN_ORDER", "taskSpec": {"runnables": [{"script": {"text": "x"}}]}}],
+    ),
     "a dataproc property named like runonce's env var outside the env prefixes": changed(
         "dataproc_batch", "batch.runtimeConfig.properties", {"spark.hadoop.RUNONCE_RUN_ID": "mine"}
     ),
