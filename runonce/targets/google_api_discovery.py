@@ -36,7 +36,9 @@ Descriptions are dropped, keeping what they state as rules:
   Cloud Storage URI ("Must be a valid Cloud Storage URL, beginning with `gs://`.", "A path in a Cloud
   Storage bucket") or start with one of the schemes it names ('must begin with either "http://" or
   "https://"') keeps `prefix`, one that is a bucket's name ("requires a Cloud Storage bucket name, not
-  a gs://... URI") `notPrefix`, and one that names a kind of file ("Must be a .py file.") `suffix`;
+  a gs://... URI") `notPrefix`, one that names a kind of file ("Must be a .py file.") `suffix`, and
+  one (or a list's items) that must be an RFC 1035 label ("Each tag must be 1-63 characters long, and
+  comply with RFC1035.") the `idRule` of one;
 - a string field whose description lists all it takes ("Possible values include INTERACTIVE and
   BATCH.", "The following values are supported: * CREATE_IF_NEEDED: …") keeps them as `proseEnum`,
   checked in any letter case;
@@ -321,6 +323,13 @@ _BUCKET_NAME = re.compile(r"\bbucket name, not a `?gs://")
 """A bucket's name and no URI ("This field requires a Cloud Storage bucket name, not a gs://... URI")."""
 _FILE_SUFFIX = re.compile(r"\bMust be a (\.[a-z0-9]+) file\b")
 """The file a URI must name ("Must be a .py file.")."""
+_RFC_1035 = re.compile(r"\b1-63 characters long,? and comply with \[?RFC ?1035\b")
+"""An RFC 1035 label ("Each tag must be 1-63 characters long, and comply with [RFC1035](…)")."""
+RFC_1035_RULE = {
+    "pattern": "[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?",
+    "words": "1-63 characters of a-z 0-9 -, starting with a letter, ending with a letter or digit (RFC 1035, as "
+    "its description states)",
+}
 _MAX_LABELS = re.compile(r"No more than ([0-9]+) labels")
 _IDENTIFYING = frozenset(
     {"uri", "url", "email", "account", "image", "path", "location", "network", "subnetwork", "zone", "region"}
@@ -504,6 +513,8 @@ def prose_string_rules(text: str) -> dict[str, Any]:
         suffix = _FILE_SUFFIX.search(sentence)
         if suffix:
             rules["suffix"] = suffix.group(1)
+        if _RFC_1035.search(sentence):
+            rules["idRule"] = RFC_1035_RULE
         schemes = _SCHEMES.search(sentence)
         if schemes:
             rules["prefix"] = list(schemes.groups())

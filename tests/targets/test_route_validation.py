@@ -780,6 +780,13 @@ PRESET_CASES: dict[str, tuple[str, str, Any, tuple[str, ...]]] = {
         "gs://my-bucket/jobs/etl.jar",
         ("pysparkBatch.mainPythonFileUri", "does not end with .py"),
     ),
+    # "Each tag must be 1-63 characters long, and comply with RFC1035."
+    "batch: a network tag that is no RFC 1035 label": (
+        "batch_job",
+        "job.allocationPolicy.tags",
+        ["render-nodes", "Render_Nodes"],
+        ("job.allocationPolicy.tags[1]: 'Render_Nodes' is not an id batch.v1 takes", "RFC 1035"),
+    ),
     "vertex: text as a number": (
         "vertex_pipeline_job",
         "pipeline_job.runtimeConfig.gcsOutputDirectory",
