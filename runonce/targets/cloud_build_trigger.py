@@ -28,12 +28,11 @@ from runonce.targets.presets import check_route, config_error, run_fields
 from runonce.targets.registry import Grant, TargetType
 
 TRIGGER_ID = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?"
+"""A trigger by its id (a UUID) or its name: 1-64 characters of A-Z a-z 0-9 -, starting and ending with a
+letter or digit (the API's rule for trigger names)."""
 TRIGGER_ID_RULE = (
     "trigger (its id, or its name) must be 1-64 characters of A-Z a-z 0-9 -, starting and ending with a letter or digit"
 )
-TRIGGER_PATTERN = resource_pattern("triggers", TRIGGER_ID)
-"""A trigger by its id (a UUID) or its name: 1-64 characters of A-Z a-z 0-9 -, starting and ending with a
-letter or digit (the API's rule for trigger names)."""
 BUILD_PATTERN = resource_pattern("builds", r"[A-Za-z0-9_-]+")
 RUNNING_STATUSES = ("PENDING", "QUEUED", "WORKING")
 FINAL_STATUSES = ("SUCCESS", "FAILURE", "INTERNAL_ERROR", "TIMEOUT", "CANCELLED", "EXPIRED")
@@ -69,14 +68,8 @@ class CloudBuildTriggerTargetConfig(TargetConfigModel):
     @classmethod
     def _trigger(cls, value: str) -> str:
         problem = resource_name_problem(value, "triggers", TRIGGER_ID, TRIGGER_ID_RULE)
-        if problem and "full name" not in problem:  # the part at fault: the project, location or trigger
+        if problem:  # names the part at fault: the project, the location or the trigger
             raise config_error(problem)
-        if not re.fullmatch(TRIGGER_PATTERN, value):
-            raise config_error(
-                "must be a trigger's full name, projects/PROJECT/locations/LOCATION/triggers/TRIGGER "
-                "(TRIGGER: its id, or its name: 1-64 characters of A-Z a-z 0-9 -, starting and ending with a "
-                f"letter or digit) (got {value!r})"
-            )
         return value
 
     @field_validator("substitution")
