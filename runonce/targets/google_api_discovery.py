@@ -55,7 +55,9 @@ Descriptions are dropped, keeping what they state as rules:
   debugging.", "A unique ID generated in the API responses.") keeps `noEffect`;
 - an id's rule its description states (`described_id_rule`: length, alphabet, first and last
   character, a literal start, a form it must not have) keeps `idRule`, on an `…Id` and on a `name`
-  the caller chooses (of a full name, the rule of its id part: "`JOB_ID` can contain only …").
+  the caller chooses (of a full name, the rule of its id part: "`JOB_ID` can contain only …"); an
+  `…Id` of a `…Reference` schema that states none takes the one the document states for that id
+  elsewhere (BigQuery's `TableReference.datasetId`, `DatasetReference.datasetId`'s), when it states one.
 
 Discovery documents drop the protos' `oneof` unions, which the APIs enforce: the ones of the
 carried documents' schemas are kept in `discovery/oneofs.json` (`make oneofs`, from the protos in
@@ -749,6 +751,7 @@ def reduce_document(doc: dict[str, Any]) -> dict[str, Any]:
     for api, schema_name, field in NOT_BOUNDED:
         if api == doc["name"] and field in schemas.get(schema_name, {}).get("properties", {}):
             schemas[schema_name]["properties"][field].pop("maximum", None)
+    _refer_with_rules(schemas)
     return {
         "name": doc["name"],
         "version": doc["version"],
@@ -761,6 +764,26 @@ def reduce_document(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 # --- loading --------------------------------------------------------------------------------------
+
+
+def _refer_with_rules(schemas: dict[str, Any]) -> None:
+    """An id in a reference to a resource (BigQuery's `TableReference.datasetId`) that states no
+    rule of its own takes the one the document states for that id where it is the resource's own
+    (`DatasetReference.datasetId`: "only letters, numbers, or underscores"), when it states one."""
+    stated: dict[str, dict[str, str]] = {}  # id field -> {its rule, as JSON: a schema that states it}
+    for schema_name, schema in schemas.items():
+        for name, field in (schema.get("properties") or {}).items():
+            if "idRule" in field:
+                stated.setdefault(name, {})[json.dumps(field["idRule"], sort_keys=True)] = schema_name
+    for schema_name, schema in schemas.items():
+        for name, field in (schema.get("properties") or {}).items():
+            rules = stated.get(name, {})
+            if schema_name.endswith("Reference") and name.endswith("Id") and "idRule" not in field and len(rules) == 1:
+                [(rule, source)] = rules.items()
+                field["idRule"] = json.loads(rule)
+                field["idRule"]["words"] = field["idRule"]["words"].replace(
+                    "(as its description states)", f"(as the description of {source}.{name} states)"
+                )
 
 
 def vendored_names() -> list[str]:

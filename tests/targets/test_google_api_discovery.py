@@ -1086,3 +1086,47 @@ def test_an_id_anywhere_in_the_request_is_held_to_its_stated_rule() -> None:
     assert "body.name: 'team/nightly' is not an id cloudbuild.v1 takes" in str(
         _problem("cloudbuild.v1", trigger, "BuildTrigger")
     )
+
+
+def _reduced_schemas(schemas: dict[str, Any]) -> dict[str, Any]:
+    raw = {"name": "demo", "version": "v1", "rootUrl": "https://demo.googleapis.com/", "schemas": schemas}
+    reduced: dict[str, Any] = discovery.reduce_document(raw)["schemas"]
+    return reduced
+
+
+def test_an_id_in_a_reference_takes_the_rule_stated_where_the_id_is_the_resources_own() -> None:
+    """BigQuery states the dataset id's rule once, on `DatasetReference.datasetId`; a table's
+    reference to its dataset is held to it too, and says where the rule is stated. Outside a
+    reference, or where the document states two rules for the name, nothing is inherited."""
+    rule = "Required. The ID must contain only letters (a-z, A-Z), numbers (0-9), or underscores (_)."
+    plain = {"type": "string", "description": "Required. The ID of the dataset containing this table."}
+    schemas = _reduced_schemas(
+        {
+            "DatasetReference": {"properties": {"datasetId": {"type": "string", "description": rule}}},
+            "TableReference": {"properties": {"datasetId": plain}},
+            "JobStatistics": {"properties": {"datasetId": plain}},
+        }
+    )
+    inherited = schemas["TableReference"]["properties"]["datasetId"]["idRule"]
+    assert inherited["pattern"] == schemas["DatasetReference"]["properties"]["datasetId"]["idRule"]["pattern"]
+    assert inherited["words"].endswith("(as the description of DatasetReference.datasetId states)")
+    assert "idRule" not in schemas["JobStatistics"]["properties"]["datasetId"]
+    other = {"type": "string", "description": "The ID must contain only lowercase letters (a-z)."}
+    two_rules = _reduced_schemas(
+        {
+            "DatasetReference": {"properties": {"datasetId": {"type": "string", "description": rule}}},
+            "LegacyDataset": {"properties": {"datasetId": other}},
+            "TableReference": {"properties": {"datasetId": plain}},
+        }
+    )
+    assert "idRule" in two_rules["LegacyDataset"]["properties"]["datasetId"]
+    assert "idRule" not in two_rules["TableReference"]["properties"]["datasetId"]
+
+
+def test_a_tables_dataset_id_is_held_to_the_rule_bigquery_states_for_dataset_ids() -> None:
+    table = {"projectId": "p", "datasetId": "my-dataset", "tableId": "t"}
+    assert _problem("bigquery.v2", table, "TableReference") == (
+        "body.datasetId: 'my-dataset' is not an id bigquery.v2 takes: 1-1024 characters of a-z A-Z 0-9 _ "
+        "(as the description of DatasetReference.datasetId states)"
+    )
+    assert _problem("bigquery.v2", {**table, "datasetId": "my_dataset"}, "TableReference") is None
