@@ -56,6 +56,7 @@ class CloudRunJobTargetConfig(TargetConfigModel):
             "jobs",
             JOB_ID,
             "job ID must be 1-63 characters of a-z 0-9 -, starting with a letter, not ending with -",
+            regional="Cloud Run jobs",
         )
         if problem:  # names the part at fault: the project, the location or the job
             raise config_error(problem)

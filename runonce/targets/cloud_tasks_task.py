@@ -140,7 +140,13 @@ class CloudTasksTaskTargetConfig(TargetConfigModel):
     @field_validator("queue")
     @classmethod
     def _queue(cls, value: str) -> str:
-        problem = resource_name_problem(value, "queues", QUEUE_ID, "queue ID must be 1-100 characters of A-Z a-z 0-9 -")
+        problem = resource_name_problem(
+            value,
+            "queues",
+            QUEUE_ID,
+            "queue ID must be 1-100 characters of A-Z a-z 0-9 -",
+            regional="Cloud Tasks queues",
+        )
         if problem:
             raise config_error(problem)
         return value

@@ -19,6 +19,8 @@ CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 # Resource-name parts, as the APIs accept them (a project by ID, domain-scoped ID, or number).
 PROJECT = rf"(?:{names.SCOPED_PROJECT_ID}|{names.PROJECT_NUMBER})"
 LOCATION = names.LOCATION
+REGION = r"[a-z]+-[a-z]+[0-9]+"
+"""A region (`us-central1`, `northamerica-northeast1`): not `global`, nor a multi-region such as `us`."""
 
 INTERNATIONAL = " (international lower-case letters count as letters)"
 """Google's label rule (Compute Engine's, which the other APIs share) allows them."""
@@ -75,10 +77,11 @@ def resource_pattern(collection: str, resource_id: str) -> str:
     return rf"^(?!.*\n)projects/{PROJECT}/locations/{LOCATION}/{collection}/{resource_id}$"
 
 
-def resource_name_problem(name: str, collection: str, resource_id: str, id_rule: str) -> str | None:
+def resource_name_problem(name: str, collection: str, resource_id: str, id_rule: str, regional: str = "") -> str | None:
     """What is wrong with `name` as `projects/P/locations/L/{collection}/ID`, naming the part at fault
     (a bad project ID is not reported as "not a full name"); None if nothing. `id_rule` describes
-    `resource_id`, e.g. "workflow ID must be 1-64 characters of …"."""
+    `resource_id`, e.g. "workflow ID must be 1-64 characters of …"; `regional`, when given, names
+    the resources that exist only in a region (`Cloud Run jobs`), so `global` is refused."""
     if not isinstance(name, str):
         return f"must be a full resource name (text), got {type(name).__name__} {name!r}"
     parts = name.split("/")
@@ -96,6 +99,8 @@ def resource_name_problem(name: str, collection: str, resource_id: str, id_rule:
         )
     if not re.fullmatch(LOCATION, location, flags=re.ASCII):
         return f"the location {location!r} is not a location (e.g. us-central1)"
+    if regional and not re.fullmatch(REGION, location, flags=re.ASCII):
+        return f"the location {location!r} is not a region (such as us-central1): {regional} exist only in a region"
     if not re.fullmatch(resource_id, resource, flags=re.ASCII):
         label, _, rule = id_rule.partition(" must ")
         return f"the {label} {resource!r} must {rule}"

@@ -21,7 +21,7 @@ from pydantic_core import PydanticCustomError
 
 from runonce.targets.base import DispatchRequest, TargetConfigModel, TargetError, TargetOutcomeUnknown
 from runonce.targets.engine import Call, GoogleEngineTarget, dotted, request_id_for, run_hex
-from runonce.targets.google import PROJECT, RUN_ID_LABEL, run_id_label
+from runonce.targets.google import PROJECT, REGION, RUN_ID_LABEL, run_id_label
 from runonce.targets.google_api import SAMPLE_RUN_IDS, SAMPLE_SCHEDULE_TIME, check_params
 from runonce.targets.google_api_discovery import load
 from runonce.targets.registry import Grant, TargetType
@@ -30,7 +30,6 @@ ID_PREFIX = "runonce-"
 RUN_ENV = ("RUNONCE_RUN_ID", "RUNONCE_SCHEDULE_TIME")
 """The environment variables that carry the run's identity into a job's workload (`run_env`)."""
 RUN_FIELDS = ("run_id", "schedule_time")
-REGION = r"[a-z]+-[a-z]+[0-9]+"
 
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
 SAMPLE_RUN: dict[str, Any] = {"route": "r", "job": "j", "schedule_time": SAMPLE_SCHEDULE_TIME, "source": "scheduler"}

@@ -45,6 +45,7 @@ class WorkflowsTargetConfig(TargetConfigModel):
             WORKFLOW_ID,
             "workflow ID must be 1-64 characters of A-Z a-z 0-9 _ -, starting with a letter, ending with a letter "
             "or digit",
+            regional="workflows",
         )
         if problem:
             raise config_error(problem)

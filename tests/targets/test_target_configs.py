@@ -59,6 +59,27 @@ def test_valid_configs_load() -> None:
             "{type: workflows, workflow: projects/my-project/locations/US/workflows/etl}",
             "field 'target.workflow': the location 'US' is not a location (e.g. us-central1)",
         ),
+        # workflows, Cloud Run jobs and Cloud Tasks queues live in a region: `global` names none
+        (
+            "{type: workflows, workflow: projects/my-project/locations/global/workflows/etl}",
+            "field 'target.workflow': the location 'global' is not a region (such as us-central1): workflows exist "
+            "only in a region",
+        ),
+        (
+            "{type: cloud_run_job, job: projects/my-project/locations/global/jobs/nightly}",
+            "field 'target.job': the location 'global' is not a region (such as us-central1): Cloud Run jobs exist "
+            "only in a region",
+        ),
+        (
+            "{type: cloud_tasks_task, queue: projects/my-project/locations/global/queues/q, "
+            "http_request: {url: 'https://example.com/run'}}",
+            "field 'target.queue': the location 'global' is not a region (such as us-central1): Cloud Tasks queues "
+            "exist only in a region",
+        ),
+        (
+            "{type: cloud_run_job, job: projects/my-project/locations/us/jobs/nightly}",
+            "field 'target.job': the location 'us' is not a region",
+        ),
         (
             "{type: workflows, workflow: projects/my-project/locations/us-central1/workflows/9etl}",
             "field 'target.workflow': the workflow ID '9etl' must be 1-64 characters of A-Z a-z 0-9 _ -, starting with "
