@@ -34,7 +34,9 @@ class WorkflowsTargetConfig(TargetConfigModel):
     argument: dict[str, Any] = Field(default_factory=dict, description="Merged under the delivery's payload.")
     key_field: str = Field("idempotency_key", description="Argument field that receives the run_id.")
     labels: dict[str, str] = Field(default_factory=dict, description="Extra execution labels.")
-    call_log_level: Literal["LOG_ALL_CALLS", "LOG_ERRORS_ONLY", "LOG_NONE"] | None = None
+    call_log_level: Literal["CALL_LOG_LEVEL_UNSPECIFIED", "LOG_ALL_CALLS", "LOG_ERRORS_ONLY", "LOG_NONE"] | None = (
+        Field(None, description="The execution's call logging; CALL_LOG_LEVEL_UNSPECIFIED or none: the workflow's own.")
+    )
 
     @field_validator("workflow")
     @classmethod

@@ -42,6 +42,15 @@ def test_valid_configs_load() -> None:
     assert routes["e"].target.audience == "https://svc-abc-uc.a.run.app"
 
 
+def test_every_call_log_level_workflows_documents_loads() -> None:
+    """Execution.callLogLevel: CALL_LOG_LEVEL_UNSPECIFIED (the workflow's own level) is one of its values."""
+    for level in ("CALL_LOG_LEVEL_UNSPECIFIED", "LOG_ALL_CALLS", "LOG_ERRORS_ONLY", "LOG_NONE"):
+        routes = parse_routes(
+            f"routes:\n  r: {{target: {{type: workflows, workflow: {WORKFLOW}, call_log_level: {level}}}}}\n", "r.yaml"
+        )
+        assert routes["r"].target.call_log_level == level
+
+
 @pytest.mark.parametrize(
     ("target", "expected"),
     [
@@ -130,7 +139,8 @@ def test_valid_configs_load() -> None:
         ),
         (
             f"{{type: workflows, workflow: {WORKFLOW}, call_log_level: VERBOSE}}",
-            "field 'target.call_log_level': Input should be 'LOG_ALL_CALLS', 'LOG_ERRORS_ONLY' or 'LOG_NONE'",
+            "field 'target.call_log_level': Input should be 'CALL_LOG_LEVEL_UNSPECIFIED', 'LOG_ALL_CALLS', "
+            "'LOG_ERRORS_ONLY' or 'LOG_NONE'",
         ),
         (
             f"{{type: workflows, workflow: {WORKFLOW}, argumnet: {{}}}}",
