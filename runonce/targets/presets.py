@@ -229,8 +229,13 @@ def check_project(value: str) -> str:
     return value
 
 
-ProjectId = Annotated[str, AfterValidator(check_project)]
-"""A route's `project`: a project ID or number."""
+def project_number_as_text(value: Any) -> Any:
+    """A project number YAML read as a number (`project: 123456789012`) is the project's number."""
+    return str(value) if type(value) is int and value > 0 else value
+
+
+ProjectId = Annotated[str, BeforeValidator(project_number_as_text), AfterValidator(check_project)]
+"""A route's `project`: a project ID or number (written as text or as a number)."""
 
 
 class ParentConfig(TargetConfigModel):

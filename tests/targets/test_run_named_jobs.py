@@ -360,6 +360,17 @@ def test_the_other_shapes_each_api_takes_load(shape: str) -> None:
 
 
 @pytest.mark.parametrize("kind", sorted(TYPES))
+def test_a_project_number_yaml_reads_as_a_number_is_the_projects_number(kind: str) -> None:
+    text = json.dumps({"routes": {"r": {"target": {**TYPES[kind].target, "project": 123456789012}}}})
+    target = parse_routes(text, "routes file r.yaml")["r"].target
+    assert target.project == "123456789012"
+    for project in (12.5, True, 0, -5):
+        bad = json.dumps({"routes": {"r": {"target": {**TYPES[kind].target, "project": project}}}})
+        with pytest.raises(ConfigError, match=r"field 'target\.project'"):
+            parse_routes(bad, "routes file r.yaml")
+
+
+@pytest.mark.parametrize("kind", sorted(TYPES))
 def test_the_matrix_routes_are_valid(kind: str) -> None:
     routes = parse_routes(json.dumps({"routes": {"r": {"target": TYPES[kind].target}}}), "routes file r.yaml")
     assert routes["r"].target.type == kind
