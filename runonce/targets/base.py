@@ -49,6 +49,12 @@ class TargetConfigModel(BaseModel):
         return refuse_empty_keys(cls, data, info, cls.NULL_CHECKED)
 
 
+def config_error(message: str) -> PydanticCustomError:
+    """A route's mistake as pydantic reports it (the routes loader makes it one line). No context:
+    pydantic then shows the message as it is, braces included."""
+    return PydanticCustomError("target_config", message)  # pragma: no mutate - routes shows the message, not the type
+
+
 NULL_IS_ABSENT = "null_is_absent"
 """Validation context of a routes document written as JSON (Terraform's `jsonencode` writes an unset
 attribute as null): there a null field is one left out."""

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from runonce.targets.base import DispatchRequest
+from runonce.targets.base import DispatchRequest, config_error
 from runonce.targets.engine import Running
 from runonce.targets.presets import (
     RUN_ENV,
@@ -27,7 +27,6 @@ from runonce.targets.presets import (
     RunNamedPreset,
     act_as,
     check_preset,
-    config_error,
     preset_type,
     run_env,
     with_label,

@@ -25,10 +25,10 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from runonce.targets.base import DispatchRequest, TargetConfigModel
+from runonce.targets.base import DispatchRequest, TargetConfigModel, config_error
 from runonce.targets.engine import Call, GoogleEngineTarget, Running, run_hex
 from runonce.targets.google import RUN_ID_LABEL, run_id_label
-from runonce.targets.presets import RUN_FIELDS, ProjectId, check_preset, config_error, preset_type
+from runonce.targets.presets import RUN_FIELDS, ProjectId, check_preset, preset_type
 from runonce.targets.registry import Grant
 
 LOCATION_PATTERN = r"(?:US|EU|us|eu|[a-z]+-[a-z]+[0-9]+|aws-[a-z]+-[a-z]+-[0-9]+|azure-[a-z]+[0-9]*)"

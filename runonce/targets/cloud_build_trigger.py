@@ -21,10 +21,10 @@ import httpx
 from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from runonce.targets.base import DispatchRequest, TargetConfigModel, TargetFailed, TargetOutcomeUnknown
+from runonce.targets.base import DispatchRequest, TargetConfigModel, TargetFailed, TargetOutcomeUnknown, config_error
 from runonce.targets.engine import CLOCK_SKEW, Call, GoogleEngineTarget, Listing, Running, operation_result
 from runonce.targets.google import GoogleAuth, resource_name_problem, resource_pattern
-from runonce.targets.presets import check_route, config_error, run_fields
+from runonce.targets.presets import check_route, run_fields
 from runonce.targets.registry import Grant, TargetType
 
 TRIGGER_ID = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?"

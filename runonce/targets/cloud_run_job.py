@@ -17,10 +17,10 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from runonce.targets.base import DispatchRequest, TargetConfigModel, TargetFailed, TargetOutcomeUnknown
+from runonce.targets.base import DispatchRequest, TargetConfigModel, TargetFailed, TargetOutcomeUnknown, config_error
 from runonce.targets.engine import Call, GoogleEngineTarget, Listing, operation_result
 from runonce.targets.google import resource_name_problem, resource_pattern
-from runonce.targets.presets import check_route, config_error, run_fields
+from runonce.targets.presets import check_route, run_fields
 from runonce.targets.registry import Grant, TargetType
 
 JOB_ID = r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?"

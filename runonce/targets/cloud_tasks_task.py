@@ -28,11 +28,11 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
-from runonce.targets.base import DispatchRequest, TargetConfigModel, TargetOutcomeUnknown
+from runonce.targets.base import DispatchRequest, TargetConfigModel, TargetOutcomeUnknown, config_error
 from runonce.targets.engine import CLOCK_SKEW, Call, GoogleEngineTarget
 from runonce.targets.google import CONTROL_CHARACTER, resource_name_problem
 from runonce.targets.http import run_document
-from runonce.targets.presets import act_as, check_route, config_error
+from runonce.targets.presets import act_as, check_route
 from runonce.targets.registry import Grant, TargetType
 
 QUEUE_ID = r"[A-Za-z0-9-]{1,100}"

@@ -26,14 +26,13 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from runonce.targets.base import DispatchRequest, TargetOutcomeUnknown
+from runonce.targets.base import DispatchRequest, TargetOutcomeUnknown, config_error
 from runonce.targets.engine import Call, GoogleEngineTarget, Listing, Running
 from runonce.targets.presets import (
     ParentConfig,
     RunParameters,
     act_as,
     check_preset,
-    config_error,
     mapped_parameters,
     preset_type,
     refuse_mapped_parameters,

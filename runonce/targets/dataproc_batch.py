@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from runonce.targets.base import DispatchRequest
+from runonce.targets.base import DispatchRequest, config_error
 from runonce.targets.engine import Running
 from runonce.targets.presets import (
     RUN_ENV,
@@ -31,7 +31,6 @@ from runonce.targets.presets import (
     RunNamedPreset,
     act_as,
     check_preset,
-    config_error,
     preset_type,
     run_env,
     with_label,

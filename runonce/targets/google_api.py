@@ -39,9 +39,8 @@ from urllib.parse import quote
 
 import httpx
 from pydantic import Field, ValidationInfo, field_validator, model_validator
-from pydantic_core import PydanticCustomError
 
-from runonce.targets.base import DispatchRequest, TargetConfigModel, TargetFailed
+from runonce.targets.base import DispatchRequest, TargetConfigModel, TargetFailed, config_error
 from runonce.targets.endpoints import endpoint_problem
 from runonce.targets.engine import Call, GoogleEngineTarget, Running, build_path, run_hex, wire
 from runonce.targets.google import CONTROL_CHARACTER, LOCATION, GoogleAuth
@@ -72,10 +71,8 @@ STANDARD_PARAMETERS = frozenset(
 DRY_RUN_FIELDS = ("validateOnly", "dryRun")
 """A request that sets one of these to true is only checked by the API: nothing is created."""
 EXAMPLE_HANDLES = '"r${run_id:62}" or "${run_uuid}"'
-
-
-def _error(message: str, **context: Any) -> PydanticCustomError:
-    return PydanticCustomError("google_api", message, context)
+RUN_PLACEHOLDERS = f"${{run_id}}, ${{run_id:N}} with N >= {MIN_HANDLE_HEX}, or ${{run_uuid}}"
+"""The placeholders that tell runs apart."""
 
 
 # --- placeholders ----------------------------------------------------------------------------------
@@ -166,11 +163,9 @@ def _check_placeholders(value: Any, where: str) -> None:
     if isinstance(value, dict):
         for key, item in value.items():
             if isinstance(key, str) and PLACEHOLDER.search(key):
-                raise _error(
-                    "{where}: the key {key} holds a placeholder; runonce fills them in values only (keys are sent "
-                    "as written)",
-                    where=where,
-                    key=repr(key),
+                raise config_error(
+                    f"{where}: the key {key!r} holds a placeholder; runonce fills them in values only (keys "
+                    "are sent as written)"
                 )
             _check_placeholders(item, f"{where}.{key}")
     elif isinstance(value, list):
@@ -179,7 +174,7 @@ def _check_placeholders(value: Any, where: str) -> None:
     elif isinstance(value, str):
         problem = placeholder_problem(value)
         if problem:
-            raise _error("{where}: {problem}", where=where, problem=problem)
+            raise config_error(f"{where}: {problem}")
 
 
 def _samples(value: Any) -> list[Any]:
@@ -258,51 +253,34 @@ def check_params(method: ApiMethod, params: dict[str, Any], where: str) -> None:
     sample expansion) fits the document's type, enum and pattern."""
     for name in params:
         if name in STANDARD_PARAMETERS and name not in method.parameters:
-            raise _error(
-                "{where}.{key}: a standard parameter of every Google API, not one of {method}'s; a route sets "
-                "none of them: they change the answer runonce reads (fields, alt, prettyPrint) or how it calls",
-                where=where,
-                key=name,
-                method=method.id,
+            raise config_error(
+                f"{where}.{name}: a standard parameter of every Google API, not one of {method.id}'s; "
+                "a route sets none of them: they change the answer runonce reads (fields, alt, prettyPrint) "
+                "or how it calls"
             )
         if name not in method.parameters:
             takes = ", ".join(sorted(method.parameters)) or "no parameters"
-            raise _error(
-                "{where}.{key}: {method} has no parameter {name} (it takes: {takes})",
-                where=where,
-                key=name,
-                method=method.id,
-                name=repr(name),
-                takes=takes,
-            )
+            raise config_error(f"{where}.{name}: {method.id} has no parameter {name!r} (it takes: {takes})")
     for name in method.path_parameters():
         if name not in params:
             pattern = method.parameters[name].get("pattern")
-            raise _error(
-                "{where}: {method} needs the path parameter {name}{rule}",
-                where=where,
-                method=method.id,
-                name=repr(name),
-                rule=f" (pattern {pattern})" if pattern else "",
-            )
+            rule = f" (pattern {pattern})" if pattern else ""
+            raise config_error(f"{where}: {method.id} needs the path parameter {name!r}{rule}")
     for name, spec in method.parameters.items():
         # `encryptionConfig.encryptionType`: a field of an optional message, required once it is given
         within = name.rpartition(".")[0]
         needed = not within or any(given.startswith(f"{within}.") for given in params)
         if spec.get("location") == "query" and spec.get("required") and needed and name not in params:
-            raise _error(
-                "{where}: {method} needs the query parameter {name} (its description: Required.); the API "
-                "refuses every call without it",
-                where=where,
-                method=method.id,
-                name=repr(name),
+            raise config_error(
+                f"{where}: {method.id} needs the query parameter {name!r} (its description: Required.); "
+                "the API refuses every call without it"
             )
     _check_placeholders(params, where)
     for name, value in params.items():
         for sample in _samples(value):
             problem = param_problem(method, name, sample)
             if problem:
-                raise _error("{where}.{problem}", where=where, problem=problem)
+                raise config_error(f"{where}.{problem}")
 
 
 def check_body(document: ApiDocument, method: ApiMethod, body: dict[str, Any]) -> None:
@@ -313,7 +291,7 @@ def check_body(document: ApiDocument, method: ApiMethod, body: dict[str, Any]) -
     for sample in _samples(body):
         problem = document.value_problem(sample, {"$ref": method.request}, "body", carried)
         if problem:
-            raise _error("{problem}", problem=problem)
+            raise config_error(problem)
 
 
 def _location(params: dict[str, Any]) -> str | None:
@@ -361,7 +339,7 @@ class GoogleApiTargetConfig(TargetConfigModel):
     def _endpoint(cls, value: str | None) -> str | None:
         problem = endpoint_problem(value) if value is not None else None
         if problem:
-            raise _error("{problem}", problem=problem)
+            raise config_error(problem)
         return value
 
     @field_validator("api")
@@ -370,7 +348,7 @@ class GoogleApiTargetConfig(TargetConfigModel):
         try:
             load(value)
         except DocumentNotFound as exc:
-            raise _error("{reason}", reason=str(exc)) from None
+            raise config_error(str(exc)) from None
         return value
 
     @field_validator("method")
@@ -378,12 +356,7 @@ class GoogleApiTargetConfig(TargetConfigModel):
     def _method(cls, value: str, info: ValidationInfo) -> str:
         document = _document(info)
         if document is not None and document.method(value) is None:
-            raise _error(
-                "{api} has no method {method}{hint}",
-                api=document.api,
-                method=repr(value),
-                hint=_hint(document, value),
-            )
+            raise config_error(f"{document.api} has no method {value!r}{_hint(document, value)}")
         return value
 
     @field_validator("params")
@@ -403,14 +376,12 @@ class GoogleApiTargetConfig(TargetConfigModel):
         if value is None:
             if method.request is None:
                 return value
-            raise _error(
-                "body: is empty (null); {method} takes a {request} object: give its fields, or remove the key "
-                "(an empty key in YAML is null)",
-                method=method.id,
-                request=method.request,
+            raise config_error(
+                f"body: is empty (null); {method.id} takes a {method.request} object: give its fields, "
+                "or remove the key (an empty key in YAML is null)"
             )
         if method.request is None:
-            raise _error("{method} takes no request body", method=method.id)
+            raise config_error(f"{method.id} takes no request body")
         _check_placeholders(value, "body")
         check_body(document, method, value)
         return value
@@ -423,31 +394,25 @@ class GoogleApiTargetConfig(TargetConfigModel):
             return value
         method = document.method(value.method)
         if method is None:
-            raise _error(
-                "reconcile.method: {api} has no method {method}{hint}",
-                api=document.api,
-                method=repr(value.method),
-                hint=_hint(document, value.method),
-            )
+            hint = _hint(document, value.method)
+            raise config_error(f"reconcile.method: {document.api} has no method {value.method!r}{hint}")
         if method.http_method != "GET":
-            raise _error(
-                "reconcile.method: {method} is an HTTP {verb}; reconciliation only reads (a GET method, e.g. a get)",
-                method=method.id,
-                verb=method.http_method,
+            raise config_error(
+                f"reconcile.method: {method.id} is an HTTP {method.http_method}; reconciliation only "
+                "reads (a GET method, e.g. a get)"
             )
         response = document.schemas.get(method.response or "", {}).get("properties", {})
         if "nextPageToken" in response:
-            raise _error(
-                "reconcile.method: {method} lists resources, and a list answers 200 even when the run's resource "
-                "is not in it; reconciliation needs a get of the run's resource (404 when it does not exist)",
-                method=method.id,
+            raise config_error(
+                f"reconcile.method: {method.id} lists resources, and a list answers 200 even when the "
+                "run's resource is not in it; reconciliation needs a get of the run's resource (404 "
+                "when it does not exist)"
             )
         check_params(method, value.params, "reconcile.params")
         if not carries_run(value.params):
-            raise _error(
-                "reconcile.params: no parameter carries the run ({placeholders}); the lookup would find another "
-                "run's resource",
-                placeholders=f"${{run_id}}, ${{run_id:N}} with N >= {MIN_HANDLE_HEX}, or ${{run_uuid}}",
+            raise config_error(
+                f"reconcile.params: no parameter carries the run ({RUN_PLACEHOLDERS}); the lookup would find "
+                "another run's resource"
             )
         return value
 
@@ -455,10 +420,9 @@ class GoogleApiTargetConfig(TargetConfigModel):
     def _whole(self) -> GoogleApiTargetConfig:
         dry = next(_dry_runs({"params": self.params, "body": self.body}, ""), None)
         if dry:
-            raise _error(
-                "{where}: true makes the call check the request and create nothing, and runonce would record "
-                "every run done",
-                where=dry,
+            raise config_error(
+                f"{dry}: true makes the call check the request and create nothing, and runonce would "
+                "record every run done"
             )
         document = load(self.api)
         method = document.method(self.method)
@@ -472,32 +436,27 @@ class GoogleApiTargetConfig(TargetConfigModel):
 
     def _check_running(self, document: ApiDocument, running: RunningConfig) -> None:
         if self.reconcile is None:
-            raise _error("running: reads the state with the reconcile method; give reconcile {method, params} too")
+            raise config_error(
+                "running: reads the state with the reconcile method; give reconcile {method, params} too"
+            )
         method = document.method(self.reconcile.method)
         assert method is not None  # the reconcile validator ran
         field = document.field(method.response, running.field) if method.response else None
         if field is None:
-            raise _error(
-                "running.field: {answer} (the answer of {method}) has no field {field}",
-                answer=method.response or "the answer",
-                method=method.id,
-                field=repr(running.field),
+            raise config_error(
+                f"running.field: {method.response or 'the answer'} (the answer of {method.id}) has no field "
+                f"{running.field!r}"
             )
         allowed: list[str] = field.get("enum") or []
         if field.get("type") != "string" or field.get("format"):
             kind = f"a {field['format']} field" if field.get("format") else "not a string field"
-            raise _error(
-                "running.field: {field} is {kind}; a state is a string field (such as status.state)",
-                field=repr(running.field),
-                kind=kind,
+            raise config_error(
+                f"running.field: {running.field!r} is {kind}; a state is a string field (such as status.state)"
             )
         wrong = [value for value in running.values if allowed and value not in allowed]
         if wrong:
-            raise _error(
-                "running.values: {value} is not a value of {field} (it takes: {allowed})",
-                value=repr(wrong[0]),
-                field=running.field,
-                allowed=", ".join(allowed),
+            raise config_error(
+                f"running.values: {wrong[0]!r} is not a value of {running.field} (it takes: {', '.join(allowed)})"
             )
 
     @property
@@ -533,33 +492,27 @@ def check_handles(
     handles = handles_of(document, method)
     filled = [h for h in handles if carries_run(value_at(params, body, h))]
     if not filled:
-        raise _error("{problem}", problem=_no_handle(document, method, handles, params, body))
+        raise config_error(_no_handle(document, method, handles, params, body))
     for handle in handles:
         value = value_at(params, body, handle)
         if value is not None and handle not in filled:
-            raise _error(
-                "{path}: {value} does not tell runs apart, so {method} would take every run after the first for a "
-                "retry of it and start nothing; fill it from the run ({placeholders}) or leave it out",
-                path=handle.path,
-                value=repr(value),
-                method=method.id,
-                placeholders=f"${{run_id}}, ${{run_id:N}} with N >= {MIN_HANDLE_HEX}, or ${{run_uuid}}",
+            raise config_error(
+                f"{handle.path}: {value!r} does not tell runs apart, so {method.id} would take every run after "
+                f"the first for a retry of it and start nothing; fill it from the run ({RUN_PLACEHOLDERS}) or "
+                "leave it out"
             )
     for handle in filled:
         for sample in _samples(value_at(params, body, handle)):
             problem = id_problem(document.api, handle, wire(sample))  # (control characters: refused before)
             if problem:
-                raise _error("{problem}", problem=problem)
+                raise config_error(problem)
         collection = _collection_name(method, params)
         if handle.kind == "resource name" and handle.where == "body" and collection is not None:
             for name, parent in zip(_samples(value_at(params, body, handle)), _samples(collection), strict=True):
                 if wire(name).rsplit("/", 1)[0] != parent:
-                    raise _error(
-                        "{path}: {name} is not a name in {parent}, where {method} creates it ({parent}/ID)",
-                        path=handle.path,
-                        name=repr(wire(name)),
-                        parent=parent,
-                        method=method.id,
+                    raise config_error(
+                        f"{handle.path}: {wire(name)!r} is not a name in {parent}, where {method.id} creates it "
+                        f"({parent}/ID)"
                     )
     if reconcile is not None:
         _check_reconcile_reads(document, method, handles, filled, params, body, reconcile)
@@ -596,11 +549,9 @@ def _check_reconcile_reads(
         wanted = f"fill {describe(resource_ids)} from the run and read the resource it names"
     else:
         wanted = f"{method.id} takes no client-chosen id, so its requestId alone dedupes: leave reconcile out"
-    raise _error(
-        "reconcile.params: the read must find the resource the run's id names ({wanted}); a read of a name "
-        "the API picks, or of one merely holding {placeholder}, finds nothing after a lost answer",
-        wanted=wanted,
-        placeholder="${run_id}",
+    raise config_error(
+        f"reconcile.params: the read must find the resource the run's id names ({wanted}); a read of a name "
+        "the API picks, or of one merely holding ${run_id}, finds nothing after a lost answer"
     )
 
 

@@ -17,9 +17,14 @@ from collections.abc import Callable
 from typing import Annotated, Any, ClassVar, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, field_validator
-from pydantic_core import PydanticCustomError
 
-from runonce.targets.base import DispatchRequest, TargetConfigModel, TargetError, TargetOutcomeUnknown
+from runonce.targets.base import (
+    DispatchRequest,
+    TargetConfigModel,
+    TargetError,
+    TargetOutcomeUnknown,
+    config_error,
+)
 from runonce.targets.engine import Call, GoogleEngineTarget, dotted, request_id_for, run_hex
 from runonce.targets.google import PROJECT, REGION, RUN_ID_LABEL, run_id_label
 from runonce.targets.google_api import SAMPLE_RUN_IDS, SAMPLE_SCHEDULE_TIME, check_params
@@ -96,12 +101,6 @@ def preset_type(
 
 
 # --- the start-up check ----------------------------------------------------------------------------
-
-
-def config_error(message: str) -> PydanticCustomError:
-    """A route's mistake as pydantic reports it (the routes loader makes it one line). No context:
-    pydantic then shows the message as it is, braces included."""
-    return PydanticCustomError("target_config", message)  # pragma: no mutate - routes shows the message, not the type
 
 
 def check_route(adapter: type[GoogleEngineTarget[Any]], config: Any) -> None:

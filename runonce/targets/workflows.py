@@ -15,11 +15,18 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from runonce.targets.base import DispatchRequest, PayloadNotSendable, TargetConfigModel, TargetFailed, encode_json
+from runonce.targets.base import (
+    DispatchRequest,
+    PayloadNotSendable,
+    TargetConfigModel,
+    TargetFailed,
+    config_error,
+    encode_json,
+)
 from runonce.targets.engine import Call, GoogleEngineTarget, Listing, Running
 from runonce.targets.google import RUN_ID_LABEL, resource_name_problem, run_id_label
 from runonce.targets.google_api_discovery import json_problem
-from runonce.targets.presets import check_route, config_error
+from runonce.targets.presets import check_route
 from runonce.targets.registry import Grant, TargetType
 
 FINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})

@@ -866,14 +866,14 @@ async def test_a_409_without_googles_error_body_is_the_runs_execution_too(metada
     assert seen == [f"POST /v1/{PARENT}/jobs", f"GET /v1/{job_of(request)}"]
 
 
-def test_a_mistake_is_a_google_api_error_and_values_are_shown_as_json() -> None:
+def test_a_mistake_is_a_route_config_error_and_values_are_shown_as_json() -> None:
     from pydantic import ValidationError
 
     from runonce.targets.google_api_discovery import _shown
 
     with pytest.raises(ValidationError) as caught:
         GoogleApiTargetConfig.model_validate({**BATCH, "method": "projects.locations.jobs.nope"})
-    assert [error["type"] for error in caught.value.errors()] == ["google_api"]
+    assert [error["type"] for error in caught.value.errors()] == ["target_config"]
     assert _shown("é") == 'str "é"'
     from datetime import date
 
