@@ -82,8 +82,6 @@ def resource_name_problem(name: str, collection: str, resource_id: str, id_rule:
     (a bad project ID is not reported as "not a full name"); None if nothing. `id_rule` describes
     `resource_id`, e.g. "workflow ID must be 1-64 characters of …"; `regional`, when given, names
     the resources that exist only in a region (`Cloud Run jobs`), so `global` is refused."""
-    if not isinstance(name, str):
-        return f"must be a full resource name (text), got {type(name).__name__} {name!r}"
     parts = name.split("/")
     if len(parts) != 6 or parts[0::2] != ["projects", "locations", collection]:
         singular = collection.removesuffix("s")

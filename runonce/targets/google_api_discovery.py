@@ -770,20 +770,18 @@ def _refer_with_rules(schemas: dict[str, Any]) -> None:
     """An id in a reference to a resource (BigQuery's `TableReference.datasetId`) that states no
     rule of its own takes the one the document states for that id where it is the resource's own
     (`DatasetReference.datasetId`: "only letters, numbers, or underscores"), when it states one."""
-    stated: dict[str, dict[str, str]] = {}  # id field -> {its rule, as JSON: a schema that states it}
+    stated: dict[str, dict[tuple[str, str], str]] = {}  # id field -> {(pattern, words): a schema stating it}
     for schema_name, schema in schemas.items():
         for name, field in (schema.get("properties") or {}).items():
             if "idRule" in field:
-                stated.setdefault(name, {})[json.dumps(field["idRule"], sort_keys=True)] = schema_name
+                stated.setdefault(name, {})[field["idRule"]["pattern"], field["idRule"]["words"]] = schema_name
     for schema_name, schema in schemas.items():
         for name, field in (schema.get("properties") or {}).items():
             rules = stated.get(name, {})
             if schema_name.endswith("Reference") and name.endswith("Id") and "idRule" not in field and len(rules) == 1:
-                [(rule, source)] = rules.items()
-                field["idRule"] = json.loads(rule)
-                field["idRule"]["words"] = field["idRule"]["words"].replace(
-                    "(as its description states)", f"(as the description of {source}.{name} states)"
-                )
+                [((pattern, words), source)] = rules.items()
+                words = words.replace("(as its description states)", f"(as the description of {source}.{name} states)")
+                field["idRule"] = {"pattern": pattern, "words": words}
 
 
 def vendored_names() -> list[str]:

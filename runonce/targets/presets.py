@@ -230,7 +230,7 @@ def check_project(value: str) -> str:
 
 def project_number_as_text(value: Any) -> Any:
     """A project number YAML read as a number (`project: 123456789012`) is the project's number."""
-    return str(value) if type(value) is int and value > 0 else value
+    return str(value) if type(value) is int else value  # (a bool is no int here; -5 is then refused as text)
 
 
 ProjectId = Annotated[str, BeforeValidator(project_number_as_text), AfterValidator(check_project)]
