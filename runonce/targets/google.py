@@ -53,19 +53,20 @@ def kind_of(value: object) -> str:
     return "a number" if isinstance(value, (int, float)) else f"a {type(value).__name__}"
 
 
-def label_problem(key: object, value: object) -> str | None:
+def label_problem(key: object, value: object, longest: int = MAX_LABEL_CHARACTERS) -> str | None:
     """What Google's label rule says against one label (None when it fits): the whole key and value
-    are checked, so a value ending in a newline is refused too."""
+    are checked, so a value ending in a newline is refused too. `longest`: 63, or what the API's
+    description states (Vertex AI's "no longer than 64 characters")."""
     if not isinstance(key, str):
         return f"label key {key!r} is {kind_of(key)}, not text: quote it ('{key}')"
-    if not (1 <= len(key) <= MAX_LABEL_CHARACTERS and _label_letter(key[0]) and all(map(_label_character, key))):
-        return f"label key {key!r}: 1-63 characters of a-z 0-9 _ -, starting with a letter{INTERNATIONAL}"
+    if not (1 <= len(key) <= longest and _label_letter(key[0]) and all(map(_label_character, key))):
+        return f"label key {key!r}: 1-{longest} characters of a-z 0-9 _ -, starting with a letter{INTERNATIONAL}"
     if value is None:
         return f"label {key!r}: the value is empty (null); write '' for an empty value"
     if not isinstance(value, str):
         return f"label {key!r}: value {value!r} is {kind_of(value)}, not text: quote it ('{value}')"
-    if not (len(value) <= MAX_LABEL_CHARACTERS and all(map(_label_character, value))):
-        return f"label {key!r}: value {value!r} must be at most 63 characters of a-z 0-9 _ -{INTERNATIONAL}"
+    if not (len(value) <= longest and all(map(_label_character, value))):
+        return f"label {key!r}: value {value!r} must be at most {longest} characters of a-z 0-9 _ -{INTERNATIONAL}"
     return None
 
 

@@ -24,8 +24,10 @@ Descriptions are dropped, keeping what they state as rules:
   one]" group in `oneOfRequired` too: one of them is needed);
 - a list whose description allows one item ("Only one TaskGroup is supported", "Only instances[0]
   is supported now.", "only a single file share is supported") keeps `maxItems`, and
-  a `labels` map that holds fewer than 64 ("No more than 32 labels") keeps `maxLabels`, and one that
-  reserves key prefixes ('Label names that start with "goog-" … are reserved') keeps them;
+  a `labels` map that holds fewer than 64 ("No more than 32 labels") keeps `maxLabels`, one whose
+  keys and values may be longer than 63 characters (Vertex AI's "no longer than 64 characters")
+  `maxLabelLength`, and one that reserves key prefixes ('Label names that start with "goog-" … are
+  reserved') keeps them;
 - a number, an integer or a duration whose description states its bounds as a sentence ("Minimum value is
   10 minutes; maximum value is 14 days.", "The maximum allowed value is 5,000.") keeps `minimum` and
   `maximum` (a duration's in seconds); a bound the API coerces to is not kept; so do "Cannot be
@@ -87,7 +89,7 @@ from pathlib import Path
 from typing import Any
 
 from runonce.errors import RunonceError
-from runonce.targets.google import CONTROL_CHARACTER, kind_of, label_problem
+from runonce.targets.google import CONTROL_CHARACTER, MAX_LABEL_CHARACTERS, kind_of, label_problem
 
 VENDORED = Path(__file__).with_name("discovery")
 ONEOFS = VENDORED / "oneofs.json"
@@ -333,6 +335,7 @@ RFC_1035_RULE = {
     "its description states)",
 }
 _MAX_LABELS = re.compile(r"No more than ([0-9]+) labels")
+_LABEL_LENGTH = re.compile(r"\b[Ll]abel keys and values can be no longer than ([0-9]+) characters")
 _IDENTIFYING = frozenset(
     {"uri", "url", "email", "account", "image", "path", "location", "network", "subnetwork", "zone", "region"}
     | {"id", "uid", "uuid", "name", "type", "bucket", "directory", "topic", "subscription", "audience"}
@@ -408,6 +411,9 @@ def _reduce_schema(schema: dict[str, Any]) -> dict[str, Any]:
             most_labels = _MAX_LABELS.search(text)
             if name in LABEL_FIELDS and most_labels:
                 out["properties"][name]["maxLabels"] = int(most_labels.group(1))
+            longest = _LABEL_LENGTH.search(" ".join(text.split()))
+            if name in LABEL_FIELDS and longest and int(longest.group(1)) != MAX_LABEL_CHARACTERS:
+                out["properties"][name]["maxLabelLength"] = int(longest.group(1))
             reserved = _RESERVED_LABELS.search(text)
             if name in LABEL_FIELDS and reserved:
                 out["properties"][name]["reservedPrefixes"] = re.findall(r'"([^"]+)"', reserved.group(1))
@@ -987,7 +993,8 @@ class ApiDocument:
             if problem:
                 return problem
         if where.rsplit(".", 1)[-1] in LABEL_FIELDS:
-            problem = _labels_problem(value, extra, where, schema.get("maxLabels", MAX_LABELS))
+            longest = schema.get("maxLabelLength", MAX_LABEL_CHARACTERS)
+            problem = _labels_problem(value, extra, where, schema.get("maxLabels", MAX_LABELS), longest)
             reserved = [key for key in value for prefix in schema.get("reservedPrefixes", ()) if key.startswith(prefix)]
             if reserved and problem is None:
                 prefixes = " or ".join(repr(prefix) for prefix in schema["reservedPrefixes"])
@@ -1082,13 +1089,16 @@ def _exclusive_problem(value: dict[str, Any], groups: list[list[str]], where: st
     return None
 
 
-def _labels_problem(labels: dict[str, Any], extra: dict[str, Any] | None, where: str, most: int) -> str | None:
-    """A `labels` map of text (every Google API's labels): Google's label rule, at most `most`
-    (64, or fewer where the field's description says so)."""
+def _labels_problem(
+    labels: dict[str, Any], extra: dict[str, Any] | None, where: str, most: int, longest: int
+) -> str | None:
+    """A `labels` map of text (every Google API's labels): Google's label rule, keys and values at
+    most `longest` characters (63, or what the description states), at most `most` labels (64, or
+    fewer where the description says so)."""
     if extra is None or extra.get("type") != "string":
         return None
     for key, label in labels.items():
-        problem = label_problem(key, label)
+        problem = label_problem(key, label, longest)
         if problem:
             return f"{where}: {problem}"
     if len(labels) > most:

@@ -316,6 +316,33 @@ def test_list_and_label_limits_are_kept_from_the_descriptions_that_state_them() 
     assert reduced["labels"]["reservedPrefixes"] == ["goog-", "google-"]
 
 
+def test_a_label_length_the_description_states_is_kept_and_held() -> None:
+    """Vertex AI's labels: "Label keys and values can be no longer than 64 characters"; where a
+    description says 63 (BigQuery's), or nothing, Google's rule of 63 holds."""
+    stated = "Label keys and values can be no longer than {} characters (Unicode codepoints), can only contain …"
+    labels = {"type": "object", "additionalProperties": {"type": "string"}}
+    assert (
+        _reduced({"labels": {**labels, "description": stated.format(64)}})["properties"]["labels"]["maxLabelLength"]
+        == 64
+    )
+    assert (
+        "maxLabelLength"
+        not in _reduced({"labels": {**labels, "description": stated.format(63)}})["properties"]["labels"]
+    )
+    assert "maxLabelLength" not in _reduced({"labels": labels})["properties"]["labels"]
+    job = {"displayName": "nightly", "runtimeConfig": {}}
+    vertex = "GoogleCloudAiplatformV1PipelineJob"
+    assert _problem("aiplatform.v1", {**job, "labels": {"model": "m" * 64}}, vertex) is None
+    assert _problem("aiplatform.v1", {**job, "labels": {"k" * 64: "v"}}, vertex) is None
+    assert _problem("aiplatform.v1", {**job, "labels": {"model": "m" * 65}}, vertex) == (
+        f"body.labels: label 'model': value '{'m' * 65}' must be at most 64 characters of a-z 0-9 _ - "
+        "(international lower-case letters count as letters)"
+    )
+    assert "at most 63 characters" in str(
+        _problem("bigquery.v2", {"labels": {"team": "t" * 64}, "query": {"query": "SELECT 1"}}, "JobConfiguration")
+    )
+
+
 # --- oneofs from the protos -----------------------------------------------------------------------
 
 ONEOFS = json.loads(discovery.ONEOFS.read_text())
