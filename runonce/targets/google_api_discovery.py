@@ -1116,6 +1116,9 @@ def scalar_problem(value: Any, schema: dict[str, Any], where: str) -> str | None
     if kind == "string":
         if isinstance(value, (date, datetime)):
             return f"{where}: expected a string, got the date {value}: quote it (YAML reads an unquoted date as one)"
+        if not isinstance(value, str) and "enum" in schema:
+            named = ", ".join(schema["enum"])
+            return f"{where}: expected one of {named} (an enum value by its name), got {_shown(value)}"
         if not isinstance(value, str):
             return f"{where}: expected a string, got {_shown(value)}"
         return _string_problem(value, schema, where)

@@ -126,6 +126,13 @@ def test_request_fields_that_fit_their_schema_have_no_problem(api: str, value: A
             "LogsPolicy",
             "body.destination: 'STDOUT' is not one of DESTINATION_UNSPECIFIED, CLOUD_LOGGING, PATH",
         ),
+        (  # proto3's JSON parsers take an enum's number too, but the document names no numbers
+            "batch.v1",
+            {"destination": 1},
+            "LogsPolicy",
+            "body.destination: expected one of DESTINATION_UNSPECIFIED, CLOUD_LOGGING, PATH (an enum value by its "
+            "name), got int 1",
+        ),
         ("batch.v1", {"maxRetryCount": 2.5}, "TaskSpec", "body.maxRetryCount: expected an integer, got float 2.5"),
         ("batch.v1", {"permissiveSsh": "yes"}, "TaskGroup", 'body.permissiveSsh: expected a boolean, got str "yes"'),
         (
