@@ -98,8 +98,9 @@ ONEOFS = VENDORED / "oneofs.json"
 # Every pattern here is used with `fullmatch` (a `$` would let a trailing newline through).
 _DURATION = re.compile(r"(-?)([0-9]+)(?:\.([0-9]{1,9}))?s")
 _DATETIME = re.compile(
-    r"([0-9]{4}-[0-9]{2}-[0-9]{2})[Tt]([0-9]{2}:[0-9]{2}:[0-9]{2})(\.[0-9]{1,9})?([Zz]|[+-][0-9]{2}:[0-9]{2})"
+    r"([0-9]{4}-[0-9]{2}-[0-9]{2})T([0-9]{2}:[0-9]{2}:[0-9]{2})(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})"
 )
+"""RFC 3339 as protobuf's parser reads it (google.protobuf.Timestamp's JSON): `T` and `Z` in upper case."""
 _DIGITS = re.compile(r"-?[0-9]+")
 _DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 _BASE64 = re.compile(r"(?:[A-Za-z0-9+/_-]{4})*(?:[A-Za-z0-9+/_-]{2}(?:==)?|[A-Za-z0-9+/_-]{3}=?)?")
@@ -1156,6 +1157,8 @@ def _string_problem(value: str, schema: dict[str, Any], where: str) -> str | Non
             return f"{where}: {value!r} is not a duration like '3.5s' (seconds, up to 9 decimals, then 's')"
         return _bound_problem(float(value[:-1]), schema, where, "s")
     if fmt == "google-datetime" and not _is_timestamp(value):
+        if _is_timestamp(value.upper()):
+            return f"{where}: {value!r}: write its T and Z in upper case (2026-01-31T12:00:00Z), as the API reads it"
         return f"{where}: {value!r} is not an RFC 3339 timestamp like 2026-01-31T12:00:00Z"
     if fmt == "byte" and not _BASE64.fullmatch(value):
         return f"{where}: {value!r} is not base64 (bytes are sent as base64 text)"
@@ -1234,7 +1237,7 @@ def _is_timestamp(value: str) -> bool:
         return False
     date, time, _fraction, offset = match.groups()
     try:
-        datetime.fromisoformat(f"{date}T{time}{'+00:00' if offset in 'Zz' else offset}")
+        datetime.fromisoformat(f"{date}T{time}{'+00:00' if offset == 'Z' else offset}")
     except ValueError:
         return False
     return True

@@ -87,6 +87,13 @@ def changed(target: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
     return result
 
 
+def copy_expiring(when: str) -> dict[str, Any]:
+    """A BigQuery copy job's route whose destination table expires at `when`."""
+    tables = {"sourceTable": {"projectId": "p", "datasetId": "d", "tableId": "t"}}
+    tables["destinationTable"] = {"projectId": "p", "datasetId": "d", "tableId": "u"}
+    return changed(BIGQUERY, "body.configuration", {"copy": {**tables, "destinationExpirationTime": when}})
+
+
 REGION = "us-central1"
 JOB_ID = "r${run_id:62}"
 JOB = f"{PARENT}/jobs/{JOB_ID}"
@@ -173,19 +180,14 @@ CASES: dict[str, tuple[dict[str, Any], str, str]] = {
         'requireHostsFile: expected a boolean, got str "yes"',
     ),
     "timestamp that is no date": (
-        changed(
-            BIGQUERY,
-            "body.configuration",
-            {
-                "copy": {
-                    "sourceTable": {"projectId": "p", "datasetId": "d", "tableId": "t"},
-                    "destinationTable": {"projectId": "p", "datasetId": "d", "tableId": "u"},
-                    "destinationExpirationTime": "2026-02-30T00:00:00Z",
-                }
-            },
-        ),
+        copy_expiring("2026-02-30T00:00:00Z"),
         "target.body",
         "'2026-02-30T00:00:00Z' is not an RFC 3339 timestamp",
+    ),
+    "timestamp with a lower-case t and z, which RFC 3339 allows and protobuf's parser refuses": (
+        copy_expiring("2026-03-01t00:00:00z"),
+        "target.body",
+        "'2026-03-01t00:00:00z': write its T and Z in upper case (2026-01-31T12:00:00Z), as the API reads it",
     ),
     "bytes that are not base64": (
         changed(TOPIC, "body", {"schemaSettings": {"schema": "projects/my-project/schemas/s"}, "kmsKeyName": "k"})
