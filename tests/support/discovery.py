@@ -63,16 +63,18 @@ def output_only(field: dict[str, Any]) -> bool:
 
 
 def rfc3339(value: str) -> bool:
-    """`google-datetime`: RFC 3339 with a real date and time (no month 13, no 25:00), and an offset."""
+    """`google-datetime`: RFC 3339 with a real date and time (no month 13, no 25:00), and an offset,
+    as protobuf's `ParseTime` reads a Timestamp: no leap second (`:60`), which RFC 3339 allows but a
+    Timestamp smears away."""
     match = _DATETIME.match(value)
     if match is None:
         return False
     year, month, day, hour, minute, second, off_hours, off_minutes = (int(g) if g else 0 for g in match.groups())
     try:
-        datetime(year, month, day, hour, minute, min(second, 59))  # RFC 3339 allows a leap second (60)
+        datetime(year, month, day, hour, minute, second)
     except ValueError:
         return False
-    return second <= 60 and off_hours <= 23 and off_minutes <= 59
+    return off_hours <= 23 and off_minutes <= 59
 
 
 def decodable_base64(value: str) -> bool:
