@@ -1159,6 +1159,8 @@ def _string_problem(value: str, schema: dict[str, Any], where: str) -> str | Non
     if fmt == "google-datetime" and not _is_timestamp(value):
         if _is_timestamp(value.upper()):
             return f"{where}: {value!r}: write its T and Z in upper case (2026-01-31T12:00:00Z), as the API reads it"
+        if _is_timestamp(re.sub(r"(T[0-9]{2}:[0-9]{2}):60", r"\1:59", value.upper())):
+            return f"{where}: {value!r}: a leap second (:60), which a Google Timestamp does not hold; write :59"
         return f"{where}: {value!r} is not an RFC 3339 timestamp like 2026-01-31T12:00:00Z"
     if fmt == "byte" and not _BASE64.fullmatch(value):
         return f"{where}: {value!r} is not base64 (bytes are sent as base64 text)"

@@ -189,6 +189,11 @@ CASES: dict[str, tuple[dict[str, Any], str, str]] = {
         "target.body",
         "'2026-03-01t00:00:00z': write its T and Z in upper case (2026-01-31T12:00:00Z), as the API reads it",
     ),
+    "a leap second, which RFC 3339 allows and a Timestamp does not": (
+        copy_expiring("2026-12-31T23:59:60Z"),
+        "target.body",
+        "'2026-12-31T23:59:60Z': a leap second (:60), which a Google Timestamp does not hold; write :59",
+    ),
     "bytes that are not base64": (
         changed(TOPIC, "body", {"schemaSettings": {"schema": "projects/my-project/schemas/s"}, "kmsKeyName": "k"})
         | {"api": "pubsub.v1", "method": "projects.topics.publish", "params": {"topic": "projects/p/topics/t"}}
